@@ -1,0 +1,37 @@
+"""Load and validate a cluster spec: YAML, shape, then cross-field rules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path as FsPath
+from typing import Any
+
+from pydantic import ValidationError
+
+from kiln.spec import rules
+from kiln.spec.models import ClusterSpec
+from kiln.spec.problems import Path, Problem, SpecError, shown
+from kiln.spec.shape import problems_from
+from kiln.spec.yaml_source import read_spec_file
+
+
+def parse_spec(data: Any, source: str = "<spec>", lines: Mapping[Path, int] | None = None) -> ClusterSpec:
+    """Validate DATA (already parsed) into a ClusterSpec or raise SpecError with every problem."""
+    if data is None:
+        raise SpecError(source, [Problem(path=(), message="is empty; a spec needs at least name and compute")])
+    if not isinstance(data, Mapping):
+        raise SpecError(source, [Problem(path=(), message=f"must be a mapping of keys at the top (got {shown(data)})")])
+    try:
+        spec = ClusterSpec.model_validate(dict(data))
+    except ValidationError as exc:
+        raise SpecError(source, problems_from(ClusterSpec, exc), lines) from None
+    problems = rules.check(spec)
+    if problems:
+        raise SpecError(source, problems, lines)
+    return spec
+
+
+def load_spec(path: str | FsPath) -> ClusterSpec:
+    """Read, parse and validate the spec file at PATH."""
+    data, lines = read_spec_file(FsPath(path))
+    return parse_spec(data, str(path), lines)

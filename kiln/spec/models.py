@@ -1,0 +1,190 @@
+"""The version-1 cluster spec as pydantic models: shape, types and defaults."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NAME_PATTERN = r"^[a-z][a-z0-9-]{0,30}$"
+GROUP_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,24}$"
+REGION_PATTERN = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$"
+AZ_PATTERN = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d[a-z]$"
+VPC_ID_PATTERN = r"^vpc-([0-9a-f]{8}|[0-9a-f]{17})$"
+SUBNET_ID_PATTERN = r"^subnet-([0-9a-f]{8}|[0-9a-f]{17})$"
+AMI_ID_PATTERN = r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$"
+RESERVATION_ID_PATTERN = r"^cr-[0-9a-f]{17}$"
+VERSION_PATTERN = r"^\d+(\.\d+){0,3}([-.+~][0-9A-Za-z.]+)?$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+
+# What each pattern means, for error messages.
+PATTERN_RULES = {
+    NAME_PATTERN: "a lowercase letter, then up to 30 lowercase letters, digits or '-'",
+    GROUP_NAME_PATTERN: "a lowercase letter, then up to 24 lowercase letters, digits or '-'",
+    REGION_PATTERN: "an AWS region name such as us-east-1",
+    AZ_PATTERN: "an availability zone name such as us-east-1a",
+    VPC_ID_PATTERN: "a VPC id such as vpc-0123456789abcdef0",
+    SUBNET_ID_PATTERN: "a subnet id such as subnet-0123456789abcdef0",
+    AMI_ID_PATTERN: "an AMI id such as ami-0123456789abcdef0",
+    VERSION_PATTERN: "a version such as 1.43.2",
+}
+
+
+class SpecModel(BaseModel):
+    """Base for every spec section: unknown keys are errors, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+
+class Network(SpecModel):
+    """Where the cluster lives: a new VPC, or an existing VPC and private subnet."""
+
+    vpc_cidr: str = Field("10.0.0.0/16", description="CIDR of a new VPC, /16 to /22.")
+    vpc_id: str | None = Field(None, pattern=VPC_ID_PATTERN, description="An existing VPC to use instead.")
+    private_subnet_id: str | None = Field(
+        None, pattern=SUBNET_ID_PATTERN, description="Private subnet of vpc_id in availability_zone."
+    )
+
+
+class Bucket(SpecModel):
+    """The data bucket: checkpoints, datasets, lifecycle scripts."""
+
+    name: str | None = Field(None, description="Bucket name; generated when omitted.")
+    retain: bool = Field(True, description="Keep the bucket and its data on `cdk destroy`.")
+
+
+class DataRepository(SpecModel):
+    """How FSx links to S3."""
+
+    import_path: str | None = Field(None, description="s3://bucket/prefix; default: the data bucket.")
+    export: bool = Field(True, description="Export new and changed files back to S3 automatically.")
+
+
+class Lustre(SpecModel):
+    """FSx for Lustre scratch or persistent file system in the cluster's AZ."""
+
+    deployment: Literal["PERSISTENT_2", "SCRATCH_2"] = "PERSISTENT_2"
+    storage_gib: int = Field(1200, description="1200 or a multiple of 2400.")
+    throughput_per_tib: int | None = Field(
+        None, description="PERSISTENT_2 only: 125, 250, 500 or 1000 MB/s per TiB (default 250)."
+    )
+    compression: Literal["LZ4", "NONE"] = "LZ4"
+    efa: bool = Field(False, description="EFA-enabled file system (PERSISTENT_2 only).")
+    data_repository: DataRepository = DataRepository()
+
+    @property
+    def effective_throughput_per_tib(self) -> int | None:
+        """Return the throughput in force: 250 by default on PERSISTENT_2, none on SCRATCH_2."""
+        if self.deployment != "PERSISTENT_2":
+            return None
+        return self.throughput_per_tib or 250
+
+
+class Storage(SpecModel):
+    """Durable storage: the S3 bucket and an optional Lustre file system."""
+
+    bucket: Bucket = Bucket()
+    lustre: Lustre | None = None
+
+
+class HeadNode(SpecModel):
+    """The Slurm controller (head node)."""
+
+    instance_type: str = "m5.8xlarge"
+
+
+class LoginNodes(SpecModel):
+    """Interactive login nodes."""
+
+    instance_type: str = "m5.2xlarge"
+    count: int = Field(1, description="0 for none.")
+
+
+class Capacity(SpecModel):
+    """How a group's instances are bought."""
+
+    type: Literal["on-demand", "spot", "capacity-block", "reservation"] = "on-demand"
+    reservation_id: str | None = Field(None, description="cr-... for capacity-block and reservation.")
+
+
+class ComputeGroup(SpecModel):
+    """One homogeneous group of compute nodes (a Slurm partition or node group)."""
+
+    name: str = Field(pattern=GROUP_NAME_PATTERN, description="Lowercase letters, digits and '-', 1-25 characters.")
+    instance_type: str
+    min_count: int = 0
+    max_count: int = 1
+    capacity: Capacity = Capacity()
+    placement_group: bool | None = Field(None, description="Default: true where the instance type supports EFA.")
+    root_volume_gib: int = 200
+
+
+class Image(SpecModel):
+    """The node image: a baked AMI, or the OS whose stock image kiln bootstraps at boot."""
+
+    ami_id: str | None = Field(None, pattern=AMI_ID_PATTERN)
+    os: Literal["ubuntu2204", "ubuntu2404", "al2023"] = "ubuntu2204"
+
+
+class Compute(SpecModel):
+    """The scheduler backend and its nodes."""
+
+    backend: Literal["pcs", "parallelcluster", "hyperpod", "eks"]
+    orchestrator: Literal["slurm", "eks"] | None = Field(None, description="hyperpod only; default slurm.")
+    head_node: HeadNode = HeadNode()
+    login_nodes: LoginNodes = LoginNodes()
+    groups: list[ComputeGroup]
+    image: Image = Image()
+
+
+class Software(SpecModel):
+    """Pinned versions the bootstrap installs."""
+
+    efa_installer: str = Field("1.43.2", pattern=VERSION_PATTERN)
+    nvidia_driver: str = Field("570.172.08", pattern=VERSION_PATTERN)
+    slurm: str = Field("24.11", pattern=VERSION_PATTERN)
+    enroot: str = Field("3.5.0", pattern=VERSION_PATTERN)
+    pyxis: str = Field("0.20.0", pattern=VERSION_PATTERN)
+    containers: bool = Field(True, description="enroot + pyxis (Slurm) or the container toolkit (EKS).")
+    observability: bool = False
+    checksums: dict[str, str] = Field(
+        default_factory=dict, description="sha256 per downloaded artifact, overriding kiln's pins."
+    )
+
+
+class Launcher(SpecModel):
+    """Settings for kiln-launch on the nodes."""
+
+    checkpoint_dir: str = "/fsx/checkpoints"
+    nccl_env: dict[str, str] = Field(default_factory=dict, description="Overrides of the NCCL/EFA presets.")
+
+
+class Ci(SpecModel):
+    """Short-lived environments for CI."""
+
+    ttl_hours: float | None = Field(None, description="Delete the whole environment this long after deploy.")
+
+
+class ClusterSpec(SpecModel):
+    """A whole kiln cluster, version 1."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="Prefixes resource names.")
+    region: str | None = Field(None, pattern=REGION_PATTERN, description="Omit for env-agnostic stacks.")
+    availability_zone: str | None = Field(
+        None, pattern=AZ_PATTERN, description="Compute, FSx and placement group share it (EFA)."
+    )
+    network: Network = Network()
+    storage: Storage = Storage()
+    compute: Compute
+    software: Software = Software()
+    launcher: Launcher = Launcher()
+    ci: Ci = Ci()
+    tags: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def effective_orchestrator(self) -> str | None:
+        """Return the orchestrator in force: hyperpod defaults to slurm, others have none."""
+        if self.compute.backend != "hyperpod":
+            return None
+        return self.compute.orchestrator or "slurm"
