@@ -45,7 +45,16 @@ def _catalog_list(args: argparse.Namespace) -> int:
         it = instance_type(name)
         acc = f"{it.accelerator.count}x {it.accelerator.name}" if it.accelerator else "-"
         nvlink = f"gen {it.nvlink_generation}" if it.nvlink_generation else "-"
-        rows.append((name, acc, str(it.network_cards), str(it.efa_interface_count), "yes" if it.efa_only_interfaces else "no", nvlink))
+        rows.append(
+            (
+                name,
+                acc,
+                str(it.network_cards),
+                str(it.efa_interface_count),
+                "yes" if it.efa_only_interfaces else "no",
+                nvlink,
+            )
+        )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())

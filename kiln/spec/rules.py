@@ -33,7 +33,9 @@ def placement(spec: ClusterSpec) -> Iterator[Problem]:
     if az and not region:
         yield _p(("availability_zone",), f"needs region to be set too (got {az!r} with no region)")
     elif az and region and az[:-1] != region:
-        yield _p(("availability_zone",), f"must lie in region {region} (got {az!r}; allowed: {region}a, {region}b, ...)")
+        yield _p(
+            ("availability_zone",), f"must lie in region {region} (got {az!r}; allowed: {region}a, {region}b, ...)"
+        )
 
 
 def network(spec: ClusterSpec) -> Iterator[Problem]:
@@ -83,7 +85,10 @@ def lustre(spec: ClusterSpec) -> Iterator[Problem]:
             yield _p((*base, "throughput_per_tib"), f"must be one of {allowed} (got {fs.throughput_per_tib})")
     else:
         if fs.throughput_per_tib is not None:
-            yield _p((*base, "throughput_per_tib"), f"applies to PERSISTENT_2 only (got {fs.throughput_per_tib} with {fs.deployment})")
+            yield _p(
+                (*base, "throughput_per_tib"),
+                f"applies to PERSISTENT_2 only (got {fs.throughput_per_tib} with {fs.deployment})",
+            )
         if fs.efa:
             yield _p((*base, "efa"), f"EFA-enabled FSx needs deployment PERSISTENT_2 (got {fs.deployment})")
     path = fs.data_repository.import_path
@@ -95,7 +100,9 @@ def bucket(spec: ClusterSpec) -> Iterator[Problem]:
     """A named bucket follows S3's naming rules."""
     name = spec.storage.bucket.name
     if name is not None and (not BUCKET_NAME.match(name) or re.fullmatch(r"\d+\.\d+\.\d+\.\d+", name)):
-        yield _p(("storage", "bucket", "name"), f"is not a valid S3 bucket name: 3-63 of a-z, 0-9, '.', '-' (got {name!r})")
+        yield _p(
+            ("storage", "bucket", "name"), f"is not a valid S3 bucket name: 3-63 of a-z, 0-9, '.', '-' (got {name!r})"
+        )
 
 
 def _instance(path: tuple[str | int, ...], name: str) -> Iterator[Problem]:
@@ -109,7 +116,10 @@ def compute(spec: ClusterSpec) -> Iterator[Problem]:
     """Orchestrator fits the backend; nodes and groups are sound and known to the catalog."""
     comp = spec.compute
     if comp.orchestrator is not None and comp.backend != "hyperpod":
-        yield _p(("compute", "orchestrator"), f"applies to backend hyperpod only (got {comp.orchestrator!r} with {comp.backend!r})")
+        yield _p(
+            ("compute", "orchestrator"),
+            f"applies to backend hyperpod only (got {comp.orchestrator!r} with {comp.backend!r})",
+        )
     yield from _instance(("compute", "head_node", "instance_type"), comp.head_node.instance_type)
     yield from _instance(("compute", "login_nodes", "instance_type"), comp.login_nodes.instance_type)
     if comp.login_nodes.count < 0:
@@ -120,7 +130,10 @@ def compute(spec: ClusterSpec) -> Iterator[Problem]:
     for index, group in enumerate(comp.groups):
         yield from _group(spec, index)
         if group.name in seen:
-            yield _p(("compute", "groups", index, "name"), f"duplicates groups[{seen[group.name]}] (got {group.name!r}); group names must be unique")
+            yield _p(
+                ("compute", "groups", index, "name"),
+                f"duplicates groups[{seen[group.name]}] (got {group.name!r}); group names must be unique",
+            )
         seen.setdefault(group.name, index)
 
 
@@ -142,7 +155,9 @@ def _group(spec: ClusterSpec, index: int) -> Iterator[Problem]:
         yield _p((*path, "instance_type"), f"{exc} (see `kiln catalog list`)")
         return
     if group.placement_group and not facts.efa_supported:
-        yield _p((*path, "placement_group"), f"needs an EFA instance type (got {group.instance_type}, which has no EFA)")
+        yield _p(
+            (*path, "placement_group"), f"needs an EFA instance type (got {group.instance_type}, which has no EFA)"
+        )
     if spec.compute.backend == "hyperpod" and not facts.hyperpod:
         yield _p((*path, "instance_type"), f"SageMaker HyperPod does not offer ml.{group.instance_type}")
 
@@ -175,7 +190,9 @@ def software(spec: ClusterSpec) -> Iterator[Problem]:
     """Checksum overrides are sha256 hex digests."""
     for artifact, digest in spec.software.checksums.items():
         if not re.match(SHA256_PATTERN, digest):
-            yield _p(("software", "checksums", artifact), f"must be 64 lowercase hex digits of sha256 (got {shown(digest)})")
+            yield _p(
+                ("software", "checksums", artifact), f"must be 64 lowercase hex digits of sha256 (got {shown(digest)})"
+            )
 
 
 def launcher(spec: ClusterSpec) -> Iterator[Problem]:

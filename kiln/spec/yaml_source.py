@@ -47,7 +47,9 @@ def parse_yaml(text: str, source: str) -> tuple[Any, dict[Path, int]]:
         _index(node, (), lines)
         return loader.construct_document(node), lines
     except _DuplicateKey as dup:
-        raise SpecError(source, [Problem(path=dup.path, message=f"duplicate key {dup.key!r}")], {dup.path: dup.line})
+        raise SpecError(
+            source, [Problem(path=dup.path, message=f"duplicate key {dup.key!r}")], {dup.path: dup.line}
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -1,0 +1,26 @@
+"""kiln's reusable construct library: typed props, no spec inside."""
+
+from kiln.constructs.bucket import DataBucket, DataBucketProps
+from kiln.constructs.efa import (
+    ClusterPlacementGroup,
+    ClusterPlacementGroupProps,
+    EfaSecurityGroup,
+    EfaSecurityGroupProps,
+)
+from kiln.constructs.lustre import DataRepositoryLink, LustreFileSystem, LustreFileSystemProps
+from kiln.constructs.network import ExistingNetwork, TrainingVpc, TrainingVpcProps
+
+__all__ = [
+    "ClusterPlacementGroup",
+    "ClusterPlacementGroupProps",
+    "DataBucket",
+    "DataBucketProps",
+    "DataRepositoryLink",
+    "EfaSecurityGroup",
+    "EfaSecurityGroupProps",
+    "ExistingNetwork",
+    "LustreFileSystem",
+    "LustreFileSystemProps",
+    "TrainingVpc",
+    "TrainingVpcProps",
+]

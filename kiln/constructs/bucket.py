@@ -1,0 +1,105 @@
+"""DataBucket: the cluster's S3 bucket, locked down and retained by default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from kiln.constructs._checks import require
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataBucketProps:
+    """Props for DataBucket.
+
+    bucket_name: a fixed name; default: CloudFormation generates one.
+    retain: keep the bucket and its objects on stack deletion; default True. False empties and
+        deletes it (for short-lived CI environments).
+    abort_incomplete_upload_days: days before unfinished multipart uploads are removed; default 7.
+    noncurrent_version_days: days old object versions are kept; default 30.
+    access_logs: write server access logs to a sibling bucket; default True.
+    """
+
+    bucket_name: str | None = None
+    retain: bool = True
+    abort_incomplete_upload_days: int = 7
+    noncurrent_version_days: int = 30
+    access_logs: bool = True
+
+    def __post_init__(self) -> None:
+        require(
+            self.abort_incomplete_upload_days >= 1,
+            "abort_incomplete_upload_days",
+            self.abort_incomplete_upload_days,
+            "1 or more",
+        )
+        require(self.noncurrent_version_days >= 1, "noncurrent_version_days", self.noncurrent_version_days, "1 or more")
+
+
+class DataBucket(Construct):
+    """Encrypted, versioned, SSL-only, private bucket for datasets, checkpoints and node scripts."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: DataBucketProps | None = None) -> None:
+        super().__init__(scope, construct_id)
+        props = props or DataBucketProps()
+        removal = RemovalPolicy.RETAIN if props.retain else RemovalPolicy.DESTROY
+        common = {
+            "encryption": s3.BucketEncryption.S3_MANAGED,
+            "block_public_access": s3.BlockPublicAccess.BLOCK_ALL,
+            "enforce_ssl": True,
+            "minimum_tls_version": 1.2,
+            "object_ownership": s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+            "removal_policy": removal,
+            "auto_delete_objects": not props.retain,
+        }
+        self.access_log_bucket: s3.Bucket | None = None
+        if props.access_logs:
+            self.access_log_bucket = s3.Bucket(
+                self,
+                "AccessLogs",
+                object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
+                **{k: v for k, v in common.items() if k != "object_ownership"},
+            )
+        self.bucket = s3.Bucket(
+            self,
+            "Resource",
+            bucket_name=props.bucket_name,
+            versioned=True,
+            server_access_logs_bucket=self.access_log_bucket,
+            server_access_logs_prefix="data-bucket/" if self.access_log_bucket else None,
+            lifecycle_rules=[
+                s3.LifecycleRule(
+                    id="AbortIncompleteUploads",
+                    abort_incomplete_multipart_upload_after=Duration.days(props.abort_incomplete_upload_days),
+                ),
+                s3.LifecycleRule(
+                    id="ExpireOldVersions",
+                    noncurrent_version_expiration=Duration.days(props.noncurrent_version_days),
+                ),
+            ],
+            **common,
+        )
+
+    @property
+    def bucket_name(self) -> str:
+        return self.bucket.bucket_name
+
+    @property
+    def bucket_arn(self) -> str:
+        return self.bucket.bucket_arn
+
+    def s3_url(self, key: str = "") -> str:
+        """Return s3://bucket/KEY."""
+        return self.bucket.s3_url_for_object(key) if key else f"s3://{self.bucket.bucket_name}"
+
+    def grant_read(self, grantee: iam.IGrantable, prefix: str = "*") -> iam.Grant:
+        """Allow GRANTEE to list the bucket and read objects under PREFIX."""
+        return self.bucket.grant_read(grantee, prefix)
+
+    def grant_read_write(self, grantee: iam.IGrantable, prefix: str = "*") -> iam.Grant:
+        """Allow GRANTEE to read, write and delete objects under PREFIX."""
+        return self.bucket.grant_read_write(grantee, prefix)

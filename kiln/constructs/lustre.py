@@ -1,0 +1,197 @@
+"""LustreFileSystem: FSx for Lustre in the compute subnet, linked to the data bucket."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_fsx as fsx
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from kiln.constructs._checks import require, require_in, unresolved
+
+DEPLOYMENTS = ("PERSISTENT_2", "SCRATCH_2")
+PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
+COMPRESSIONS = ("LZ4", "NONE")
+# Lustre clients reach the file servers on 988; servers and clients also use 1018-1023.
+LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataRepositoryLink:
+    """A data repository association between the file system and S3.
+
+    bucket: the linked bucket.
+    prefix: key prefix inside the bucket; default the whole bucket.
+    file_system_path: where the repository appears in Lustre; default "/".
+    auto_import: new, changed and deleted S3 objects show up in Lustre; default True.
+    auto_export: new, changed and deleted Lustre files go back to S3; default True.
+    """
+
+    bucket: s3.IBucket
+    prefix: str = ""
+    file_system_path: str = "/"
+    auto_import: bool = True
+    auto_export: bool = True
+
+    def __post_init__(self) -> None:
+        require(
+            self.file_system_path.startswith("/"),
+            "file_system_path",
+            self.file_system_path,
+            "an absolute path such as /",
+        )
+        require(not self.prefix.startswith("/"), "prefix", self.prefix, "a key prefix without a leading /")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LustreFileSystemProps:
+    """Props for LustreFileSystem.
+
+    vpc, subnet: where the file servers live (the compute subnet, for one-AZ EFA clusters).
+    deployment: PERSISTENT_2 (replicated, backed up) or SCRATCH_2; default PERSISTENT_2.
+    storage_gib: 1200 or a multiple of 2400; default 1200.
+    throughput_per_tib: PERSISTENT_2 only, 125/250/500/1000 MB/s per TiB; default 250.
+    compression: LZ4 or NONE; default LZ4.
+    efa: EFA-enabled file servers (PERSISTENT_2 only); needs efa_security_group.
+    efa_security_group: the EFA security group the file servers join when efa is on.
+    data_repository: link to S3; default none.
+    backup_retention_days: PERSISTENT_2 daily backups kept this many days, 0 for none; default 7.
+    retain: keep the file system on stack deletion; default True.
+    """
+
+    vpc: ec2.IVpc
+    subnet: ec2.ISubnet
+    deployment: str = "PERSISTENT_2"
+    storage_gib: int = 1200
+    throughput_per_tib: int | None = None
+    compression: str = "LZ4"
+    efa: bool = False
+    efa_security_group: ec2.ISecurityGroup | None = None
+    data_repository: DataRepositoryLink | None = None
+    backup_retention_days: int = 7
+    retain: bool = True
+
+    def __post_init__(self) -> None:
+        require_in("deployment", self.deployment, DEPLOYMENTS)
+        require_in("compression", self.compression, COMPRESSIONS)
+        if not unresolved(self.storage_gib):
+            require(
+                self.storage_gib == 1200 or (self.storage_gib > 0 and self.storage_gib % 2400 == 0),
+                "storage_gib",
+                self.storage_gib,
+                "1200 or a multiple of 2400",
+            )
+        if self.deployment == "PERSISTENT_2":
+            if self.throughput_per_tib is not None:
+                require_in("throughput_per_tib", self.throughput_per_tib, PERSISTENT_2_THROUGHPUTS)
+            require(
+                0 <= self.backup_retention_days <= 90, "backup_retention_days", self.backup_retention_days, "0 to 90"
+            )
+        else:
+            require(
+                self.throughput_per_tib is None, "throughput_per_tib", self.throughput_per_tib, "unset for SCRATCH_2"
+            )
+            require(not self.efa, "efa", self.efa, "False for SCRATCH_2 (EFA needs PERSISTENT_2)")
+        if self.efa:
+            require(
+                self.efa_security_group is not None,
+                "efa_security_group",
+                None,
+                "the EFA security group when efa is True",
+            )
+
+    @property
+    def effective_throughput_per_tib(self) -> int | None:
+        return (self.throughput_per_tib or 250) if self.deployment == "PERSISTENT_2" else None
+
+
+class LustreFileSystem(Construct):
+    """FSx for Lustre with LZ4, Lustre-port security group, backups, optional EFA and S3 link."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: LustreFileSystemProps) -> None:
+        super().__init__(scope, construct_id)
+        self.props = props
+        self.security_group = ec2.SecurityGroup(
+            self, "SecurityGroup", vpc=props.vpc, description="FSx for Lustre file servers and their clients"
+        )
+        for port in LUSTRE_PORTS:
+            self.security_group.add_ingress_rule(self.security_group, port, "Lustre between file servers")
+        persistent = props.deployment == "PERSISTENT_2"
+        config = fsx.LustreConfiguration(
+            deployment_type=fsx.LustreDeploymentType(props.deployment),
+            per_unit_storage_throughput=props.effective_throughput_per_tib,
+            data_compression_type=fsx.LustreDataCompressionType(props.compression),
+            automatic_backup_retention=Duration.days(props.backup_retention_days) if persistent else None,
+            copy_tags_to_backups=True if persistent else None,
+            daily_automatic_backup_start_time=fsx.DailyAutomaticBackupStartTime(hour=3, minute=0)
+            if persistent and props.backup_retention_days
+            else None,
+        )
+        self.file_system = fsx.LustreFileSystem(
+            self,
+            "Resource",
+            vpc=props.vpc,
+            vpc_subnet=props.subnet,
+            storage_capacity_gib=props.storage_gib,
+            lustre_configuration=config,
+            file_system_type_version=fsx.FileSystemTypeVersion.V_2_15,
+            security_group=self.security_group,
+            removal_policy=RemovalPolicy.RETAIN if props.retain else RemovalPolicy.DESTROY,
+        )
+        if props.efa:
+            self._enable_efa(props.efa_security_group)
+        self.data_repository = self._link(props.data_repository) if props.data_repository else None
+
+    def _enable_efa(self, efa_group: ec2.ISecurityGroup) -> None:
+        # The L2 has no EFA or metadata settings yet; EFA-enabled file systems need both.
+        cfn = self.file_system.node.default_child
+        cfn.add_property_override("LustreConfiguration.EfaEnabled", True)
+        cfn.add_property_override("LustreConfiguration.MetadataConfiguration", {"Mode": "AUTOMATIC"})
+        cfn.add_property_override(
+            "SecurityGroupIds", [self.security_group.security_group_id, efa_group.security_group_id]
+        )
+
+    def _link(self, link: DataRepositoryLink) -> fsx.CfnDataRepositoryAssociation:
+        events = ["NEW", "CHANGED", "DELETED"]
+        s3_config = fsx.CfnDataRepositoryAssociation.S3Property(
+            auto_import_policy=fsx.CfnDataRepositoryAssociation.AutoImportPolicyProperty(events=events)
+            if link.auto_import
+            else None,
+            auto_export_policy=fsx.CfnDataRepositoryAssociation.AutoExportPolicyProperty(events=events)
+            if link.auto_export
+            else None,
+        )
+        prefix = link.prefix.rstrip("/")
+        return fsx.CfnDataRepositoryAssociation(
+            self,
+            "DataRepository",
+            file_system_id=self.file_system.file_system_id,
+            file_system_path=link.file_system_path,
+            data_repository_path=f"s3://{link.bucket.bucket_name}/{prefix + '/' if prefix else ''}",
+            batch_import_meta_data_on_create=True,
+            s3=s3_config,
+        )
+
+    def allow_from(self, peer: ec2.IConnectable) -> None:
+        """Let PEER (nodes, their security group) mount the file system."""
+        for port in LUSTRE_PORTS:
+            self.security_group.connections.allow_from(peer, port, "Lustre client")
+
+    @property
+    def connections(self) -> ec2.Connections:
+        return self.security_group.connections
+
+    @property
+    def file_system_id(self) -> str:
+        return self.file_system.file_system_id
+
+    @property
+    def dns_name(self) -> str:
+        return self.file_system.dns_name
+
+    @property
+    def mount_name(self) -> str:
+        return self.file_system.mount_name

@@ -1,0 +1,64 @@
+"""`kiln report`: validate, synthesize and lint specs, then print one summary table."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+
+from kiln.spec import SpecError, load_spec
+from kiln.synth import nag_report, stack_results, synthesize
+
+
+def _table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def run_report(files: Sequence[str], *, lint: bool = True) -> int:
+    """Synthesize and lint every spec in FILES; return 0 when all are clean, 1 or 2 otherwise."""
+    rows = [("spec", "stack", "resources", "cfn-lint E/W", "cdk-nag open/ack", "synth s")]
+    details: list[str] = []
+    worst = 0
+    for path in files:
+        try:
+            spec = load_spec(path)
+        except SpecError as exc:
+            details.extend(exc.lines_out())
+            rows.append((path, "(invalid spec)", "-", "-", "-", "-"))
+            worst = 2
+            continue
+        started = time.perf_counter()
+        try:
+            _, outdir = synthesize(spec)
+        except RuntimeError as exc:
+            # cdk-nag findings without an acknowledgement stop synthesis.
+            details.append(f"{path}: synthesis failed: {str(exc).splitlines()[0]}")
+            rows.append((path, "(synthesis failed)", "-", "-", "-", "-"))
+            worst = max(worst, 1)
+            continue
+        seconds = time.perf_counter() - started
+        nag = nag_report(outdir)
+        for result in stack_results(outdir, spec.region, lint=lint):
+            lint_cell = f"{len(result.cfn_lint_errors)}/{len(result.cfn_lint_warnings)}" if lint else "skipped"
+            rows.append(
+                (
+                    path,
+                    result.name,
+                    str(result.resources),
+                    lint_cell,
+                    f"{len(nag.violations)}/{len(nag.acknowledged)}",
+                    f"{seconds:.1f}",
+                )
+            )
+            details.extend(result.cfn_lint_errors + result.cfn_lint_warnings)
+            if result.cfn_lint_errors or result.cfn_lint_warnings:
+                worst = max(worst, 1)
+        details.extend(f"{path}: cdk-nag: {line}" for line in nag.violations)
+        details.extend(f"{path}: cdk-nag acknowledged {rule}: {reason}" for rule, reason in nag.acknowledged)
+    print(_table(rows))
+    for line in details:
+        print(line, file=sys.stderr)
+    return worst

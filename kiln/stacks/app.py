@@ -1,0 +1,63 @@
+"""Build every stack of a spec into a CDK app, with tags and the cdk-nag AwsSolutions pack."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import aws_cdk as cdk
+from cdk_nag import AwsSolutionsChecks
+
+from kiln.spec import ClusterSpec
+from kiln.stacks.naming import stack_name
+from kiln.stacks.network import NetworkStack
+from kiln.stacks.storage import StorageStack
+
+# Behaviour switches the stacks rely on; set on the App so every entry point (cdk CLI,
+# `kiln report`, tests) synthesizes the same templates.
+FEATURE_FLAGS = {
+    "@aws-cdk/aws-ec2:restrictDefaultSecurityGroup": True,
+    "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
+    "@aws-cdk/core:enablePartitionLiterals": True,
+    "@aws-cdk/aws-iam:minimizePolicies": True,
+}
+
+
+def new_app(outdir: str | None = None) -> cdk.App:
+    """Return an App with kiln's feature flags."""
+    return cdk.App(outdir=outdir, context=dict(FEATURE_FLAGS))
+
+
+@dataclass(frozen=True)
+class ClusterStacks:
+    """The stacks built for one spec."""
+
+    network: NetworkStack
+    storage: StorageStack
+
+    def all(self) -> list[cdk.Stack]:
+        return [self.network, self.storage]
+
+
+def environment(spec: ClusterSpec) -> cdk.Environment | None:
+    """Return the stacks' environment: pinned to the spec's region, or env-agnostic without one."""
+    if spec.region is None:
+        return None
+    return cdk.Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=spec.region)
+
+
+def build_cluster(app: cdk.App, spec: ClusterSpec, *, nag: bool = True) -> ClusterStacks:
+    """Add the stacks for SPEC to APP and return them."""
+    env = environment(spec)
+    network = NetworkStack(app, stack_name(spec.name, "network"), spec=spec, env=env)
+    storage = StorageStack(app, stack_name(spec.name, "storage"), spec=spec, network=network, env=env)
+    stacks = ClusterStacks(network=network, storage=storage)
+    for stack in stacks.all():
+        cdk.Tags.of(stack).add("kiln:cluster", spec.name)
+        for key, value in spec.tags.items():
+            cdk.Tags.of(stack).add(key, value)
+    if nag:
+        cdk.Validations.of(app).add_plugins(
+            AwsSolutionsChecks(app, verbose=True, write_suppressions_to_cloud_formation=True)
+        )
+    return stacks

@@ -1,0 +1,58 @@
+"""StorageStack: the data bucket and FSx for Lustre, from the spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from constructs import Construct
+
+from kiln.constructs import DataBucket, DataBucketProps, DataRepositoryLink, LustreFileSystem, LustreFileSystemProps
+from kiln.spec import ClusterSpec
+from kiln.stacks.network import NetworkStack
+
+
+def _import_link(spec: ClusterSpec, bucket: DataBucket, scope: Construct) -> DataRepositoryLink:
+    from aws_cdk import aws_s3 as s3
+
+    repo = spec.storage.lustre.data_repository
+    if repo.import_path is None:
+        return DataRepositoryLink(bucket=bucket.bucket, auto_export=repo.export)
+    bucket_name, _, prefix = repo.import_path.removeprefix("s3://").partition("/")
+    other = s3.Bucket.from_bucket_name(scope, "ImportBucket", bucket_name)
+    return DataRepositoryLink(bucket=other, prefix=prefix, auto_export=repo.export)
+
+
+class StorageStack(cdk.Stack):
+    """Durable data: the S3 bucket, and Lustre in the compute subnet linked to it."""
+
+    def __init__(
+        self, scope: Construct, construct_id: str, *, spec: ClusterSpec, network: NetworkStack, **kwargs: Any
+    ) -> None:
+        super().__init__(scope, construct_id, description=f"kiln {spec.name}: storage (S3, FSx for Lustre)", **kwargs)
+        retain = spec.storage.bucket.retain
+        self.bucket = DataBucket(self, "Data", DataBucketProps(bucket_name=spec.storage.bucket.name, retain=retain))
+        self.lustre: LustreFileSystem | None = None
+        cdk.CfnOutput(self, "BucketName", value=self.bucket.bucket_name)
+        fs = spec.storage.lustre
+        if fs is None:
+            return
+        self.lustre = LustreFileSystem(
+            self,
+            "Lustre",
+            LustreFileSystemProps(
+                vpc=network.training_vpc.vpc,
+                subnet=network.training_vpc.compute_subnet,
+                deployment=fs.deployment,
+                storage_gib=fs.storage_gib,
+                throughput_per_tib=fs.throughput_per_tib,
+                compression=fs.compression,
+                efa=fs.efa,
+                efa_security_group=network.efa.security_group if fs.efa else None,
+                data_repository=_import_link(spec, self.bucket, self),
+                retain=retain,
+            ),
+        )
+        cdk.CfnOutput(self, "FileSystemId", value=self.lustre.file_system_id)
+        cdk.CfnOutput(self, "FileSystemDnsName", value=self.lustre.dns_name)
+        cdk.CfnOutput(self, "FileSystemMountName", value=self.lustre.mount_name)

@@ -1,0 +1,98 @@
+"""Synthesize a spec into a cloud assembly and lint it: cfn-lint and the cdk-nag report."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aws_cdk as cdk
+
+from kiln.spec import ClusterSpec
+from kiln.stacks import build_cluster, new_app
+
+DEFAULT_LINT_REGION = "us-east-1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StackResult:
+    """One synthesized stack: its template and what the linters said."""
+
+    name: str
+    template_path: Path
+    resources: int
+    resource_types: Counter
+    cfn_lint_errors: list[str] = field(default_factory=list)
+    cfn_lint_warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NagReport:
+    """cdk-nag's verdict for an app: unacknowledged violations, and acknowledgements with reasons."""
+
+    violations: list[str]
+    acknowledged: list[tuple[str, str]]
+
+
+def nag_report(outdir: Path) -> NagReport:
+    """Read the AwsSolutions results from the assembly's validation report."""
+    path = outdir / "validation-report.json"
+    if not path.exists():
+        return NagReport(violations=[], acknowledged=[])
+    report = json.loads(path.read_text())
+    violations, acknowledged = [], []
+    for plugin in report.get("pluginReports", []):
+        if plugin["pluginName"] != "AwsSolutions":
+            continue
+        for item in plugin.get("violations", []):
+            for where in item.get("violatingConstructs", []):
+                violations.append(f"{item['ruleName']} at {where['constructPath']}")
+        for item in plugin.get("suppressedViolations", []):
+            acknowledged.append((item.get("acknowledgedId", item["ruleName"]), item.get("reason", "")))
+    return NagReport(violations=violations, acknowledged=acknowledged)
+
+
+def synthesize(spec: ClusterSpec, outdir: Path | None = None, *, nag: bool = True) -> tuple[cdk.App, Path]:
+    """Build SPEC's stacks into a fresh app and synthesize them; return the app and assembly dir."""
+    outdir = outdir or Path(tempfile.mkdtemp(prefix=f"kiln-{spec.name}-"))
+    app = new_app(str(outdir))
+    build_cluster(app, spec, nag=nag)
+    app.synth()
+    return app, outdir
+
+
+def lint_template(template_path: Path, region: str) -> tuple[list[str], list[str]]:
+    """Run cfn-lint on one template; return (errors, warnings) as readable lines."""
+    from cfnlint.api import ManualArgs, lint
+
+    matches = lint(template_path.read_text(), regions=[region], config=ManualArgs(regions=[region]))
+    errors, warnings = [], []
+    for match in matches:
+        line = f"{match.rule.id} {match.message} ({template_path.name}:{match.linenumber})"
+        if match.rule.id.startswith("E"):
+            errors.append(line)
+        elif match.rule.id.startswith("W"):
+            warnings.append(line)
+    return errors, warnings
+
+
+def stack_results(outdir: Path, region: str | None, *, lint: bool = True) -> list[StackResult]:
+    """Describe every template in the assembly at OUTDIR, linted for REGION."""
+    results = []
+    for template_path in sorted(outdir.glob("*.template.json")):
+        template = json.loads(template_path.read_text())
+        resources = template.get("Resources", {})
+        errors, warnings = lint_template(template_path, region or DEFAULT_LINT_REGION) if lint else ([], [])
+        results.append(
+            StackResult(
+                name=template_path.name.removesuffix(".template.json"),
+                template_path=template_path,
+                resources=len(resources),
+                resource_types=Counter(r["Type"] for r in resources.values()),
+                cfn_lint_errors=errors,
+                cfn_lint_warnings=warnings,
+            )
+        )
+    return results
