@@ -35,7 +35,7 @@ def run_report(files: Sequence[str], *, lint: bool = True) -> int:
             _, outdir = synthesize(spec)
         except RuntimeError as exc:
             # cdk-nag findings without an acknowledgement stop synthesis.
-            details.append(f"{path}: synthesis failed: {str(exc).splitlines()[0]}")
+            details.append(f"{path}: synthesis failed: {exc}")
             rows.append((path, "(synthesis failed)", "-", "-", "-", "-"))
             worst = max(worst, 1)
             continue

@@ -117,8 +117,6 @@ class LustreFileSystem(Construct):
         self.security_group = ec2.SecurityGroup(
             self, "SecurityGroup", vpc=props.vpc, description="FSx for Lustre file servers and their clients"
         )
-        for port in LUSTRE_PORTS:
-            self.security_group.add_ingress_rule(self.security_group, port, "Lustre between file servers")
         persistent = props.deployment == "PERSISTENT_2"
         config = fsx.LustreConfiguration(
             deployment_type=fsx.LustreDeploymentType(props.deployment),
@@ -130,6 +128,7 @@ class LustreFileSystem(Construct):
             if persistent and props.backup_retention_days
             else None,
         )
+        # The L2 opens 988-1023 between the file servers themselves (self-ingress).
         self.file_system = fsx.LustreFileSystem(
             self,
             "Resource",

@@ -1,0 +1,53 @@
+# kiln: `make setup` builds everything from nothing; `make demo` is the main job; `make test` the tests.
+SHELL := /bin/bash
+.DEFAULT_GOAL := demo
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# Debian packages the project needs: Node/npm for the CDK CLI, Slurm's client for the launcher's
+# hostlist tests (the local cluster adds the Slurm daemons and munge).
+DEBIAN_PACKAGES ?= nodejs npm slurm-client
+
+# The pinned Node 22 and the venv come first, for jsii and for `npx cdk` (cdk.json runs python3).
+export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: setup system-deps demo test lint bench clean
+
+setup: system-deps $(BIN)/.installed node_modules/.installed
+
+system-deps:
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages: $$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  else echo "missing Debian packages (install as root): $$missing"; exit 1; fi; \
+	fi
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[launcher,dev]'
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+demo: setup
+	$(BIN)/kiln validate examples/*.yaml
+	$(BIN)/kiln report examples/*.yaml
+
+test: setup
+	$(BIN)/pytest -n 2 --dist loadgroup -q
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/kiln report --no-lint examples/*.yaml >/dev/null
+
+bench: setup
+	$(BIN)/python benchmarks/synth_examples.py
+
+clean:
+	rm -rf $(VENV) node_modules cdk.out .pytest_cache

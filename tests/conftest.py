@@ -1,0 +1,57 @@
+"""Shared fixtures: the repo layout, Node 22 for jsii, and every example synthesized once."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+NODE_BIN = ROOT / "node_modules" / ".bin"
+
+# jsii runs the CDK in Node: use the pinned Node 22 from node_modules, not the system's.
+if NODE_BIN.is_dir() and str(NODE_BIN) not in os.environ.get("PATH", ""):
+    os.environ["PATH"] = f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
+
+
+@dataclass(frozen=True)
+class Assembly:
+    """A spec synthesized by `python app.py` into its own cloud assembly."""
+
+    spec_path: Path
+    outdir: Path
+    returncode: int
+    stderr: str
+
+    def templates(self) -> dict[str, dict]:
+        return {
+            path.name.removesuffix(".template.json"): json.loads(path.read_text())
+            for path in sorted(self.outdir.glob("*.template.json"))
+        }
+
+
+def run_app(spec_path: Path, outdir: Path) -> subprocess.Popen:
+    """Start `python app.py` for SPEC_PATH the way the CDK CLI does (context via CDK_CONTEXT_JSON)."""
+    env = {**os.environ, "CDK_OUTDIR": str(outdir), "CDK_CONTEXT_JSON": json.dumps({"spec": str(spec_path)})}
+    return subprocess.Popen(
+        [sys.executable, "app.py"], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+@pytest.fixture(scope="session")
+def example_assemblies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Assembly]:
+    """Synthesize every example through app.py, all at once, and return the assemblies by file stem."""
+    base = tmp_path_factory.mktemp("assemblies")
+    running = {path.stem: (path, base / path.stem, run_app(path, base / path.stem)) for path in EXAMPLES}
+    assemblies = {}
+    for stem, (path, outdir, process) in running.items():
+        _, stderr = process.communicate(timeout=600)
+        assemblies[stem] = Assembly(spec_path=path, outdir=outdir, returncode=process.returncode, stderr=stderr)
+    return assemblies

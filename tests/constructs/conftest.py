@@ -1,0 +1,28 @@
+"""Helpers for construct tests: a fresh app per module, logical ids taken from constructs."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from constructs import IConstruct
+
+from kiln.stacks import new_app
+
+ENV = cdk.Environment(account="111111111111", region="us-east-1")
+
+
+def stack(name: str, app: cdk.App | None = None, env: cdk.Environment | None = ENV) -> cdk.Stack:
+    """Return a new stack in APP (or a fresh kiln app)."""
+    return cdk.Stack(app or new_app(), name, env=env)
+
+
+def logical_id(construct: IConstruct) -> str:
+    """Return the CloudFormation logical id of CONSTRUCT (an L1) as its stack names it."""
+    return cdk.Stack.of(construct).get_logical_id(construct)
+
+
+def ref(construct: IConstruct) -> dict:
+    return {"Ref": logical_id(construct)}
+
+
+def get_att(construct: IConstruct, attribute: str) -> dict:
+    return {"Fn::GetAtt": [logical_id(construct), attribute]}

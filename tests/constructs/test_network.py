@@ -1,0 +1,125 @@
+"""TrainingVpc, EfaSecurityGroup and ClusterPlacementGroup."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk.assertions import Match, Template
+
+from kiln.constructs import (
+    ClusterPlacementGroup,
+    EfaSecurityGroup,
+    EfaSecurityGroupProps,
+    ExistingNetwork,
+    TrainingVpc,
+    TrainingVpcProps,
+)
+from tests.constructs.conftest import get_att, logical_id, stack
+
+
+@pytest.fixture(scope="module")
+def new_vpc():
+    st = stack("NewVpc")
+    vpc = TrainingVpc(st, "Vpc", TrainingVpcProps(cidr="10.20.0.0/16", availability_zone="us-east-1c"))
+    efa = EfaSecurityGroup(st, "Efa", EfaSecurityGroupProps(vpc=vpc.vpc))
+    placement = ClusterPlacementGroup(st, "Placement")
+    return vpc, efa, placement, Template.from_stack(st)
+
+
+def test_vpc_has_public_and_private_subnets_in_two_azs_compute_first(new_vpc) -> None:
+    vpc, _, _, template = new_vpc
+    template.has_resource_properties("AWS::EC2::VPC", {"CidrBlock": "10.20.0.0/16"})
+    template.resource_count_is("AWS::EC2::Subnet", 4)
+    assert vpc.availability_zone == "us-east-1c"
+    assert {s.availability_zone for s in vpc.vpc.private_subnets} == {"us-east-1c", "us-east-1a"}
+    subnet = vpc.compute_subnet.node.default_child
+    template.has_resource_properties("AWS::EC2::Subnet", {"AvailabilityZone": "us-east-1c", "CidrBlock": subnet.cidr_block, "MapPublicIpOnLaunch": False})
+    assert subnet.cidr_block.endswith("/18")
+
+
+def test_one_nat_gateway_and_an_s3_gateway_endpoint(new_vpc) -> None:
+    _, _, _, template = new_vpc
+    template.resource_count_is("AWS::EC2::NatGateway", 1)
+    template.has_resource_properties("AWS::EC2::VPCEndpoint", {
+        "VpcEndpointType": "Gateway",
+        "ServiceName": Match.object_like({"Fn::Join": Match.array_with([Match.array_with([".s3"])])}),
+    })
+
+
+def test_flow_logs_capture_all_traffic_into_a_retained_log_group(new_vpc) -> None:
+    vpc, _, _, template = new_vpc
+    template.has_resource_properties("AWS::EC2::FlowLog", {"TrafficType": "ALL", "ResourceType": "VPC", "ResourceId": {"Ref": logical_id(vpc.vpc.node.default_child)}})
+    template.has_resource("AWS::Logs::LogGroup", {"Properties": {"RetentionInDays": 365}, "DeletionPolicy": "Retain"})
+
+
+def test_default_security_group_is_restricted(new_vpc) -> None:
+    _, _, _, template = new_vpc
+    template.resource_count_is("Custom::VpcRestrictDefaultSG", 1)
+
+
+def test_efa_group_allows_all_traffic_to_and_from_itself_only(new_vpc) -> None:
+    _, efa, _, template = new_vpc
+    group = efa.security_group.node.default_child
+    self_ref = get_att(group, "GroupId")
+    ingress = template.find_resources("AWS::EC2::SecurityGroupIngress")
+    rules = [r["Properties"] for r in ingress.values() if r["Properties"]["GroupId"] == self_ref]
+    assert rules == [{"IpProtocol": "-1", "GroupId": self_ref, "SourceSecurityGroupId": self_ref, "Description": "EFA peers"}]
+    egress = template.find_resources("AWS::EC2::SecurityGroupEgress")
+    out = [r["Properties"] for r in egress.values() if r["Properties"]["GroupId"] == self_ref]
+    assert out == [{"IpProtocol": "-1", "GroupId": self_ref, "DestinationSecurityGroupId": self_ref, "Description": "EFA peers"}]
+    props = template.find_resources("AWS::EC2::SecurityGroup")[logical_id(group)]["Properties"]
+    assert "SecurityGroupIngress" not in props and "SecurityGroupEgress" not in props
+
+
+def test_no_ingress_from_the_internet_anywhere(new_vpc) -> None:
+    _, _, _, template = new_vpc
+    inline = [rule for sg in template.find_resources("AWS::EC2::SecurityGroup").values() for rule in sg["Properties"].get("SecurityGroupIngress", [])]
+    standalone = [r["Properties"] for r in template.find_resources("AWS::EC2::SecurityGroupIngress").values()]
+    assert all(rule.get("CidrIp") != "0.0.0.0/0" and rule.get("CidrIpv6") != "::/0" for rule in inline + standalone)
+
+
+def test_cluster_placement_group(new_vpc) -> None:
+    _, _, placement, template = new_vpc
+    template.has_resource_properties("AWS::EC2::PlacementGroup", {"Strategy": "cluster"})
+    assert logical_id(placement.placement_group.node.default_child) in template.find_resources("AWS::EC2::PlacementGroup")
+
+
+def test_imported_vpc_creates_nothing_and_uses_the_given_subnet() -> None:
+    st = stack("Imported")
+    existing = ExistingNetwork(vpc_id="vpc-0123456789abcdef0", private_subnet_id="subnet-0123456789abcdef0", availability_zone="us-east-1d")
+    vpc = TrainingVpc(st, "Vpc", TrainingVpcProps(existing=existing))
+    EfaSecurityGroup(st, "Efa", EfaSecurityGroupProps(vpc=vpc.vpc))
+    template = Template.from_stack(st)
+    template.resource_count_is("AWS::EC2::VPC", 0)
+    template.resource_count_is("AWS::EC2::Subnet", 0)
+    template.has_resource_properties("AWS::EC2::SecurityGroup", {"VpcId": "vpc-0123456789abcdef0"})
+    assert (vpc.compute_subnet.subnet_id, vpc.availability_zone) == ("subnet-0123456789abcdef0", "us-east-1d")
+
+
+def test_env_agnostic_vpc_uses_the_regions_first_az() -> None:
+    st = stack("Agnostic", env=None)
+    vpc = TrainingVpc(st, "Vpc")
+    template = Template.from_stack(st)
+    template.has_resource_properties("AWS::EC2::VPC", {"CidrBlock": "10.0.0.0/16"})
+    subnet = template.find_resources("AWS::EC2::Subnet")[logical_id(vpc.compute_subnet.node.default_child)]
+    assert subnet["Properties"]["AvailabilityZone"] == {"Fn::Select": [0, {"Fn::GetAZs": ""}]}
+
+
+@pytest.mark.parametrize("cidr", ["10.0.0.0/8", "10.0.0.0/24", "not-a-cidr"])
+def test_bad_cidr_is_refused_with_what_is_allowed(cidr: str) -> None:
+    with pytest.raises(ValueError, match=r"cidr: got .* allowed: an IPv4 CIDR from /16 to /22"):
+        TrainingVpcProps(cidr=cidr)
+
+
+def test_props_are_frozen_and_keyword_only() -> None:
+    props = TrainingVpcProps()
+    with pytest.raises(AttributeError):
+        props.cidr = "10.1.0.0/16"
+    with pytest.raises(TypeError):
+        TrainingVpcProps("10.1.0.0/16")
+
+
+def test_connections_expose_the_efa_group(new_vpc) -> None:
+    _, efa, _, _ = new_vpc
+    assert isinstance(efa.connections, ec2.Connections)
+    assert efa.connections.security_groups[0] is efa.security_group

@@ -1,0 +1,81 @@
+"""Valid specs: examples, defaults, and the committed JSON Schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from kiln.cli import main
+from kiln.spec import SpecError, load_spec, parse_spec
+from kiln.spec.schema import schema_text
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+BACKENDS = {"pcs", "parallelcluster", "hyperpod", "eks"}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_validates(path: Path) -> None:
+    spec = load_spec(path)
+    assert spec.compute.backend in BACKENDS
+
+
+def test_examples_cover_every_backend_and_orchestrator() -> None:
+    specs = {path.stem: load_spec(path) for path in EXAMPLES}
+    assert specs["quickstart"].compute.groups[0].instance_type == "g5.12xlarge"
+    seen = {(s.compute.backend, s.effective_orchestrator) for s in specs.values() if s.compute.groups[0].instance_type == "p5.48xlarge"}
+    assert seen == {("pcs", None), ("parallelcluster", None), ("hyperpod", "slurm"), ("hyperpod", "eks"), ("eks", None)}
+
+
+def test_defaults_are_the_documented_behaviour() -> None:
+    spec = parse_spec({"name": "d", "compute": {"backend": "hyperpod", "groups": [{"name": "g", "instance_type": "p5.48xlarge"}]}})
+    assert spec.network.vpc_cidr == "10.0.0.0/16"
+    assert spec.storage.bucket.retain is True
+    assert spec.storage.lustre is None
+    assert spec.effective_orchestrator == "slurm"
+    assert spec.compute.groups[0].capacity.type == "on-demand"
+    assert spec.launcher.checkpoint_dir == "/fsx/checkpoints"
+    lustre = parse_spec({**json.loads(spec.model_dump_json()), "storage": {"lustre": {}}}).storage.lustre
+    assert (lustre.deployment, lustre.storage_gib, lustre.effective_throughput_per_tib, lustre.compression) == ("PERSISTENT_2", 1200, 250, "LZ4")
+
+
+def test_spec_objects_are_immutable() -> None:
+    spec = load_spec(ROOT / "examples" / "quickstart.yaml")
+    with pytest.raises(Exception, match="frozen"):
+        spec.name = "other"
+
+
+def test_existing_vpc_needs_subnet_and_az_but_not_cidr() -> None:
+    base = {"name": "x", "region": "us-east-1", "compute": {"backend": "eks", "groups": [{"name": "g", "instance_type": "g5.12xlarge"}]}}
+    with pytest.raises(SpecError) as caught:
+        parse_spec({**base, "network": {"vpc_id": "vpc-0123456789abcdef0", "vpc_cidr": "10.1.0.0/16"}})
+    fields = sorted(p.path for p in caught.value.problems)
+    assert fields == [("availability_zone",), ("network", "private_subnet_id"), ("network", "vpc_cidr")]
+    ok = parse_spec({**base, "availability_zone": "us-east-1d", "network": {"vpc_id": "vpc-0123456789abcdef0", "private_subnet_id": "subnet-0123456789abcdef0"}})
+    assert ok.network.vpc_id == "vpc-0123456789abcdef0"
+
+
+def test_committed_schema_is_current() -> None:
+    committed = (ROOT / "spec.schema.json").read_text()
+    assert committed == schema_text(), "spec.schema.json is stale: run `kiln schema --out spec.schema.json`"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_examples_satisfy_the_json_schema(path: Path) -> None:
+    schema = json.loads((ROOT / "spec.schema.json").read_text())
+    jsonschema.validate(yaml.safe_load(path.read_text()), schema)
+
+
+def test_json_schema_rejects_unknown_keys_for_editors() -> None:
+    schema = json.loads((ROOT / "spec.schema.json").read_text())
+    with pytest.raises(jsonschema.ValidationError, match="Additional properties"):
+        jsonschema.validate({"name": "a", "compute": {"backend": "pcs", "groups": []}, "netwrk": {}}, schema)
+
+
+def test_schema_command_prints_the_committed_schema(capsys: pytest.CaptureFixture) -> None:
+    assert main(["schema"]) == 0
+    assert capsys.readouterr().out == (ROOT / "spec.schema.json").read_text()

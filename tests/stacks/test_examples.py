@@ -1,0 +1,101 @@
+"""Every example synthesizes through app.py, lints clean and passes cdk-nag."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kiln.spec import load_spec
+from kiln.synth import lint_template, nag_report
+from tests.conftest import EXAMPLES, NODE_BIN, ROOT, run_app
+
+STEMS = [path.stem for path in EXAMPLES]
+
+# One worker synthesizes the examples once; the tests that read them run beside it.
+pytestmark = pytest.mark.xdist_group("examples")
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_example_synthesizes_through_app_py(example_assemblies, stem: str) -> None:
+    assembly = example_assemblies[stem]
+    assert assembly.returncode == 0, assembly.stderr
+    spec = load_spec(assembly.spec_path)
+    assert sorted(assembly.templates()) == [f"{spec.name}-network", f"{spec.name}-storage"]
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_example_templates_pass_cfn_lint_without_errors_or_warnings(example_assemblies, stem: str) -> None:
+    assembly = example_assemblies[stem]
+    region = load_spec(assembly.spec_path).region or "us-east-1"
+    for template in sorted(assembly.outdir.glob("*.template.json")):
+        errors, warnings = lint_template(template, region)
+        assert (errors, warnings) == ([], []), template.name
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_example_has_no_open_cdk_nag_findings_and_every_acknowledgement_has_a_reason(example_assemblies, stem: str) -> None:
+    report = nag_report(example_assemblies[stem].outdir)
+    assert report.violations == []
+    assert all(reason.strip() for _, reason in report.acknowledged)
+
+
+def test_stacks_are_env_agnostic_without_a_region(example_assemblies) -> None:
+    manifest = json.loads((example_assemblies["quickstart"].outdir / "manifest.json").read_text())
+    environments = {a["environment"] for a in manifest["artifacts"].values() if a["type"] == "aws:cloudformation:stack"}
+    assert environments == {"aws://unknown-account/unknown-region"}
+    manifest = json.loads((example_assemblies["p5-pcs"].outdir / "manifest.json").read_text())
+    environments = {a["environment"] for a in manifest["artifacts"].values() if a["type"] == "aws:cloudformation:stack"}
+    assert environments == {"aws://unknown-account/us-east-1"}
+
+
+def test_resources_follow_the_spec(example_assemblies) -> None:
+    pcs = example_assemblies["p5-pcs"].templates()
+    network, storage = pcs["llm-pcs-network"]["Resources"], pcs["llm-pcs-storage"]["Resources"]
+    assert [r["Properties"]["CidrBlock"] for r in network.values() if r["Type"] == "AWS::EC2::VPC"] == ["10.10.0.0/16"]
+    # the p5 group runs in a capacity block, which places the nodes itself
+    assert not [r for r in network.values() if r["Type"] == "AWS::EC2::PlacementGroup"]
+    (fs,) = [r for r in storage.values() if r["Type"] == "AWS::FSx::FileSystem"]
+    assert fs["Properties"]["LustreConfiguration"]["EfaEnabled"] is True
+    assert fs["Properties"]["LustreConfiguration"]["PerUnitStorageThroughput"] == 500
+    eks = example_assemblies["p5-eks"].templates()["llm-eks-network"]["Resources"]
+    assert [r["Properties"]["Strategy"] for r in eks.values() if r["Type"] == "AWS::EC2::PlacementGroup"] == ["cluster"]
+
+
+def test_spec_tags_reach_every_resource_that_takes_tags(example_assemblies) -> None:
+    template = example_assemblies["quickstart"].templates()["quickstart-network"]
+    (vpc,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::EC2::VPC"]
+    tags = {t["Key"]: t["Value"] for t in vpc["Properties"]["Tags"]}
+    assert {"kiln:cluster": "quickstart", "team": "ml", "purpose": "quickstart"}.items() <= tags.items()
+
+
+def test_bad_spec_stops_app_py_before_synth(tmp_path: Path) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: bad\ncompute: {backend: pcs, groups: [{name: g, instance_type: p5.48xlarge, min_count: 3, max_count: 1}]}\n")
+    process = run_app(spec, tmp_path / "out")
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 2
+    assert stderr.strip() == f"{spec}:2: compute.groups[0].max_count: must be >= min_count (got 1 < 3)"
+    assert not list((tmp_path / "out").glob("*.template.json"))
+
+
+@pytest.mark.skipif(not (NODE_BIN / "cdk").exists(), reason="node_modules missing: run `make setup`")
+def test_pinned_cdk_cli_synthesizes_an_example(tmp_path: Path) -> None:
+    version = subprocess.run([str(NODE_BIN / "cdk"), "--version"], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert version.stdout.startswith("2.1148.")
+    node = subprocess.run(["node", "--version"], capture_output=True, text=True, check=True, env=os.environ)
+    assert node.stdout.startswith("v22."), "the CDK CLI must run on the pinned Node 22"
+    out = tmp_path / "cdk.out"
+    result = subprocess.run(
+        [shutil.which("npx") or "npx", "cdk", "synth", "--all", "--quiet", "-c", "spec=examples/p5-parallelcluster.yaml", "-o", str(out)],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+        # cdk.json runs `python3 app.py`: as in an activated venv, this interpreter comes first.
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "CDK_DISABLE_VERSION_CHECK": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert sorted(p.name for p in out.glob("*.template.json")) == ["llm-pcluster-network.template.json", "llm-pcluster-storage.template.json"]
