@@ -5,9 +5,11 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# Debian packages the project needs: Node/npm for the CDK CLI, Slurm's client for the launcher's
-# hostlist tests (the local cluster adds the Slurm daemons and munge).
-DEBIAN_PACKAGES ?= nodejs npm slurm-client
+# Debian packages the project needs: Slurm's client for the launcher's hostlist tests (the local
+# cluster adds the Slurm daemons and munge). npm (any Node) only bootstraps the pinned Node 22, so
+# Debian's nodejs/npm are installed only when no npm is on PATH at all.
+DEBIAN_PACKAGES ?= slurm-client
+NODE_PACKAGES ?= nodejs npm
 
 # The pinned Node 22 and the venv come first, for jsii and for `npx cdk` (cdk.json runs python3).
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(BIN):$(PATH)
@@ -17,7 +19,8 @@ export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(BIN):$(PATH)
 setup: system-deps $(BIN)/.installed node_modules/.installed
 
 system-deps:
-	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done; \
+	  command -v npm >/dev/null || echo $(NODE_PACKAGES)); \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing Debian packages: $$missing"; \

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from kiln.spec import SpecError, load_spec
 from kiln.synth import nag_report, stack_results, synthesize
@@ -21,6 +23,7 @@ def run_report(files: Sequence[str], *, lint: bool = True) -> int:
     """Synthesize and lint every spec in FILES; return 0 when all are clean, 1 or 2 otherwise."""
     rows = [("spec", "stack", "resources", "cfn-lint E/W", "cdk-nag open/ack", "synth s")]
     details: list[str] = []
+    totals = dict.fromkeys(("stacks", "resources", "errors", "warnings", "acknowledged"), 0)
     worst = 0
     for path in files:
         try:
@@ -30,35 +33,40 @@ def run_report(files: Sequence[str], *, lint: bool = True) -> int:
             rows.append((path, "(invalid spec)", "-", "-", "-", "-"))
             worst = 2
             continue
-        started = time.perf_counter()
-        try:
-            _, outdir = synthesize(spec)
-        except RuntimeError as exc:
-            # cdk-nag findings without an acknowledgement stop synthesis.
-            details.append(f"{path}: synthesis failed: {exc}")
-            rows.append((path, "(synthesis failed)", "-", "-", "-", "-"))
-            worst = max(worst, 1)
-            continue
-        seconds = time.perf_counter() - started
-        nag = nag_report(outdir)
-        for result in stack_results(outdir, spec.region, lint=lint):
+        with tempfile.TemporaryDirectory(prefix=f"kiln-{spec.name}-") as tmp:
+            started = time.perf_counter()
+            try:
+                synthesize(spec, Path(tmp))
+            except RuntimeError as exc:
+                # cdk-nag findings without an acknowledgement stop synthesis.
+                details.append(f"{path}: synthesis failed: {exc}")
+                rows.append((path, "(synthesis failed)", "-", "-", "-", "-"))
+                worst = max(worst, 1)
+                continue
+            seconds = time.perf_counter() - started
+            nag = nag_report(Path(tmp))
+            results = stack_results(Path(tmp), spec.region, lint=lint)
+        totals["acknowledged"] += len(nag.acknowledged)
+        for result in results:
             lint_cell = f"{len(result.cfn_lint_errors)}/{len(result.cfn_lint_warnings)}" if lint else "skipped"
-            rows.append(
-                (
-                    path,
-                    result.name,
-                    str(result.resources),
-                    lint_cell,
-                    f"{len(nag.violations)}/{len(nag.acknowledged)}",
-                    f"{seconds:.1f}",
-                )
-            )
+            nag_cell = f"{len(nag.violations)}/{len(nag.acknowledged)}"
+            rows.append((path, result.name, str(result.resources), lint_cell, nag_cell, f"{seconds:.1f}"))
             details.extend(result.cfn_lint_errors + result.cfn_lint_warnings)
+            totals["stacks"] += 1
+            totals["resources"] += result.resources
+            totals["errors"] += len(result.cfn_lint_errors)
+            totals["warnings"] += len(result.cfn_lint_warnings)
             if result.cfn_lint_errors or result.cfn_lint_warnings:
                 worst = max(worst, 1)
-        details.extend(f"{path}: cdk-nag: {line}" for line in nag.violations)
         details.extend(f"{path}: cdk-nag acknowledged {rule}: {reason}" for rule, reason in nag.acknowledged)
     print(_table(rows))
+    lint_total = f"cfn-lint {totals['errors']} errors, {totals['warnings']} warnings" if lint else "cfn-lint skipped"
+    print(
+        f"\n{len(files)} specs, {totals['stacks']} stacks, {totals['resources']} resources; {lint_total}; "
+        f"cdk-nag 0 open, {totals['acknowledged']} acknowledged with reasons"
+        if worst == 0
+        else f"\n{len(files)} specs: problems found (details below)"
+    )
     for line in details:
         print(line, file=sys.stderr)
     return worst
