@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from kiln.bootstrap import cli as bootstrap_cli
 from kiln.spec import SpecError, load_spec
 
 
@@ -123,22 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--no-lint", action="store_true", help="skip cfn-lint (cdk-nag always runs)")
     report.set_defaults(func=_report)
 
-    for module in _PLUGGED:
-        module.register(commands)
+    bootstrap_cli.register(commands)
     return parser
-
-
-def _plugged() -> list:
-    modules = []
-    try:
-        from kiln.bootstrap import cli as bootstrap_cli
-    except ImportError:
-        return modules
-    modules.append(bootstrap_cli)
-    return modules
-
-
-_PLUGGED = _plugged()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,7 +27,7 @@ PATTERN_RULES = {
     VPC_ID_PATTERN: "a VPC id such as vpc-0123456789abcdef0",
     SUBNET_ID_PATTERN: "a subnet id such as subnet-0123456789abcdef0",
     AMI_ID_PATTERN: "an AMI id such as ami-0123456789abcdef0",
-    VERSION_PATTERN: "a version such as 1.43.2",
+    VERSION_PATTERN: "a version such as 1.41.0",
 }
 
 
@@ -141,7 +141,7 @@ class Compute(SpecModel):
 class Software(SpecModel):
     """Pinned versions the bootstrap installs."""
 
-    efa_installer: str = Field("1.43.2", pattern=VERSION_PATTERN)
+    efa_installer: str = Field("1.41.0", pattern=VERSION_PATTERN)
     nvidia_driver: str = Field("570.172.08", pattern=VERSION_PATTERN)
     slurm: str = Field("24.11", pattern=VERSION_PATTERN)
     enroot: str = Field("3.5.0", pattern=VERSION_PATTERN)

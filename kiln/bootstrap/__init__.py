@@ -1,0 +1,32 @@
+"""Node bootstrap: bash steps, jinja2 templates and the renderer that bundles them per target."""
+
+from kiln.bootstrap.cluster_env import CLUSTER_ENV_PATH, CLUSTER_ENV_VARIABLES, cluster_env_script, cluster_env_text
+from kiln.bootstrap.config import (
+    TARGETS,
+    BootstrapConfig,
+    ClusterUser,
+    LocalCluster,
+    LocalNode,
+    NodeGroup,
+    SoftwarePins,
+    config_from_spec,
+)
+from kiln.bootstrap.render import PROFILES, RenderedBundle, render_bundle
+
+__all__ = [
+    "CLUSTER_ENV_PATH",
+    "CLUSTER_ENV_VARIABLES",
+    "PROFILES",
+    "TARGETS",
+    "BootstrapConfig",
+    "ClusterUser",
+    "LocalCluster",
+    "LocalNode",
+    "NodeGroup",
+    "RenderedBundle",
+    "SoftwarePins",
+    "cluster_env_script",
+    "cluster_env_text",
+    "config_from_spec",
+    "render_bundle",
+]

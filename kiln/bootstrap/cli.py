@@ -1,0 +1,68 @@
+"""`kiln bootstrap ...`: render what a node of one target runs."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+
+from kiln.bootstrap.config import TARGETS, LocalCluster, LocalNode, config_from_spec
+from kiln.bootstrap.render import render_bundle
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `bootstrap` command group to SUBPARSERS."""
+    bootstrap = subparsers.add_parser("bootstrap", help="node bootstrap bundles")
+    commands = bootstrap.add_subparsers(dest="bootstrap_command", required=True)
+    render = commands.add_parser("render", help="write exactly what a node of a target would run")
+    render.add_argument("--spec", required=True, help="cluster spec (YAML)")
+    render.add_argument("--target", required=True, choices=TARGETS)
+    render.add_argument("--out", required=True, help="directory to write the bundle to (replaced)")
+    render.add_argument(
+        "--local-prefix",
+        default="/var/lib/kiln-local",
+        help="local target: where all cluster state lives (default: %(default)s)",
+    )
+    render.add_argument("--local-nodes", type=int, default=2, help="local target: node count (default: 2)")
+    render.add_argument(
+        "--local-subnet",
+        default="10.77.0.0/24",
+        help="local target: controller gets the first address, nodes the next (default: %(default)s)",
+    )
+    render.set_defaults(func=run_render)
+
+
+def local_cluster(name: str, prefix: str, nodes: int, subnet: str) -> LocalCluster:
+    """Return a local cluster of NODES nodes, addressed in order from SUBNET after the controller."""
+    network = ipaddress.ip_network(subnet, strict=False)
+    if nodes < 1 or nodes + 1 > network.num_addresses - 2:
+        raise ValueError(f"--local-nodes: got {nodes}, allowed: 1..{network.num_addresses - 3} for {subnet}")
+    hosts = network.hosts()
+    controller = str(next(hosts))
+    members = tuple(LocalNode(name=f"node{index}", address=str(next(hosts))) for index in range(1, nodes + 1))
+    return LocalCluster(prefix=prefix, nodes=members, controller_address=controller, cluster_name=name[:63])
+
+
+def run_render(args: argparse.Namespace) -> int:
+    """Render the bundle for --target from --spec into --out; return the exit code."""
+    from kiln.spec import SpecError, load_spec
+
+    try:
+        spec = load_spec(args.spec)
+        local = None
+        if args.target == "local":
+            local = local_cluster(spec.name, args.local_prefix, args.local_nodes, args.local_subnet)
+        bundle = render_bundle(config_from_spec(spec, args.target, local=local), args.out)
+    except SpecError as error:
+        print("\n".join(error.lines_out()), file=sys.stderr)
+        return 2
+    except (ValueError, OSError) as error:
+        print(f"kiln bootstrap render: {error}", file=sys.stderr)
+        return 2
+    print(f"{bundle.directory}/{bundle.entry_point}")
+    for name in bundle.unverified_artifacts:
+        print(
+            f"warning: artifact {name} has no sha256 (software.checksums.{name}): the node will refuse to download it",
+            file=sys.stderr,
+        )
+    return 0

@@ -1,0 +1,62 @@
+"""The deploy-time contract: /etc/kiln/cluster.env, written by the compute construct's user data."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+CLUSTER_ENV_PATH = "/etc/kiln/cluster.env"
+
+# Every variable a node reads from cluster.env, with what it means. Values may be CDK tokens.
+CLUSTER_ENV_VARIABLES: dict[str, str] = {
+    "KILN_CLUSTER_NAME": "the cluster's name (Slurm ClusterName, resource prefixes)",
+    "KILN_REGION": "the AWS region the node runs in",
+    "KILN_NODE_ROLE": "controller, login or worker (default: the target's; ParallelCluster and HyperPod detect it)",
+    "KILN_INSTANCE_TYPE": "the EC2 instance type (default: asked from IMDSv2)",
+    "KILN_FSX_DNS": "FSx for Lustre DNS name",
+    "KILN_FSX_MOUNT_NAME": "FSx for Lustre mount name",
+    "KILN_MOUNT_POINT": "where FSx is mounted, e.g. /fsx",
+    "KILN_BUCKET": "the cluster's data bucket",
+    "KILN_SLURM_CONTROLLER_HOST": "slurmctld's host name (HyperPod: derived from its address)",
+    "KILN_SLURM_CONTROLLER_ADDR": "slurmctld's address (HyperPod: read from resource_config.json)",
+    "KILN_SHARED_DIR": "shared directory for the munge key on HyperPod (default: KILN_MOUNT_POINT)",
+    "KILN_CONTAINER_VOLUME": "block device or mount point for container storage where there is no local NVMe",
+    "KILN_SCRATCH_DIR": "where local NVMe is mounted for container storage (default /scratch)",
+}
+
+_TOKEN = re.compile(r"\$\{Token\[[^\]]+\]\}")
+
+
+def check_cluster_env(values: Mapping[str, str]) -> None:
+    """Raise ValueError unless VALUES names only known variables with quotable values."""
+    for name, value in values.items():
+        if name not in CLUSTER_ENV_VARIABLES:
+            raise ValueError(f"cluster.env: got variable {name!r}, allowed: {', '.join(CLUSTER_ENV_VARIABLES)}")
+        if not isinstance(value, str):
+            raise ValueError(f"cluster.env {name}: got {type(value).__name__}, allowed: str (or a CDK token string)")
+        literal = _TOKEN.sub("", value)
+        if "'" in literal or "\n" in literal:
+            raise ValueError(f"cluster.env {name}: got {value!r}, allowed: no single quotes or newlines")
+
+
+def cluster_env_text(values: Mapping[str, str]) -> str:
+    """Return the content of cluster.env for VALUES, in KILN_NAME='value' lines."""
+    check_cluster_env(values)
+    lines = [
+        "# shellcheck shell=bash disable=SC2034",
+        "# Cluster values for kiln's node bootstrap (on AWS, written at deploy time by the compute construct).",
+    ]
+    lines += [f"{name}='{values[name]}'" for name in sorted(values)]
+    return "\n".join(lines) + "\n"
+
+
+def cluster_env_script(values: Mapping[str, str], path: str = CLUSTER_ENV_PATH) -> str:
+    """Return shell commands that write cluster.env for VALUES (tokens allowed) to PATH."""
+    directory = path.rsplit("/", 1)[0] or "/"
+    return (
+        f"install -d -m 0755 {directory}\n"
+        f"cat > {path} <<'KILN_CLUSTER_ENV'\n"
+        f"{cluster_env_text(values)}"
+        "KILN_CLUSTER_ENV\n"
+        f"chmod 0644 {path}\n"
+    )

@@ -1,0 +1,370 @@
+"""Render the node bootstrap bundle of one target: what a node of that target runs."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from kiln.bootstrap.artifacts import bundle_artifacts, unverified_artifacts
+from kiln.bootstrap.cluster_env import CLUSTER_ENV_PATH, cluster_env_text
+from kiln.bootstrap.config import BootstrapConfig
+from kiln.bootstrap.wheel import build_wheel
+from kiln.catalog import SoftwareVersions, instance_type, preset_environment
+
+PACKAGE_DIR = Path(__file__).parent
+SCRIPTS_DIR = PACKAGE_DIR / "scripts"
+TEMPLATES_DIR = PACKAGE_DIR / "templates"
+
+PYXIS_PREFIX = "/usr/local"
+_PLAIN_VALUE = re.compile(r"^[A-Za-z0-9^_,.:/=+-]*$")
+SCRATCH_DIR = "/scratch"
+
+_GPU_STEPS = ("install_nvidia_driver", "install_efa", "install_nccl")
+_CLOUD_INSTALL = (
+    *_GPU_STEPS,
+    "install_lustre_client",
+    "install_enroot",
+    "install_pyxis",
+    "install_container_runtime",
+    "install_launcher",
+)
+_CLOUD_CONFIGURE = (
+    "configure_users",
+    "configure_kernel",
+    "configure_fsx",
+    "configure_container_storage",
+    "configure_training_env",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TargetProfile:
+    """How one target runs the bundle: its entry point, its steps and who owns Slurm."""
+
+    entry_point: str
+    how_it_runs: str
+    default_role: str
+    install_steps: tuple[str, ...]
+    configure_steps: tuple[str, ...]
+    # Who writes slurm.conf: "kiln" renders it, "backend" keeps its own, None means no Slurm.
+    slurm_config: str | None
+    slurm_nodes: str = "backend"
+    munge_key: str = "backend"
+
+
+PROFILES: dict[str, TargetProfile] = {
+    "pcs": TargetProfile(
+        entry_point="pcs-user-data.sh",
+        how_it_runs="run from the launch template's user data of each PCS node group",
+        default_role="worker",
+        install_steps=_CLOUD_INSTALL,
+        configure_steps=(*_CLOUD_CONFIGURE, "configure_slurm"),
+        slurm_config="backend",
+    ),
+    "parallelcluster": TargetProfile(
+        entry_point="on-node-configured.sh",
+        how_it_runs="ParallelCluster's OnNodeConfigured action; the role comes from /etc/parallelcluster/cfnconfig",
+        default_role="worker",
+        install_steps=_CLOUD_INSTALL,
+        # ParallelCluster mounts FSx itself (SharedStorage).
+        configure_steps=tuple(s for s in _CLOUD_CONFIGURE if s != "configure_fsx") + ("configure_slurm",),
+        slurm_config="backend",
+    ),
+    "hyperpod": TargetProfile(
+        entry_point="on_create.sh",
+        how_it_runs="HyperPod's OnCreate lifecycle script; the role comes from the instance group",
+        default_role="worker",
+        install_steps=_CLOUD_INSTALL,
+        configure_steps=(*_CLOUD_CONFIGURE, "configure_munge", "configure_slurm"),
+        slurm_config="kiln",
+        slurm_nodes="dynamic",
+        munge_key="shared",
+    ),
+    "eks": TargetProfile(
+        entry_point="eks-user-data.sh",
+        how_it_runs="run from the EKS node group's user data before the node joins",
+        default_role="worker",
+        # Pods bring the launcher; FSx comes through the CSI driver.
+        install_steps=(*_GPU_STEPS, "install_lustre_client", "install_container_runtime"),
+        configure_steps=(
+            "configure_users",
+            "configure_kernel",
+            "configure_container_storage",
+            "configure_training_env",
+        ),
+        slurm_config=None,
+    ),
+    "local": TargetProfile(
+        entry_point="local-node.sh",
+        how_it_runs="the local cluster runs it once under its prefix; it starts no daemons",
+        default_role="controller",
+        install_steps=("install_slurm", "install_munge", "install_launcher"),
+        configure_steps=("configure_munge", "configure_slurm", "configure_training_env"),
+        slurm_config="kiln",
+        slurm_nodes="static",
+        munge_key="local",
+    ),
+}
+
+# Where Slurm lives per target (the local cluster's paths are under its prefix at run time).
+_SLURM_PREFIX = {"parallelcluster": "/opt/slurm", "hyperpod": "/opt/slurm", "local": "/usr"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmLayout:
+    """Paths, ports and users that slurm.conf and the Slurm steps share."""
+
+    prefix: str
+    conf_dir: str
+    state_dir: str
+    spool_dir: str
+    run_dir: str
+    log_dir: str
+    per_node_suffix: str
+    slurmctld_port: int
+    slurmd_port: int
+    user: str
+    munge_socket: str
+    gpus: bool
+    plugstack: bool
+
+    @property
+    def directories(self) -> tuple[str, ...]:
+        spool = self.spool_dir.replace("/%n", "")
+        paths = (self.conf_dir, self.state_dir, spool, self.run_dir, self.log_dir)
+        # The steps put every path under KILN_ROOT themselves.
+        return tuple(path.replace("@KILN_ROOT@", "") for path in paths)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderedBundle:
+    """What render_bundle wrote: the directory, its entry script and downloads lacking a sha256."""
+
+    directory: Path
+    entry_point: str
+    unverified_artifacts: tuple[str, ...]
+
+
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        undefined=jinja2.StrictUndefined,
+        # Bash's ${#array[@]} would open a jinja2 comment with the default delimiters.
+        comment_start_string="<%#",
+        comment_end_string="#%>",
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,  # noqa: S701 - output is bash and Slurm config, not HTML
+    )
+
+
+def slurm_layout(config: BootstrapConfig) -> SlurmLayout | None:
+    """Return the Slurm paths and ports of CONFIG's target, or None where nodes run no Slurm."""
+    profile = PROFILES[config.target]
+    if profile.slurm_config is None:
+        return None
+    gpus = any(instance_type(name).gpu_count for name in config.instance_types)
+    plugstack = config.containers and config.target != "local" and bool(config.software.pyxis)
+    if config.target == "local":
+        local = config.local
+        root = "@KILN_ROOT@"
+        return SlurmLayout(
+            prefix=_SLURM_PREFIX["local"],
+            conf_dir="/etc/slurm",
+            state_dir=f"{root}/var/spool/slurmctld",
+            spool_dir=f"{root}/var/spool/slurmd/%n",
+            run_dir=f"{root}/run/slurm",
+            log_dir=f"{root}/var/log/slurm",
+            per_node_suffix="-%n",
+            slurmctld_port=local.slurmctld_port,
+            slurmd_port=local.slurmd_port,
+            user="root",
+            munge_socket=f"{root}/run/munge/munge.socket.2",
+            gpus=False,
+            plugstack=False,
+        )
+    if config.target == "pcs":
+        if not config.software.slurm:
+            raise ValueError("software.slurm: required for target 'pcs' (PCS installs Slurm under its version)")
+        prefix = f"/opt/aws/pcs/scheduler/slurm-{config.software.slurm}"
+    else:
+        prefix = _SLURM_PREFIX[config.target]
+    return SlurmLayout(
+        prefix=prefix,
+        conf_dir=f"{prefix}/etc",
+        state_dir="/var/spool/slurmctld",
+        spool_dir="/var/spool/slurmd",
+        run_dir="/run/slurm",
+        log_dir="/var/log/slurm",
+        per_node_suffix="",
+        slurmctld_port=6817,
+        slurmd_port=6818,
+        user="slurm",
+        munge_socket="",
+        gpus=gpus,
+        plugstack=plugstack,
+    )
+
+
+def required_cluster_env(config: BootstrapConfig) -> tuple[str, ...]:
+    """Return the cluster.env variables a node of CONFIG's bundle cannot boot without."""
+    if config.target == "local":
+        return ("KILN_CLUSTER_NAME",)
+    required = ["KILN_CLUSTER_NAME", "KILN_REGION"]
+    if config.lustre and "configure_fsx" in PROFILES[config.target].configure_steps:
+        required += ["KILN_FSX_DNS", "KILN_FSX_MOUNT_NAME", "KILN_MOUNT_POINT"]
+    elif PROFILES[config.target].munge_key == "shared":
+        required.append("KILN_SHARED_DIR")
+    return tuple(required)
+
+
+def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tuple[str, str]) -> list[tuple[str, str]]:
+    profile = PROFILES[config.target]
+    pins = config.software
+    slurm_target = config.runs_slurm
+    env = {
+        "KILN_TARGET": config.target,
+        "KILN_ENTRY_POINT": profile.entry_point,
+        "KILN_DEFAULT_ROLE": profile.default_role,
+        "KILN_IMAGE_OS": config.os,
+        "KILN_ARCHITECTURE": config.architecture,
+        "KILN_REPO_ARCH": "sbsa" if config.architecture == "arm64" else "x86_64",
+        "KILN_PACKAGE_FORMAT": "rpm" if config.os == "al2023" else "deb",
+        "KILN_INSTANCE_TYPES": " ".join(config.instance_types),
+        "KILN_REQUIRED_CLUSTER_ENV": " ".join(required_cluster_env(config)),
+        "KILN_INSTALL_STEPS": " ".join(profile.install_steps),
+        "KILN_CONFIGURE_STEPS": " ".join(profile.configure_steps),
+        "KILN_CONTAINERS": "1" if config.containers and config.target != "local" else "0",
+        "KILN_CONTAINER_RUNTIME": config.container_runtime,
+        "KILN_LUSTRE": "1" if config.lustre else "0",
+        "KILN_NVIDIA_DRIVER_VERSION": pins.nvidia_driver or "",
+        "KILN_EFA_INSTALLER_VERSION": pins.efa_installer or "",
+        "KILN_NCCL_VERSION": pins.nccl or "",
+        "KILN_ENROOT_VERSION": (pins.enroot or "") if slurm_target else "",
+        "KILN_PYXIS_VERSION": (pins.pyxis or "") if slurm_target else "",
+        "KILN_PYXIS_PREFIX": PYXIS_PREFIX,
+        "KILN_NVIDIA_CONTAINER_TOOLKIT_VERSION": pins.nvidia_container_toolkit or "",
+        "KILN_TORCH_VERSION": pins.torch if config.launcher_torch else "",
+        "KILN_SLURM_SOURCE": "distro" if config.target == "local" else "backend",
+        "KILN_SLURM_PREFIX": layout.prefix if layout else "",
+        "KILN_SLURM_CONF_DIR": layout.conf_dir if layout else "",
+        "KILN_SLURM_DIRS": " ".join(layout.directories) if layout and profile.slurm_config == "kiln" else "",
+        "KILN_SLURM_OWNS_CONFIG": "1" if profile.slurm_config == "kiln" else "0",
+        "KILN_SLURM_NODES": profile.slurm_nodes,
+        "KILN_SLURM_DAEMONS": "none" if config.target == "local" else "systemd",
+        "KILN_MUNGE_KEY_SOURCE": profile.munge_key,
+        "KILN_HYPERPOD_CONTROLLER_GROUP": config.hyperpod_controller_group,
+        "KILN_HYPERPOD_LOGIN_GROUP": config.hyperpod_login_group,
+        "KILN_SCRATCH_DIR": SCRATCH_DIR,
+        "KILN_CHECKPOINT_DIR": config.checkpoint_dir,
+        "KILN_USERS": " ".join(f"{u.name}:{u.uid}:{u.group_id}:{u.shell}" for u in config.users),
+        "KILN_HUGEPAGES_2M": "" if config.hugepages_2m is None else str(config.hugepages_2m),
+        "KILN_FORK_ENOMEM": "1" if config.fork_enomem else "0",
+        "KILN_LAUNCHER_WHEEL": wheel[0],
+        "KILN_LAUNCHER_WHEEL_SHA256": wheel[1],
+    }
+    for artifact in bundle_artifacts(config):
+        env[f"{artifact.variable_prefix}_URL"] = artifact.url
+        env[f"{artifact.variable_prefix}_VERSION"] = artifact.version
+        env[f"{artifact.variable_prefix}_SHA256"] = artifact.sha256
+    for name, value in env.items():
+        if "'" in value or "\n" in value:
+            raise ValueError(f"{name}: got {value!r}, allowed: no single quotes or newlines")
+    return sorted(env.items())
+
+
+def _nccl_environment(config: BootstrapConfig, name: str) -> list[tuple[str, str]]:
+    versions = SoftwareVersions(aws_ofi_nccl=config.software.aws_ofi_nccl, libfabric=config.software.libfabric)
+    environment = preset_environment(name, versions=versions, fork_enomem=config.fork_enomem, overrides=config.nccl_env)
+    for key, value in environment.items():
+        # nccl.env is read unquoted (docker --env-file), so values must mean the same to a shell.
+        if not _PLAIN_VALUE.match(value):
+            raise ValueError(f"nccl_env {key}: got {value!r}, allowed: letters, digits and ^_,.:/=+- only")
+    return sorted(environment.items())
+
+
+def _write(path: Path, text: str, executable: bool = False) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755 if executable else 0o644)
+
+
+def _render_slurm(config: BootstrapConfig, layout: SlurmLayout, out: Path, env: jinja2.Environment) -> None:
+    profile = PROFILES[config.target]
+    slurm_dir = out / "slurm"
+    slurm_dir.mkdir(parents=True, exist_ok=True)
+    context = {"target": config.target, "slurm": layout, "groups": config.groups, "local": config.local}
+    if profile.slurm_config == "kiln":
+        plugins = "plugins-namespaces" if config.target == "local" else "plugins-cgroup"
+        fragments = ("base", plugins, f"nodes-{profile.slurm_nodes}")
+        text = "".join(env.get_template(f"slurm/{name}.conf.j2").render(context) for name in fragments)
+        _write(slurm_dir / "slurm.conf", text)
+        if config.target != "local":
+            _write(slurm_dir / "cgroup.conf", env.get_template("slurm/cgroup.conf.j2").render(context))
+        if layout.plugstack:
+            _write(slurm_dir / "plugstack.conf", env.get_template("slurm/plugstack.conf.j2").render(context))
+    if layout.plugstack:
+        plugin = f"{PYXIS_PREFIX}/lib/slurm/spank_pyxis.so"
+        _write(
+            slurm_dir / "plugstack.conf.d" / "pyxis.conf",
+            env.get_template("slurm/pyxis.conf.j2").render(pyxis_plugin=plugin),
+        )
+
+
+def local_cluster_env(config: BootstrapConfig) -> dict[str, str]:
+    """Return the cluster.env values the local cluster knows at render time."""
+    local = config.local
+    values = {"KILN_CLUSTER_NAME": local.cluster_name, "KILN_SLURM_CONTROLLER_ADDR": local.controller_address}
+    if local.controller_host:
+        values["KILN_SLURM_CONTROLLER_HOST"] = local.controller_host
+    return values
+
+
+def render_bundle(config: BootstrapConfig, out_dir: Path | str) -> RenderedBundle:
+    """Write the bundle a node of CONFIG's target runs into OUT_DIR (replacing what was there)."""
+    out = Path(out_dir)
+    profile = PROFILES[config.target]
+    env = _environment()
+    layout = slurm_layout(config)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    shutil.copy2(SCRIPTS_DIR / "lib.sh", out / "lib.sh")
+    shutil.copy2(SCRIPTS_DIR / "kiln-step", out / "kiln-step")
+    steps = {"node_context", *profile.install_steps, *profile.configure_steps}
+    (out / "steps").mkdir()
+    for script in sorted((SCRIPTS_DIR / "steps").glob("*.sh")):
+        text = script.read_text()
+        if any(f"\n{step}() {{" in text for step in steps):
+            shutil.copy2(script, out / "steps" / script.name)
+    wheel = build_wheel(out / "launcher")
+    context = {
+        "target": config.target,
+        "profile": profile,
+        "local": config.local,
+        "cluster_env_path": CLUSTER_ENV_PATH,
+        "bundle_env": _bundle_env(config, layout, wheel),
+    }
+    _write(out / profile.entry_point, env.get_template("entry.sh.j2").render(context), executable=True)
+    _write(out / "bundle.env", env.get_template("bundle.env.j2").render(context))
+    for name in config.instance_types:
+        facts = instance_type(name)
+        folder = out / "instances" / name
+        environment = _nccl_environment(config, name)
+        _write(folder / "facts.env", env.get_template("facts.env.j2").render(facts=facts))
+        _write(folder / "nccl.env", env.get_template("nccl.env.j2").render(environment=environment, instance=name))
+        _write(folder / "profile.sh", env.get_template("profile.sh.j2").render(environment=environment, instance=name))
+        if facts.gpu_count:
+            _write(folder / "gres.conf", env.get_template("gres.conf.j2").render(facts=facts))
+    if layout is not None:
+        _render_slurm(config, layout, out, env)
+    if config.target == "local":
+        _write(out / "cluster.env", cluster_env_text(local_cluster_env(config)))
+    return RenderedBundle(
+        directory=out, entry_point=profile.entry_point, unverified_artifacts=unverified_artifacts(config)
+    )

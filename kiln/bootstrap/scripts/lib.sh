@@ -1,0 +1,404 @@
+# shellcheck shell=bash
+# Shared helpers of kiln's node bootstrap: logging, timing, retries, package locks,
+# check-then-act helpers, OS detection and the failure trap. Sourced, never run.
+#
+# Every path goes through root_path, so KILN_ROOT (default /) moves the whole
+# bootstrap under a private prefix: the local cluster and the test harness use that.
+# Every command is looked up in PATH; KILN_BIN_DIR, when set, goes first. KILN_OS_RELEASE names
+# the os-release of the system that packages go to (default: the one under KILN_ROOT).
+
+KILN_ROOT="${KILN_ROOT:-/}"
+KILN_RETRY_ATTEMPTS="${KILN_RETRY_ATTEMPTS:-5}"
+KILN_RETRY_DELAY_SECONDS="${KILN_RETRY_DELAY_SECONDS:-5}"
+KILN_RETRY_MAX_DELAY_SECONDS="${KILN_RETRY_MAX_DELAY_SECONDS:-60}"
+KILN_LOCK_TIMEOUT_SECONDS="${KILN_LOCK_TIMEOUT_SECONDS:-600}"
+KILN_LOCK_POLL_SECONDS="${KILN_LOCK_POLL_SECONDS:-5}"
+KILN_STEP=""
+KILN_CHANGED=0
+if [[ -n "${KILN_BIN_DIR:-}" ]]; then
+  PATH="${KILN_BIN_DIR}:${PATH}"
+fi
+
+# Print the path of absolute path $1 under KILN_ROOT.
+root_path() {
+  printf '%s%s\n' "${KILN_ROOT%/}" "$1"
+}
+
+KILN_LOG="${KILN_LOG:-$(root_path /var/log/kiln/bootstrap.log)}"
+KILN_STATE_DIR="$(root_path /var/lib/kiln)"
+KILN_CACHE_DIR="$(root_path /var/cache/kiln/downloads)"
+
+# Open the log and keep a handle on the console, so step output can go to the log only.
+kiln_init_logging() {
+  mkdir -p "${KILN_LOG%/*}"
+  touch "$KILN_LOG"
+  chmod 0640 "$KILN_LOG"
+  exec {KILN_CONSOLE_FD}>&2
+}
+
+# Log a timestamped line to the console and to the log file.
+log() {
+  local stamp line
+  stamp="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  line="${stamp} [${KILN_STEP:-kiln}] $*"
+  printf '%s\n' "$line" >>"$KILN_LOG"
+  printf '%s\n' "$line" >&"${KILN_CONSOLE_FD:-2}"
+}
+
+# Log why the current step has nothing to do.
+skip() {
+  log "skip: $*"
+}
+
+# Log an error and end the bootstrap; the exit trap names the step and the log.
+die() {
+  log "error: $*"
+  exit 1
+}
+
+# Record where a command failed, for the exit trap.
+kiln_on_error() {
+  KILN_FAILED_LINE="$1"
+  KILN_FAILED_COMMAND="$2"
+}
+
+# On a failed exit, say which step failed, with which code, and where the log is.
+kiln_on_exit() {
+  local status=$?
+  if ((status != 0)); then
+    local where="${KILN_STEP:-bootstrap}"
+    local message="FAILED: step ${where} exited with code ${status}"
+    if [[ -n "${KILN_FAILED_COMMAND:-}" ]]; then
+      message+=" at line ${KILN_FAILED_LINE:-?} (${KILN_FAILED_COMMAND})"
+    fi
+    message+="; full log: ${KILN_LOG}"
+    printf '%s\n' "$message" >>"$KILN_LOG" 2>/dev/null || true
+    printf '%s\n' "$message" >&"${KILN_CONSOLE_FD:-2}"
+  fi
+  return "$status"
+}
+
+kiln_install_traps() {
+  set -E
+  trap 'kiln_on_error "$LINENO" "$BASH_COMMAND"' ERR
+  trap kiln_on_exit EXIT
+}
+
+# Run step function $1 with its output in the log, timing it.
+run_step() {
+  local name="$1" started
+  KILN_STEP="$name"
+  started="$SECONDS"
+  log "start"
+  "$name" >>"$KILN_LOG" 2>&1
+  log "done in $((SECONDS - started))s"
+  KILN_STEP=""
+}
+
+# Run a command up to $1 times, backing off exponentially; return its last status.
+retry() {
+  local attempts="$1" attempt=1 delay="$KILN_RETRY_DELAY_SECONDS" status
+  shift
+  while true; do
+    "$@" && return 0
+    status=$?
+    if ((attempt >= attempts)); then
+      log "gave up after ${attempts} attempts (exit ${status}): $*"
+      return "$status"
+    fi
+    log "attempt ${attempt}/${attempts} failed (exit ${status}), retrying in ${delay}s: $*"
+    sleep "$delay"
+    attempt=$((attempt + 1))
+    delay=$((delay * 2))
+    if ((delay > KILN_RETRY_MAX_DELAY_SECONDS)); then
+      delay="$KILN_RETRY_MAX_DELAY_SECONDS"
+    fi
+  done
+}
+
+# Set KILN_OS (ubuntu2204|ubuntu2404|al2023|debian12) and KILN_PKG (apt|dnf) from os-release.
+detect_os() {
+  local file key value id="" version=""
+  file="${KILN_OS_RELEASE:-$(root_path /etc/os-release)}"
+  [[ -r "$file" ]] || die "cannot read ${file}: unknown operating system"
+  while IFS='=' read -r key value; do
+    value="${value%\"}"
+    value="${value#\"}"
+    case "$key" in
+      ID) id="$value" ;;
+      VERSION_ID) version="$value" ;;
+    esac
+  done <"$file"
+  case "${id}:${version}" in
+    ubuntu:22.04) KILN_OS=ubuntu2204 KILN_PKG=apt ;;
+    ubuntu:24.04) KILN_OS=ubuntu2404 KILN_PKG=apt ;;
+    amzn:2023) KILN_OS=al2023 KILN_PKG=dnf ;;
+    debian:12) KILN_OS=debian12 KILN_PKG=apt ;;
+    *) die "unsupported operating system ${id} ${version}: kiln supports Ubuntu 22.04/24.04, Amazon Linux 2023, Debian 12" ;;
+  esac
+  export KILN_OS KILN_PKG
+}
+
+# True while another process holds the apt/dpkg or dnf/rpm locks (cloud-init, unattended-upgrades).
+package_manager_busy() {
+  local lock
+  local -a locks
+  if [[ "$KILN_PKG" == apt ]]; then
+    locks=(/var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock /var/cache/apt/archives/lock)
+  else
+    locks=(/var/lib/rpm/.rpm.lock /var/cache/dnf/metadata_lock.pid /var/lib/dnf/rpmdb_lock.pid)
+  fi
+  for lock in "${locks[@]}"; do
+    lock="$(root_path "$lock")"
+    if [[ -e "$lock" ]] && fuser "$lock" >/dev/null 2>&1; then
+      return 0
+    fi
+  done
+  return 1
+}
+
+# Wait, bounded, until no other process holds the package manager's locks.
+wait_for_package_locks() {
+  local deadline=$((SECONDS + KILN_LOCK_TIMEOUT_SECONDS))
+  while package_manager_busy; do
+    if ((SECONDS >= deadline)); then
+      log "package manager still locked after ${KILN_LOCK_TIMEOUT_SECONDS}s"
+      return 1
+    fi
+    log "package manager is locked by another process; waiting"
+    sleep "$KILN_LOCK_POLL_SECONDS"
+  done
+}
+
+# True when package $1 is installed; with $2, only when that version is.
+package_installed() {
+  local name="$1" want="${2:-}" have
+  if [[ "$KILN_PKG" == apt ]]; then
+    have="$(dpkg-query -W -f='${Status} ${Version}' "$name" 2>/dev/null)" || return 1
+    [[ "$have" == "install ok installed "* ]] || return 1
+    have="${have#install ok installed }"
+  else
+    have="$(rpm -q --qf '%{VERSION}-%{RELEASE}' "$name" 2>/dev/null)" || return 1
+  fi
+  [[ -z "$want" || "$have" == "$want" || "$have" == "$want"-* ]]
+}
+
+apt_get() {
+  DEBIAN_FRONTEND=noninteractive apt-get -y -q -o DPkg::Lock::Timeout="$KILN_LOCK_TIMEOUT_SECONDS" \
+    -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"
+}
+
+# Install packages (name, name=version, or a local file) through apt or dnf, with lock waiting and retries.
+install_packages() {
+  wait_for_package_locks
+  if [[ "$KILN_PKG" == apt ]]; then
+    # Under /run, so an index fetched when the image was baked is never taken as fresh.
+    if [[ ! -f "$(root_path /run/kiln/apt-updated)" ]]; then
+      retry "$KILN_RETRY_ATTEMPTS" apt_get update
+      mkdir -p "$(root_path /run/kiln)"
+      touch "$(root_path /run/kiln/apt-updated)"
+    fi
+    retry "$KILN_RETRY_ATTEMPTS" apt_get install --no-install-recommends "$@"
+  else
+    retry "$KILN_RETRY_ATTEMPTS" dnf -y -q install "$@"
+  fi
+}
+
+# Install only the packages of the list that are missing.
+ensure_packages() {
+  local name
+  local -a missing=()
+  for name in "$@"; do
+    package_installed "$name" || missing+=("$name")
+  done
+  if ((${#missing[@]} > 0)); then
+    log "installing ${missing[*]}"
+    install_packages "${missing[@]}"
+  else
+    skip "already installed: $*"
+  fi
+}
+
+# Print the version that step $1 recorded as installed, or nothing.
+installed_version() {
+  local marker="${KILN_STATE_DIR}/installed/$1"
+  if [[ -r "$marker" ]]; then
+    cat "$marker"
+  fi
+}
+
+record_installed() {
+  mkdir -p "${KILN_STATE_DIR}/installed"
+  printf '%s\n' "$2" >"${KILN_STATE_DIR}/installed/$1"
+}
+
+# True when step $1 already installed version $2.
+already_installed() {
+  local have
+  have="$(installed_version "$1")"
+  [[ -n "$2" && "$have" == "$2" ]]
+}
+
+# Create directory $1 (a path under KILN_ROOT already) with mode $2 if it is missing.
+ensure_dir() {
+  if [[ ! -d "$1" ]]; then
+    mkdir -p "$1"
+    chmod "${2:-0755}" "$1"
+  fi
+}
+
+# Append line $2 to file $1 unless the file already has it.
+ensure_line() {
+  mkdir -p "${1%/*}"
+  touch "$1"
+  grep -qxF -- "$2" "$1" || printf '%s\n' "$2" >>"$1"
+}
+
+# Write stdin to file $1 (mode $2) only when the content differs; KILN_CHANGED tells whether it did.
+write_file() {
+  local target="$1" mode="${2:-0644}" staged
+  mkdir -p "${target%/*}"
+  staged="${target}.kiln-new"
+  cat >"$staged"
+  if [[ -f "$target" ]] && cmp -s "$staged" "$target"; then
+    rm -f "$staged"
+    KILN_CHANGED=0
+  else
+    chmod "$mode" "$staged"
+    mv -f "$staged" "$target"
+    # shellcheck disable=SC2034 # read by the steps
+    KILN_CHANGED=1
+    log "wrote ${target}"
+  fi
+}
+
+# True when the image was baked: install steps ran at image build, configure must not download.
+is_baked() {
+  [[ "${KILN_BAKED:-0}" == 1 || -f "$(root_path /etc/kiln/baked)" ]]
+}
+
+sha256_matches() {
+  local got _
+  read -r got _ < <(sha256sum "$1")
+  [[ "$got" == "$2" ]]
+}
+
+download() {
+  curl -fsSL --connect-timeout 10 --max-time 1800 -o "$2" "$1"
+}
+
+# Download artifact $1 (pinned in bundle.env) into the cache, verified; sets KILN_FETCHED to its path.
+fetch_artifact() {
+  local name="$1" prefix url sha version url_var sha_var version_var dest
+  prefix="KILN_ARTIFACT_${name^^}"
+  prefix="${prefix//-/_}"
+  url_var="${prefix}_URL"
+  sha_var="${prefix}_SHA256"
+  version_var="${prefix}_VERSION"
+  url="${!url_var:-}"
+  sha="${!sha_var:-}"
+  version="${!version_var:-}"
+  [[ -n "$url" ]] || die "artifact ${name} is not part of this bundle (no ${url_var})"
+  if [[ -z "$sha" ]]; then
+    die "artifact ${name} ${version} (${url}) has no sha256: set software.checksums.${name} in the spec; refusing to download it unverified"
+  fi
+  if is_baked; then
+    die "artifact ${name}: this image is baked, so the bootstrap downloads nothing; bake it into the image instead"
+  fi
+  # One directory per artifact keeps the upstream file name, which dpkg and rpm users expect.
+  ensure_dir "$KILN_CACHE_DIR" 0700
+  ensure_dir "${KILN_CACHE_DIR}/${name}-${version}" 0700
+  dest="${KILN_CACHE_DIR}/${name}-${version}/${url##*/}"
+  if [[ -f "$dest" ]] && sha256_matches "$dest" "$sha"; then
+    log "using cached ${name} ${version}"
+  else
+    log "downloading ${name} ${version} from ${url}"
+    rm -f "${dest}.part"
+    retry "$KILN_RETRY_ATTEMPTS" download "$url" "${dest}.part" || die "download of ${name} failed: ${url}"
+    if ! sha256_matches "${dest}.part" "$sha"; then
+      rm -f "${dest}.part"
+      die "artifact ${name} ${version}: sha256 mismatch (expected ${sha}); refusing to use ${url}"
+    fi
+    mv -f "${dest}.part" "$dest"
+  fi
+  # shellcheck disable=SC2034 # read by the steps
+  KILN_FETCHED="$dest"
+}
+
+# Print the value of an IMDSv2 metadata path (token first; IMDSv1 is never used).
+imds() {
+  local token
+  token="$(curl -fsS -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' \
+    --connect-timeout 2 http://169.254.169.254/latest/api/token)"
+  curl -fsS -H "X-aws-ec2-metadata-token: ${token}" --connect-timeout 2 \
+    "http://169.254.169.254/latest/meta-data/$1"
+}
+
+# True when systemd unit $1 is running.
+service_active() {
+  systemctl is-active --quiet "$1" 2>/dev/null
+}
+
+# Restart unit $1 if it runs, so it picks up new configuration.
+restart_if_active() {
+  if service_active "$1"; then
+    log "restarting $1"
+    systemctl restart "$1"
+  fi
+}
+
+# Forget that the package index is fresh, after adding a repository.
+refresh_package_index() {
+  rm -f "$(root_path /run/kiln/apt-updated)"
+  if [[ "$KILN_PKG" == dnf ]]; then
+    retry "$KILN_RETRY_ATTEMPTS" dnf -y -q makecache
+  fi
+}
+
+# Print the Ubuntu release codename that apt repositories use.
+os_codename() {
+  case "$KILN_OS" in
+    ubuntu2204) printf 'jammy\n' ;;
+    ubuntu2404) printf 'noble\n' ;;
+    debian12) printf 'bookworm\n' ;;
+    *) die "no apt codename for ${KILN_OS}" ;;
+  esac
+}
+
+# Export the KILN_NAME='value' lines of file $1; nothing in the file is executed.
+load_env_file() {
+  local file="$1" line key value number=0
+  [[ -r "$file" ]] || die "cannot read ${file}"
+  while IFS= read -r line || [[ -n "$line" ]]; do
+    number=$((number + 1))
+    if [[ -z "$line" || "$line" == \#* ]]; then
+      continue
+    fi
+    if [[ ! "$line" =~ ^(KILN_[A-Z0-9_]+)=(.*)$ ]]; then
+      die "${file}:${number}: expected KILN_NAME='value', got: ${line}"
+    fi
+    key="${BASH_REMATCH[1]}"
+    value="${BASH_REMATCH[2]}"
+    if [[ "$value" == \'*\' && ${#value} -ge 2 ]]; then
+      value="${value:1:${#value}-2}"
+    fi
+    export "${key}=${value}"
+  done <"$file"
+}
+
+# Replace the @KILN_...@ placeholders of stdin with deploy-time values; unknown ones are an error.
+fill_placeholders() {
+  local line name
+  while IFS= read -r line || [[ -n "$line" ]]; do
+    while [[ "$line" =~ @(KILN_[A-Z0-9_]+)@ ]]; do
+      name="${BASH_REMATCH[1]}"
+      if [[ "$name" == KILN_ROOT ]]; then
+        line="${line//@KILN_ROOT@/${KILN_ROOT%/}}"
+        continue
+      fi
+      [[ -n "${!name:-}" ]] || die "placeholder @${name}@ has no value (set ${name} in cluster.env)"
+      line="${line//@${name}@/${!name}}"
+    done
+    printf '%s\n' "$line"
+  done
+}

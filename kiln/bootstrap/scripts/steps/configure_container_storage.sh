@@ -1,0 +1,118 @@
+# shellcheck shell=bash
+# Container storage (enroot, docker, containerd) on local NVMe or a given volume, never on
+# the root disk: images and container layers filling the root volume kill the node.
+
+# Print the instance-store NVMe devices, one a line (namespace aliases _1, _2 left out).
+instance_store_devices() {
+  local link
+  for link in "$(root_path /dev/disk/by-id)"/nvme-Amazon_EC2_NVMe_Instance_Storage_*; do
+    [[ -e "$link" ]] || continue
+    case "$link" in
+      *-part* | *_[0-9]) continue ;;
+    esac
+    readlink -f "$link"
+  done
+}
+
+# Put a file system on device $1 unless it has one, and mount it on the scratch directory.
+mount_scratch_device() {
+  local device="$1" scratch
+  scratch="$(root_path "$KILN_SCRATCH_DIR")"
+  if [[ -z "$(blkid -o value -s TYPE "$device" || true)" ]]; then
+    log "creating a file system on ${device}"
+    mkfs.ext4 -q -F -L kiln-scratch -m 0 -E nodiscard "$device"
+  fi
+  ensure_dir "$scratch"
+  # Instance store is blank after a stop/start: nofail lets the node boot, and this step re-creates it.
+  ensure_line "$(root_path /etc/fstab)" "LABEL=kiln-scratch ${KILN_SCRATCH_DIR} ext4 defaults,noatime,nofail 0 2"
+  mount -o defaults,noatime "$device" "$scratch"
+}
+
+# Make the scratch directory a mount of local NVMe (RAID 0 over several) or of KILN_CONTAINER_VOLUME;
+# KILN_SCRATCH_READY tells whether there was anything to put it on.
+prepare_scratch() {
+  local scratch array
+  local -a devices=()
+  scratch="$(root_path "$KILN_SCRATCH_DIR")"
+  KILN_SCRATCH_READY=1
+  if mountpoint -q "$scratch"; then
+    log "${KILN_SCRATCH_DIR} is already a mount"
+    return 0
+  fi
+  mapfile -t devices < <(instance_store_devices)
+  if ((${#devices[@]} > 1)); then
+    array="$(root_path /dev/md/kiln-scratch)"
+    if [[ ! -e "$array" ]]; then
+      log "striping ${#devices[@]} NVMe devices into ${array}"
+      mdadm --create "$array" --run --level=0 --raid-devices="${#devices[@]}" "${devices[@]}"
+    fi
+    mount_scratch_device "$array"
+  elif ((${#devices[@]} == 1)); then
+    mount_scratch_device "${devices[0]}"
+  elif [[ -n "${KILN_CONTAINER_VOLUME:-}" ]]; then
+    if [[ -b "$(root_path "$KILN_CONTAINER_VOLUME")" ]]; then
+      mount_scratch_device "$(root_path "$KILN_CONTAINER_VOLUME")"
+    elif mountpoint -q "$(root_path "$KILN_CONTAINER_VOLUME")"; then
+      KILN_SCRATCH_DIR="$KILN_CONTAINER_VOLUME"
+    else
+      die "KILN_CONTAINER_VOLUME=${KILN_CONTAINER_VOLUME} is neither a block device nor a mount point"
+    fi
+  else
+    KILN_SCRATCH_READY=0
+  fi
+}
+
+# Bind-mount scratch subdirectory $1 over $2, stopping unit $3 around it if it runs.
+bind_scratch() {
+  local source target was_active=0
+  source="$(root_path "${KILN_SCRATCH_DIR}/$1")"
+  target="$(root_path "$2")"
+  ensure_dir "$source" 0711
+  ensure_dir "$target" 0711
+  ensure_line "$(root_path /etc/fstab)" "${KILN_SCRATCH_DIR}/$1 $2 none bind,nofail 0 0"
+  if mountpoint -q "$target"; then
+    return 0
+  fi
+  if service_active "$3"; then
+    was_active=1
+    systemctl stop "$3"
+  fi
+  mount --bind "$source" "$target"
+  if ((was_active == 1)); then
+    systemctl start "$3"
+  fi
+}
+
+configure_container_storage() {
+  if [[ "${KILN_CONTAINERS:-0}" != 1 ]]; then
+    skip "containers are off for this cluster"
+    return 0
+  fi
+  prepare_scratch
+  if ((KILN_SCRATCH_READY == 0)); then
+    if [[ "$KILN_NODE_ROLE" == worker ]]; then
+      die "no instance-store NVMe on ${KILN_INSTANCE_TYPE} and no KILN_CONTAINER_VOLUME in cluster.env: refusing to put container storage on the root disk"
+    fi
+    skip "no NVMe or volume for containers on this ${KILN_NODE_ROLE} node: containers stay off here"
+    return 0
+  fi
+  if [[ "$KILN_CONTAINER_RUNTIME" == docker ]]; then
+    bind_scratch docker /var/lib/docker docker
+  fi
+  bind_scratch containerd /var/lib/containerd containerd
+  if [[ -n "${KILN_ENROOT_VERSION:-}" ]]; then
+    ensure_dir "$(root_path "${KILN_SCRATCH_DIR}/enroot")" 0755
+    ensure_dir "$(root_path "${KILN_SCRATCH_DIR}/enroot/cache")" 1777
+    ensure_dir "$(root_path "${KILN_SCRATCH_DIR}/enroot/data")" 1777
+    ensure_dir "$(root_path "${KILN_SCRATCH_DIR}/enroot/tmp")" 1777
+    # enroot expands $(id -u) itself, per user, when it reads this file.
+    # shellcheck disable=SC2016
+    write_file "$(root_path /etc/enroot/enroot.conf)" < <(
+      printf '%s\n' \
+        "ENROOT_RUNTIME_PATH ${KILN_SCRATCH_DIR}/enroot/data/runtime-"'$(id -u)' \
+        "ENROOT_CACHE_PATH ${KILN_SCRATCH_DIR}/enroot/cache/user-"'$(id -u)' \
+        "ENROOT_DATA_PATH ${KILN_SCRATCH_DIR}/enroot/data/user-"'$(id -u)' \
+        "ENROOT_TEMP_PATH ${KILN_SCRATCH_DIR}/enroot/tmp"
+    )
+  fi
+}

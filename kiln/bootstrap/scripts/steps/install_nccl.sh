@@ -1,0 +1,49 @@
+# shellcheck shell=bash
+# NCCL and aws-ofi-nccl: the plugin comes with the EFA installer; NCCL itself only
+# when pinned (frameworks and containers otherwise bring their own).
+
+# Print the library directory of the aws-ofi-nccl plugin the EFA installer left, if any.
+ofi_nccl_libdir() {
+  local dir
+  for dir in /opt/amazon/ofi-nccl/lib /opt/amazon/ofi-nccl/lib64 /opt/aws-ofi-nccl/lib; do
+    if [[ -e "$(root_path "$dir")/libnccl-net.so" ]]; then
+      printf '%s\n' "$dir"
+      return 0
+    fi
+  done
+}
+
+install_nccl() {
+  local want="${KILN_NCCL_VERSION:-}" plugin_dir target
+  if ((KILN_GPU_COUNT == 0)); then
+    skip "no GPUs on ${KILN_INSTANCE_TYPE}"
+    return 0
+  fi
+  if ((KILN_EFA_COUNT > 0)); then
+    plugin_dir="$(ofi_nccl_libdir)"
+    if [[ -z "$plugin_dir" ]]; then
+      die "aws-ofi-nccl (libnccl-net.so) not found under /opt/amazon/ofi-nccl: pin an EFA installer that bundles it"
+    fi
+    write_file "$(root_path /etc/ld.so.conf.d/kiln-aws-ofi-nccl.conf)" <<<"$plugin_dir"
+    if ((KILN_CHANGED == 1)); then
+      ldconfig
+    fi
+  fi
+  if [[ -z "$want" ]]; then
+    skip "software.nccl is not pinned: NCCL comes with the framework or container"
+    return 0
+  fi
+  if already_installed nccl "$want"; then
+    skip "NCCL ${want} is installed"
+    return 0
+  fi
+  fetch_artifact nccl
+  target="$(root_path "/opt/nccl/${want}")"
+  rm -rf "$target"
+  mkdir -p "$target"
+  tar -xJf "$KILN_FETCHED" -C "$target" --strip-components=1
+  ln -sfn "/opt/nccl/${want}" "$(root_path /opt/nccl/current)"
+  write_file "$(root_path /etc/ld.so.conf.d/kiln-nccl.conf)" <<<"/opt/nccl/current/lib"
+  ldconfig
+  record_installed nccl "$want"
+}

@@ -1,0 +1,57 @@
+"""Build the node-side kiln wheel (launcher + catalog, no CDK) with the standard library only."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zipfile
+from pathlib import Path
+
+import kiln
+
+KILN_DIR = Path(kiln.__file__).parent
+# Node-side packages: standard library (plus torch for the launcher); never CDK, boto3 or pydantic.
+NODE_PACKAGES = ("catalog", "launcher")
+VERSION = "0.1.0"
+# Fixed timestamps so the same sources give the same wheel (and the same asset hash).
+_EPOCH = (1980, 1, 1, 0, 0, 0)
+
+
+def _record_hash(data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"sha256={digest}"
+
+
+def _node_files() -> list[tuple[str, bytes]]:
+    files = [("kiln/__init__.py", (KILN_DIR / "__init__.py").read_bytes())]
+    for package in NODE_PACKAGES:
+        root = KILN_DIR / package
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix in {".py", ".json"}:
+                files.append((path.relative_to(KILN_DIR.parent).as_posix(), path.read_bytes()))
+    return files
+
+
+def build_wheel(out_dir: Path) -> tuple[str, str]:
+    """Write kiln's node wheel into OUT_DIR; return its file name and sha256."""
+    name = f"kiln-{VERSION}-py3-none-any.whl"
+    dist_info = f"kiln-{VERSION}.dist-info"
+    files = _node_files()
+    metadata = f"Metadata-Version: 2.1\nName: kiln\nVersion: {VERSION}\nSummary: kiln node-side launcher\n"
+    files.append((f"{dist_info}/METADATA", metadata.encode()))
+    files.append(
+        (f"{dist_info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: kiln\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    )
+    if (KILN_DIR / "launcher" / "cli.py").is_file():
+        files.append((f"{dist_info}/entry_points.txt", b"[console_scripts]\nkiln-launch = kiln.launcher.cli:main\n"))
+    record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in files)
+    record += f"{dist_info}/RECORD,,\n"
+    files.append((f"{dist_info}/RECORD", record.encode()))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / name
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path, data in files:
+            info = zipfile.ZipInfo(path, date_time=_EPOCH)
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, data, zipfile.ZIP_DEFLATED)
+    return name, hashlib.sha256(target.read_bytes()).hexdigest()

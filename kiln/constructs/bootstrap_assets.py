@@ -1,0 +1,65 @@
+"""The node bootstrap bundle of one target, rendered at synth time and shipped as an S3 asset."""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_assets as s3_assets
+from constructs import Construct
+
+from kiln.bootstrap.config import BootstrapConfig
+from kiln.bootstrap.render import render_bundle
+
+
+@dataclass(frozen=True, kw_only=True)
+class BootstrapAssetsProps:
+    """What to render: the bootstrap config of one target (cloud targets only)."""
+
+    config: BootstrapConfig
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.config, BootstrapConfig):
+            raise ValueError(f"config: got {type(self.config).__name__}, allowed: kiln.bootstrap.BootstrapConfig")
+        if self.config.target == "local":
+            raise ValueError(
+                "config.target: got 'local', allowed: pcs, parallelcluster, hyperpod, eks (local needs no S3)"
+            )
+
+
+class BootstrapAssets(Construct):
+    """Render CONFIG's bundle into a staging directory and upload it as a zipped S3 asset."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: BootstrapAssetsProps) -> None:
+        super().__init__(scope, construct_id)
+        if not isinstance(props, BootstrapAssetsProps):
+            raise ValueError(f"props: got {type(props).__name__}, allowed: BootstrapAssetsProps")
+        # The staging directory is named after the config, so a second synth of the same
+        # config reuses it and the asset hash only changes with the bundle's content.
+        digest = hashlib.sha256(repr(props.config).encode()).hexdigest()[:16]
+        staging = Path(tempfile.gettempdir()) / "kiln-bootstrap" / f"{props.config.target}-{digest}"
+        bundle = render_bundle(props.config, staging)
+        self.unverified_artifacts = bundle.unverified_artifacts
+        self.entry_point: str = bundle.entry_point
+        self.asset = s3_assets.Asset(self, "Resource", path=str(bundle.directory))
+
+    @property
+    def bucket(self) -> s3.IBucket:
+        return self.asset.bucket
+
+    @property
+    def object_key(self) -> str:
+        return self.asset.s3_object_key
+
+    @property
+    def s3_url(self) -> str:
+        """s3://bucket/key of the zipped bundle."""
+        return self.asset.s3_object_url
+
+    def grant_read(self, grantee: iam.IGrantable) -> None:
+        """Let GRANTEE download the bundle."""
+        self.asset.grant_read(grantee)

@@ -1,0 +1,259 @@
+"""Harness for the node bootstrap: a rendered bundle, a throwaway root and stubbed commands."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import io
+import os
+import subprocess
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kiln.bootstrap.config import BootstrapConfig, ClusterUser, NodeGroup, SoftwarePins
+from kiln.bootstrap.render import render_bundle
+
+HERE = Path(__file__).parent
+SHIMMED = (
+    "apt-get",
+    "dnf",
+    "dpkg-query",
+    "rpm",
+    "curl",
+    "wget",
+    "fuser",
+    "systemctl",
+    "mount",
+    "mountpoint",
+    "blkid",
+    "mkfs.ext4",
+    "mdadm",
+    "hostname",
+    "groupadd",
+    "useradd",
+    "make",
+    "modprobe",
+    "sysctl",
+    "ldconfig",
+    "nvidia-ctk",
+    "scontrol",
+    "chown",
+)
+# Calls that change a system: a second run of an idempotent step makes none of them.
+MUTATING = (
+    "apt-get",
+    "dnf",
+    "curl",
+    "wget",
+    "mount",
+    "mkfs.ext4",
+    "mdadm",
+    "groupadd",
+    "useradd",
+    "make",
+    "sysctl",
+    "ldconfig",
+    "nvidia-ctk",
+    "scontrol",
+    "nvidia-installer",
+    "efa-installer",
+)
+PINS = SoftwarePins(
+    nvidia_driver="570.172.08",
+    efa_installer="1.43.2",
+    nccl="2.27.3",
+    nccl_cuda="12.9",
+    slurm="24.11",
+    enroot="3.5.0",
+    pyxis="0.20.0",
+    nvidia_container_toolkit="1.17.8",
+)
+
+
+def _tar_gz(members: dict[str, tuple[str, int]]) -> bytes:
+    buffer = io.BytesIO()
+    # mtime=0: the same members give the same bytes, so the checksums hold.
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as compressed,
+        tarfile.open(fileobj=compressed, mode="w") as archive,
+    ):
+        for name, (text, mode) in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def _tar_xz(members: dict[str, str]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:xz") as archive:
+        for name, text in members.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@functools.cache
+def payloads() -> dict[str, tuple[str, bytes]]:
+    """Return artifact name -> (downloaded file name, content) standing in for the real downloads."""
+    efa_script = (
+        '#!/bin/sh\necho "efa-installer $*" >>"$SHIM_LOG"\n'
+        'mkdir -p "$KILN_ROOT/opt/amazon/ofi-nccl/lib"\n'
+        'touch "$KILN_ROOT/opt/amazon/ofi-nccl/lib/libnccl-net.so"\n'
+        'echo "# EFA installer version: 1.43.2" >"$KILN_ROOT/opt/amazon/efa_installed_packages"\n'
+    )
+    return {
+        "nvidia-driver": (
+            "NVIDIA-Linux-x86_64-570.172.08.run",
+            b'#!/bin/sh\necho "nvidia-installer $*" >>"$SHIM_LOG"\n',
+        ),
+        "cuda-keyring": ("cuda-keyring_1.1-1_all.deb", b"keyring"),
+        "efa-installer": (
+            "aws-efa-installer-1.43.2.tar.gz",
+            _tar_gz({"aws-efa-installer/efa_installer.sh": (efa_script, 0o755)}),
+        ),
+        "nccl": ("nccl_2.27.3-1+cuda12.9_x86_64.txz", _tar_xz({"nccl/lib/libnccl.so.2": "lib"})),
+        "fsx-lustre-client-key": ("fsx-ubuntu-public-key.asc", b"key"),
+        "enroot-deb": ("enroot_3.5.0-1_amd64.deb", b"enroot"),
+        "enroot-caps-deb": ("enroot+caps_3.5.0-1_amd64.deb", b"caps"),
+        "pyxis": ("v0.20.0.tar.gz", _tar_gz({"pyxis-0.20.0/Makefile": ("all:\n", 0o644)})),
+        "nvidia-container-toolkit-key": ("gpgkey", b"toolkit key"),
+    }
+
+
+def checksums() -> dict[str, str]:
+    return {name: hashlib.sha256(data).hexdigest() for name, (_, data) in payloads().items()}
+
+
+def pcs_config(**changes) -> BootstrapConfig:
+    """A p5 PCS cluster that exercises every cloud step."""
+    settings = {
+        "target": "pcs",
+        "groups": (NodeGroup(name="gpu", instance_type="p5.48xlarge", max_count=2),),
+        "service_instance_types": ("m5.8xlarge",),
+        "software": PINS,
+        "checksums": checksums(),
+        "lustre": True,
+        "hugepages_2m": 5128,
+        "users": (ClusterUser(name="alice", uid=2001),),
+        "nccl_env": {"NCCL_DEBUG": "WARN"},
+    }
+    settings.update(changes)
+    return BootstrapConfig(**settings)
+
+
+CLUSTER_ENV = {
+    "KILN_CLUSTER_NAME": "llm",
+    "KILN_REGION": "us-east-1",
+    "KILN_INSTANCE_TYPE": "p5.48xlarge",
+    "KILN_FSX_DNS": "fs-0123.fsx.us-east-1.amazonaws.com",
+    "KILN_FSX_MOUNT_NAME": "abcdef",
+    "KILN_MOUNT_POINT": "/fsx",
+}
+
+
+@dataclass
+class Node:
+    """A throwaway node root plus the stubbed commands' log and state."""
+
+    root: Path
+    bundle: Path
+    shim_log: Path
+    state: Path
+    env: dict[str, str]
+
+    def calls(self) -> list[str]:
+        return self.shim_log.read_text().splitlines() if self.shim_log.exists() else []
+
+    def mutating_calls(self, since: int = 0) -> list[str]:
+        ignored = ("systemctl is-active",)
+        return [
+            c
+            for c in self.calls()[since:]
+            if c.split()[0] in MUTATING or (c.startswith("systemctl") and not c.startswith(ignored))
+        ]
+
+    def run(self, *args: str, entry: str = "kiln-step", **extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", str(self.bundle / entry), *args],
+            env={**self.env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    def set_state(self, name: str, value: str = "") -> None:
+        (self.state / name).write_text(value)
+
+    @property
+    def log(self) -> Path:
+        return self.root / "var/log/kiln/bootstrap.log"
+
+    def snapshot(self) -> dict[str, str]:
+        files = {}
+        for path in sorted(self.root.rglob("*")):
+            if path.is_file() and not path.is_symlink() and path != self.log and "venv" not in path.parts:
+                files[str(path.relative_to(self.root))] = hashlib.sha256(path.read_bytes()).hexdigest()
+        return files
+
+
+def make_node(
+    tmp_path: Path,
+    bundle: Path,
+    cluster_env: dict[str, str] | None = None,
+    os_release: str = 'ID=ubuntu\nVERSION_ID="22.04"\n',
+) -> Node:
+    root, state, bin_dir, payload_dir = (tmp_path / n for n in ("root", "state", "bin", "payloads"))
+    for folder in (root / "etc/kiln", state, bin_dir, payload_dir):
+        folder.mkdir(parents=True)
+    (root / "etc/os-release").write_text(os_release)
+    (root / "etc/passwd").write_text("root:x:0:0::/root:/bin/bash\n")
+    (root / "etc/group").write_text("root:x:0:\n")
+    values = CLUSTER_ENV if cluster_env is None else cluster_env
+    (root / "etc/kiln/cluster.env").write_text("".join(f"{k}='{v}'\n" for k, v in values.items()))
+    # One instance-store NVMe device and PCS's Slurm headers, as on a p5 PCS node.
+    by_id = root / "dev/disk/by-id"
+    by_id.mkdir(parents=True)
+    (root / "dev/nvme1n1").write_text("")
+    (by_id / "nvme-Amazon_EC2_NVMe_Instance_Storage_AWS1").symlink_to(root / "dev/nvme1n1")
+    (by_id / "nvme-Amazon_EC2_NVMe_Instance_Storage_AWS1_1").symlink_to(root / "dev/nvme1n1")
+    # The plugin the EFA installer leaves, so install_nccl can run on its own.
+    plugin = root / "opt/amazon/ofi-nccl/lib/libnccl-net.so"
+    plugin.parent.mkdir(parents=True)
+    plugin.write_text("")
+    spank = root / "opt/aws/pcs/scheduler/slurm-24.11/include/slurm/spank.h"
+    spank.parent.mkdir(parents=True)
+    spank.write_text("")
+    for name in SHIMMED:
+        (bin_dir / name).symlink_to(HERE / "shim.sh")
+    for file_name, data in payloads().values():
+        (payload_dir / file_name).write_bytes(data)
+    env = {
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "HOME": str(tmp_path),
+        "KILN_ROOT": str(root),
+        "KILN_RETRY_DELAY_SECONDS": "0",
+        "KILN_LOCK_POLL_SECONDS": "0",
+        "SHIM_LOG": str(state / "calls.log"),
+        "SHIM_STATE": str(state),
+        "SHIM_PAYLOADS": str(payload_dir),
+    }
+    return Node(root=root, bundle=bundle, shim_log=state / "calls.log", state=state, env=env)
+
+
+@pytest.fixture(scope="session")
+def pcs_bundle(tmp_path_factory) -> Path:
+    return render_bundle(pcs_config(), tmp_path_factory.mktemp("pcs") / "bundle").directory
+
+
+@pytest.fixture
+def node(tmp_path, pcs_bundle) -> Node:
+    return make_node(tmp_path, pcs_bundle)

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Stand-in for system commands in the bootstrap harness: records every call in $SHIM_LOG
+# and keeps fake state (packages, mounts, active units) under $SHIM_STATE.
+set -uo pipefail
+name="$(basename "$0")"
+printf '%s %s\n' "$name" "$*" >>"$SHIM_LOG"
+state="$SHIM_STATE"
+mkdir -p "$state/pkgs" "$state/mounts" "$state/active" "$state/fs"
+
+# Decrement counter file $1; succeed while it was above zero.
+take() {
+  local count=0
+  [[ -f "$1" ]] && count="$(cat "$1")"
+  if ((count > 0)); then
+    echo $((count - 1)) >"$1"
+    return 0
+  fi
+  return 1
+}
+
+record_packages() {
+  local arg base
+  for arg in "$@"; do
+    case "$arg" in
+      -* | install | update | makecache) continue ;;
+      *.deb)
+        IFS=_ read -r base version _ <<<"$(basename "$arg")"
+        echo "$version" >"$state/pkgs/$base" ;;
+      *.rpm) base="$(basename "$arg")"; echo 1 >"$state/pkgs/${base%%-[0-9]*}" ;;
+      *=*) echo "${arg#*=}" >"$state/pkgs/${arg%%=*}" ;;
+      *) echo 1.0 >"$state/pkgs/${arg}" ;;
+    esac
+  done
+}
+
+case "$name" in
+  apt-get | dnf)
+    [[ -f "$state/fail-packages" ]] && exit 100
+    [[ " $* " == *" install "* ]] && record_packages "$@"
+    exit 0 ;;
+  dpkg-query)
+    pkg="${*: -1}"
+    [[ -f "$state/pkgs/$pkg" ]] || exit 1
+    printf 'install ok installed %s' "$(cat "$state/pkgs/$pkg")" ;;
+  rpm)
+    pkg="${*: -1}"
+    [[ -f "$state/pkgs/$pkg" ]] || exit 1
+    cat "$state/pkgs/$pkg" ;;
+  curl | wget)
+    [[ " $* " == *" PUT "* ]] && exit 7
+    [[ -f "$state/offline" ]] && exit 7
+    take "$state/curl-failures" && exit 7
+    dest="" url="${*: -1}"
+    while (($# > 0)); do
+      [[ "$1" == -o ]] && dest="$2"
+      shift
+    done
+    [[ -f "$SHIM_PAYLOADS/${url##*/}" ]] || exit 22
+    cp "$SHIM_PAYLOADS/${url##*/}" "$dest" ;;
+  fuser)
+    take "$state/locks-busy" && exit 0
+    exit 1 ;;
+  systemctl)
+    if [[ "${1:-}" == is-active ]]; then
+      [[ -f "$state/active/${*: -1}" ]]
+      exit
+    fi
+    if [[ "${1:-}" == enable && "${2:-}" == --now ]]; then
+      touch "$state/active/$3"
+    fi
+    exit 0 ;;
+  mount)
+    target="${*: -1}"
+    touch "$state/mounts/${target//\//%}" ;;
+  mountpoint)
+    target="${*: -1}"
+    [[ -f "$state/mounts/${target//\//%}" ]] ;;
+  blkid)
+    dev="${*: -1}"
+    [[ -f "$state/fs/$(basename "$dev")" ]] && echo ext4
+    exit 0 ;;
+  mkfs.ext4)
+    touch "$state/fs/$(basename "${*: -1}")" ;;
+  hostname)
+    case "${1:-}" in
+      -I) echo "${SHIM_ADDRESSES:-10.1.0.5} " ;;
+      *) echo node1 ;;
+    esac ;;
+  groupadd | useradd)
+    prefix="" uid="" gid="" user="${*: -1}"
+    while (($# > 0)); do
+      case "$1" in
+        --prefix) prefix="$2" ;;
+        --uid) uid="$2" ;;
+        --gid) gid="$2" ;;
+      esac
+      shift
+    done
+    if [[ "$name" == groupadd ]]; then
+      echo "${user}:x:${gid}:" >>"${prefix}/etc/group"
+    else
+      echo "${user}:x:${uid}:${gid}::/home/${user}:/bin/bash" >>"${prefix}/etc/passwd"
+    fi ;;
+  make)
+    prefix="" destdir=""
+    for arg in "$@"; do
+      case "$arg" in
+        prefix=*) prefix="${arg#prefix=}" ;;
+        DESTDIR=*) destdir="${arg#DESTDIR=}" ;;
+      esac
+    done
+    mkdir -p "${destdir}${prefix}/lib/slurm"
+    touch "${destdir}${prefix}/lib/slurm/spank_pyxis.so" ;;
+  *) exit 0 ;;
+esac

@@ -1,0 +1,262 @@
+"""Rendering: every target's bundle is clean bash, and the config, profile and CLI behave."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kiln.bootstrap.cli import register
+from kiln.bootstrap.cluster_env import cluster_env_script
+from kiln.bootstrap.config import BootstrapConfig, LocalCluster, LocalNode, NodeGroup, config_from_spec
+from kiln.bootstrap.render import SCRIPTS_DIR, render_bundle
+from kiln.catalog import SoftwareVersions, preset_environment
+from kiln.spec import load_spec
+from tests.bootstrap.conftest import pcs_config
+
+ROOT = Path(__file__).resolve().parents[2]
+SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
+EXAMPLES = ROOT / "examples"
+
+
+def local_config(nodes: int = 3, prefix: str = "/srv/kiln-local") -> BootstrapConfig:
+    members = tuple(
+        LocalNode(name=f"node{i}", address=f"10.77.0.{i + 1}", cpus=2, real_memory_mib=2048)
+        for i in range(1, nodes + 1)
+    )
+    cluster = LocalCluster(
+        prefix=prefix, nodes=members, controller_address="10.77.0.1", slurmctld_port=17817, slurmd_port=17818
+    )
+    return BootstrapConfig(target="local", os="debian12", local=cluster)
+
+
+def shell_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*") if p.suffix in {".sh", ".env"} or p.name == "kiln-step")
+
+
+@pytest.fixture(scope="module")
+def every_target(tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("targets")
+    specs = {
+        "pcs": "p5-pcs.yaml",
+        "parallelcluster": "p5-parallelcluster.yaml",
+        "hyperpod": "p5-hyperpod-slurm.yaml",
+        "eks": "p5-eks.yaml",
+    }
+    bundles = {
+        target: render_bundle(config_from_spec(load_spec(EXAMPLES / name)), out / target).directory
+        for target, name in specs.items()
+    }
+    bundles["local"] = render_bundle(local_config(), out / "local").directory
+    return bundles
+
+
+def test_scripts_are_shellcheck_clean():
+    files = [SCRIPTS_DIR / "lib.sh", SCRIPTS_DIR / "kiln-step", *sorted((SCRIPTS_DIR / "steps").glob("*.sh"))]
+    result = subprocess.run([str(SHELLCHECK), "-x", *map(str, files)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout
+
+
+def test_rendered_bundles_are_shellcheck_clean_and_parse(every_target):
+    # Bundles share their copied scripts; one copy of each distinct file is enough.
+    distinct = {path.read_bytes(): path for bundle in every_target.values() for path in shell_files(bundle)}
+    files = sorted(distinct.values())
+    assert len(files) > 20
+    result = subprocess.run([str(SHELLCHECK), "-x", *map(str, files)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout
+    for path in files:
+        parsed = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True, check=False)
+        assert parsed.returncode == 0, f"{path}: {parsed.stderr}"
+
+
+@pytest.mark.parametrize(
+    ("target", "entry"),
+    [
+        ("pcs", "pcs-user-data.sh"),
+        ("parallelcluster", "on-node-configured.sh"),
+        ("hyperpod", "on_create.sh"),
+        ("eks", "eks-user-data.sh"),
+        ("local", "local-node.sh"),
+    ],
+)
+def test_each_target_has_its_entry_point(every_target, target, entry):
+    path = every_target[target] / entry
+    assert path.stat().st_mode & 0o111
+    assert f"KILN_TARGET='{target}'" in (every_target[target] / "bundle.env").read_text()
+
+
+def test_local_bundle_has_no_gpu_efa_or_container_steps(every_target):
+    env = (every_target["local"] / "bundle.env").read_text()
+    for step in ("install_nvidia_driver", "install_efa", "install_nccl", "install_enroot", "configure_fsx"):
+        assert step not in env
+    assert not (every_target["local"] / "steps" / "install_efa.sh").exists()
+    assert "KILN_ARTIFACT_" not in env
+
+
+def test_local_slurm_conf_lists_nodes_ports_and_private_paths(every_target):
+    conf = (every_target["local"] / "slurm" / "slurm.conf").read_text()
+    assert "NodeName=node3 NodeAddr=10.77.0.4 CPUs=2 RealMemory=2048 State=UNKNOWN" in conf
+    assert "PartitionName=local Nodes=node1,node2,node3 Default=YES" in conf
+    assert "SlurmctldPort=17817" in conf and "SlurmdPort=17818" in conf
+    assert "ProctrackType=proctrack/linuxproc" in conf
+    assert "AuthInfo=socket=@KILN_ROOT@/run/munge/munge.socket.2" in conf
+    assert "SlurmdSpoolDir=@KILN_ROOT@/var/spool/slurmd/%n" in conf
+    assert "/etc/slurm" not in conf.replace("@KILN_ROOT@", "")
+
+
+def test_hyperpod_slurm_conf_uses_cgroups_and_dynamic_nodes(every_target):
+    slurm = every_target["hyperpod"] / "slurm"
+    conf = (slurm / "slurm.conf").read_text()
+    assert "ProctrackType=proctrack/cgroup" in conf
+    assert "NodeSet=p5-nodes Feature=p5" in conf and "MaxNodeCount=2" in conf
+    assert "GresTypes=gpu" in conf
+    assert (slurm / "cgroup.conf").exists()
+    assert (slurm / "plugstack.conf.d" / "pyxis.conf").exists()
+    gres = every_target["hyperpod"] / "instances" / "p5.48xlarge" / "gres.conf"
+    assert "Name=gpu File=/dev/nvidia[0-7]" in gres.read_text()
+
+
+def test_backends_that_own_slurm_get_only_the_pyxis_drop_in(every_target):
+    files = sorted(
+        p.relative_to(every_target["pcs"] / "slurm").as_posix()
+        for p in (every_target["pcs"] / "slurm").rglob("*")
+        if p.is_file()
+    )
+    assert files == ["plugstack.conf.d/pyxis.conf"]
+
+
+def test_nccl_profile_is_the_catalog_preset_plus_overrides(tmp_path):
+    bundle = render_bundle(
+        pcs_config(nccl_env={"NCCL_DEBUG": "INFO"}, fork_enomem=True, hugepages_2m=None), tmp_path
+    ).directory
+    expected = preset_environment(
+        "p5.48xlarge", versions=SoftwareVersions(), fork_enomem=True, overrides={"NCCL_DEBUG": "INFO"}
+    )
+    lines = (bundle / "instances/p5.48xlarge/nccl.env").read_text().splitlines()
+    assert dict(line.split("=", 1) for line in lines if not line.startswith("#")) == expected
+    assert expected["FI_EFA_USE_HUGE_PAGE"] == "0"
+    assert "export NCCL_DEBUG='INFO'" in (bundle / "instances/p5.48xlarge/profile.sh").read_text()
+
+
+def test_rdmav_override_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="RDMAV_"):
+        render_bundle(pcs_config(nccl_env={"RDMAV_FORK_SAFE": "1"}), tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"target": "slurm"}, "target: got 'slurm', allowed: pcs"),
+        ({"os": "debian12"}, "os: got 'debian12' for target 'pcs'"),
+        ({"groups": (NodeGroup(name="gpu", instance_type="p9.huge"),)}, "unknown instance type 'p9.huge'"),
+        ({"checksums": {"efa-installer": "abc"}}, "checksums.efa-installer: got 'abc'"),
+        ({"fork_enomem": True, "hugepages_2m": 128}, "must be unset with fork_enomem"),
+        ({"groups": ()}, "groups: got none for target 'pcs'"),
+    ],
+)
+def test_config_names_what_it_got_and_what_is_allowed(changes, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        pcs_config(**changes)
+
+
+def test_local_cluster_keeps_the_host_untouched():
+    with pytest.raises(ValueError, match="local.prefix: got '/'"):
+        LocalCluster(prefix="/", nodes=(LocalNode(name="n1", address="10.0.0.2"),), controller_address="10.0.0.1")
+    with pytest.raises(ValueError, match="slurmctld_port and slurmd_port must differ"):
+        LocalCluster(
+            prefix="/x",
+            nodes=(LocalNode(name="n1", address="10.0.0.2"),),
+            controller_address="10.0.0.1",
+            slurmctld_port=7000,
+            slurmd_port=7000,
+        )
+
+
+def test_cluster_env_script_round_trips_through_the_node_parser(tmp_path):
+    values = {"KILN_CLUSTER_NAME": "llm", "KILN_FSX_DNS": "${Token[TOKEN.42]}", "KILN_REGION": "us-east-1"}
+    target = tmp_path / "etc/kiln/cluster.env"
+    subprocess.run(["bash", "-c", cluster_env_script(values, path=str(target))], check=True)
+    read_back = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f"set -euo pipefail; source {SCRIPTS_DIR}/lib.sh; load_env_file {target}; "
+            'printf "%s|%s|%s" "$KILN_CLUSTER_NAME" "$KILN_FSX_DNS" "$KILN_REGION"',
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "KILN_ROOT": str(tmp_path)},
+    )
+    assert read_back.stdout == "llm|${Token[TOKEN.42]}|us-east-1"
+    with pytest.raises(ValueError, match="got variable 'FSX_DNS', allowed: KILN_CLUSTER_NAME"):
+        cluster_env_script({"FSX_DNS": "x"})
+    with pytest.raises(ValueError, match="no single quotes"):
+        cluster_env_script({"KILN_CLUSTER_NAME": "it's"})
+
+
+def test_spec_adapter_maps_backend_groups_and_pins():
+    config = config_from_spec(load_spec(EXAMPLES / "p5-hyperpod-slurm.yaml"))
+    assert config.target == "hyperpod"
+    assert config.instance_types == ("m5.8xlarge", "m5.2xlarge", "p5.48xlarge")
+    assert config.lustre and config.software.efa_installer and config.software.pyxis
+    with pytest.raises(ValueError, match="orchestrator 'eks'"):
+        config_from_spec(load_spec(EXAMPLES / "p5-hyperpod-eks.yaml"))
+
+
+def _cli(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="kiln")
+    register(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(list(argv))
+
+
+def test_cli_renders_a_target(tmp_path, capsys):
+    args = _cli(
+        "bootstrap",
+        "render",
+        "--spec",
+        str(EXAMPLES / "p5-pcs.yaml"),
+        "--target",
+        "pcs",
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert args.func(args) == 0
+    assert capsys.readouterr().out.strip() == f"{tmp_path / 'out'}/pcs-user-data.sh"
+
+
+def test_cli_local_target_renders_n_nodes(tmp_path):
+    args = _cli(
+        "bootstrap",
+        "render",
+        "--spec",
+        str(EXAMPLES / "quickstart.yaml"),
+        "--target",
+        "local",
+        "--out",
+        str(tmp_path / "out"),
+        "--local-nodes",
+        "4",
+        "--local-prefix",
+        str(tmp_path / "state"),
+    )
+    assert args.func(args) == 0
+    assert (tmp_path / "out/slurm/slurm.conf").read_text().count("NodeName=") == 4
+
+
+def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys):
+    args = _cli(
+        "bootstrap",
+        "render",
+        "--spec",
+        str(EXAMPLES / "p5-pcs.yaml"),
+        "--target",
+        "eks",
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert args.func(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "target: got 'eks' for a 'pcs' spec" in err

@@ -1,0 +1,111 @@
+"""Target-specific runs: the local cluster under its prefix, and HyperPod roles from resource_config.json."""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+
+from kiln.bootstrap.config import NodeGroup
+from kiln.bootstrap.render import render_bundle
+from tests.bootstrap.conftest import CLUSTER_ENV, make_node, pcs_config
+from tests.bootstrap.test_render import local_config
+
+
+def test_local_configure_writes_a_complete_private_slurm_setup(tmp_path):
+    bundle = render_bundle(local_config(nodes=2, prefix="/unused"), tmp_path / "bundle").directory
+    node = make_node(tmp_path / "node", bundle, cluster_env={}, os_release='ID=debian\nVERSION_ID="12"\n')
+    node.env["KILN_OS_RELEASE"] = str(node.root / "etc/os-release")
+    (node.root / "etc/kiln/cluster.env").unlink()
+    result = node.run("--phase", "configure", entry="local-node.sh")
+    assert result.returncode == 0, result.stderr
+    conf = (node.root / "etc/slurm/slurm.conf").read_text()
+    assert "@KILN_" not in conf
+    assert "ClusterName=kiln-local" in conf
+    assert "SlurmctldHost=node1(10.77.0.1)" in conf
+    assert f"StateSaveLocation={node.root}/var/spool/slurmctld" in conf
+    assert f"AuthInfo=socket={node.root}/run/munge/munge.socket.2" in conf
+    key = node.root / "etc/munge/munge.key"
+    assert key.stat().st_size == 1024 and stat.S_IMODE(key.stat().st_mode) == 0o600
+    for directory in ("var/spool/slurmctld", "var/spool/slurmd", "var/log/slurm", "run/slurm", "run/munge"):
+        assert (node.root / directory).is_dir(), directory
+    assert node.mutating_calls() == [], "the local cluster's configure must start nothing"
+    first_key = key.read_bytes()
+    again = node.run("--phase", "configure", entry="local-node.sh")
+    assert again.returncode == 0
+    assert key.read_bytes() == first_key, "a second run must keep the munge key"
+
+
+def test_local_install_takes_slurm_and_munge_from_debian_packages_only_when_missing(tmp_path):
+    bundle = render_bundle(local_config(nodes=1), tmp_path / "bundle").directory
+    node = make_node(tmp_path / "node", bundle, cluster_env={}, os_release='ID=debian\nVERSION_ID="12"\n')
+    (node.root / "etc/kiln/cluster.env").unlink()
+    (node.state / "pkgs").mkdir()
+    for package in ("slurmctld", "slurmd", "slurm-client"):
+        node.set_state(f"pkgs/{package}", "22.05.8-4")
+    result = node.run("install_slurm", "install_munge", KILN_OS_RELEASE=str(node.root / "etc/os-release"))
+    assert result.returncode == 0, result.stderr
+    installs = [c for c in node.calls() if c.startswith("apt-get") and " install " in c]
+    assert len(installs) == 1 and installs[0].endswith(" install --no-install-recommends munge")
+
+
+def hyperpod_node(tmp_path, addresses: str):
+    config = pcs_config(target="hyperpod", groups=(NodeGroup(name="gpu", instance_type="p5.48xlarge", max_count=4),))
+    bundle = render_bundle(config, tmp_path / "bundle").directory
+    node = make_node(tmp_path / "node", bundle)
+    resources = {
+        "InstanceGroups": [
+            {"Name": "controller", "Instances": [{"CustomerIpAddress": "10.1.0.9"}]},
+            {"Name": "gpu", "Instances": [{"CustomerIpAddress": "10.1.0.5"}, {"CustomerIpAddress": "10.1.0.6"}]},
+        ]
+    }
+    path = node.root / "opt/ml/config/resource_config.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(resources))
+    node.env["SHIM_ADDRESSES"] = addresses
+    return node
+
+
+def test_hyperpod_worker_joins_its_group_as_a_dynamic_node(tmp_path):
+    node = hyperpod_node(tmp_path, "10.1.0.5")
+    shared = node.root / "fsx/.kiln/munge.key"
+    shared.parent.mkdir(parents=True)
+    shared.write_bytes(b"k" * 1024)
+    result = node.run("configure_munge", "configure_slurm")
+    assert result.returncode == 0, result.stderr
+    assert "role worker" in node.log.read_text()
+    assert (node.root / "etc/munge/munge.key").read_bytes() == shared.read_bytes()
+    conf = (node.root / "opt/slurm/etc/slurm.conf").read_text()
+    assert "SlurmctldHost=ip-10-1-0-9(10.1.0.9)" in conf
+    unit = (node.root / "etc/systemd/system/slurmd.service.d/kiln.conf").read_text()
+    assert '-Z --conf "Feature=gpu Gres=gpu:8"' in unit
+    assert "systemctl enable --now slurmd" in node.calls()
+
+
+def test_hyperpod_controller_creates_the_shared_munge_key_and_starts_slurmctld(tmp_path):
+    node = hyperpod_node(tmp_path, "10.1.0.9")
+    result = node.run("configure_munge", "configure_slurm")
+    assert result.returncode == 0, result.stderr
+    assert "role controller" in node.log.read_text()
+    assert (node.root / "fsx/.kiln/munge.key").stat().st_size == 1024
+    assert "systemctl enable --now slurmctld" in node.calls()
+
+
+@pytest.mark.parametrize(("node_type", "role"), [("HeadNode", "controller"), ("ComputeFleet", "worker")])
+def test_parallelcluster_role_comes_from_cfnconfig(tmp_path, node_type, role):
+    bundle = render_bundle(pcs_config(target="parallelcluster"), tmp_path / "bundle").directory
+    node = make_node(tmp_path / "node", bundle)
+    cfnconfig = node.root / "etc/parallelcluster/cfnconfig"
+    cfnconfig.parent.mkdir(parents=True)
+    cfnconfig.write_text(f"cfn_region=us-east-1\ncfn_node_type={node_type}\n")
+    result = node.run("configure_training_env")
+    assert result.returncode == 0, result.stderr
+    assert f"role {role}" in node.log.read_text()
+
+
+def test_explicit_role_must_be_known(tmp_path, pcs_bundle):
+    node = make_node(tmp_path, pcs_bundle, cluster_env={**CLUSTER_ENV, "KILN_NODE_ROLE": "boss"})
+    result = node.run("configure_training_env")
+    assert result.returncode != 0
+    assert "KILN_NODE_ROLE: got 'boss', allowed: controller, login, worker" in result.stderr
