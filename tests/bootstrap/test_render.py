@@ -9,15 +9,13 @@ from pathlib import Path
 import pytest
 
 from kiln.bootstrap.cli import register
-from kiln.bootstrap.cluster_env import cluster_env_script
 from kiln.bootstrap.config import BootstrapConfig, LocalCluster, LocalNode, NodeGroup, config_from_spec
 from kiln.bootstrap.render import SCRIPTS_DIR, render_bundle
 from kiln.catalog import SoftwareVersions, preset_environment
 from kiln.spec import load_spec
-from tests.bootstrap.conftest import pcs_config
+from tests.bootstrap.conftest import SHELLCHECK, pcs_config
 
 ROOT = Path(__file__).resolve().parents[2]
-SHELLCHECK = ROOT / ".venv" / "bin" / "shellcheck"
 EXAMPLES = ROOT / "examples"
 
 
@@ -172,29 +170,6 @@ def test_local_cluster_keeps_the_host_untouched():
             slurmctld_port=7000,
             slurmd_port=7000,
         )
-
-
-def test_cluster_env_script_round_trips_through_the_node_parser(tmp_path):
-    values = {"KILN_CLUSTER_NAME": "llm", "KILN_FSX_DNS": "${Token[TOKEN.42]}", "KILN_REGION": "us-east-1"}
-    target = tmp_path / "etc/kiln/cluster.env"
-    subprocess.run(["bash", "-c", cluster_env_script(values, path=str(target))], check=True)
-    read_back = subprocess.run(
-        [
-            "bash",
-            "-c",
-            f"set -euo pipefail; source {SCRIPTS_DIR}/lib.sh; load_env_file {target}; "
-            'printf "%s|%s|%s" "$KILN_CLUSTER_NAME" "$KILN_FSX_DNS" "$KILN_REGION"',
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={"PATH": "/usr/bin:/bin", "KILN_ROOT": str(tmp_path)},
-    )
-    assert read_back.stdout == "llm|${Token[TOKEN.42]}|us-east-1"
-    with pytest.raises(ValueError, match="got variable 'FSX_DNS', allowed: KILN_CLUSTER_NAME"):
-        cluster_env_script({"FSX_DNS": "x"})
-    with pytest.raises(ValueError, match="no single quotes"):
-        cluster_env_script({"KILN_CLUSTER_NAME": "it's"})
 
 
 def test_spec_adapter_maps_backend_groups_and_pins():
