@@ -11,6 +11,10 @@ BIN := $(VENV)/bin
 DEBIAN_PACKAGES ?= slurm-client
 NODE_PACKAGES ?= nodejs npm
 
+# ParallelCluster's official config schema, at the version kiln's construct pins (its one place).
+# It installs without its dependencies, which would pull CDK v1 and an old jsii next to aws-cdk-lib 2.
+PCLUSTER_VERSION := $(shell sed -n 's/^PARALLELCLUSTER_VERSION = "\(.*\)"/\1/p' kiln/constructs/parallelcluster.py)
+
 # The pinned Node 22 and the venv come first, for jsii and for `npx cdk` (cdk.json runs python3).
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(BIN):$(PATH)
 
@@ -28,10 +32,11 @@ system-deps:
 	  else echo "missing Debian packages (install as root): $$missing"; exit 1; fi; \
 	fi
 
-$(BIN)/.installed: pyproject.toml
+$(BIN)/.installed: pyproject.toml kiln/constructs/parallelcluster.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[launcher,dev]'
+	$(BIN)/pip install --quiet --no-deps aws-parallelcluster==$(PCLUSTER_VERSION)
 	touch $@
 
 node_modules/.installed: package.json package-lock.json

@@ -30,6 +30,10 @@ ALL = (
 )
 
 
+def context(spec: Path) -> dict[str, str]:
+    return {"CDK_CONTEXT_JSON": json.dumps({"spec": str(spec)})}
+
+
 def timed(argv: list[str], extra_env: dict[str, str] | None = None) -> float:
     started = time.perf_counter()
     subprocess.run(argv, cwd=ROOT, env={**ENV, **(extra_env or {})}, check=True, capture_output=True)
@@ -47,7 +51,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as out:
         empty = median_of(args.repeat, [sys.executable, "-c", EMPTY], {"CDK_OUTDIR": out})
         per_spec = {
-            path.stem: median_of(args.repeat, [sys.executable, "app.py"], {"CDK_OUTDIR": out, "CDK_CONTEXT_JSON": json.dumps({"spec": str(path)})})
+            path.stem: median_of(args.repeat, [sys.executable, "app.py"], {"CDK_OUTDIR": out, **context(path)})
             for path in EXAMPLES
         }
     all_specs = median_of(args.repeat, [sys.executable, "-c", ALL, *map(str, EXAMPLES)])

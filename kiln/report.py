@@ -49,7 +49,7 @@ def run_report(files: Sequence[str], *, lint: bool = True) -> int:
         totals["acknowledged"] += len(nag.acknowledged)
         for result in results:
             lint_cell = f"{len(result.cfn_lint_errors)}/{len(result.cfn_lint_warnings)}" if lint else "skipped"
-            nag_cell = f"{len(nag.violations)}/{len(nag.acknowledged)}"
+            nag_cell = f"{len(nag.violations)}/{nag.acknowledged_in(result.name)}"
             rows.append((path, result.name, str(result.resources), lint_cell, nag_cell, f"{seconds:.1f}"))
             details.extend(result.cfn_lint_errors + result.cfn_lint_warnings)
             totals["stacks"] += 1

@@ -34,6 +34,11 @@ class NagReport:
 
     violations: list[str]
     acknowledged: list[tuple[str, str]]
+    acknowledged_at: list[str] = field(default_factory=list)
+
+    def acknowledged_in(self, stack: str) -> int:
+        """Return how many acknowledged findings lie in STACK."""
+        return sum(1 for path in self.acknowledged_at if path.split("/", 1)[0] == stack)
 
 
 def nag_report(outdir: Path) -> NagReport:
@@ -42,7 +47,7 @@ def nag_report(outdir: Path) -> NagReport:
     if not path.exists():
         return NagReport(violations=[], acknowledged=[])
     report = json.loads(path.read_text())
-    violations, acknowledged = [], []
+    violations, acknowledged, acknowledged_at = [], [], []
     for plugin in report.get("pluginReports", []):
         if plugin["pluginName"] != "AwsSolutions":
             continue
@@ -51,7 +56,8 @@ def nag_report(outdir: Path) -> NagReport:
                 violations.append(f"{item['ruleName']} at {where['constructPath']}")
         for item in plugin.get("suppressedViolations", []):
             acknowledged.append((item.get("acknowledgedId", item["ruleName"]), item.get("reason", "")))
-    return NagReport(violations=violations, acknowledged=acknowledged)
+            acknowledged_at.extend(where["constructPath"] for where in item.get("violatingConstructs", [])[:1])
+    return NagReport(violations=violations, acknowledged=acknowledged, acknowledged_at=acknowledged_at)
 
 
 def synthesize(spec: ClusterSpec, outdir: Path | None = None, *, nag: bool = True) -> tuple[cdk.App, Path]:

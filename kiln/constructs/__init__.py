@@ -7,10 +7,14 @@ from kiln.constructs.efa import (
     EfaSecurityGroup,
     EfaSecurityGroupProps,
 )
+from kiln.constructs.launch_template import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
 from kiln.constructs.lustre import DataRepositoryLink, LustreFileSystem, LustreFileSystemProps
 from kiln.constructs.network import ExistingNetwork, TrainingVpc, TrainingVpcProps
 
 __all__ = [
+    "CapacityOption",
+    "EfaLaunchTemplate",
+    "EfaLaunchTemplateProps",
     "ClusterPlacementGroup",
     "ClusterPlacementGroupProps",
     "DataBucket",

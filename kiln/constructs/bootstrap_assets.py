@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
+import atexit
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,10 +39,10 @@ class BootstrapAssets(Construct):
         super().__init__(scope, construct_id)
         if not isinstance(props, BootstrapAssetsProps):
             raise ValueError(f"props: got {type(props).__name__}, allowed: BootstrapAssetsProps")
-        # The staging directory is named after the config, so a second synth of the same
-        # config reuses it and the asset hash only changes with the bundle's content.
-        digest = hashlib.sha256(repr(props.config).encode()).hexdigest()[:16]
-        staging = Path(tempfile.gettempdir()) / "kiln-bootstrap" / f"{props.config.target}-{digest}"
+        # A private directory per synth: parallel synths never share it, and a changed script is never
+        # served from an old render. The asset hash comes from the content, so it is stable all the same.
+        staging = Path(tempfile.mkdtemp(prefix=f"kiln-bootstrap-{props.config.target}-"))
+        atexit.register(shutil.rmtree, staging, ignore_errors=True)
         bundle = render_bundle(props.config, staging)
         self.unverified_artifacts = bundle.unverified_artifacts
         self.entry_point: str = bundle.entry_point

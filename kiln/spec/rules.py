@@ -158,6 +158,13 @@ def _group(spec: ClusterSpec, index: int) -> Iterator[Problem]:
         yield _p(
             (*path, "placement_group"), f"needs an EFA instance type (got {group.instance_type}, which has no EFA)"
         )
+    static_block = group.min_count == group.max_count > 0
+    if spec.compute.backend == "parallelcluster" and group.capacity.type == "capacity-block" and not static_block:
+        yield _p(
+            (*path, "min_count"),
+            f"must equal max_count and be above 0 for a capacity block on parallelcluster "
+            f"(got {group.min_count} and {group.max_count}); ParallelCluster runs them as static nodes",
+        )
     if spec.compute.backend == "hyperpod" and not facts.hyperpod:
         yield _p((*path, "instance_type"), f"SageMaker HyperPod does not offer ml.{group.instance_type}")
 

@@ -16,9 +16,9 @@ from kiln.constructs import (
     TrainingVpc,
     TrainingVpcProps,
 )
+from kiln.constructs._ids import hashed_id
 from kiln.spec import ClusterSpec
 from kiln.spec.models import ComputeGroup
-from kiln.stacks.naming import hashed_id
 
 RESERVED_CAPACITY = ("capacity-block", "reservation")
 

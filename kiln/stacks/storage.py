@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from kiln.constructs import DataBucket, DataBucketProps, DataRepositoryLink, LustreFileSystem, LustreFileSystemProps
@@ -33,6 +34,7 @@ class StorageStack(cdk.Stack):
         retain = spec.storage.bucket.retain
         self.bucket = DataBucket(self, "Data", DataBucketProps(bucket_name=spec.storage.bucket.name, retain=retain))
         self.lustre: LustreFileSystem | None = None
+        self.lustre_clients: ec2.SecurityGroup | None = None
         cdk.CfnOutput(self, "BucketName", value=self.bucket.bucket_name)
         fs = spec.storage.lustre
         if fs is None:
@@ -53,6 +55,14 @@ class StorageStack(cdk.Stack):
                 retain=retain,
             ),
         )
+        # Nodes join this group to mount Lustre; owning it here keeps compute -> storage one-way.
+        self.lustre_clients = ec2.SecurityGroup(
+            self,
+            "LustreClients",
+            vpc=network.training_vpc.vpc,
+            description="Members may mount the FSx for Lustre file system",
+        )
+        self.lustre.allow_from(self.lustre_clients)
         cdk.CfnOutput(self, "FileSystemId", value=self.lustre.file_system_id)
         cdk.CfnOutput(self, "FileSystemDnsName", value=self.lustre.dns_name)
         cdk.CfnOutput(self, "FileSystemMountName", value=self.lustre.mount_name)

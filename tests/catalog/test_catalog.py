@@ -41,7 +41,9 @@ def test_required_types_are_known() -> None:
     assert set(REQUIRED) <= set(known_instance_types())
 
 
-@pytest.mark.parametrize(("name", "accelerator", "count", "cards", "efa", "nvlink"), EXPECTED, ids=[e[0] for e in EXPECTED])
+@pytest.mark.parametrize(
+    ("name", "accelerator", "count", "cards", "efa", "nvlink"), EXPECTED, ids=[e[0] for e in EXPECTED]
+)
 def test_facts_match_aws(name: str, accelerator: str, count: int, cards: int, efa: int, nvlink: int | None) -> None:
     facts = instance_type(name)
     assert (facts.accelerator.name, facts.accelerator.count) == (accelerator, count)
@@ -98,7 +100,9 @@ class TestPresets:
         assert "NCCL_PROTO" not in env
 
     def test_old_aws_ofi_nccl_forces_efa_provider_and_simple_protocol(self) -> None:
-        env = preset_environment("p4d.24xlarge", versions=SoftwareVersions(aws_ofi_nccl="1.5.0-aws", libfabric="1.16.1"))
+        env = preset_environment(
+            "p4d.24xlarge", versions=SoftwareVersions(aws_ofi_nccl="1.5.0-aws", libfabric="1.16.1")
+        )
         assert env["FI_PROVIDER"] == "efa" and env["NCCL_PROTO"] == "simple" and env["FI_EFA_USE_DEVICE_RDMA"] == "1"
 
     def test_pcie_types_use_cuda_memcpy_for_shm(self) -> None:
@@ -118,7 +122,8 @@ class TestPresets:
 
 
 def test_catalog_imports_only_the_standard_library() -> None:
-    code = "import sys, kiln.catalog; bad = [m for m in sys.modules if m.split('.')[0] in {'aws_cdk', 'boto3', 'pydantic', 'yaml', 'jsii'}]; print(bad)"
+    heavy = "{'aws_cdk', 'boto3', 'pydantic', 'yaml', 'jsii'}"
+    code = f"import sys, kiln.catalog; print([m for m in sys.modules if m.split('.')[0] in {heavy}])"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 

@@ -33,22 +33,31 @@ def test_vpc_has_public_and_private_subnets_in_two_azs_compute_first(new_vpc) ->
     assert vpc.availability_zone == "us-east-1c"
     assert {s.availability_zone for s in vpc.vpc.private_subnets} == {"us-east-1c", "us-east-1a"}
     subnet = vpc.compute_subnet.node.default_child
-    template.has_resource_properties("AWS::EC2::Subnet", {"AvailabilityZone": "us-east-1c", "CidrBlock": subnet.cidr_block, "MapPublicIpOnLaunch": False})
+    template.has_resource_properties(
+        "AWS::EC2::Subnet",
+        {"AvailabilityZone": "us-east-1c", "CidrBlock": subnet.cidr_block, "MapPublicIpOnLaunch": False},
+    )
     assert subnet.cidr_block.endswith("/18")
 
 
 def test_one_nat_gateway_and_an_s3_gateway_endpoint(new_vpc) -> None:
     _, _, _, template = new_vpc
     template.resource_count_is("AWS::EC2::NatGateway", 1)
-    template.has_resource_properties("AWS::EC2::VPCEndpoint", {
-        "VpcEndpointType": "Gateway",
-        "ServiceName": Match.object_like({"Fn::Join": Match.array_with([Match.array_with([".s3"])])}),
-    })
+    template.has_resource_properties(
+        "AWS::EC2::VPCEndpoint",
+        {
+            "VpcEndpointType": "Gateway",
+            "ServiceName": Match.object_like({"Fn::Join": Match.array_with([Match.array_with([".s3"])])}),
+        },
+    )
 
 
 def test_flow_logs_capture_all_traffic_into_a_retained_log_group(new_vpc) -> None:
     vpc, _, _, template = new_vpc
-    template.has_resource_properties("AWS::EC2::FlowLog", {"TrafficType": "ALL", "ResourceType": "VPC", "ResourceId": {"Ref": logical_id(vpc.vpc.node.default_child)}})
+    template.has_resource_properties(
+        "AWS::EC2::FlowLog",
+        {"TrafficType": "ALL", "ResourceType": "VPC", "ResourceId": {"Ref": logical_id(vpc.vpc.node.default_child)}},
+    )
     template.has_resource("AWS::Logs::LogGroup", {"Properties": {"RetentionInDays": 365}, "DeletionPolicy": "Retain"})
 
 
@@ -63,17 +72,25 @@ def test_efa_group_allows_all_traffic_to_and_from_itself_only(new_vpc) -> None:
     self_ref = get_att(group, "GroupId")
     ingress = template.find_resources("AWS::EC2::SecurityGroupIngress")
     rules = [r["Properties"] for r in ingress.values() if r["Properties"]["GroupId"] == self_ref]
-    assert rules == [{"IpProtocol": "-1", "GroupId": self_ref, "SourceSecurityGroupId": self_ref, "Description": "EFA peers"}]
+    assert rules == [
+        {"IpProtocol": "-1", "GroupId": self_ref, "SourceSecurityGroupId": self_ref, "Description": "EFA peers"}
+    ]
     egress = template.find_resources("AWS::EC2::SecurityGroupEgress")
     out = [r["Properties"] for r in egress.values() if r["Properties"]["GroupId"] == self_ref]
-    assert out == [{"IpProtocol": "-1", "GroupId": self_ref, "DestinationSecurityGroupId": self_ref, "Description": "EFA peers"}]
+    assert out == [
+        {"IpProtocol": "-1", "GroupId": self_ref, "DestinationSecurityGroupId": self_ref, "Description": "EFA peers"}
+    ]
     props = template.find_resources("AWS::EC2::SecurityGroup")[logical_id(group)]["Properties"]
     assert "SecurityGroupIngress" not in props and "SecurityGroupEgress" not in props
 
 
 def test_no_ingress_from_the_internet_anywhere(new_vpc) -> None:
     _, _, _, template = new_vpc
-    inline = [rule for sg in template.find_resources("AWS::EC2::SecurityGroup").values() for rule in sg["Properties"].get("SecurityGroupIngress", [])]
+    inline = [
+        rule
+        for sg in template.find_resources("AWS::EC2::SecurityGroup").values()
+        for rule in sg["Properties"].get("SecurityGroupIngress", [])
+    ]
     standalone = [r["Properties"] for r in template.find_resources("AWS::EC2::SecurityGroupIngress").values()]
     assert all(rule.get("CidrIp") != "0.0.0.0/0" and rule.get("CidrIpv6") != "::/0" for rule in inline + standalone)
 
@@ -81,12 +98,16 @@ def test_no_ingress_from_the_internet_anywhere(new_vpc) -> None:
 def test_cluster_placement_group(new_vpc) -> None:
     _, _, placement, template = new_vpc
     template.has_resource_properties("AWS::EC2::PlacementGroup", {"Strategy": "cluster"})
-    assert logical_id(placement.placement_group.node.default_child) in template.find_resources("AWS::EC2::PlacementGroup")
+    assert logical_id(placement.placement_group.node.default_child) in template.find_resources(
+        "AWS::EC2::PlacementGroup"
+    )
 
 
 def test_imported_vpc_creates_nothing_and_uses_the_given_subnet() -> None:
     st = stack("Imported")
-    existing = ExistingNetwork(vpc_id="vpc-0123456789abcdef0", private_subnet_id="subnet-0123456789abcdef0", availability_zone="us-east-1d")
+    existing = ExistingNetwork(
+        vpc_id="vpc-0123456789abcdef0", private_subnet_id="subnet-0123456789abcdef0", availability_zone="us-east-1d"
+    )
     vpc = TrainingVpc(st, "Vpc", TrainingVpcProps(existing=existing))
     EfaSecurityGroup(st, "Efa", EfaSecurityGroupProps(vpc=vpc.vpc))
     template = Template.from_stack(st)

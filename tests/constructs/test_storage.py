@@ -29,31 +29,68 @@ def storage():
     bucket = DataBucket(st, "Data")
     role = iam.Role(st, "Reader", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"))
     bucket.grant_read(role, "datasets/*")
-    persistent = LustreFileSystem(st, "Persistent", LustreFileSystemProps(
-        vpc=net.vpc, subnet=net.compute_subnet, storage_gib=2400, efa=True, efa_security_group=efa.security_group,
-        data_repository=DataRepositoryLink(bucket=bucket.bucket),
-    ))
+    persistent = LustreFileSystem(
+        st,
+        "Persistent",
+        LustreFileSystemProps(
+            vpc=net.vpc,
+            subnet=net.compute_subnet,
+            storage_gib=2400,
+            efa=True,
+            efa_security_group=efa.security_group,
+            data_repository=DataRepositoryLink(bucket=bucket.bucket),
+        ),
+    )
     client = ec2.SecurityGroup(st, "Client", vpc=net.vpc)
     persistent.allow_from(client)
-    scratch = LustreFileSystem(st, "Scratch", LustreFileSystemProps(
-        vpc=net.vpc, subnet=net.compute_subnet, deployment="SCRATCH_2", compression="NONE", retain=False,
-        data_repository=DataRepositoryLink(bucket=bucket.bucket, prefix="team/", file_system_path="/data", auto_export=False),
-    ))
-    return {"bucket": bucket, "role": role, "persistent": persistent, "scratch": scratch, "client": client, "efa": efa, "template": Template.from_stack(st)}
+    scratch = LustreFileSystem(
+        st,
+        "Scratch",
+        LustreFileSystemProps(
+            vpc=net.vpc,
+            subnet=net.compute_subnet,
+            deployment="SCRATCH_2",
+            compression="NONE",
+            retain=False,
+            data_repository=DataRepositoryLink(
+                bucket=bucket.bucket, prefix="team/", file_system_path="/data", auto_export=False
+            ),
+        ),
+    )
+    return {
+        "bucket": bucket,
+        "role": role,
+        "persistent": persistent,
+        "scratch": scratch,
+        "client": client,
+        "efa": efa,
+        "template": Template.from_stack(st),
+    }
 
 
 def _bucket(storage) -> dict:
-    return storage["template"].find_resources("AWS::S3::Bucket")[logical_id(storage["bucket"].bucket.node.default_child)]
+    return storage["template"].find_resources("AWS::S3::Bucket")[
+        logical_id(storage["bucket"].bucket.node.default_child)
+    ]
 
 
 def test_bucket_is_encrypted_versioned_private_and_retained(storage) -> None:
     bucket = _bucket(storage)
     props = bucket["Properties"]
-    assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"] == {"SSEAlgorithm": "AES256"}
+    assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]["ServerSideEncryptionByDefault"] == {
+        "SSEAlgorithm": "AES256"
+    }
     assert props["VersioningConfiguration"] == {"Status": "Enabled"}
-    assert props["PublicAccessBlockConfiguration"] == {"BlockPublicAcls": True, "BlockPublicPolicy": True, "IgnorePublicAcls": True, "RestrictPublicBuckets": True}
+    assert props["PublicAccessBlockConfiguration"] == {
+        "BlockPublicAcls": True,
+        "BlockPublicPolicy": True,
+        "IgnorePublicAcls": True,
+        "RestrictPublicBuckets": True,
+    }
     assert (bucket["DeletionPolicy"], bucket["UpdateReplacePolicy"]) == ("Retain", "Retain")
-    assert props["LoggingConfiguration"]["DestinationBucketName"] == ref(storage["bucket"].access_log_bucket.node.default_child)
+    assert props["LoggingConfiguration"]["DestinationBucketName"] == ref(
+        storage["bucket"].access_log_bucket.node.default_child
+    )
 
 
 def test_bucket_aborts_incomplete_uploads_and_expires_old_versions(storage) -> None:
@@ -64,24 +101,44 @@ def test_bucket_aborts_incomplete_uploads_and_expires_old_versions(storage) -> N
 
 def test_bucket_refuses_plain_http_and_old_tls(storage) -> None:
     bucket_id = logical_id(storage["bucket"].bucket.node.default_child)
-    storage["template"].has_resource_properties("AWS::S3::BucketPolicy", {
-        "Bucket": {"Ref": bucket_id},
-        "PolicyDocument": {"Statement": Match.array_with([
-            Match.object_like({"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}),
-            Match.object_like({"Effect": "Deny", "Condition": {"NumericLessThan": {"s3:TlsVersion": 1.2}}}),
-        ])},
-    })
+    storage["template"].has_resource_properties(
+        "AWS::S3::BucketPolicy",
+        {
+            "Bucket": {"Ref": bucket_id},
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like({"Effect": "Deny", "Condition": {"Bool": {"aws:SecureTransport": "false"}}}),
+                        Match.object_like({"Effect": "Deny", "Condition": {"NumericLessThan": {"s3:TlsVersion": 1.2}}}),
+                    ]
+                )
+            },
+        },
+    )
 
 
 def test_grant_read_is_scoped_to_the_prefix(storage) -> None:
     bucket_id = logical_id(storage["bucket"].bucket.node.default_child)
-    storage["template"].has_resource_properties("AWS::IAM::Policy", {
-        "Roles": [ref(storage["role"].node.default_child)],
-        "PolicyDocument": {"Statement": Match.array_with([Match.object_like({
-            "Action": Match.array_with(["s3:GetObject*"]),
-            "Resource": Match.array_with([{"Fn::Join": ["", [{"Fn::GetAtt": [bucket_id, "Arn"]}, "/datasets/*"]]}]),
-        })])},
-    })
+    storage["template"].has_resource_properties(
+        "AWS::IAM::Policy",
+        {
+            "Roles": [ref(storage["role"].node.default_child)],
+            "PolicyDocument": {
+                "Statement": Match.array_with(
+                    [
+                        Match.object_like(
+                            {
+                                "Action": Match.array_with(["s3:GetObject*"]),
+                                "Resource": Match.array_with(
+                                    [{"Fn::Join": ["", [{"Fn::GetAtt": [bucket_id, "Arn"]}, "/datasets/*"]]}]
+                                ),
+                            }
+                        )
+                    ]
+                )
+            },
+        },
+    )
 
 
 def test_unretained_bucket_is_emptied_and_deleted() -> None:
@@ -133,26 +190,41 @@ def test_scratch_lustre_has_no_throughput_backups_or_retention(storage) -> None:
 def test_lustre_ports_open_between_servers_and_to_clients(storage) -> None:
     group = get_att(storage["persistent"].security_group.node.default_child, "GroupId")
     client = get_att(storage["client"].node.default_child, "GroupId")
-    ingress = [r["Properties"] for r in storage["template"].find_resources("AWS::EC2::SecurityGroupIngress").values() if r["Properties"]["GroupId"] == group]
-    opened = {(r["SourceSecurityGroupId"] == group, r["FromPort"], r["ToPort"]) for r in ingress if r["IpProtocol"] == "tcp"}
+    ingress = [
+        r["Properties"]
+        for r in storage["template"].find_resources("AWS::EC2::SecurityGroupIngress").values()
+        if r["Properties"]["GroupId"] == group
+    ]
+    opened = {
+        (r["SourceSecurityGroupId"] == group, r["FromPort"], r["ToPort"]) for r in ingress if r["IpProtocol"] == "tcp"
+    }
     assert opened == {(True, 988, 1023), (False, 988, 988), (False, 1018, 1023)}
     assert all(r["SourceSecurityGroupId"] in (group, client) for r in ingress)
 
 
 def test_data_repository_imports_and_exports_the_bucket(storage) -> None:
     bucket_ref = ref(storage["bucket"].bucket.node.default_child)
-    storage["template"].has_resource_properties("AWS::FSx::DataRepositoryAssociation", {
-        "FileSystemId": ref(storage["persistent"].file_system.node.default_child),
-        "FileSystemPath": "/",
-        "DataRepositoryPath": {"Fn::Join": ["", ["s3://", bucket_ref, "/"]]},
-        "BatchImportMetaDataOnCreate": True,
-        "S3": {"AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]}, "AutoExportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]}},
-    })
-    storage["template"].has_resource_properties("AWS::FSx::DataRepositoryAssociation", {
-        "FileSystemPath": "/data",
-        "DataRepositoryPath": {"Fn::Join": ["", ["s3://", bucket_ref, "/team/"]]},
-        "S3": {"AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]}},
-    })
+    storage["template"].has_resource_properties(
+        "AWS::FSx::DataRepositoryAssociation",
+        {
+            "FileSystemId": ref(storage["persistent"].file_system.node.default_child),
+            "FileSystemPath": "/",
+            "DataRepositoryPath": {"Fn::Join": ["", ["s3://", bucket_ref, "/"]]},
+            "BatchImportMetaDataOnCreate": True,
+            "S3": {
+                "AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]},
+                "AutoExportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]},
+            },
+        },
+    )
+    storage["template"].has_resource_properties(
+        "AWS::FSx::DataRepositoryAssociation",
+        {
+            "FileSystemPath": "/data",
+            "DataRepositoryPath": {"Fn::Join": ["", ["s3://", bucket_ref, "/team/"]]},
+            "S3": {"AutoImportPolicy": {"Events": ["NEW", "CHANGED", "DELETED"]}},
+        },
+    )
 
 
 def test_attributes_resolve_to_the_file_system(storage) -> None:
@@ -165,15 +237,21 @@ def test_attributes_resolve_to_the_file_system(storage) -> None:
     assert fs.connections.security_groups == [fs.security_group]
 
 
-@pytest.mark.parametrize(("change", "message"), [
-    ({"storage_gib": 2000}, "storage_gib: got 2000; allowed: 1200 or a multiple of 2400"),
-    ({"throughput_per_tib": 300}, "throughput_per_tib: got 300; allowed: 125, 250, 500, 1000"),
-    ({"deployment": "SCRATCH_2", "throughput_per_tib": 125}, "throughput_per_tib: got 125; allowed: unset for SCRATCH_2"),
-    ({"deployment": "SCRATCH_2", "efa": True}, "efa: got True; allowed: False for SCRATCH_2"),
-    ({"efa": True}, "efa_security_group: got None; allowed: the EFA security group"),
-    ({"deployment": "PERSISTENT_1"}, "deployment: got 'PERSISTENT_1'; allowed: PERSISTENT_2, SCRATCH_2"),
-    ({"compression": "GZIP"}, "compression: got 'GZIP'; allowed: LZ4, NONE"),
-])
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"storage_gib": 2000}, "storage_gib: got 2000; allowed: 1200 or a multiple of 2400"),
+        ({"throughput_per_tib": 300}, "throughput_per_tib: got 300; allowed: 125, 250, 500, 1000"),
+        (
+            {"deployment": "SCRATCH_2", "throughput_per_tib": 125},
+            "throughput_per_tib: got 125; allowed: unset for SCRATCH_2",
+        ),
+        ({"deployment": "SCRATCH_2", "efa": True}, "efa: got True; allowed: False for SCRATCH_2"),
+        ({"efa": True}, "efa_security_group: got None; allowed: the EFA security group"),
+        ({"deployment": "PERSISTENT_1"}, "deployment: got 'PERSISTENT_1'; allowed: PERSISTENT_2, SCRATCH_2"),
+        ({"compression": "GZIP"}, "compression: got 'GZIP'; allowed: LZ4, NONE"),
+    ],
+)
 def test_invalid_lustre_props_name_value_and_allowed(storage, change: dict, message: str) -> None:
     vpc = storage["persistent"].props.vpc
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):

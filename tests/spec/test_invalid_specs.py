@@ -37,42 +37,177 @@ def with_change(path: str, value: object) -> dict:
 
 # (case id, spec, field the single error line must name, words it must contain)
 CASES = [
-    ("max-below-min", with_change("compute.groups.0.min_count", 4), "compute.groups[0].max_count", "must be >= min_count (got 2 < 4)"),
-    ("capacity-block-without-id", with_change("compute.groups.0.capacity", {"type": "capacity-block"}), "compute.groups[0].capacity.reservation_id", "is required"),
-    ("reservation-bad-id", with_change("compute.groups.0.capacity", {"type": "reservation", "reservation_id": "cr-123"}), "compute.groups[0].capacity.reservation_id", "cr-123"),
-    ("spot-with-id", with_change("compute.groups.0.capacity", {"type": "spot", "reservation_id": "cr-0123456789abcdef0"}), "compute.groups[0].capacity.reservation_id", "applies to capacity-block and reservation only"),
-    ("lustre-size", with_change("storage.lustre.storage_gib", 2000), "storage.lustre.storage_gib", "1200 or a multiple of 2400 for PERSISTENT_2 (got 2000)"),
-    ("lustre-throughput", with_change("storage.lustre.throughput_per_tib", 300), "storage.lustre.throughput_per_tib", "125, 250, 500, 1000 (got 300)"),
-    ("scratch-throughput", with_change("storage.lustre", {"deployment": "SCRATCH_2", "throughput_per_tib": 250}), "storage.lustre.throughput_per_tib", "PERSISTENT_2 only"),
-    ("efa-on-scratch", with_change("storage.lustre", {"deployment": "SCRATCH_2", "efa": True}), "storage.lustre.efa", "needs deployment PERSISTENT_2"),
-    ("az-outside-region", with_change("availability_zone", "us-west-2a"), "availability_zone", "must lie in region us-east-1"),
+    (
+        "max-below-min",
+        with_change("compute.groups.0.min_count", 4),
+        "compute.groups[0].max_count",
+        "must be >= min_count (got 2 < 4)",
+    ),
+    (
+        "capacity-block-without-id",
+        with_change("compute.groups.0.capacity", {"type": "capacity-block"}),
+        "compute.groups[0].capacity.reservation_id",
+        "is required",
+    ),
+    (
+        "reservation-bad-id",
+        with_change("compute.groups.0.capacity", {"type": "reservation", "reservation_id": "cr-123"}),
+        "compute.groups[0].capacity.reservation_id",
+        "cr-123",
+    ),
+    (
+        "spot-with-id",
+        with_change("compute.groups.0.capacity", {"type": "spot", "reservation_id": "cr-0123456789abcdef0"}),
+        "compute.groups[0].capacity.reservation_id",
+        "applies to capacity-block and reservation only",
+    ),
+    (
+        "lustre-size",
+        with_change("storage.lustre.storage_gib", 2000),
+        "storage.lustre.storage_gib",
+        "1200 or a multiple of 2400 for PERSISTENT_2 (got 2000)",
+    ),
+    (
+        "lustre-throughput",
+        with_change("storage.lustre.throughput_per_tib", 300),
+        "storage.lustre.throughput_per_tib",
+        "125, 250, 500, 1000 (got 300)",
+    ),
+    (
+        "scratch-throughput",
+        with_change("storage.lustre", {"deployment": "SCRATCH_2", "throughput_per_tib": 250}),
+        "storage.lustre.throughput_per_tib",
+        "PERSISTENT_2 only",
+    ),
+    (
+        "efa-on-scratch",
+        with_change("storage.lustre", {"deployment": "SCRATCH_2", "efa": True}),
+        "storage.lustre.efa",
+        "needs deployment PERSISTENT_2",
+    ),
+    (
+        "az-outside-region",
+        with_change("availability_zone", "us-west-2a"),
+        "availability_zone",
+        "must lie in region us-east-1",
+    ),
     ("az-without-region", with_change("region", "-"), "availability_zone", "needs region"),
-    ("vpc-without-subnet", with_change("network", {"vpc_id": "vpc-0123456789abcdef0"}), "network.private_subnet_id", "is required with vpc_id"),
-    ("orchestrator-on-pcs", with_change("compute.orchestrator", "slurm"), "compute.orchestrator", "applies to backend hyperpod only"),
-    ("duplicate-group", with_change("compute.groups", [{"name": "a", "instance_type": "g5.12xlarge"}, {"name": "a", "instance_type": "g5.12xlarge"}]), "compute.groups[1].name", "must be unique"),
+    (
+        "vpc-without-subnet",
+        with_change("network", {"vpc_id": "vpc-0123456789abcdef0"}),
+        "network.private_subnet_id",
+        "is required with vpc_id",
+    ),
+    (
+        "orchestrator-on-pcs",
+        with_change("compute.orchestrator", "slurm"),
+        "compute.orchestrator",
+        "applies to backend hyperpod only",
+    ),
+    (
+        "duplicate-group",
+        with_change(
+            "compute.groups",
+            [{"name": "a", "instance_type": "g5.12xlarge"}, {"name": "a", "instance_type": "g5.12xlarge"}],
+        ),
+        "compute.groups[1].name",
+        "must be unique",
+    ),
     ("no-groups", with_change("compute.groups", []), "compute.groups", "at least one group"),
-    ("unknown-instance", with_change("compute.groups.0.instance_type", "p5.48xlage"), "compute.groups[0].instance_type", "did you mean 'p5.48xlarge'"),
-    ("unknown-head-type", with_change("compute.head_node", {"instance_type": "m9.huge"}), "compute.head_node.instance_type", "unknown instance type 'm9.huge'"),
+    (
+        "unknown-instance",
+        with_change("compute.groups.0.instance_type", "p5.48xlage"),
+        "compute.groups[0].instance_type",
+        "did you mean 'p5.48xlarge'",
+    ),
+    (
+        "unknown-head-type",
+        with_change("compute.head_node", {"instance_type": "m9.huge"}),
+        "compute.head_node.instance_type",
+        "unknown instance type 'm9.huge'",
+    ),
     ("negative-ttl", with_change("ci", {"ttl_hours": -1}), "ci.ttl_hours", "must be more than 0"),
     ("zero-storage", with_change("storage.lustre.storage_gib", 0), "storage.lustre.storage_gib", "must be positive"),
-    ("unknown-key", with_change("compute.groups.0.max_cont", 3), "compute.groups[0].max_cont", "did you mean 'max_count'"),
+    (
+        "unknown-key",
+        with_change("compute.groups.0.max_cont", 3),
+        "compute.groups[0].max_cont",
+        "did you mean 'max_count'",
+    ),
     ("unknown-top-key", {**VALID, "netwrk": {}}, "netwrk", "did you mean 'network'"),
-    ("wrong-type", with_change("compute.groups.0.max_count", "many"), "compute.groups[0].max_count", "must be a whole number (got 'many')"),
-    ("bad-backend", with_change("compute.backend", "slurmy"), "compute.backend", "must be one of pcs, parallelcluster, hyperpod, eks"),
+    (
+        "wrong-type",
+        with_change("compute.groups.0.max_count", "many"),
+        "compute.groups[0].max_count",
+        "must be a whole number (got 'many')",
+    ),
+    (
+        "bad-backend",
+        with_change("compute.backend", "slurmy"),
+        "compute.backend",
+        "must be one of pcs, parallelcluster, hyperpod, eks",
+    ),
     ("bad-name", with_change("name", "LLM_Cluster"), "name", "a lowercase letter"),
     ("missing-compute", with_change("compute", "-"), "compute", "is required"),
-    ("placement-without-efa", with_change("compute.groups.0", {"name": "cpu", "instance_type": "m5.xlarge", "placement_group": True}), "compute.groups[0].placement_group", "needs an EFA instance type"),
-    ("rdmav-override", with_change("launcher", {"nccl_env": {"RDMAV_FORK_SAFE": "1"}}), "launcher.nccl_env.RDMAV_FORK_SAFE", "must not be set"),
-    ("relative-checkpoints", with_change("launcher", {"checkpoint_dir": "ckpt"}), "launcher.checkpoint_dir", "absolute path"),
-    ("hyperpod-type", with_change("compute", {"backend": "hyperpod", "groups": [{"name": "g", "instance_type": "c6i.xlarge"}]}), "compute.groups[0].instance_type", "HyperPod does not offer ml.c6i.xlarge"),
-    ("small-root", with_change("compute.groups.0.root_volume_gib", 8), "compute.groups[0].root_volume_gib", "at least 40"),
+    (
+        "placement-without-efa",
+        with_change("compute.groups.0", {"name": "cpu", "instance_type": "m5.xlarge", "placement_group": True}),
+        "compute.groups[0].placement_group",
+        "needs an EFA instance type",
+    ),
+    (
+        "rdmav-override",
+        with_change("launcher", {"nccl_env": {"RDMAV_FORK_SAFE": "1"}}),
+        "launcher.nccl_env.RDMAV_FORK_SAFE",
+        "must not be set",
+    ),
+    (
+        "relative-checkpoints",
+        with_change("launcher", {"checkpoint_dir": "ckpt"}),
+        "launcher.checkpoint_dir",
+        "absolute path",
+    ),
+    (
+        "hyperpod-type",
+        with_change("compute", {"backend": "hyperpod", "groups": [{"name": "g", "instance_type": "c6i.xlarge"}]}),
+        "compute.groups[0].instance_type",
+        "HyperPod does not offer ml.c6i.xlarge",
+    ),
+    (
+        "small-root",
+        with_change("compute.groups.0.root_volume_gib", 8),
+        "compute.groups[0].root_volume_gib",
+        "at least 40",
+    ),
     ("public-cidr", with_change("network", {"vpc_cidr": "8.8.0.0/16"}), "network.vpc_cidr", "private range"),
+    (
+        "pcluster-capacity-block-dynamic",
+        with_change(
+            "compute",
+            {
+                "backend": "parallelcluster",
+                "groups": [
+                    {
+                        "name": "g",
+                        "instance_type": "p5.48xlarge",
+                        "min_count": 0,
+                        "max_count": 2,
+                        "capacity": {"type": "capacity-block", "reservation_id": "cr-0123456789abcdef0"},
+                    }
+                ],
+            },
+        ),
+        "compute.groups[0].min_count",
+        "must equal max_count and be above 0 for a capacity block",
+    ),
     ("aws-tag", with_change("tags", {"aws:owner": "me"}), "tags.aws:owner", "must not start with 'aws:'"),
 ]
 
 
 @pytest.mark.parametrize(("spec", "field", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_invalid_spec_is_one_line_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture, spec: dict, field: str, words: str) -> None:
+def test_invalid_spec_is_one_line_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture, spec: dict, field: str, words: str
+) -> None:
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     assert main(["validate", str(path)]) == 2
@@ -122,7 +257,10 @@ def test_bad_file_through_the_real_command(tmp_path: Path, content: str | bytes,
 def test_missing_file_and_directory(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["validate", str(tmp_path / "nope.yaml"), str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"{tmp_path / 'nope.yaml'}: (top level): no such file", f"{tmp_path}: (top level): is a directory, not a spec file"]
+    assert err == [
+        f"{tmp_path / 'nope.yaml'}: (top level): no such file",
+        f"{tmp_path}: (top level): is a directory, not a spec file",
+    ]
 
 
 def test_every_problem_is_reported_at_once_with_its_line(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -27,12 +27,18 @@ def test_every_example_validates(path: Path) -> None:
 def test_examples_cover_every_backend_and_orchestrator() -> None:
     specs = {path.stem: load_spec(path) for path in EXAMPLES}
     assert specs["quickstart"].compute.groups[0].instance_type == "g5.12xlarge"
-    seen = {(s.compute.backend, s.effective_orchestrator) for s in specs.values() if s.compute.groups[0].instance_type == "p5.48xlarge"}
+    seen = {
+        (s.compute.backend, s.effective_orchestrator)
+        for s in specs.values()
+        if s.compute.groups[0].instance_type == "p5.48xlarge"
+    }
     assert seen == {("pcs", None), ("parallelcluster", None), ("hyperpod", "slurm"), ("hyperpod", "eks"), ("eks", None)}
 
 
 def test_defaults_are_the_documented_behaviour() -> None:
-    spec = parse_spec({"name": "d", "compute": {"backend": "hyperpod", "groups": [{"name": "g", "instance_type": "p5.48xlarge"}]}})
+    spec = parse_spec(
+        {"name": "d", "compute": {"backend": "hyperpod", "groups": [{"name": "g", "instance_type": "p5.48xlarge"}]}}
+    )
     assert spec.network.vpc_cidr == "10.0.0.0/16"
     assert spec.storage.bucket.retain is True
     assert spec.storage.lustre is None
@@ -40,7 +46,12 @@ def test_defaults_are_the_documented_behaviour() -> None:
     assert spec.compute.groups[0].capacity.type == "on-demand"
     assert spec.launcher.checkpoint_dir == "/fsx/checkpoints"
     lustre = parse_spec({**json.loads(spec.model_dump_json()), "storage": {"lustre": {}}}).storage.lustre
-    assert (lustre.deployment, lustre.storage_gib, lustre.effective_throughput_per_tib, lustre.compression) == ("PERSISTENT_2", 1200, 250, "LZ4")
+    assert (lustre.deployment, lustre.storage_gib, lustre.effective_throughput_per_tib, lustre.compression) == (
+        "PERSISTENT_2",
+        1200,
+        250,
+        "LZ4",
+    )
 
 
 def test_spec_objects_are_immutable() -> None:
@@ -50,12 +61,22 @@ def test_spec_objects_are_immutable() -> None:
 
 
 def test_existing_vpc_needs_subnet_and_az_but_not_cidr() -> None:
-    base = {"name": "x", "region": "us-east-1", "compute": {"backend": "eks", "groups": [{"name": "g", "instance_type": "g5.12xlarge"}]}}
+    base = {
+        "name": "x",
+        "region": "us-east-1",
+        "compute": {"backend": "eks", "groups": [{"name": "g", "instance_type": "g5.12xlarge"}]},
+    }
     with pytest.raises(SpecError) as caught:
         parse_spec({**base, "network": {"vpc_id": "vpc-0123456789abcdef0", "vpc_cidr": "10.1.0.0/16"}})
     fields = sorted(p.path for p in caught.value.problems)
     assert fields == [("availability_zone",), ("network", "private_subnet_id"), ("network", "vpc_cidr")]
-    ok = parse_spec({**base, "availability_zone": "us-east-1d", "network": {"vpc_id": "vpc-0123456789abcdef0", "private_subnet_id": "subnet-0123456789abcdef0"}})
+    ok = parse_spec(
+        {
+            **base,
+            "availability_zone": "us-east-1d",
+            "network": {"vpc_id": "vpc-0123456789abcdef0", "private_subnet_id": "subnet-0123456789abcdef0"},
+        }
+    )
     assert ok.network.vpc_id == "vpc-0123456789abcdef0"
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kiln.spec import load_spec
+from kiln.stacks.compute import BACKENDS_WITH_COMPUTE
 from kiln.synth import lint_template, nag_report
 from tests.conftest import EXAMPLES, NODE_BIN, ROOT, run_app
 
@@ -26,7 +27,9 @@ def test_example_synthesizes_through_app_py(example_assemblies, stem: str) -> No
     assembly = example_assemblies[stem]
     assert assembly.returncode == 0, assembly.stderr
     spec = load_spec(assembly.spec_path)
-    assert sorted(assembly.templates()) == [f"{spec.name}-network", f"{spec.name}-storage"]
+    has_compute = spec.compute.backend in BACKENDS_WITH_COMPUTE
+    parts = ["compute", "network", "storage"] if has_compute else ["network", "storage"]
+    assert sorted(assembly.templates()) == [f"{spec.name}-{part}" for part in parts]
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -39,7 +42,9 @@ def test_example_templates_pass_cfn_lint_without_errors_or_warnings(example_asse
 
 
 @pytest.mark.parametrize("stem", STEMS)
-def test_example_has_no_open_cdk_nag_findings_and_every_acknowledgement_has_a_reason(example_assemblies, stem: str) -> None:
+def test_example_has_no_open_cdk_nag_findings_and_every_acknowledgement_has_a_reason(
+    example_assemblies, stem: str
+) -> None:
     report = nag_report(example_assemblies[stem].outdir)
     assert report.violations == []
     assert all(reason.strip() for _, reason in report.acknowledged)
@@ -76,7 +81,10 @@ def test_spec_tags_reach_every_resource_that_takes_tags(example_assemblies) -> N
 
 def test_bad_spec_stops_app_py_before_synth(tmp_path: Path) -> None:
     spec = tmp_path / "bad.yaml"
-    spec.write_text("name: bad\ncompute: {backend: pcs, groups: [{name: g, instance_type: p5.48xlarge, min_count: 3, max_count: 1}]}\n")
+    spec.write_text(
+        "name: bad\n"
+        "compute: {backend: pcs, groups: [{name: g, instance_type: p5.48xlarge, min_count: 3, max_count: 1}]}\n"
+    )
     process = run_app(spec, tmp_path / "out")
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 2
@@ -92,10 +100,31 @@ def test_pinned_cdk_cli_synthesizes_an_example(tmp_path: Path) -> None:
     assert node.stdout.startswith("v22."), "the CDK CLI must run on the pinned Node 22"
     out = tmp_path / "cdk.out"
     result = subprocess.run(
-        [shutil.which("npx") or "npx", "cdk", "synth", "--all", "--quiet", "-c", "spec=examples/p5-parallelcluster.yaml", "-o", str(out)],
-        capture_output=True, text=True, cwd=ROOT, timeout=600,
+        [
+            shutil.which("npx") or "npx",
+            "cdk",
+            "synth",
+            "--all",
+            "--quiet",
+            "-c",
+            "spec=examples/p5-parallelcluster.yaml",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
         # cdk.json runs `python3 app.py`: as in an activated venv, this interpreter comes first.
-        env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "CDK_DISABLE_VERSION_CHECK": "1"},
+        env={
+            **os.environ,
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            "CDK_DISABLE_VERSION_CHECK": "1",
+        },
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert sorted(p.name for p in out.glob("*.template.json")) == ["llm-pcluster-network.template.json", "llm-pcluster-storage.template.json"]
+    assert sorted(p.name for p in out.glob("*.template.json")) == [
+        "llm-pcluster-compute.template.json",
+        "llm-pcluster-network.template.json",
+        "llm-pcluster-storage.template.json",
+    ]

@@ -14,10 +14,16 @@ def test_report_tables_stacks_resources_and_lint_results(capsys: pytest.CaptureF
     assert main(["report", str(ROOT / "examples" / "quickstart.yaml")]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split() == ["spec", "stack", "resources", "cfn-lint", "E/W", "cdk-nag", "open/ack", "synth", "s"]
-    rows = {line.split()[1]: line.split() for line in out[2:4]}
-    assert set(rows) == {"quickstart-network", "quickstart-storage"}
-    assert all(row[3] == "0/0" and row[4] == "0/0" for row in rows.values())
-    assert out[-1].startswith("1 specs, 2 stacks,") and "cfn-lint 0 errors, 0 warnings" in out[-1]
+    rows = {line.split()[1]: line.split() for line in out[2:5]}
+    assert set(rows) == {"quickstart-compute", "quickstart-network", "quickstart-storage"}
+    assert all(row[3] == "0/0" for row in rows.values())
+    assert {name: row[4] for name, row in rows.items()} == {
+        "quickstart-compute": "0/1",
+        "quickstart-network": "0/0",
+        "quickstart-storage": "0/0",
+    }
+    assert out[-1].startswith("1 specs, 3 stacks,") and "cfn-lint 0 errors, 0 warnings" in out[-1]
+    assert "cdk-nag 0 open, 1 acknowledged with reasons" in out[-1]
 
 
 def test_report_marks_an_invalid_spec_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

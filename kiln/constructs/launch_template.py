@@ -1,0 +1,175 @@
+"""EfaLaunchTemplate: one EFA interface per network card, IMDSv2, encrypted gp3 root, reserved capacity."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from aws_cdk import Fn
+from aws_cdk import aws_ec2 as ec2
+from constructs import Construct
+
+from kiln.catalog import instance_type as catalog_instance_type
+from kiln.constructs._checks import require, require_in, unresolved
+
+CAPACITY_TYPES = ("on-demand", "spot", "capacity-block", "reservation")
+RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
+SHELL_SCRIPT = 'text/x-shellscript; charset="utf-8"'
+# Containers reach IMDS through one more network hop than the host.
+CONTAINER_HOP_LIMIT = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityOption:
+    """How instances are bought: on-demand, spot, or into a capacity block or reservation (cr-...)."""
+
+    type: str = "on-demand"
+    reservation_id: str | None = None
+
+    def __post_init__(self) -> None:
+        require_in("capacity.type", self.type, CAPACITY_TYPES)
+        reserved = self.type in ("capacity-block", "reservation")
+        if reserved and not unresolved(self.reservation_id):
+            require(
+                bool(self.reservation_id and RESERVATION_ID.match(self.reservation_id)),
+                "capacity.reservation_id",
+                self.reservation_id,
+                f"cr- and 17 hex digits for {self.type}",
+            )
+        if not reserved:
+            require(
+                self.reservation_id is None, "capacity.reservation_id", self.reservation_id, f"unset for {self.type}"
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EfaLaunchTemplateProps:
+    """Props for EfaLaunchTemplate.
+
+    instance_type: the EC2 type; its network cards and EFA limits come from kiln's catalog.
+    efa_security_group: joins every interface (EFA traffic must stay inside it).
+    security_groups: further groups for the primary interface only (cluster, egress, file systems).
+    root_volume_gib: size of the encrypted gp3 root volume; default 200.
+    root_device_name: /dev/sda1 for Ubuntu images (default), /dev/xvda for Amazon Linux.
+    capacity: on-demand (default), spot, capacity-block or reservation.
+    user_data_parts: shell scripts, each one part of the MIME multi-part user data, in order.
+    image_id: the AMI; default: none here (PCS and EKS name it on the node group).
+    placement_group_name: a cluster placement group; default none.
+    hop_limit: IMDSv2 hop limit; default 2 so containers reach IMDS.
+    """
+
+    instance_type: str
+    efa_security_group: ec2.ISecurityGroup
+    security_groups: Sequence[ec2.ISecurityGroup] = ()
+    root_volume_gib: int = 200
+    root_device_name: str = "/dev/sda1"
+    capacity: CapacityOption = field(default_factory=CapacityOption)
+    user_data_parts: Sequence[str] = ()
+    image_id: str | None = None
+    placement_group_name: str | None = None
+    hop_limit: int = CONTAINER_HOP_LIMIT
+
+    def __post_init__(self) -> None:
+        catalog_instance_type(self.instance_type)
+        require(40 <= self.root_volume_gib <= 16384, "root_volume_gib", self.root_volume_gib, "40 to 16384")
+        require(1 <= self.hop_limit <= 64, "hop_limit", self.hop_limit, "1 to 64")
+        require_in("root_device_name", self.root_device_name, ("/dev/sda1", "/dev/xvda"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class InterfaceLayout:
+    """One network interface of the template."""
+
+    network_card_index: int
+    device_index: int
+    interface_type: str | None
+
+
+def efa_layout(instance_type: str) -> list[InterfaceLayout]:
+    """Return the interfaces for INSTANCE_TYPE: card 0 device 0 efa; other cards device 1, efa-only where possible."""
+    facts = catalog_instance_type(instance_type)
+    if not facts.efa_supported:
+        return [InterfaceLayout(network_card_index=0, device_index=0, interface_type=None)]
+    secondary = "efa-only" if facts.efa_only_interfaces else "efa"
+    return [InterfaceLayout(network_card_index=0, device_index=0, interface_type="efa")] + [
+        InterfaceLayout(network_card_index=card, device_index=1, interface_type=secondary)
+        for card in range(1, facts.efa_interface_count)
+    ]
+
+
+class EfaLaunchTemplate(Construct):
+    """A launch template that gives a node every EFA its instance type can carry."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: EfaLaunchTemplateProps) -> None:
+        super().__init__(scope, construct_id)
+        self.props = props
+        self.layout = efa_layout(props.instance_type)
+        self.user_data = ec2.MultipartUserData()
+        for script in props.user_data_parts:
+            self.user_data.add_part(ec2.MultipartBody.from_raw_body(content_type=SHELL_SCRIPT, body=script))
+        data = ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+            instance_type=props.instance_type,
+            image_id=props.image_id,
+            network_interfaces=[self._interface(i) for i in self.layout],
+            metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=props.hop_limit
+            ),
+            block_device_mappings=[
+                ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+                    device_name=props.root_device_name,
+                    ebs=ec2.CfnLaunchTemplate.EbsProperty(
+                        volume_size=props.root_volume_gib, volume_type="gp3", encrypted=True, delete_on_termination=True
+                    ),
+                )
+            ],
+            instance_market_options=self._market(props.capacity),
+            capacity_reservation_specification=self._reservation(props.capacity),
+            placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=props.placement_group_name)
+            if props.placement_group_name
+            else None,
+            user_data=Fn.base64(self.user_data.render()) if props.user_data_parts else None,
+        )
+        self.launch_template = ec2.CfnLaunchTemplate(self, "Resource", launch_template_data=data)
+
+    def _interface(self, layout: InterfaceLayout) -> ec2.CfnLaunchTemplate.NetworkInterfaceProperty:
+        groups = [self.props.efa_security_group]
+        if layout.network_card_index == 0:
+            groups += list(self.props.security_groups)
+        return ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
+            network_card_index=layout.network_card_index,
+            device_index=layout.device_index,
+            interface_type=layout.interface_type,
+            groups=[g.security_group_id for g in groups],
+            delete_on_termination=True,
+        )
+
+    @staticmethod
+    def _market(capacity: CapacityOption) -> ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty | None:
+        if capacity.type == "spot":
+            return ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type="spot")
+        if capacity.type == "capacity-block":
+            return ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type="capacity-block")
+        return None
+
+    @staticmethod
+    def _reservation(capacity: CapacityOption) -> ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty | None:
+        if capacity.reservation_id is None:
+            return None
+        return ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
+            capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
+                capacity_reservation_id=capacity.reservation_id
+            )
+        )
+
+    @property
+    def launch_template_id(self) -> str:
+        return self.launch_template.ref
+
+    @property
+    def latest_version(self) -> str:
+        return self.launch_template.attr_latest_version_number
+
+    @property
+    def default_version(self) -> str:
+        return self.launch_template.attr_default_version_number

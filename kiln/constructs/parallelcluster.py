@@ -1,0 +1,282 @@
+"""ParallelCluster: an AWS ParallelCluster 3 cluster deployed through its CloudFormation provider."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aws_cdk import CfnOutput, CustomResource, Fn, Stack
+from aws_cdk import aws_cloudformation as cfn
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_s3_assets as s3_assets
+from constructs import Construct
+
+from kiln.bootstrap.fetch import FETCH_SCRIPT, fetch_arguments
+from kiln.catalog import instance_type as catalog_instance_type
+from kiln.constructs._checks import require, require_in
+from kiln.constructs.bootstrap_assets import BootstrapAssets
+from kiln.constructs.launch_template import CapacityOption
+
+# The one place the ParallelCluster version is pinned: provider template, schema in tests, Makefile.
+PARALLELCLUSTER_VERSION = "3.16.1"
+PROVIDER_TEMPLATE = (
+    "https://${AWS::Region}-aws-parallelcluster.s3.${AWS::Region}.${AWS::URLSuffix}"
+    "/parallelcluster/{version}/templates/custom_resource/cluster.yaml"
+)
+CAPACITY_TYPES = {
+    "on-demand": "ONDEMAND",
+    "reservation": "ONDEMAND",
+    "spot": "SPOT",
+    "capacity-block": "CAPACITY_BLOCK",
+}
+OPERATING_SYSTEMS = {"ubuntu2204": "ubuntu2204", "ubuntu2404": "ubuntu2404", "al2023": "alinux2023"}
+CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$")
+QUEUE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,24}$")
+SSM_POLICY = "arn:${AWS::Partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SlurmQueue:
+    """One Slurm queue with one compute resource.
+
+    name: queue name (lowercase letters, digits, '-').
+    instance_type: its EC2 type; EFA is on whenever the type supports it.
+    min_count / max_count: static and maximum nodes (capacity blocks need min == max > 0).
+    capacity: on-demand (default), spot, capacity-block or reservation.
+    placement_group: a cluster placement group for the queue; default True.
+    root_volume_gib: encrypted gp3 root volume; default 200.
+    """
+
+    name: str
+    instance_type: str
+    min_count: int = 0
+    max_count: int = 1
+    capacity: CapacityOption = field(default_factory=CapacityOption)
+    placement_group: bool = True
+    root_volume_gib: int = 200
+
+    def __post_init__(self) -> None:
+        require(
+            bool(QUEUE_NAME.match(self.name)),
+            "queue name",
+            self.name,
+            "a lowercase letter, then up to 24 of a-z, 0-9, '-'",
+        )
+        catalog_instance_type(self.instance_type)
+        require(
+            0 <= self.min_count <= self.max_count and self.max_count >= 1,
+            "min_count/max_count",
+            (self.min_count, self.max_count),
+            "0 <= min_count <= max_count, max_count >= 1",
+        )
+        if self.capacity.type == "capacity-block":
+            require(
+                self.min_count == self.max_count > 0,
+                "min_count/max_count",
+                (self.min_count, self.max_count),
+                "equal and above 0 for a capacity block (ParallelCluster runs them as static nodes)",
+            )
+
+    @property
+    def efa(self) -> bool:
+        return catalog_instance_type(self.instance_type).efa_supported
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelClusterProps:
+    """Props for ParallelCluster.
+
+    cluster_name: the ParallelCluster name (must differ from the stack name).
+    subnet: private subnet of the head node, queues and login nodes.
+    queues: the Slurm queues.
+    bootstrap / cluster_env: the `parallelcluster` bootstrap bundle and its deploy-time values;
+        every node runs it as its OnNodeConfigured action.
+    head_node_instance_type: default m5.8xlarge.
+    login_instance_type / login_count: a login node pool; count 0 for none (default 1).
+    os: ubuntu2204 (default), ubuntu2404 or al2023; custom_ami: a baked image instead of the stock one.
+    fsx_file_system_id: an existing FSx for Lustre file system mounted at fsx_mount_dir (/fsx).
+    security_groups: added to every node (e.g. one the file system admits).
+    scaledown_idle_minutes: idle time before dynamic nodes stop; default 10.
+    slurm_settings: further Scheduling.SlurmSettings entries.
+    delete_with_stack: delete the cluster with the stack (default True; data lives in FSx and S3).
+    """
+
+    cluster_name: str
+    subnet: ec2.ISubnet
+    queues: Sequence[SlurmQueue]
+    bootstrap: BootstrapAssets
+    cluster_env: Mapping[str, str]
+    head_node_instance_type: str = "m5.8xlarge"
+    login_instance_type: str = "m5.2xlarge"
+    login_count: int = 1
+    os: str = "ubuntu2204"
+    custom_ami: str | None = None
+    fsx_file_system_id: str | None = None
+    fsx_mount_dir: str = "/fsx"
+    security_groups: Sequence[ec2.ISecurityGroup] = ()
+    scaledown_idle_minutes: int = 10
+    slurm_settings: Mapping[str, Any] = field(default_factory=dict)
+    delete_with_stack: bool = True
+
+    def __post_init__(self) -> None:
+        require(
+            bool(CLUSTER_NAME.match(self.cluster_name)),
+            "cluster_name",
+            self.cluster_name,
+            "a letter, then up to 59 letters, digits or '-'",
+        )
+        require(bool(self.queues), "queues", list(self.queues), "at least one queue")
+        names = [q.name for q in self.queues]
+        require(len(set(names)) == len(names), "queue names", names, "unique names")
+        require_in("os", self.os, OPERATING_SYSTEMS)
+        require(self.login_count >= 0, "login_count", self.login_count, "0 or more")
+        require(self.scaledown_idle_minutes >= 1, "scaledown_idle_minutes", self.scaledown_idle_minutes, "1 or more")
+
+
+class ParallelCluster(Construct):
+    """ParallelCluster 3 through its official CloudFormation provider: a nested stack and a Custom::PclusterCluster."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: ParallelClusterProps) -> None:
+        super().__init__(scope, construct_id)
+        self.props = props
+        require(
+            props.cluster_name != Stack.of(self).stack_name,
+            "cluster_name",
+            props.cluster_name,
+            "a name other than the stack's",
+        )
+        self.fetch_script = s3_assets.Asset(self, "FetchScript", path=str(FETCH_SCRIPT))
+        self.config = self._configuration()
+        self.provider = cfn.CfnStack(
+            self, "Provider", template_url=Fn.sub(PROVIDER_TEMPLATE.replace("{version}", PARALLELCLUSTER_VERSION))
+        )
+        self.cluster = CustomResource(
+            self,
+            "Resource",
+            service_token=self.provider.get_att("Outputs.ServiceToken").to_string(),
+            resource_type="Custom::PclusterCluster",
+            properties={
+                "ClusterName": props.cluster_name,
+                "ClusterConfiguration": self.config,
+                "DeletionPolicy": "Delete" if props.delete_with_stack else "Retain",
+            },
+        )
+        CfnOutput(self, "HeadNodePrivateIp", value=self.head_node_private_ip, description="Slurm head node")
+
+    @property
+    def head_node_private_ip(self) -> str:
+        return self.cluster.get_att_string("headNode.privateIpAddress")
+
+    def _on_node_configured(self) -> dict[str, Any]:
+        props = self.props
+        return {
+            "OnNodeConfigured": {
+                "Script": self.fetch_script.s3_object_url,
+                "Args": fetch_arguments(props.bootstrap.s3_url, props.bootstrap.entry_point, props.cluster_env),
+            }
+        }
+
+    def _iam(self) -> dict[str, Any]:
+        # Nodes read exactly the two objects they need: fetch.sh and the bundle.
+        s3_access = [
+            {
+                "BucketName": self.fetch_script.s3_bucket_name,
+                "KeyName": self.fetch_script.s3_object_key,
+                "EnableWriteAccess": False,
+            },
+            {
+                "BucketName": self.props.bootstrap.bucket.bucket_name,
+                "KeyName": self.props.bootstrap.object_key,
+                "EnableWriteAccess": False,
+            },
+        ]
+        return {"S3Access": s3_access, "AdditionalIamPolicies": [{"Policy": Fn.sub(SSM_POLICY)}]}
+
+    def _root_volume(self, size: int) -> dict[str, Any]:
+        return {"LocalStorage": {"RootVolume": {"Size": size, "Encrypted": True, "VolumeType": "gp3"}}}
+
+    def _queue(self, queue: SlurmQueue) -> dict[str, Any]:
+        props = self.props
+        networking: dict[str, Any] = {
+            "SubnetIds": [props.subnet.subnet_id],
+            "PlacementGroup": {"Enabled": queue.placement_group},
+        }
+        if props.security_groups:
+            networking["AdditionalSecurityGroups"] = [g.security_group_id for g in props.security_groups]
+        entry: dict[str, Any] = {
+            "Name": queue.name,
+            "CapacityType": CAPACITY_TYPES[queue.capacity.type],
+            "Networking": networking,
+            "ComputeResources": [
+                {
+                    "Name": f"{queue.name}-nodes",
+                    "InstanceType": queue.instance_type,
+                    "MinCount": queue.min_count,
+                    "MaxCount": queue.max_count,
+                    "Efa": {"Enabled": queue.efa},
+                }
+            ],
+            "ComputeSettings": self._root_volume(queue.root_volume_gib),
+            "CustomActions": self._on_node_configured(),
+            "Iam": self._iam(),
+        }
+        if queue.capacity.reservation_id:
+            entry["CapacityReservationTarget"] = {"CapacityReservationId": queue.capacity.reservation_id}
+        return entry
+
+    def _configuration(self) -> dict[str, Any]:
+        props = self.props
+        head_networking: dict[str, Any] = {"SubnetId": props.subnet.subnet_id}
+        if props.security_groups:
+            head_networking["AdditionalSecurityGroups"] = [g.security_group_id for g in props.security_groups]
+        image: dict[str, Any] = {"Os": OPERATING_SYSTEMS[props.os]}
+        if props.custom_ami:
+            image["CustomAmi"] = props.custom_ami
+        config: dict[str, Any] = {
+            "Region": Stack.of(self).region,
+            "Image": image,
+            "HeadNode": {
+                "InstanceType": props.head_node_instance_type,
+                "Networking": head_networking,
+                **self._root_volume(200),
+                "Iam": self._iam(),
+                "Imds": {"Secured": True},
+                "CustomActions": self._on_node_configured(),
+            },
+            "Scheduling": {
+                "Scheduler": "slurm",
+                "SlurmSettings": {"ScaledownIdletime": props.scaledown_idle_minutes, **props.slurm_settings},
+                "SlurmQueues": [self._queue(q) for q in props.queues],
+            },
+            "Imds": {"ImdsSupport": "v2.0"},
+        }
+        if props.fsx_file_system_id:
+            config["SharedStorage"] = [
+                {
+                    "MountDir": props.fsx_mount_dir,
+                    "Name": "fsx",
+                    "StorageType": "FsxLustre",
+                    "FsxLustreSettings": {"FileSystemId": props.fsx_file_system_id},
+                }
+            ]
+        if props.login_count:
+            config["LoginNodes"] = {
+                "Pools": [
+                    {
+                        "Name": "login",
+                        "InstanceType": props.login_instance_type,
+                        "Count": props.login_count,
+                        "Networking": {
+                            "SubnetIds": [props.subnet.subnet_id],
+                            **(
+                                {"AdditionalSecurityGroups": head_networking["AdditionalSecurityGroups"]}
+                                if props.security_groups
+                                else {}
+                            ),
+                        },
+                    }
+                ]
+            }
+        return config

@@ -1,0 +1,253 @@
+"""PcsCluster: an AWS PCS Slurm cluster with EFA node groups, a login group and one queue per group."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from aws_cdk import CfnOutput
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_pcs as pcs
+from constructs import Construct
+
+from kiln.bootstrap.fetch import fetch_user_data
+from kiln.constructs._checks import acknowledge, require, require_in, unresolved
+from kiln.constructs._ids import hashed_id
+from kiln.constructs.bootstrap_assets import BootstrapAssets
+from kiln.constructs.launch_template import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
+
+CLUSTER_SIZES = ("SMALL", "MEDIUM", "LARGE")
+PURCHASE_OPTIONS = {
+    "on-demand": "ONDEMAND",
+    "reservation": "ONDEMAND",
+    "spot": "SPOT",
+    "capacity-block": "CAPACITY_BLOCK",
+}
+NODE_GROUP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,24}$")
+# PCS only hands instance profiles to nodes when the role lives under this path (or is named AWSPCS...).
+PCS_ROLE_PATH = "/aws-pcs/"
+SSM_MANAGED_POLICY_FINDING = (
+    "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]"
+)
+SSM_MANAGED_POLICY_REASON = (
+    "Session Manager is how operators reach private nodes (no SSH ingress); AWS maintains this minimal policy."
+)
+SSM_MANAGED_POLICY_FINDING = (
+    "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]"
+)
+SSM_MANAGED_POLICY_REASON = (
+    "Session Manager is how operators reach private nodes (no SSH ingress); AWS maintains this minimal policy."
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PcsNodeGroup:
+    """One PCS compute node group.
+
+    name: node group and queue name (lowercase, digits, '-').
+    instance_type: one EC2 type per group.
+    min_count / max_count: scaling bounds; min_count nodes stay up.
+    capacity: on-demand (default), spot, capacity-block or reservation.
+    root_volume_gib: encrypted gp3 root volume; default 200.
+    placement_group_name: cluster placement group for EFA; default none.
+    """
+
+    name: str
+    instance_type: str
+    min_count: int = 0
+    max_count: int = 1
+    capacity: CapacityOption = field(default_factory=CapacityOption)
+    root_volume_gib: int = 200
+    placement_group_name: str | None = None
+
+    def __post_init__(self) -> None:
+        require(
+            bool(NODE_GROUP_NAME.match(self.name)),
+            "name",
+            self.name,
+            "a lowercase letter, then up to 24 of a-z, 0-9, '-'",
+        )
+        require(
+            0 <= self.min_count <= self.max_count and self.max_count >= 1,
+            "min_count/max_count",
+            (self.min_count, self.max_count),
+            "0 <= min_count <= max_count, max_count >= 1",
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PcsClusterProps:
+    """Props for PcsCluster.
+
+    vpc, subnet: the cluster's private subnet (one AZ, with the EFA placement group and FSx).
+    efa_security_group: joins every node interface.
+    ami_id: an image with the PCS agent and Slurm for slurm_version (AMI id or a CfnParameter's value).
+    compute_groups: compute node groups, each with its own queue.
+    login: the login node group (static), or None for none.
+    bootstrap: the `pcs` bootstrap bundle nodes fetch at boot; cluster_env: its deploy-time values.
+    slurm_version: PCS Slurm version; default 24.11.
+    size: controller size, SMALL (default), MEDIUM or LARGE.
+    scale_down_idle_seconds: idle time before dynamic nodes are stopped; default 600.
+    slurm_custom_settings: further slurm.conf parameters PCS accepts at cluster level.
+    security_groups: further groups for the nodes' primary interface (file systems, ...).
+    """
+
+    vpc: ec2.IVpc
+    subnet: ec2.ISubnet
+    efa_security_group: ec2.ISecurityGroup
+    ami_id: str
+    compute_groups: Sequence[PcsNodeGroup]
+    bootstrap: BootstrapAssets
+    cluster_env: Mapping[str, str]
+    login: PcsNodeGroup | None = None
+    slurm_version: str = "24.11"
+    size: str = "SMALL"
+    scale_down_idle_seconds: int = 600
+    slurm_custom_settings: Mapping[str, str] = field(default_factory=dict)
+    security_groups: Sequence[ec2.ISecurityGroup] = ()
+
+    def __post_init__(self) -> None:
+        require_in("size", self.size, CLUSTER_SIZES)
+        require(bool(self.compute_groups), "compute_groups", list(self.compute_groups), "at least one node group")
+        names = [g.name for g in self.compute_groups] + ([self.login.name] if self.login else [])
+        require(len(set(names)) == len(names), "node group names", names, "unique names")
+        require(
+            self.scale_down_idle_seconds >= 60, "scale_down_idle_seconds", self.scale_down_idle_seconds, "60 or more"
+        )
+        if not unresolved(self.ami_id):
+            require(
+                bool(re.match(r"^ami-[0-9a-f]+$", self.ami_id)),
+                "ami_id",
+                self.ami_id,
+                "an AMI id such as ami-0123456789abcdef0",
+            )
+
+
+class PcsCluster(Construct):
+    """AWS PCS cluster, node groups with EFA launch templates, queues, and a least-privilege node role."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: PcsClusterProps) -> None:
+        super().__init__(scope, construct_id)
+        self.props = props
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "ClusterSecurityGroup",
+            vpc=props.vpc,
+            description="PCS controller and nodes: Slurm and node-to-node traffic among members; egress for bootstrap",
+        )
+        self.security_group.connections.allow_internally(ec2.Port.all_traffic(), "Slurm controller, slurmd, srun")
+        self.cluster = pcs.CfnCluster(
+            self,
+            "Resource",
+            scheduler=pcs.CfnCluster.SchedulerProperty(type="SLURM", version=props.slurm_version),
+            size=props.size,
+            networking=pcs.CfnCluster.NetworkingProperty(
+                subnet_ids=[props.subnet.subnet_id], security_group_ids=[self.security_group.security_group_id]
+            ),
+            slurm_configuration=pcs.CfnCluster.SlurmConfigurationProperty(
+                scale_down_idle_time_in_seconds=props.scale_down_idle_seconds,
+                slurm_custom_settings=[
+                    pcs.CfnCluster.SlurmCustomSettingProperty(parameter_name=k, parameter_value=v)
+                    for k, v in sorted(props.slurm_custom_settings.items())
+                ]
+                or None,
+            ),
+        )
+        self.role = self._node_role()
+        self.instance_profile = iam.CfnInstanceProfile(
+            self, "InstanceProfile", roles=[self.role.role_name], path=PCS_ROLE_PATH
+        )
+        self.node_groups: dict[str, pcs.CfnComputeNodeGroup] = {}
+        self.queues: dict[str, pcs.CfnQueue] = {}
+        for group in props.compute_groups:
+            self.node_groups[group.name] = self._node_group(group, role="worker")
+            self.queues[group.name] = pcs.CfnQueue(
+                self,
+                hashed_id("Queue", group.name),
+                cluster_id=self.cluster.attr_id,
+                name=group.name,
+                compute_node_group_configurations=[
+                    pcs.CfnQueue.ComputeNodeGroupConfigurationProperty(
+                        compute_node_group_id=self.node_groups[group.name].attr_id
+                    )
+                ],
+            )
+        self.login_group = self._node_group(props.login, role="login") if props.login else None
+        CfnOutput(self, "ClusterId", value=self.cluster.attr_id, description="AWS PCS cluster id")
+        if self.login_group is not None:
+            CfnOutput(
+                self,
+                "LoginNodeGroupId",
+                value=self.login_group.attr_id,
+                description="Login nodes: EC2 instances tagged aws:pcs:compute-node-group-id with this id",
+            )
+
+    def _node_role(self) -> iam.Role:
+        props = self.props
+        role = iam.Role(
+            self,
+            "NodeRole",
+            path=PCS_ROLE_PATH,
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description="kiln PCS nodes: register with the cluster, fetch the bootstrap bundle, SSM sessions",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(actions=["pcs:RegisterComputeNodeGroupInstance"], resources=[self.cluster.attr_arn])
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject"],
+                resources=[props.bootstrap.bucket.arn_for_objects(props.bootstrap.object_key)],
+            )
+        )
+        acknowledge(role, {SSM_MANAGED_POLICY_FINDING: SSM_MANAGED_POLICY_REASON})
+        return role
+
+    def _node_group(self, group: PcsNodeGroup, role: str) -> pcs.CfnComputeNodeGroup:
+        props = self.props
+        user_data = fetch_user_data(props.bootstrap.s3_url, props.bootstrap.entry_point, props.cluster_env, role=role)
+        template = EfaLaunchTemplate(
+            self,
+            hashed_id("LaunchTemplate", group.name),
+            EfaLaunchTemplateProps(
+                instance_type=group.instance_type,
+                efa_security_group=props.efa_security_group,
+                security_groups=[self.security_group, *props.security_groups],
+                root_volume_gib=group.root_volume_gib,
+                capacity=group.capacity,
+                placement_group_name=group.placement_group_name,
+                user_data_parts=[user_data],
+            ),
+        )
+        return pcs.CfnComputeNodeGroup(
+            self,
+            hashed_id("NodeGroup", group.name),
+            cluster_id=self.cluster.attr_id,
+            name=group.name,
+            ami_id=props.ami_id,
+            custom_launch_template=pcs.CfnComputeNodeGroup.CustomLaunchTemplateProperty(
+                template_id=template.launch_template_id, version=template.latest_version
+            ),
+            iam_instance_profile_arn=self.instance_profile.attr_arn,
+            instance_configs=[pcs.CfnComputeNodeGroup.InstanceConfigProperty(instance_type=group.instance_type)],
+            scaling_configuration=pcs.CfnComputeNodeGroup.ScalingConfigurationProperty(
+                min_instance_count=group.min_count, max_instance_count=group.max_count
+            ),
+            subnet_ids=[props.subnet.subnet_id],
+            purchase_option=PURCHASE_OPTIONS[group.capacity.type],
+        )
+
+    @property
+    def cluster_id(self) -> str:
+        return self.cluster.attr_id
+
+    @property
+    def cluster_arn(self) -> str:
+        return self.cluster.attr_arn
+
+    @property
+    def connections(self) -> ec2.Connections:
+        return self.security_group.connections

@@ -1,0 +1,411 @@
+"""``kiln-launch check``: is this node, or this job's nodes, ready to train?
+
+    kiln-launch [--nproc-per-node N] check [--json] [--scope node|job] [--output PATH]
+                [--min-bytes B] [--max-bytes B] [--warmup N] [--iters N] [--matmul-size N]
+
+Environment screen: torch, CUDA and NCCL versions; accelerators against the
+catalog's count for the instance type; EFA devices in /sys/class/infiniband
+against the catalog's EFA interface count; the aws-ofi-nccl plugin. Then the
+launcher starts one worker per GPU (two on CPU, so the collective has peers)
+for a GPU matmul sanity check, an all-reduce correctness check and an
+all-reduce sweep whose bus bandwidth (nccl-tests formulas) must reach the
+catalog's floor: intra-node for one node, inter-node for several. On an EFA
+type, NCCL_DEBUG=INFO output must show libfabric's efa provider; TCP sockets
+fail loudly.
+
+Each check is passed, failed, not_applicable (nothing to check here: no GPU,
+no EFA, unknown instance type) or informational (measured, no floor, e.g. gloo
+on CPU). GPU and EFA checks on a machine without them are not_applicable,
+never passed.
+
+``--scope node`` (default, fit for a Slurm prolog) checks this node alone;
+``--scope job`` joins the job's other nodes through the scheduler, as a
+training launch does.
+
+Exit codes: 0 ready (no check failed); 1 not ready (a check failed, or the
+workers could not run); 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kiln.catalog import InstanceType, UnknownInstanceType, instance_type
+from kiln.launcher import hardware, nccllog
+from kiln.launcher.errors import UsageError
+from kiln.launcher.launch import LaunchOptions, execute, prepare
+
+PASSED, FAILED, NOT_APPLICABLE, INFORMATIONAL = "passed", "failed", "not_applicable", "informational"
+EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
+# One process on CPU would all-reduce with itself; two exercise the collective.
+CPU_PROCESSES = 2
+GPU_SWEEP = {"min_bytes": 1 << 20, "max_bytes": 1 << 30, "warmup": 5, "iters": 20}
+CPU_SWEEP = {"min_bytes": 1 << 10, "max_bytes": 1 << 20, "warmup": 1, "iters": 3}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckResult:
+    """One line of the report."""
+
+    name: str
+    status: str
+    detail: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeFacts:
+    """What the screen looks at on this node."""
+
+    torch_version: str
+    cuda_version: str | None
+    cuda_available: bool
+    nccl_version: str | None
+    cuda_devices: int
+    neuron_devices: int
+    efa_devices: tuple[str, ...]
+    ofi_plugin: str | None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:
+        raise UsageError(f"check: {message}")
+
+
+def _size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a byte count (got {text!r})") from None
+    if value < 4:
+        raise argparse.ArgumentTypeError(f"expected at least 4 bytes (got {text!r})")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer (got {text!r})") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer (got {text!r})")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the check subcommand's parser."""
+    parser = _Parser(prog="kiln-launch check", description="Readiness check for training.")
+    parser.add_argument("--json", action="store_true", help="print the JSON report instead of a table")
+    parser.add_argument("--scope", choices=("node", "job"), default="node", help="this node (default) or the job")
+    parser.add_argument("--output", help="also write the JSON report to this file")
+    parser.add_argument("--min-bytes", type=_size, help="smallest all-reduce (default 1 MiB on GPU, 1 KiB on CPU)")
+    parser.add_argument("--max-bytes", type=_size, help="largest all-reduce (default 1 GiB on GPU, 1 MiB on CPU)")
+    parser.add_argument("--warmup", type=_count, help="untimed all-reduces per size (default 5 GPU, 1 CPU)")
+    parser.add_argument("--iters", type=_count, help="timed all-reduces per size (default 20 GPU, 3 CPU)")
+    parser.add_argument("--matmul-size", type=_count, default=2048, help="matmul sanity matrix size (default 2048)")
+    return parser
+
+
+def gather_facts() -> NodeFacts:
+    """Look at this node."""
+    import torch
+
+    from kiln.launcher.software import nccl_version
+
+    available = torch.cuda.is_available()
+    return NodeFacts(
+        torch_version=torch.__version__,
+        cuda_version=torch.version.cuda,
+        cuda_available=available,
+        nccl_version=nccl_version(),
+        cuda_devices=hardware.cuda_device_count(),
+        neuron_devices=hardware.neuron_device_count(),
+        efa_devices=tuple(hardware.efa_devices()),
+        ofi_plugin=hardware.ofi_nccl_plugin(),
+    )
+
+
+def resolve_instance(name: str | None) -> tuple[InstanceType | None, str | None]:
+    """Return the catalog entry for NAME and, when there is none, why."""
+    if name is None:
+        return None, "no instance type known (KILN_INSTANCE_TYPE unset, IMDS gave none)"
+    try:
+        return instance_type(name), None
+    except UnknownInstanceType as error:
+        return None, str(error)
+
+
+def screen(instance: InstanceType | None, facts: NodeFacts, why_unknown: str | None = None) -> list[CheckResult]:
+    """Judge this node's software and devices against the catalog entry INSTANCE."""
+    results = [CheckResult(name="torch", status=INFORMATIONAL, detail=f"torch {facts.torch_version}")]
+    expected_gpus = instance.gpu_count if instance else 0
+    label = instance.name if instance else "this machine"
+    if facts.cuda_available:
+        detail = f"CUDA {facts.cuda_version}, {facts.cuda_devices} device(s)"
+        results.append(CheckResult(name="cuda", status=PASSED, detail=detail))
+        nccl_status = PASSED if facts.nccl_version else FAILED
+        results.append(CheckResult(name="nccl", status=nccl_status, detail=f"NCCL {facts.nccl_version}"))
+    elif expected_gpus:
+        detail = f"CUDA is not usable, but {label} has {expected_gpus} GPUs"
+        results.append(CheckResult(name="cuda", status=FAILED, detail=detail))
+        results.append(CheckResult(name="nccl", status=FAILED, detail="no NCCL without CUDA"))
+    else:
+        results.append(CheckResult(name="cuda", status=NOT_APPLICABLE, detail="no GPU on this machine"))
+        results.append(CheckResult(name="nccl", status=NOT_APPLICABLE, detail="no GPU on this machine"))
+    results.append(_accelerators(instance, facts, why_unknown))
+    results.append(_efa_devices(instance, facts, why_unknown))
+    results.append(_ofi_plugin(instance, facts, why_unknown))
+    return results
+
+
+def judge_run(
+    instance: InstanceType | None,
+    result: dict[str, Any] | None,
+    transport: nccllog.Transport | None,
+    *,
+    run_error: str | None = None,
+    nccl_debug_note: str | None = None,
+) -> list[CheckResult]:
+    """Judge what the workers measured: matmul, all-reduce correctness and bandwidth, transport."""
+    if result is None:
+        return [CheckResult(name="workers", status=FAILED, detail=f"check workers did not finish: {run_error}")]
+    on_gpu = result["device"] == "cuda"
+    world = result["world_size"]
+    nodes = max(1, world // max(1, result["local_world_size"]))
+    results = [_matmul(result, on_gpu)]
+    correct = result["allreduce_correct"]
+    detail = f"{result['backend']} all-reduce over {world} rank(s) on {nodes} node(s)"
+    results.append(CheckResult(name="allreduce_correct", status=PASSED if correct else FAILED, detail=detail))
+    results.append(_busbw(instance, result, on_gpu, world, nodes))
+    results.append(_transport(instance, transport, on_gpu, nccl_debug_note))
+    return results
+
+
+def overall(results: list[CheckResult]) -> int:
+    """Return the exit code for RESULTS: 1 if any failed, else 0."""
+    return EXIT_NOT_READY if any(r.status == FAILED for r in results) else EXIT_READY
+
+
+def run(
+    options: LaunchOptions, check_argv: list[str], *, started: float, launcher_argv: list[str], dry_run: bool = False
+) -> int:
+    """Run the whole check and print the report; return the exit code."""
+    args = build_parser().parse_args(check_argv)
+    facts = gather_facts()
+    defaults = GPU_SWEEP if facts.cuda_available else CPU_SWEEP
+    sweep_args = {key: getattr(args, key) or value for key, value in defaults.items()}
+    if sweep_args["min_bytes"] > sweep_args["max_bytes"]:
+        raise UsageError(f"check: --min-bytes {sweep_args['min_bytes']} exceeds --max-bytes {sweep_args['max_bytes']}")
+    nproc = options.nproc_per_node or (None if facts.cuda_available else CPU_PROCESSES)
+    scope_options = LaunchOptions(
+        **{**asdict(options), "nproc_per_node": nproc, "scheduler": "plain" if args.scope == "node" else None}
+    )
+    workdir = Path(tempfile.mkdtemp(prefix="kiln-check-"))
+    try:
+        result_path = workdir / "result.json"
+        worker_args = [
+            f"--result={result_path}",
+            f"--min-bytes={sweep_args['min_bytes']}",
+            f"--max-bytes={sweep_args['max_bytes']}",
+            f"--warmup={sweep_args['warmup']}",
+            f"--iters={sweep_args['iters']}",
+            f"--matmul-size={args.matmul_size}",
+        ]
+        plan = prepare(
+            scope_options,
+            target="kiln.launcher.check_worker",
+            target_args=worker_args,
+            module=True,
+            started=started,
+            argv=launcher_argv,
+            keep_record=False,
+        )
+        instance, why_unknown = resolve_instance(plan.instance.name)
+        if dry_run:
+            print(json.dumps(plan.as_dict(), indent=2, sort_keys=True))
+            return EXIT_READY
+        log_pattern, debug_note = _nccl_debug(workdir) if facts.cuda_available else (None, None)
+        outcome = execute(plan)
+        result = json.loads(result_path.read_text()) if outcome.exit_code == 0 and result_path.exists() else None
+        transport = nccllog.parse(_read_lines(log_pattern)) if log_pattern else None
+        checks = screen(instance, facts, why_unknown) + judge_run(
+            instance, result, transport, run_error=outcome.message, nccl_debug_note=debug_note
+        )
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    code = overall(checks)
+    report = {
+        "ready": code == EXIT_READY,
+        "exit_code": code,
+        "scope": args.scope,
+        "instance_type": {"name": plan.instance.name, "source": plan.instance.source, "catalog": why_unknown or "ok"},
+        "environment": plan.environment.as_dict(),
+        "nccl_env": plan.nccl.as_dict(),
+        "facts": asdict(facts),
+        "checks": [asdict(c) for c in checks],
+        "sweep": result["sweep"] if result else [],
+        "transport": _transport_dict(transport),
+        "duration_s": round(time.time() - started, 3),
+    }
+    if args.output:
+        Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2) if args.json else render(report))
+    return code
+
+
+def render(report: dict[str, Any]) -> str:
+    """Return the human-readable report."""
+    instance = report["instance_type"]
+    lines = [
+        f"kiln-launch check: {'READY' if report['ready'] else 'NOT READY'} "
+        f"(instance type {instance['name'] or 'unknown'}, scope {report['scope']})"
+    ]
+    lines.extend(f"  {c['status']:<15} {c['name']:<18} {c['detail']}" for c in report["checks"])
+    if report["sweep"]:
+        lines.append("  all-reduce sweep:      bytes    algbw GB/s    busbw GB/s")
+        lines.extend(f"  {p['nbytes']:>24,} {p['algbw_gbps']:>13.3f} {p['busbw_gbps']:>13.3f}" for p in report["sweep"])
+    return "\n".join(lines)
+
+
+def _accelerators(instance: InstanceType | None, facts: NodeFacts, why_unknown: str | None) -> CheckResult:
+    if instance and instance.accelerator:
+        accelerator = instance.accelerator
+        found = facts.cuda_devices if accelerator.kind == "gpu" else facts.neuron_devices
+        status = PASSED if found == accelerator.count else FAILED
+        detail = f"{found} {accelerator.kind} device(s) visible; {instance.name} has {accelerator.count}"
+        return CheckResult(name="accelerators", status=status, detail=detail)
+    if facts.cuda_devices:
+        reason = f"{instance.name} lists none" if instance else why_unknown
+        detail = f"{facts.cuda_devices} GPU(s) visible; nothing to compare with ({reason})"
+        return CheckResult(name="accelerators", status=INFORMATIONAL, detail=detail)
+    reason = f"{instance.name} has no accelerators" if instance else f"no GPU here; {why_unknown}"
+    return CheckResult(name="accelerators", status=NOT_APPLICABLE, detail=reason)
+
+
+def _efa_devices(instance: InstanceType | None, facts: NodeFacts, why_unknown: str | None) -> CheckResult:
+    found = len(facts.efa_devices)
+    data = {"devices": list(facts.efa_devices)}
+    if instance is None:
+        return CheckResult(name="efa_devices", status=NOT_APPLICABLE, detail=f"{why_unknown}", data=data)
+    if not instance.efa_supported:
+        return CheckResult(name="efa_devices", status=NOT_APPLICABLE, detail=f"{instance.name} has no EFA", data=data)
+    expected = instance.efa_interface_count
+    status = PASSED if found >= expected else FAILED
+    detail = f"{found} EFA device(s) in {hardware.INFINIBAND_SYSFS}; {instance.name} should have {expected}"
+    return CheckResult(name="efa_devices", status=status, detail=detail, data=data)
+
+
+def _ofi_plugin(instance: InstanceType | None, facts: NodeFacts, why_unknown: str | None) -> CheckResult:
+    if instance is None:
+        return CheckResult(name="ofi_nccl_plugin", status=NOT_APPLICABLE, detail=f"{why_unknown}")
+    if not (instance.efa_supported and instance.gpu_count):
+        detail = f"{instance.name} runs no NCCL over EFA"
+        return CheckResult(name="ofi_nccl_plugin", status=NOT_APPLICABLE, detail=detail)
+    if facts.ofi_plugin:
+        return CheckResult(name="ofi_nccl_plugin", status=PASSED, detail=f"aws-ofi-nccl at {facts.ofi_plugin}")
+    detail = "aws-ofi-nccl not found: NCCL will fall back to TCP sockets"
+    return CheckResult(name="ofi_nccl_plugin", status=FAILED, detail=detail)
+
+
+def _matmul(result: dict[str, Any], on_gpu: bool) -> CheckResult:
+    if not on_gpu:
+        return CheckResult(name="matmul", status=NOT_APPLICABLE, detail="no GPU on this machine")
+    matmuls = result["matmul"]
+    bad = [m for m in matmuls if not m["ok"]]
+    worst = max((m["relative_error"] for m in matmuls), default=0.0)
+    slowest = min((m["tflops_fp32"] for m in matmuls), default=0.0)
+    detail = f"{len(matmuls)} GPU(s): worst relative error {worst:.2e}, slowest {slowest:.1f} TFLOPS fp32"
+    if bad:
+        detail = f"wrong results on rank(s) {', '.join(str(m['rank']) for m in bad)}; {detail}"
+    return CheckResult(name="matmul", status=FAILED if bad else PASSED, detail=detail, data={"ranks": matmuls})
+
+
+def _busbw(instance: InstanceType | None, result: dict, on_gpu: bool, world: int, nodes: int) -> CheckResult:
+    largest = result["sweep"][-1]
+    peak = largest["busbw_gbps"]
+    data = {"busbw_gbps": peak, "nbytes": largest["nbytes"]}
+    if world < 2:
+        return CheckResult(name="allreduce_busbw", status=NOT_APPLICABLE, detail="one rank: no bus traffic", data=data)
+    measured = f"busbw {peak:.3f} GB/s at {largest['nbytes']:,} bytes over {world} ranks"
+    if not on_gpu:
+        return CheckResult(
+            name="allreduce_busbw", status=INFORMATIONAL, detail=f"{measured} (gloo on CPU: no floor)", data=data
+        )
+    if instance is None or instance.busbw_floor_gbps is None:
+        detail = f"{measured} (no catalog floor for this instance type)"
+        return CheckResult(name="allreduce_busbw", status=INFORMATIONAL, detail=detail, data=data)
+    floor = instance.busbw_floor_gbps.inter_node if nodes > 1 else instance.busbw_floor_gbps.intra_node
+    scope = "inter-node" if nodes > 1 else "intra-node"
+    data["floor_gbps"] = floor
+    status = PASSED if peak >= floor else FAILED
+    detail = f"{measured}; {scope} floor for {instance.name} is {floor} GB/s"
+    return CheckResult(name="allreduce_busbw", status=status, detail=detail, data=data)
+
+
+def _transport(
+    instance: InstanceType | None, transport: nccllog.Transport | None, on_gpu: bool, debug_note: str | None
+) -> CheckResult:
+    if not on_gpu:
+        return CheckResult(name="network_transport", status=NOT_APPLICABLE, detail="no NCCL on this machine")
+    if instance is None or not instance.efa_supported:
+        detail = "not an EFA instance type" if instance else "instance type unknown: no EFA expectation"
+        return CheckResult(name="network_transport", status=NOT_APPLICABLE, detail=detail)
+    data = _transport_dict(transport) or {}
+    if transport is None or not transport.found:
+        detail = f"no NCCL transport lines to judge{f' ({debug_note})' if debug_note else ''}"
+        return CheckResult(name="network_transport", status=FAILED, detail=detail, data=data)
+    if transport.tcp_fallback:
+        detail = (
+            f"NCCL FELL BACK TO TCP SOCKETS on {instance.name} (network {', '.join(transport.networks) or '?'}, "
+            f"provider {', '.join(transport.providers) or 'none'}): expect a fraction of EFA bandwidth"
+        )
+        return CheckResult(name="network_transport", status=FAILED, detail=detail, data=data)
+    if transport.uses_efa:
+        detail = f"NCCL over libfabric efa ({', '.join(transport.networks)})"
+        return CheckResult(name="network_transport", status=PASSED, detail=detail, data=data)
+    detail = f"unexpected NCCL network {', '.join(transport.networks)} on an EFA instance type"
+    return CheckResult(name="network_transport", status=FAILED, detail=detail, data=data)
+
+
+def _nccl_debug(workdir: Path) -> tuple[str | None, str | None]:
+    """Ask NCCL for its transport lines, without overriding a user's own NCCL_DEBUG settings."""
+    if os.environ.get("NCCL_DEBUG", "INFO").upper() not in ("INFO", "TRACE"):
+        return None, f"NCCL_DEBUG={os.environ['NCCL_DEBUG']} is set, so NCCL prints no transport lines"
+    os.environ.setdefault("NCCL_DEBUG", "INFO")
+    os.environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
+    os.environ.setdefault("NCCL_DEBUG_FILE", str(workdir / "nccl.%h.%p.log"))
+    # NCCL expands %h (host) and %p (pid) itself; a glob finds every rank's file.
+    return os.environ["NCCL_DEBUG_FILE"].replace("%h", "*").replace("%p", "*"), None
+
+
+def _read_lines(pattern: str) -> list[str]:
+    lines: list[str] = []
+    for path in sorted(glob.glob(pattern)):
+        try:
+            lines.extend(Path(path).read_text(errors="replace").splitlines())
+        except OSError as error:
+            print(f"kiln-launch: warning: cannot read NCCL log {path}: {error}", file=sys.stderr)
+    return lines
+
+
+def _transport_dict(transport: nccllog.Transport | None) -> dict[str, Any] | None:
+    if transport is None:
+        return None
+    return {
+        "networks": list(transport.networks),
+        "providers": list(transport.providers),
+        "aws_ofi_nccl": transport.aws_ofi_nccl,
+        "plugin_missing": transport.plugin_missing,
+        "tcp_fallback": transport.tcp_fallback,
+        "evidence": list(transport.evidence),
+    }

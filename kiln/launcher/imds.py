@@ -1,0 +1,58 @@
+"""Find this node's EC2 instance type: KILN_INSTANCE_TYPE, else IMDSv2."""
+
+from __future__ import annotations
+
+import os
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+DEFAULT_ENDPOINT = "http://169.254.169.254"
+TOKEN_TTL_SECONDS = 60
+# Off EC2 nothing answers; a short timeout keeps that from delaying every launch.
+TIMEOUT_SECONDS = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceTypeLookup:
+    """The instance type (or None) and where it came from."""
+
+    name: str | None
+    source: str
+    note: str | None = None
+
+
+def lookup(environ: Mapping[str, str] = os.environ, timeout: float = TIMEOUT_SECONDS) -> InstanceTypeLookup:
+    """Return the instance type from KILN_INSTANCE_TYPE, else from IMDSv2 at KILN_IMDS_ENDPOINT."""
+    explicit = environ.get("KILN_INSTANCE_TYPE", "").strip()
+    if explicit:
+        return InstanceTypeLookup(name=explicit, source="KILN_INSTANCE_TYPE")
+    endpoint = environ.get("KILN_IMDS_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/")
+    try:
+        name = query_imds(endpoint, timeout)
+    except (OSError, ValueError) as error:
+        return InstanceTypeLookup(name=None, source="none", note=f"IMDSv2 at {endpoint} gave no instance type: {error}")
+    return InstanceTypeLookup(name=name, source=f"imds {endpoint}")
+
+
+def query_imds(endpoint: str, timeout: float) -> str:
+    """Ask IMDSv2 at ENDPOINT for the instance type: PUT a session token, then GET with it."""
+    if not endpoint.startswith(("http://", "https://")):
+        raise ValueError(f"KILN_IMDS_ENDPOINT must be an http(s) URL (got {endpoint!r})")
+    # IMDS is link-local: a proxy from the environment would only get in the way.
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    token_request = urllib.request.Request(  # noqa: S310 (scheme checked above)
+        f"{endpoint}/latest/api/token",
+        method="PUT",
+        headers={"X-aws-ec2-metadata-token-ttl-seconds": str(TOKEN_TTL_SECONDS)},
+    )
+    with opener.open(token_request, timeout=timeout) as response:
+        token = response.read().decode().strip()
+    type_request = urllib.request.Request(  # noqa: S310 (scheme checked above)
+        f"{endpoint}/latest/meta-data/instance-type", headers={"X-aws-ec2-metadata-token": token}
+    )
+    with opener.open(type_request, timeout=timeout) as response:
+        name = response.read().decode().strip()
+    if not name:
+        raise ValueError("empty instance-type")
+    return name

@@ -1,0 +1,158 @@
+"""ComputeStack: the scheduler backend the spec names, with nodes booting kiln's bootstrap."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from constructs import Construct
+
+from kiln.bootstrap.config import config_from_spec
+from kiln.constructs import CapacityOption
+from kiln.constructs.bootstrap_assets import BootstrapAssets, BootstrapAssetsProps
+from kiln.constructs.parallelcluster import ParallelCluster, ParallelClusterProps, SlurmQueue
+from kiln.constructs.pcs import PcsCluster, PcsClusterProps, PcsNodeGroup
+from kiln.spec import ClusterSpec
+from kiln.stacks.network import NetworkStack, wants_placement_group
+from kiln.stacks.storage import StorageStack
+
+BACKENDS_WITH_COMPUTE = ("pcs", "parallelcluster")
+MOUNT_POINT = "/fsx"
+
+
+def _capacity(group: Any) -> CapacityOption:
+    return CapacityOption(type=group.capacity.type, reservation_id=group.capacity.reservation_id)
+
+
+class ComputeStack(cdk.Stack):
+    """Slurm on AWS PCS or AWS ParallelCluster, picked by spec.compute.backend."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        spec: ClusterSpec,
+        network: NetworkStack,
+        storage: StorageStack,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            scope, construct_id, description=f"kiln {spec.name}: compute ({spec.compute.backend})", **kwargs
+        )
+        if spec.compute.backend not in BACKENDS_WITH_COMPUTE:
+            raise ValueError(
+                f"compute.backend: got {spec.compute.backend!r}; allowed here: {', '.join(BACKENDS_WITH_COMPUTE)}"
+            )
+        self.spec, self.network, self.storage = spec, network, storage
+        self.bootstrap = BootstrapAssets(
+            self, "Bootstrap", BootstrapAssetsProps(config=config_from_spec(spec, spec.compute.backend))
+        )
+        self.pcs: PcsCluster | None = None
+        self.parallelcluster: ParallelCluster | None = None
+        if spec.compute.backend == "pcs":
+            self.pcs = self._pcs()
+        else:
+            self.parallelcluster = self._parallelcluster()
+
+    def _cluster_env(self, *, mounts_fsx: bool) -> dict[str, str]:
+        values = {
+            "KILN_CLUSTER_NAME": self.spec.name,
+            "KILN_REGION": cdk.Aws.REGION,
+            "KILN_BUCKET": self.storage.bucket.bucket_name,
+        }
+        if mounts_fsx and self.storage.lustre is not None:
+            values |= {
+                "KILN_FSX_DNS": self.storage.lustre.dns_name,
+                "KILN_FSX_MOUNT_NAME": self.storage.lustre.mount_name,
+                "KILN_MOUNT_POINT": MOUNT_POINT,
+            }
+        return values
+
+    def _client_groups(self) -> list:
+        return [self.storage.lustre_clients] if self.storage.lustre_clients is not None else []
+
+    def _placement(self, group: Any) -> str | None:
+        placement = self.network.placement_groups.get(group.name)
+        return placement.placement_group_name if placement and wants_placement_group(group) else None
+
+    def _ami(self) -> str:
+        if self.spec.compute.image.ami_id:
+            return self.spec.compute.image.ami_id
+        parameter = cdk.CfnParameter(
+            self,
+            "PcsAmiId",
+            type="AWS::EC2::Image::Id",
+            description="AMI with the AWS PCS agent and the cluster's Slurm (or set compute.image.ami_id in the spec)",
+        )
+        return parameter.value_as_string
+
+    def _pcs(self) -> PcsCluster:
+        spec = self.spec
+        groups = [
+            PcsNodeGroup(
+                name=g.name,
+                instance_type=g.instance_type,
+                min_count=g.min_count,
+                max_count=g.max_count,
+                capacity=_capacity(g),
+                root_volume_gib=g.root_volume_gib,
+                placement_group_name=self._placement(g),
+            )
+            for g in spec.compute.groups
+        ]
+        login = spec.compute.login_nodes
+        return PcsCluster(
+            self,
+            "Pcs",
+            PcsClusterProps(
+                vpc=self.network.training_vpc.vpc,
+                subnet=self.network.training_vpc.compute_subnet,
+                efa_security_group=self.network.efa.security_group,
+                ami_id=self._ami(),
+                compute_groups=groups,
+                login=PcsNodeGroup(
+                    name="login", instance_type=login.instance_type, min_count=login.count, max_count=login.count
+                )
+                if login.count
+                else None,
+                bootstrap=self.bootstrap,
+                cluster_env=self._cluster_env(mounts_fsx=True),
+                slurm_version=spec.software.slurm,
+                security_groups=self._client_groups(),
+            ),
+        )
+
+    def _parallelcluster(self) -> ParallelCluster:
+        spec = self.spec
+        queues = [
+            SlurmQueue(
+                name=g.name,
+                instance_type=g.instance_type,
+                min_count=g.min_count,
+                max_count=g.max_count,
+                capacity=_capacity(g),
+                placement_group=wants_placement_group(g),
+                root_volume_gib=g.root_volume_gib,
+            )
+            for g in spec.compute.groups
+        ]
+        return ParallelCluster(
+            self,
+            "ParallelCluster",
+            ParallelClusterProps(
+                cluster_name=spec.name,
+                subnet=self.network.training_vpc.compute_subnet,
+                queues=queues,
+                bootstrap=self.bootstrap,
+                cluster_env=self._cluster_env(mounts_fsx=False),
+                head_node_instance_type=spec.compute.head_node.instance_type,
+                login_instance_type=spec.compute.login_nodes.instance_type,
+                login_count=spec.compute.login_nodes.count,
+                os=spec.compute.image.os,
+                custom_ami=spec.compute.image.ami_id,
+                fsx_file_system_id=self.storage.lustre.file_system_id if self.storage.lustre else None,
+                fsx_mount_dir=MOUNT_POINT,
+                security_groups=self._client_groups(),
+            ),
+        )

@@ -1,0 +1,233 @@
+"""PcsCluster: cluster, node groups with EFA launch templates, queues, login group, node role."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk import Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk.assertions import Template
+
+from kiln.bootstrap.config import config_from_spec
+from kiln.constructs import CapacityOption
+from kiln.constructs.bootstrap_assets import BootstrapAssets, BootstrapAssetsProps
+from kiln.constructs.pcs import PcsCluster, PcsClusterProps, PcsNodeGroup
+from kiln.spec import load_spec
+from tests.conftest import ROOT
+from tests.constructs.conftest import get_att, logical_id, ref, stack
+
+
+@pytest.fixture(scope="module")
+def pcs():
+    st = stack("Pcs")
+    vpc = ec2.Vpc.from_vpc_attributes(
+        st,
+        "Vpc",
+        vpc_id="vpc-0123456789abcdef0",
+        availability_zones=["us-east-1a"],
+        private_subnet_ids=["subnet-0123456789abcdef0"],
+    )
+    efa = ec2.SecurityGroup(st, "Efa", vpc=vpc)
+    clients = ec2.SecurityGroup(st, "LustreClients", vpc=vpc)
+    spec = load_spec(ROOT / "examples" / "p5-pcs.yaml")
+    bootstrap = BootstrapAssets(st, "Bootstrap", BootstrapAssetsProps(config=config_from_spec(spec, "pcs")))
+    cluster = PcsCluster(
+        st,
+        "Cluster",
+        PcsClusterProps(
+            vpc=vpc,
+            subnet=vpc.private_subnets[0],
+            efa_security_group=efa,
+            ami_id="ami-0123456789abcdef0",
+            compute_groups=[
+                PcsNodeGroup(
+                    name="p5",
+                    instance_type="p5.48xlarge",
+                    min_count=4,
+                    max_count=4,
+                    root_volume_gib=512,
+                    capacity=CapacityOption(type="capacity-block", reservation_id="cr-0123456789abcdef0"),
+                ),
+                PcsNodeGroup(
+                    name="spot",
+                    instance_type="g5.12xlarge",
+                    max_count=2,
+                    capacity=CapacityOption(type="spot"),
+                    placement_group_name="pg-kiln",
+                ),
+            ],
+            login=PcsNodeGroup(name="login", instance_type="m5.2xlarge", min_count=1, max_count=1),
+            bootstrap=bootstrap,
+            cluster_env={"KILN_CLUSTER_NAME": "llm-pcs", "KILN_REGION": "us-east-1", "KILN_FSX_DNS": "fs.example"},
+            slurm_version="24.11",
+            size="MEDIUM",
+            scale_down_idle_seconds=900,
+            slurm_custom_settings={"SuspendTime": "900"},
+            security_groups=[clients],
+        ),
+    )
+    return {
+        "cluster": cluster,
+        "efa": efa,
+        "clients": clients,
+        "bootstrap": bootstrap,
+        "template": Template.from_stack(st),
+    }
+
+
+def _group(pcs, name: str) -> dict:
+    construct = pcs["cluster"].login_group if name == "login" else pcs["cluster"].node_groups[name]
+    return pcs["template"].find_resources("AWS::PCS::ComputeNodeGroup")[logical_id(construct)]["Properties"]
+
+
+def test_cluster_runs_the_requested_slurm_in_the_private_subnet(pcs) -> None:
+    cluster = pcs["cluster"]
+    pcs["template"].has_resource_properties(
+        "AWS::PCS::Cluster",
+        {
+            "Scheduler": {"Type": "SLURM", "Version": "24.11"},
+            "Size": "MEDIUM",
+            "Networking": {
+                "SubnetIds": ["subnet-0123456789abcdef0"],
+                "SecurityGroupIds": [get_att(cluster.security_group.node.default_child, "GroupId")],
+            },
+            "SlurmConfiguration": {
+                "ScaleDownIdleTimeInSeconds": 900,
+                "SlurmCustomSettings": [{"ParameterName": "SuspendTime", "ParameterValue": "900"}],
+            },
+        },
+    )
+
+
+def test_cluster_group_admits_only_its_members(pcs) -> None:
+    group = get_att(pcs["cluster"].security_group.node.default_child, "GroupId")
+    ingress = [
+        r["Properties"]
+        for r in pcs["template"].find_resources("AWS::EC2::SecurityGroupIngress").values()
+        if r["Properties"]["GroupId"] == group
+    ]
+    assert ingress == [
+        {
+            "IpProtocol": "-1",
+            "GroupId": group,
+            "SourceSecurityGroupId": group,
+            "Description": "Slurm controller, slurmd, srun",
+        }
+    ]
+
+
+def test_one_node_group_per_group_plus_login_and_one_queue_per_compute_group(pcs) -> None:
+    template = pcs["template"]
+    template.resource_count_is("AWS::PCS::ComputeNodeGroup", 3)
+    template.resource_count_is("AWS::PCS::Queue", 2)
+    for name in ("p5", "spot"):
+        template.has_resource_properties(
+            "AWS::PCS::Queue",
+            {
+                "Name": name,
+                "ClusterId": get_att(pcs["cluster"].cluster, "Id"),
+                "ComputeNodeGroupConfigurations": [
+                    {"ComputeNodeGroupId": get_att(pcs["cluster"].node_groups[name], "Id")}
+                ],
+            },
+        )
+
+
+@pytest.mark.parametrize(
+    ("name", "instance", "scaling", "purchase"),
+    [
+        ("p5", "p5.48xlarge", (4, 4), "CAPACITY_BLOCK"),
+        ("spot", "g5.12xlarge", (0, 2), "SPOT"),
+        ("login", "m5.2xlarge", (1, 1), "ONDEMAND"),
+    ],
+)
+def test_node_group_settings(pcs, name: str, instance: str, scaling: tuple[int, int], purchase: str) -> None:
+    props = _group(pcs, name)
+    cluster = pcs["cluster"]
+    assert props["Name"] == name
+    assert props["AmiId"] == "ami-0123456789abcdef0"
+    assert props["InstanceConfigs"] == [{"InstanceType": instance}]
+    assert props["ScalingConfiguration"] == {"MinInstanceCount": scaling[0], "MaxInstanceCount": scaling[1]}
+    assert props["PurchaseOption"] == purchase
+    assert props["SubnetIds"] == ["subnet-0123456789abcdef0"]
+    assert props["IamInstanceProfileArn"] == get_att(cluster.instance_profile, "Arn")
+    template_id = props["CustomLaunchTemplate"]["TemplateId"]["Ref"]
+    assert props["CustomLaunchTemplate"]["Version"] == {"Fn::GetAtt": [template_id, "LatestVersionNumber"]}
+    data = pcs["template"].find_resources("AWS::EC2::LaunchTemplate")[template_id]["Properties"]["LaunchTemplateData"]
+    assert data["InstanceType"] == instance
+
+
+def test_capacity_block_group_targets_its_reservation(pcs) -> None:
+    template_id = _group(pcs, "p5")["CustomLaunchTemplate"]["TemplateId"]["Ref"]
+    data = pcs["template"].find_resources("AWS::EC2::LaunchTemplate")[template_id]["Properties"]["LaunchTemplateData"]
+    assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    assert data["CapacityReservationSpecification"] == {
+        "CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}
+    }
+    assert len(data["NetworkInterfaces"]) == 32
+    primary = data["NetworkInterfaces"][0]["Groups"]
+    assert primary == [
+        get_att(pcs["efa"].node.default_child, "GroupId"),
+        get_att(pcs["cluster"].security_group.node.default_child, "GroupId"),
+        get_att(pcs["clients"].node.default_child, "GroupId"),
+    ]
+
+
+def test_nodes_boot_the_pcs_bundle_with_their_role(pcs) -> None:
+    template_id = _group(pcs, "login")["CustomLaunchTemplate"]["TemplateId"]["Ref"]
+    user_data = pcs["template"].find_resources("AWS::EC2::LaunchTemplate")[template_id]["Properties"][
+        "LaunchTemplateData"
+    ]["UserData"]
+    body = user_data["Fn::Base64"]
+    text = body if isinstance(body, str) else "".join(p for p in body["Fn::Join"][1] if isinstance(p, str))
+    assert "exec bash /opt/kiln/fetch.sh" in text and "'pcs-user-data.sh' '--role' 'login'" in text
+    assert "'KILN_FSX_DNS=fs.example'" in text
+
+
+def test_node_role_follows_the_pcs_rule_and_least_privilege(pcs) -> None:
+    cluster = pcs["cluster"]
+    template = pcs["template"]
+    role = template.find_resources("AWS::IAM::Role")[logical_id(cluster.role.node.default_child)]["Properties"]
+    assert role["Path"] == "/aws-pcs/"
+    assert role["ManagedPolicyArns"] == [
+        {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AmazonSSMManagedInstanceCore"]]}
+    ]
+    template.has_resource_properties(
+        "AWS::IAM::InstanceProfile", {"Path": "/aws-pcs/", "Roles": [ref(cluster.role.node.default_child)]}
+    )
+    (policy,) = [
+        p["Properties"]
+        for p in template.find_resources("AWS::IAM::Policy").values()
+        if p["Properties"]["Roles"] == [ref(cluster.role.node.default_child)]
+    ]
+    statements = policy["PolicyDocument"]["Statement"]
+    assert {
+        "Action": "pcs:RegisterComputeNodeGroupInstance",
+        "Effect": "Allow",
+        "Resource": get_att(cluster.cluster, "Arn"),
+    } in statements
+    (s3,) = [s for s in statements if s["Action"] == "s3:GetObject"]
+    assert Stack.of(cluster).resolve(pcs["bootstrap"].object_key) in str(s3["Resource"])
+    assert len(statements) == 2
+
+
+def test_outputs_cluster_id_and_login_group(pcs) -> None:
+    outputs = pcs["template"].find_outputs("*")
+    values = {name: o["Value"] for name, o in outputs.items()}
+    assert get_att(pcs["cluster"].cluster, "Id") in values.values()
+    assert get_att(pcs["cluster"].login_group, "Id") in values.values()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"size": "HUGE"}, "size: got 'HUGE'; allowed: SMALL, MEDIUM, LARGE"),
+        ({"compute_groups": []}, "compute_groups: got \\[\\]; allowed: at least one node group"),
+        ({"ami_id": "image-1"}, "ami_id: got 'image-1'"),
+        ({"login": PcsNodeGroup(name="p5", instance_type="m5.2xlarge")}, "node group names"),
+    ],
+)
+def test_invalid_props_are_refused(pcs, change: dict, message: str) -> None:
+    base = pcs["cluster"].props
+    kwargs = {f: getattr(base, f) for f in base.__dataclass_fields__} | change
+    with pytest.raises(ValueError, match=message):
+        PcsClusterProps(**kwargs)
