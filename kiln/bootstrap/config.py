@@ -249,7 +249,9 @@ def _architecture(instance_types: tuple[str, ...]) -> str:
 def config_from_spec(spec, target: str | None = None, *, local: LocalCluster | None = None) -> BootstrapConfig:
     """Translate a kiln.spec ClusterSpec into the BootstrapConfig of TARGET (default: its backend)."""
     compute = spec.compute
-    target = target or compute.backend
+    # HyperPod nodes orchestrated by EKS are EKS workers: they run the eks target's steps.
+    hyperpod_on_eks = compute.backend == "hyperpod" and compute.orchestrator == "eks"
+    target = target or ("eks" if hyperpod_on_eks else compute.backend)
     _choice("target", target, TARGETS)
     software = spec.software
     common = {
@@ -261,10 +263,10 @@ def config_from_spec(spec, target: str | None = None, *, local: LocalCluster | N
         if local is None:
             raise ValueError("target 'local': needs local=LocalCluster(...) (the nodes are not in the spec)")
         return BootstrapConfig(target="local", os="debian12", local=local, **common)
-    if target != compute.backend:
-        raise ValueError(f"target: got {target!r} for a {compute.backend!r} spec, allowed: {compute.backend}, local")
-    if target == "hyperpod" and (compute.orchestrator or "slurm") != "slurm":
-        raise ValueError("target 'hyperpod': got orchestrator 'eks', allowed: slurm (HyperPod on EKS has no bootstrap)")
+    allowed = ("eks",) if hyperpod_on_eks else (compute.backend,)
+    if target not in allowed:
+        choices = ", ".join(allowed)
+        raise ValueError(f"target: got {target!r} for this {compute.backend!r} spec, allowed: {choices}, local")
     service: tuple[str, ...] = ()
     if target != "eks":
         service = (compute.head_node.instance_type,)

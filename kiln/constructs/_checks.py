@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
 import aws_cdk as cdk
+import jsii
 from aws_cdk import aws_iam as iam
 from constructs import IConstruct
 
@@ -46,3 +48,60 @@ def acknowledge(construct: IConstruct, reasons: dict[str, str]) -> None:
 def grant_principal(grantee: iam.IGrantable) -> iam.IPrincipal:
     """Return the principal behind GRANTEE."""
     return grantee.grant_principal
+
+
+def _nag_text(value: Any) -> str:
+    """Render a resolved CloudFormation value the way cdk-nag names it in finding ids."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and len(value) == 1:
+        ((kind, body),) = value.items()
+        if kind == "Ref":
+            return f"<{body}>"
+        if kind == "Fn::GetAtt":
+            return f"<{body[0]}.{body[1]}>"
+        if kind == "Fn::Join":
+            return body[0].join(_nag_text(part) for part in body[1])
+        if kind == "Fn::ImportValue":
+            return _nag_text(body)
+        if kind == "Fn::Sub":
+            template, variables = (body, {}) if isinstance(body, str) else body
+            return re.sub(
+                r"\$\{([^}]+)\}", lambda m: _nag_text(variables[m[1]]) if m[1] in variables else f"<{m[1]}>", template
+            )
+    raise ValueError(f"cannot name {value!r} as cdk-nag does")
+
+
+@jsii.implements(cdk.IAspect)
+class _AcknowledgeWildcards:
+    """At synthesis, acknowledge each wildcard finding of the policies under a construct."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def visit(self, node: IConstruct) -> None:
+        if not isinstance(node, iam.CfnPolicy):
+            return
+        document = cdk.Stack.of(node).resolve(node.policy_document)
+        findings: list[str] = []
+        for statement in document.get("Statement", []):
+            actions = statement.get("Action", [])
+            resources = statement.get("Resource", [])
+            for action in [actions] if isinstance(actions, str) else actions:
+                if "*" in action:
+                    findings.append(f"AwsSolutions-IAM5[Action::{action}]")
+            for resource in [resources] if not isinstance(resources, list) else resources:
+                text = _nag_text(resource)
+                if "*" in text:
+                    findings.append(f"AwsSolutions-IAM5[Resource::{text}]")
+        acknowledge(node, dict.fromkeys(findings, self.reason))
+
+
+def acknowledge_wildcards(construct: IConstruct, reason: str) -> None:
+    """Acknowledge every IAM5 wildcard finding of the policies under CONSTRUCT with REASON.
+
+    cdk-nag v3 wants each finding acknowledged by its exact id, and those ids hold logical ids
+    and regions known only at synthesis; they are read from the policies themselves.
+    """
+    require(bool(reason.strip()), "reason", reason, "a non-empty reason")
+    cdk.Aspects.of(construct).add(_AcknowledgeWildcards(reason))

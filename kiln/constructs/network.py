@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
@@ -113,7 +113,6 @@ class TrainingVpc(Construct):
             self, "FlowLogs", retention=props.flow_log_retention, removal_policy=RemovalPolicy.RETAIN
         )
         self._mark_deliberate_az_choice(vpc)
-        self._drop_redundant_provider_dependency()
         vpc.add_flow_log(
             "FlowLog",
             destination=ec2.FlowLogDestination.to_cloud_watch_logs(log_group),
@@ -126,11 +125,3 @@ class TrainingVpc(Construct):
         # EFA, FSx and reserved capacity pin one named AZ on purpose; tell cfn-lint (W3010).
         for subnet in vpc.public_subnets + vpc.private_subnets:
             subnet.node.default_child.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3010"]}})
-
-    def _drop_redundant_provider_dependency(self) -> None:
-        # CDK's default-SG provider Lambda both DependsOn and GetAtts its role; cfn-lint W3005.
-        stack = Stack.of(self)
-        provider = stack.node.try_find_child("Custom::VpcRestrictDefaultSGCustomResourceProvider")
-        handler = provider.node.try_find_child("Handler") if provider else None
-        if handler is not None:
-            handler.add_deletion_override("DependsOn")

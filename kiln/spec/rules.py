@@ -18,6 +18,7 @@ PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
 DEFAULT_PERSISTENT_2_THROUGHPUT = 250
 VPC_PREFIX_RANGE = (16, 22)
 MIN_ROOT_VOLUME_GIB = 40
+HYPERPOD_RESERVED_GROUPS = ("controller", "login")
 MAX_TTL_HOURS = 24 * 30
 BUCKET_NAME = re.compile(r"^(?!xn--)(?!sthree-)(?!.*\.\.)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
@@ -165,6 +166,14 @@ def _group(spec: ClusterSpec, index: int) -> Iterator[Problem]:
             f"must equal max_count and be above 0 for a capacity block on parallelcluster "
             f"(got {group.min_count} and {group.max_count}); ParallelCluster runs them as static nodes",
         )
+    if spec.compute.backend == "hyperpod" and group.min_count != group.max_count:
+        yield _p(
+            (*path, "min_count"),
+            f"must equal max_count on hyperpod, whose instance groups have a fixed size "
+            f"(got {group.min_count} and {group.max_count})",
+        )
+    if spec.compute.backend == "hyperpod" and group.name in HYPERPOD_RESERVED_GROUPS:
+        yield _p((*path, "name"), f"is reserved on hyperpod for the Slurm {group.name} group (got {group.name!r})")
     if spec.compute.backend == "hyperpod" and not facts.hyperpod:
         yield _p((*path, "instance_type"), f"SageMaker HyperPod does not offer ml.{group.instance_type}")
 

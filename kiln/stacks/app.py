@@ -9,10 +9,11 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from kiln.spec import ClusterSpec
-from kiln.stacks.compute import BACKENDS_WITH_COMPUTE, ComputeStack
+from kiln.stacks.compute import ComputeStack, has_compute
 from kiln.stacks.naming import stack_name
 from kiln.stacks.network import NetworkStack
 from kiln.stacks.storage import StorageStack
+from kiln.stacks.tidy import DropRedundantDependsOn
 
 # Behaviour switches the stacks rely on; set on the App so every entry point (cdk CLI,
 # `kiln report`, tests) synthesizes the same templates.
@@ -58,12 +59,13 @@ def build_cluster(app: cdk.App, spec: ClusterSpec, *, nag: bool = True) -> Clust
     network = NetworkStack(app, stack_name(spec.name, "network"), spec=spec, env=env)
     storage = StorageStack(app, stack_name(spec.name, "storage"), spec=spec, network=network, env=env)
     compute = None
-    if spec.compute.backend in BACKENDS_WITH_COMPUTE:
+    if has_compute(spec):
         compute = ComputeStack(
             app, stack_name(spec.name, "compute"), spec=spec, network=network, storage=storage, env=env
         )
     stacks = ClusterStacks(network=network, storage=storage, compute=compute)
     for stack in stacks.all():
+        cdk.Aspects.of(stack).add(DropRedundantDependsOn())
         cdk.Tags.of(stack).add("kiln:cluster", spec.name)
         for key, value in spec.tags.items():
             cdk.Tags.of(stack).add(key, value)

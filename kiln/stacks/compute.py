@@ -10,14 +10,20 @@ from constructs import Construct
 from kiln.bootstrap.config import config_from_spec
 from kiln.constructs import CapacityOption
 from kiln.constructs.bootstrap_assets import BootstrapAssets, BootstrapAssetsProps
+from kiln.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from kiln.constructs.parallelcluster import ParallelCluster, ParallelClusterProps, SlurmQueue
 from kiln.constructs.pcs import PcsCluster, PcsClusterProps, PcsNodeGroup
 from kiln.spec import ClusterSpec
 from kiln.stacks.network import NetworkStack, wants_placement_group
 from kiln.stacks.storage import StorageStack
 
-BACKENDS_WITH_COMPUTE = ("pcs", "parallelcluster")
+BACKENDS_WITH_COMPUTE = ("pcs", "parallelcluster", "hyperpod")
 MOUNT_POINT = "/fsx"
+
+
+def has_compute(spec: ClusterSpec) -> bool:
+    """Return whether kiln builds the compute of SPEC yet (EKS-orchestrated compute is not built yet)."""
+    return spec.compute.backend in BACKENDS_WITH_COMPUTE and spec.effective_orchestrator != "eks"
 
 
 def _capacity(group: Any) -> CapacityOption:
@@ -40,16 +46,18 @@ class ComputeStack(cdk.Stack):
         super().__init__(
             scope, construct_id, description=f"kiln {spec.name}: compute ({spec.compute.backend})", **kwargs
         )
-        if spec.compute.backend not in BACKENDS_WITH_COMPUTE:
+        if not has_compute(spec):
             raise ValueError(
                 f"compute.backend: got {spec.compute.backend!r}; allowed here: {', '.join(BACKENDS_WITH_COMPUTE)}"
             )
         self.spec, self.network, self.storage = spec, network, storage
-        self.bootstrap = BootstrapAssets(
-            self, "Bootstrap", BootstrapAssetsProps(config=config_from_spec(spec, spec.compute.backend))
-        )
         self.pcs: PcsCluster | None = None
         self.parallelcluster: ParallelCluster | None = None
+        self.hyperpod: HyperPodCluster | None = None
+        if spec.compute.backend == "hyperpod":
+            self.hyperpod = self._hyperpod()
+            return
+        self.bootstrap = BootstrapAssets(self, "Bootstrap", BootstrapAssetsProps(config=config_from_spec(spec)))
         if spec.compute.backend == "pcs":
             self.pcs = self._pcs()
         else:
@@ -154,5 +162,71 @@ class ComputeStack(cdk.Stack):
                 fsx_file_system_id=self.storage.lustre.file_system_id if self.storage.lustre else None,
                 fsx_mount_dir=MOUNT_POINT,
                 security_groups=self._client_groups(),
+            ),
+        )
+
+    def _hyperpod_groups(self) -> list[HyperPodInstanceGroup]:
+        compute = self.spec.compute
+        groups = []
+        if self.spec.effective_orchestrator == "slurm":
+            groups.append(
+                HyperPodInstanceGroup(
+                    name="controller", instance_type=compute.head_node.instance_type, count=1, role="controller"
+                )
+            )
+            if compute.login_nodes.count:
+                groups.append(
+                    HyperPodInstanceGroup(
+                        name="login",
+                        instance_type=compute.login_nodes.instance_type,
+                        count=compute.login_nodes.count,
+                        role="login",
+                    )
+                )
+        groups += [
+            HyperPodInstanceGroup(
+                name=g.name, instance_type=g.instance_type, count=g.max_count, storage_gib=g.root_volume_gib
+            )
+            for g in compute.groups
+        ]
+        return groups
+
+    def _provisioning_parameters(self, groups: list[HyperPodInstanceGroup]) -> dict[str, Any]:
+        """Return the Slurm layout in HyperPod's provisioning_parameters.json form."""
+        parameters: dict[str, Any] = {
+            "version": "1.0.0",
+            "workload_manager": "slurm",
+            "controller_group": "controller",
+            "worker_groups": [
+                {"instance_group_name": g.name, "partition_name": g.name} for g in groups if g.role == "worker"
+            ],
+        }
+        if any(g.role == "login" for g in groups):
+            parameters["login_group"] = "login"
+        if self.storage.lustre is not None:
+            parameters |= {
+                "fsx_dns_name": self.storage.lustre.dns_name,
+                "fsx_mountname": self.storage.lustre.mount_name,
+            }
+        return parameters
+
+    def _hyperpod(self) -> HyperPodCluster:
+        spec = self.spec
+        groups = self._hyperpod_groups()
+        slurm = spec.effective_orchestrator == "slurm"
+        return HyperPodCluster(
+            self,
+            "HyperPod",
+            HyperPodClusterProps(
+                cluster_name=spec.name,
+                vpc=self.network.training_vpc.vpc,
+                subnet=self.network.training_vpc.compute_subnet,
+                security_groups=[self.network.efa.security_group, *self._client_groups()],
+                instance_groups=groups,
+                lifecycle=config_from_spec(spec),
+                cluster_env=self._cluster_env(mounts_fsx=True),
+                provisioning_parameters=self._provisioning_parameters(groups) if slurm else {},
+                orchestrator=spec.effective_orchestrator,
+                eks_cluster_arn=None,
             ),
         )

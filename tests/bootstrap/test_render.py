@@ -177,8 +177,10 @@ def test_spec_adapter_maps_backend_groups_and_pins():
     assert config.target == "hyperpod"
     assert config.instance_types == ("m5.8xlarge", "m5.2xlarge", "p5.48xlarge")
     assert config.lustre and config.software.efa_installer and config.software.pyxis
-    with pytest.raises(ValueError, match="orchestrator 'eks'"):
-        config_from_spec(load_spec(EXAMPLES / "p5-hyperpod-eks.yaml"))
+    on_eks = load_spec(EXAMPLES / "p5-hyperpod-eks.yaml")
+    assert config_from_spec(on_eks).target == "eks"
+    with pytest.raises(ValueError, match="target: got 'hyperpod' for this 'hyperpod' spec, allowed: eks, local"):
+        config_from_spec(on_eks, "hyperpod")
 
 
 def _cli(*argv: str) -> argparse.Namespace:
@@ -234,4 +236,4 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys):
     )
     assert args.func(args) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "target: got 'eks' for a 'pcs' spec" in err
+    assert err.count("\n") == 1 and "target: got 'eks' for this 'pcs' spec" in err

@@ -169,7 +169,9 @@ CASES = [
     ),
     (
         "hyperpod-type",
-        with_change("compute", {"backend": "hyperpod", "groups": [{"name": "g", "instance_type": "c6i.xlarge"}]}),
+        with_change(
+            "compute", {"backend": "hyperpod", "groups": [{"name": "g", "instance_type": "c6i.xlarge", "min_count": 1}]}
+        ),
         "compute.groups[0].instance_type",
         "HyperPod does not offer ml.c6i.xlarge",
     ),
@@ -199,6 +201,30 @@ CASES = [
         ),
         "compute.groups[0].min_count",
         "must equal max_count and be above 0 for a capacity block",
+    ),
+    (
+        "hyperpod-elastic-group",
+        with_change(
+            "compute",
+            {
+                "backend": "hyperpod",
+                "groups": [{"name": "g", "instance_type": "p5.48xlarge", "min_count": 1, "max_count": 4}],
+            },
+        ),
+        "compute.groups[0].min_count",
+        "must equal max_count on hyperpod",
+    ),
+    (
+        "hyperpod-reserved-name",
+        with_change(
+            "compute",
+            {
+                "backend": "hyperpod",
+                "groups": [{"name": "login", "instance_type": "p5.48xlarge", "min_count": 1, "max_count": 1}],
+            },
+        ),
+        "compute.groups[0].name",
+        "is reserved on hyperpod",
     ),
     ("aws-tag", with_change("tags", {"aws:owner": "me"}), "tags.aws:owner", "must not start with 'aws:'"),
 ]

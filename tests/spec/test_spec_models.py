@@ -37,7 +37,13 @@ def test_examples_cover_every_backend_and_orchestrator() -> None:
 
 def test_defaults_are_the_documented_behaviour() -> None:
     spec = parse_spec(
-        {"name": "d", "compute": {"backend": "hyperpod", "groups": [{"name": "g", "instance_type": "p5.48xlarge"}]}}
+        {
+            "name": "d",
+            "compute": {
+                "backend": "hyperpod",
+                "groups": [{"name": "g", "instance_type": "p5.48xlarge", "min_count": 1}],
+            },
+        }
     )
     assert spec.network.vpc_cidr == "10.0.0.0/16"
     assert spec.storage.bucket.retain is True

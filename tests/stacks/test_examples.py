@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from kiln.spec import load_spec
-from kiln.stacks.compute import BACKENDS_WITH_COMPUTE
+from kiln.stacks.compute import has_compute
 from kiln.synth import lint_template, nag_report
 from tests.conftest import EXAMPLES, NODE_BIN, ROOT, run_app
 
@@ -27,8 +27,7 @@ def test_example_synthesizes_through_app_py(example_assemblies, stem: str) -> No
     assembly = example_assemblies[stem]
     assert assembly.returncode == 0, assembly.stderr
     spec = load_spec(assembly.spec_path)
-    has_compute = spec.compute.backend in BACKENDS_WITH_COMPUTE
-    parts = ["compute", "network", "storage"] if has_compute else ["network", "storage"]
+    parts = ["compute", "network", "storage"] if has_compute(spec) else ["network", "storage"]
     assert sorted(assembly.templates()) == [f"{spec.name}-{part}" for part in parts]
 
 

@@ -1,0 +1,297 @@
+"""HyperPodCluster: a SageMaker HyperPod cluster whose lifecycle scripts are kiln's bootstrap."""
+
+from __future__ import annotations
+
+import atexit
+import re
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aws_cdk import Aws, CfnOutput
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_s3_deployment as s3_deployment
+from aws_cdk import aws_sagemaker as sagemaker
+from constructs import Construct
+
+from kiln.bootstrap.cluster_env import cluster_env_text
+from kiln.bootstrap.config import BootstrapConfig
+from kiln.bootstrap.render import render_bundle
+from kiln.catalog import UnknownInstanceType
+from kiln.catalog import instance_type as catalog_instance_type
+from kiln.constructs._checks import acknowledge, acknowledge_wildcards, require, require_in
+from kiln.constructs.bucket import DataBucket, DataBucketProps
+
+ROLES = ("controller", "login", "worker")
+ORCHESTRATORS = ("slurm", "eks")
+GROUP_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+DEEP_HEALTH_CHECKS = ["InstanceStress", "InstanceConnectivity"]
+MANAGED_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
+CLUSTER_POLICY_FINDING = f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{MANAGED_POLICY}]"
+CLUSTER_POLICY_REASON = "AWS's minimal policy for HyperPod cluster instances, which the service documents as required."
+ROLE_WILDCARD_REASON = (
+    "Network-interface actions HyperPod needs take no resource scope (Describe*) or act on interfaces it creates; "
+    "S3 reads are limited to the lifecycle prefix."
+)
+LAMBDA_BASIC_FINDING = (
+    "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]"
+)
+HANDLER_REASON = (
+    "CDK's BucketDeployment handler copies the lifecycle scripts from the CDK asset bucket into the lifecycle "
+    "bucket, which holds nothing else; it writes its logs with the basic Lambda role."
+)
+HANDLER_RUNTIME_REASON = "The BucketDeployment handler's runtime is pinned by aws-cdk-lib and moves with it."
+# HyperPod attaches its nodes' interfaces in the customer VPC with the execution role.
+VPC_ACTIONS = [
+    "ec2:AssignPrivateIpAddresses",
+    "ec2:CreateNetworkInterface",
+    "ec2:CreateNetworkInterfacePermission",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DeleteNetworkInterfacePermission",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeVpcs",
+    "ec2:DescribeDhcpOptions",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DetachNetworkInterface",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class HyperPodInstanceGroup:
+    """One HyperPod instance group.
+
+    name: the group name (HyperPod and the lifecycle scripts know nodes by it).
+    instance_type: the EC2 name (p5.48xlarge); the cluster uses its ml.* name.
+    count: nodes in the group (HyperPod groups have a fixed size).
+    role: controller, login or worker (Slurm); worker for EKS.
+    storage_gib: the EBS volume HyperPod mounts at /opt/sagemaker; default 500.
+    """
+
+    name: str
+    instance_type: str
+    count: int
+    role: str = "worker"
+    storage_gib: int = 500
+
+    def __post_init__(self) -> None:
+        require(bool(GROUP_NAME.match(self.name)), "name", self.name, "1-63 letters, digits and '-'")
+        require_in("role", self.role, ROLES)
+        require(self.count >= 1, "count", self.count, "1 or more")
+        require(1 <= self.storage_gib <= 16384, "storage_gib", self.storage_gib, "1 to 16384")
+        try:
+            offered = catalog_instance_type(self.instance_type).hyperpod
+        except UnknownInstanceType as exc:
+            raise ValueError(f"instance_type: {exc}") from None
+        require(offered, "instance_type", self.instance_type, "a type HyperPod offers (see `kiln catalog list`)")
+
+    @property
+    def accelerated(self) -> bool:
+        return catalog_instance_type(self.instance_type).accelerator is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HyperPodClusterProps:
+    """Props for HyperPodCluster.
+
+    cluster_name: the HyperPod cluster name.
+    vpc, subnet: where the nodes' interfaces live (the compute subnet, for EFA and FSx).
+    security_groups: further groups for the nodes (EFA, file system clients).
+    instance_groups: controller, login and worker groups (Slurm), or worker groups (EKS).
+    lifecycle: the bootstrap config rendered as the lifecycle scripts (target hyperpod, or eks).
+    cluster_env: deploy-time values written beside the scripts as cluster.env (tokens allowed).
+    lifecycle_bucket / lifecycle_prefix: where the scripts go (default: a bucket of their own, so the
+        copying handler never touches data); the execution role may read only them.
+    provisioning_parameters: written as provisioning_parameters.json beside the scripts.
+    orchestrator: slurm (default; the lifecycle scripts configure Slurm) or eks.
+    eks_cluster_arn: the EKS cluster for orchestrator eks.
+    """
+
+    cluster_name: str
+    vpc: ec2.IVpc
+    subnet: ec2.ISubnet
+    instance_groups: Sequence[HyperPodInstanceGroup]
+    lifecycle: BootstrapConfig
+    cluster_env: Mapping[str, str]
+    lifecycle_bucket: s3.IBucket | None = None
+    lifecycle_prefix: str = ""
+    security_groups: Sequence[ec2.ISecurityGroup] = ()
+    provisioning_parameters: Mapping[str, Any] = field(default_factory=dict)
+    orchestrator: str = "slurm"
+    eks_cluster_arn: str | None = None
+
+    def __post_init__(self) -> None:
+        require(
+            bool(GROUP_NAME.match(self.cluster_name)), "cluster_name", self.cluster_name, "1-63 letters, digits and '-'"
+        )
+        require_in("orchestrator", self.orchestrator, ORCHESTRATORS)
+        require(bool(self.instance_groups), "instance_groups", list(self.instance_groups), "at least one group")
+        names = [g.name for g in self.instance_groups]
+        require(len(set(names)) == len(names), "instance group names", names, "unique names")
+        roles = [g.role for g in self.instance_groups]
+        if self.orchestrator == "slurm":
+            require(
+                roles.count("controller") == 1, "controller groups", roles.count("controller"), "exactly one for Slurm"
+            )
+            require(
+                self.lifecycle.target == "hyperpod", "lifecycle.target", self.lifecycle.target, "hyperpod for Slurm"
+            )
+        else:
+            require(set(roles) == {"worker"}, "roles", roles, "worker only with EKS (EKS runs the control plane)")
+            require(
+                self.eks_cluster_arn is not None, "eks_cluster_arn", None, "the EKS cluster's ARN for orchestrator eks"
+            )
+            require(
+                self.lifecycle.target == "eks",
+                "lifecycle.target",
+                self.lifecycle.target,
+                "eks for the EKS orchestrator",
+            )
+        require(
+            not self.lifecycle_prefix.startswith("/"),
+            "lifecycle_prefix",
+            self.lifecycle_prefix,
+            "a key prefix without a leading /",
+        )
+
+    @property
+    def prefix(self) -> str:
+        base = self.lifecycle_prefix or f"hyperpod/{self.cluster_name}/lifecycle"
+        return base.rstrip("/") + "/"
+
+
+class HyperPodCluster(Construct):
+    """SageMaker HyperPod: instance groups, kiln's lifecycle scripts in S3, least-privilege role, recovery."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: HyperPodClusterProps) -> None:
+        super().__init__(scope, construct_id)
+        self.props = props
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "NodeSecurityGroup",
+            vpc=props.vpc,
+            description="HyperPod nodes: all traffic among members (Slurm, NCCL); egress for lifecycle downloads",
+        )
+        self.security_group.connections.allow_internally(ec2.Port.all_traffic(), "HyperPod nodes")
+        self.lifecycle_bucket = (
+            props.lifecycle_bucket or DataBucket(self, "LifecycleBucket", DataBucketProps(retain=False)).bucket
+        )
+        self.lifecycle = self._deploy_lifecycle()
+        self.role = self._execution_role()
+        self.cluster = sagemaker.CfnCluster(
+            self,
+            "Resource",
+            cluster_name=props.cluster_name,
+            instance_groups=[self._group(g) for g in props.instance_groups],
+            vpc_config=sagemaker.CfnCluster.VpcConfigProperty(
+                subnets=[props.subnet.subnet_id],
+                security_group_ids=[
+                    self.security_group.security_group_id,
+                    *(g.security_group_id for g in props.security_groups),
+                ],
+            ),
+            node_recovery="Automatic",
+            orchestrator=sagemaker.CfnCluster.OrchestratorProperty(
+                eks=sagemaker.CfnCluster.ClusterOrchestratorEksConfigProperty(cluster_arn=props.eks_cluster_arn)
+            )
+            if props.orchestrator == "eks"
+            else None,
+        )
+        # The scripts must be in S3 before HyperPod runs them on the first nodes.
+        self.cluster.node.add_dependency(self.lifecycle)
+        CfnOutput(self, "ClusterArn", value=self.cluster.attr_cluster_arn, description="SageMaker HyperPod cluster")
+
+    @property
+    def source_s3_uri(self) -> str:
+        return f"s3://{self.lifecycle_bucket.bucket_name}/{self.props.prefix}"
+
+    @property
+    def cluster_arn(self) -> str:
+        return self.cluster.attr_cluster_arn
+
+    @property
+    def connections(self) -> ec2.Connections:
+        return self.security_group.connections
+
+    def _deploy_lifecycle(self) -> s3_deployment.BucketDeployment:
+        props = self.props
+        staging = Path(tempfile.mkdtemp(prefix="kiln-hyperpod-lifecycle-"))
+        atexit.register(shutil.rmtree, staging, ignore_errors=True)
+        self.bundle = render_bundle(props.lifecycle, staging)
+        sources = [
+            s3_deployment.Source.asset(str(self.bundle.directory)),
+            s3_deployment.Source.data("cluster.env", cluster_env_text(props.cluster_env)),
+        ]
+        if props.provisioning_parameters:
+            sources.append(
+                s3_deployment.Source.json_data("provisioning_parameters.json", dict(props.provisioning_parameters))
+            )
+        deployment = s3_deployment.BucketDeployment(
+            self,
+            "LifecycleScripts",
+            destination_bucket=self.lifecycle_bucket,
+            destination_key_prefix=props.prefix,
+            sources=sources,
+            retain_on_delete=False,
+        )
+        handler = deployment.handler_role.node.scope
+        acknowledge(handler, {LAMBDA_BASIC_FINDING: HANDLER_REASON, "AwsSolutions-L1": HANDLER_RUNTIME_REASON})
+        acknowledge_wildcards(handler, HANDLER_REASON)
+        return deployment
+
+    def _execution_role(self) -> iam.Role:
+        props = self.props
+        role = iam.Role(
+            self,
+            "ExecutionRole",
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            description="kiln HyperPod nodes: the cluster instance policy, VPC interfaces, and the lifecycle scripts",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(MANAGED_POLICY)],
+        )
+        role.add_to_policy(iam.PolicyStatement(actions=VPC_ACTIONS, resources=["*"]))
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["ec2:CreateTags"], resources=[f"arn:{Aws.PARTITION}:ec2:*:*:network-interface/*"]
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:GetObject"], resources=[self.lifecycle_bucket.arn_for_objects(f"{props.prefix}*")]
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["s3:ListBucket"],
+                resources=[self.lifecycle_bucket.bucket_arn],
+                conditions={"StringLike": {"s3:prefix": [f"{props.prefix}*"]}},
+            )
+        )
+        acknowledge(role, {CLUSTER_POLICY_FINDING: CLUSTER_POLICY_REASON})
+        acknowledge_wildcards(role, ROLE_WILDCARD_REASON)
+        return role
+
+    def _group(self, group: HyperPodInstanceGroup) -> sagemaker.CfnCluster.ClusterInstanceGroupProperty:
+        return sagemaker.CfnCluster.ClusterInstanceGroupProperty(
+            instance_group_name=group.name,
+            instance_type=f"ml.{group.instance_type}",
+            instance_count=group.count,
+            execution_role=self.role.role_arn,
+            life_cycle_config=sagemaker.CfnCluster.ClusterLifeCycleConfigProperty(
+                source_s3_uri=self.source_s3_uri, on_create=self.bundle.entry_point
+            ),
+            # One thread per core on accelerated nodes: training wants the cores, not hyperthreads.
+            threads_per_core=1 if group.accelerated else None,
+            instance_storage_configs=[
+                sagemaker.CfnCluster.ClusterInstanceStorageConfigProperty(
+                    ebs_volume_config=sagemaker.CfnCluster.ClusterEbsVolumeConfigProperty(
+                        volume_size_in_gb=group.storage_gib
+                    )
+                )
+            ],
+            on_start_deep_health_checks=DEEP_HEALTH_CHECKS if group.accelerated else None,
+        )
