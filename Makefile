@@ -43,9 +43,15 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# The main job: a real 2-node Slurm cluster on this machine (root), the launcher's smoke job
+# across it, the synth + lint table of every example, and the cluster taken down again
+# (also when smoke or the table fails).
 demo: setup
 	$(BIN)/kiln validate examples/*.yaml
-	$(BIN)/kiln report examples/*.yaml
+	$(BIN)/kiln local up --nodes 2
+	$(BIN)/kiln local smoke; status=$$?; \
+	  $(BIN)/kiln report examples/*.yaml || status=1; \
+	  $(BIN)/kiln local down; exit $$status
 
 test: setup
 	$(BIN)/pytest -n 2 --dist loadgroup -q

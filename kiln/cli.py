@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from kiln.bootstrap import cli as bootstrap_cli
+from kiln.local import cli as local_cli
 from kiln.spec import SpecError, load_spec
 
 
@@ -125,6 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=_report)
 
     bootstrap_cli.register(commands)
+    local_cli.register(commands)
     return parser
 
 

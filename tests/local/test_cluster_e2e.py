@@ -1,0 +1,232 @@
+"""End to end: a real 2-node Slurm cluster from the `local` bootstrap, its jobs, a node failure, and `down`.
+
+The tests share one cluster and run in file order: up, run, smoke, fault injection, down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from kiln.local import procs
+from kiln.local.jobs import parse_step
+from kiln.local.slurm import slurmd_timeout_s
+from kiln.local.state import load
+from tests.conftest import ROOT
+from tests.local.conftest import Settings, kiln_local, kiln_local_popen, unique_settings
+
+pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("kiln-local")]
+
+
+@pytest.fixture(scope="module")
+def cluster(e2e_ready, searchable_dir) -> tuple[Settings, subprocess.CompletedProcess]:
+    """Bring up 2 nodes once for the module; take them down at the end even when a test failed."""
+    settings = unique_settings(searchable_dir)
+    result = kiln_local(*settings.up_args(nodes=2))
+    yield settings, result
+    if (settings.prefix / "state.json").exists():
+        kiln_local("down", "--prefix", str(settings.prefix))
+
+
+def _state(settings: Settings):
+    found = load(settings.prefix)
+    assert found is not None, f"no state under {settings.prefix}"
+    return found
+
+
+def _slurm(settings: Settings, *argv: str) -> str:
+    env = {**os.environ, "SLURM_CONF": str(settings.prefix / "etc/slurm/slurm.conf")}
+    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30).stdout
+
+
+def _node_rows(output: str) -> dict[str, list[str]]:
+    return {line.split()[0]: line.split() for line in output.splitlines() if re.match(r"^node\d+\s", line)}
+
+
+def test_up_brings_two_nodes_to_idle_with_progress_and_a_table(cluster):
+    settings, result = cluster
+    assert result.returncode == 0, result.stdout + result.stderr
+    phases = [line for line in result.stdout.splitlines() if re.match(r"^  .+ \.\.\. \d+\.\ds$", line)]
+    assert any("bootstrap step install_slurm" in line for line in phases)
+    assert any(f"create bridge {settings.tag}-br0" in line for line in phases)
+    assert any("wait until the 2 nodes are idle" in line for line in phases)
+    rows = _node_rows(result.stdout)
+    assert sorted(rows) == ["node1", "node2"]
+    for row in rows.values():
+        assert row[2] == "idle", row
+        assert row[1].startswith(settings.subnet.rsplit(".", 1)[0] + "."), row
+    state = _state(settings)
+    assert {r.role for r in state.processes} == {"munged", "slurmctld", "slurmd:node1", "slurmd:node2"}
+    assert all(procs.is_running(record) for record in state.processes)
+    for node in state.layout.nodes:
+        assert node.netns_path.exists()
+
+
+def test_up_runs_the_rendered_local_bootstrap_target(cluster):
+    settings, _ = cluster
+    bundle = settings.prefix / "bundle"
+    assert (bundle / "local-node.sh").is_file()
+    assert "KILN_TARGET='local'" in (bundle / "bundle.env").read_text()
+    log = (settings.prefix / "var/log/kiln/bootstrap.log").read_text()
+    for step in ("install_slurm", "install_munge", "install_launcher", "configure_munge", "configure_slurm"):
+        assert f"[{step}] done in" in log
+    # The running slurm.conf is the bundle's, with only the bootstrap's placeholders filled in.
+    rendered = (bundle / "slurm/slurm.conf").read_text().splitlines()
+    running = (settings.prefix / "etc/slurm/slurm.conf").read_text().splitlines()
+    assert len(rendered) == len(running)
+    for template_line, line in zip(rendered, running, strict=True):
+        if "@" not in template_line:
+            assert template_line == line
+    slurmctld = _state(settings).process("slurmctld")
+    assert slurmctld.argv == ("slurmctld", "-D", "-f", str(settings.prefix / "etc/slurm/slurm.conf"))
+    # The launcher came from the bundle's wheel into the bootstrap's venv.
+    assert (
+        settings.prefix / "usr/local/bin/kiln-launch"
+    ).resolve() == settings.prefix / "opt/kiln/venv/bin/kiln-launch"
+
+
+def test_kiln_local_holds_no_copy_of_the_slurm_configuration():
+    sources = "\n".join(path.read_text() for path in (ROOT / "kiln/local").glob("*.py"))
+    for key in ("SlurmctldHost", "NodeName=", "PartitionName=", "ProctrackType", "SlurmdSpoolDir", "AuthType"):
+        assert key not in sources
+
+
+def test_second_up_reports_the_cluster_and_changes_nothing(cluster):
+    settings, _ = cluster
+    before = _state(settings)
+    again = kiln_local(*settings.up_args(nodes=2))
+    assert again.returncode == 0, again.stderr
+    assert "already up; nothing changed" in again.stdout
+    assert " ... " not in again.stdout
+    assert sorted(_node_rows(again.stdout)) == ["node1", "node2"]
+    assert _state(settings) == before
+
+
+def test_up_with_other_settings_is_refused(cluster):
+    settings, _ = cluster
+    result = kiln_local(*settings.up_args(nodes=3))
+    assert result.returncode == 2
+    assert result.stderr.startswith("kiln local up: error: a cluster is already up under")
+    assert "--nodes 3 (it has 2)" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_run_prints_each_node_name_once(cluster):
+    settings, _ = cluster
+    result = kiln_local("run", "--prefix", str(settings.prefix), "--nodes", "2", "--", "printenv", "SLURMD_NODENAME")
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split()) == ["node1", "node2"]
+
+
+def test_run_returns_the_job_exit_code_and_nodes_resolve_each_other(cluster):
+    settings, _ = cluster
+    layout = _state(settings).layout
+    script = 'echo "$(hostname) $(getent hosts node1 | cut -d" " -f1)"; exit 3'
+    result = kiln_local("run", "--prefix", str(settings.prefix), "--", "sh", "-c", script)
+    assert result.returncode == 3
+    lines = sorted(result.stdout.split("\n")[:-1])
+    assert [line.split()[0] for line in lines] == ["node1", "node2"]
+    assert {line.split()[1] for line in lines} == {layout.node("node1").address}
+
+
+def test_smoke_trains_across_both_nodes_and_its_loss_falls(cluster):
+    settings, _ = cluster
+    result = kiln_local("smoke", "--prefix", str(settings.prefix), "--steps", "12")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert "ddp over 2 rank(s) on cpu" in result.stdout
+    steps = [step for line in result.stdout.splitlines() if (step := parse_step(line.removeprefix("  | ")))]
+    assert [step.step for step in steps] == list(range(1, 13))
+    assert steps[-1].loss < steps[0].loss
+    job = re.search(r"smoke: job (\d+) COMPLETED \(exit 0\) on node\[1-2\]", result.stdout)
+    assert job, result.stdout
+    assert re.search(r"smoke: throughput [\d,]+ tokens/s", result.stdout)
+    assert re.search(r"smoke: first step \d+\.\d s after submission", result.stdout)
+    checkpoints = settings.prefix / "checkpoints" / job.group(1)
+    assert f"smoke: checkpoints: {checkpoints} (step-00000010)" in result.stdout
+    summary = json.loads((checkpoints / "smoke-summary.json").read_text())
+    assert summary["world_size"] == 2
+
+
+def _wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.5)
+    pytest.fail(f"{what} within {timeout_s:.0f}s")
+
+
+def test_killed_slurmd_is_marked_down_and_up_heals_it(cluster):
+    settings, _ = cluster
+    slurmd_timeout = slurmd_timeout_s(_state(settings).layout)
+    assert slurmd_timeout is not None and slurmd_timeout <= 30, (
+        f"the local slurm.conf has SlurmdTimeout={slurmd_timeout}: Slurm marks a dead node down only after that, "
+        "so the bootstrap's local target must set a short SlurmdTimeout"
+    )
+    prefix = str(settings.prefix)
+    job = kiln_local_popen("run", "--prefix", prefix, "--", "sleep", "300")
+    try:
+        _wait_for(lambda: "RUNNING" in _slurm(settings, "squeue", "-h", "-o", "%T"), 30, "the job did not start")
+        victim = _state(settings).process("slurmd:node2")
+        os.kill(victim.pid, signal.SIGKILL)
+
+        def reported_down():
+            status = kiln_local("status", "--prefix", prefix)
+            row = _node_rows(status.stdout).get("node2", [])
+            return status if len(row) > 2 and row[2].startswith("down") else None
+
+        status = _wait_for(reported_down, 3 * slurmd_timeout + 30, "status did not report node2 down")
+        assert status.returncode == 1
+        assert "slurmd:node2" in status.stdout and "NOT RUNNING" in status.stdout
+        assert "unhealthy:" in status.stdout
+        # Slurm fails the job that lost its node; run returns that failure.
+        assert job.wait(timeout=60) != 0
+    finally:
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+
+    healed = kiln_local("up", "--prefix", prefix)
+    assert healed.returncode == 0, healed.stdout + healed.stderr
+    assert "healing" in healed.stdout and "start slurmd on node2" in healed.stdout
+    assert "start slurmctld" not in healed.stdout
+    assert [row[2] for row in _node_rows(healed.stdout).values()] == ["idle", "idle"]
+    assert kiln_local("status", "--prefix", prefix).returncode == 0
+    again = kiln_local("run", "--prefix", prefix, "--", "printenv", "SLURMD_NODENAME")
+    assert sorted(again.stdout.split()) == ["node1", "node2"]
+
+
+def _live_processes_mentioning(prefix: Path) -> list[str]:
+    """Return live processes whose command line names PREFIX (zombies are dead already)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        identity = procs.identity(int(entry.name)) if entry.name.isdigit() else None
+        if identity is not None and identity.state != "Z" and any(str(prefix) in part for part in identity.argv):
+            found.append(f"{entry.name} {' '.join(identity.argv)}")
+    return found
+
+
+def test_down_leaves_nothing_behind(cluster):
+    settings, _ = cluster
+    state = _state(settings)
+    result = kiln_local("down", "--prefix", str(settings.prefix))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "nothing left behind" in result.stdout
+    assert not settings.prefix.exists()
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert settings.tag not in namespaces
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    assert f"{settings.tag}-" not in links
+    assert [record.role for record in state.processes if procs.is_running(record)] == []
+    assert _live_processes_mentioning(settings.prefix) == []
+    again = kiln_local("status", "--prefix", str(settings.prefix))
+    assert again.returncode == 2
+    assert "no kiln local cluster is up" in again.stderr
