@@ -279,7 +279,8 @@ def config_from_spec(spec, target: str | None = None, *, local: LocalCluster | N
     types = tuple(dict.fromkeys(name.removeprefix("ml.") for name in (*service, *(g.instance_type for g in groups))))
     return BootstrapConfig(
         target=target,
-        os=compute.image.os,
+        # EKS nodes (and HyperPod's EKS nodes) boot the EKS-optimized Amazon Linux 2023 image.
+        os="al2023" if target == "eks" else compute.image.os,
         architecture=_architecture(types),
         service_instance_types=service,
         groups=groups,

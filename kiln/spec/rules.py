@@ -202,6 +202,23 @@ def hyperpod_nodes(spec: ClusterSpec) -> Iterator[Problem]:
             yield _p(("compute", role, "instance_type"), f"SageMaker HyperPod does not offer ml.{name}")
 
 
+def kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
+    """EKS nodes run Amazon Linux 2023, and its control plane needs subnets in two AZs."""
+    if spec.compute.backend != "eks" and spec.effective_orchestrator != "eks":
+        return
+    image = spec.compute.image
+    if "os" in image.model_fields_set and image.os != "al2023":
+        yield _p(
+            ("compute", "image", "os"),
+            f"must be al2023 with EKS, whose GPU nodes run Amazon Linux 2023 (got {image.os!r})",
+        )
+    if spec.network.vpc_id:
+        yield _p(
+            ("network", "vpc_id"),
+            "EKS needs control-plane subnets in two AZs: leave vpc_id unset so kiln builds the VPC",
+        )
+
+
 def software(spec: ClusterSpec) -> Iterator[Problem]:
     """Checksum overrides are sha256 hex digests."""
     for artifact, digest in spec.software.checksums.items():
@@ -242,7 +259,19 @@ def tags(spec: ClusterSpec) -> Iterator[Problem]:
             yield _p(path, f"tag values are at most 256 characters (got {len(value)})")
 
 
-RULES: tuple[Rule, ...] = (placement, network, lustre, bucket, compute, hyperpod_nodes, software, launcher, ci, tags)
+RULES: tuple[Rule, ...] = (
+    placement,
+    network,
+    lustre,
+    bucket,
+    compute,
+    hyperpod_nodes,
+    kubernetes,
+    software,
+    launcher,
+    ci,
+    tags,
+)
 
 
 def check(spec: ClusterSpec) -> list[Problem]:

@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from kiln.bootstrap.config import config_from_spec
 from kiln.constructs import CapacityOption
 from kiln.constructs.bootstrap_assets import BootstrapAssets, BootstrapAssetsProps
+from kiln.constructs.eks import EksTrainingCluster, EksTrainingClusterProps, GpuNodeGroup, LustreVolume, SystemNodeGroup
 from kiln.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from kiln.constructs.parallelcluster import ParallelCluster, ParallelClusterProps, SlurmQueue
 from kiln.constructs.pcs import PcsCluster, PcsClusterProps, PcsNodeGroup
@@ -17,13 +19,13 @@ from kiln.spec import ClusterSpec
 from kiln.stacks.network import NetworkStack, wants_placement_group
 from kiln.stacks.storage import StorageStack
 
-BACKENDS_WITH_COMPUTE = ("pcs", "parallelcluster", "hyperpod")
+BACKENDS_WITH_COMPUTE = ("pcs", "parallelcluster", "hyperpod", "eks")
 MOUNT_POINT = "/fsx"
 
 
 def has_compute(spec: ClusterSpec) -> bool:
-    """Return whether kiln builds the compute of SPEC yet (EKS-orchestrated compute is not built yet)."""
-    return spec.compute.backend in BACKENDS_WITH_COMPUTE and spec.effective_orchestrator != "eks"
+    """Return whether kiln builds a compute stack for SPEC."""
+    return spec.compute.backend in BACKENDS_WITH_COMPUTE
 
 
 def _capacity(group: Any) -> CapacityOption:
@@ -54,6 +56,12 @@ class ComputeStack(cdk.Stack):
         self.pcs: PcsCluster | None = None
         self.parallelcluster: ParallelCluster | None = None
         self.hyperpod: HyperPodCluster | None = None
+        self.eks: EksTrainingCluster | None = None
+        if spec.effective_orchestrator == "eks":
+            self.eks = self._eks(with_gpu_groups=False)
+        if spec.compute.backend == "eks":
+            self.eks = self._eks(with_gpu_groups=True)
+            return
         if spec.compute.backend == "hyperpod":
             self.hyperpod = self._hyperpod()
             return
@@ -227,6 +235,66 @@ class ComputeStack(cdk.Stack):
                 cluster_env=self._cluster_env(mounts_fsx=True),
                 provisioning_parameters=self._provisioning_parameters(groups) if slurm else {},
                 orchestrator=spec.effective_orchestrator,
-                eks_cluster_arn=None,
+                eks_cluster_arn=self.eks.cluster_arn if self.eks else None,
+            ),
+        )
+
+    def _eks_cluster_group(self) -> list[ec2.ISecurityGroup]:
+        if self.eks is None:
+            return []
+        # HyperPod's EKS nodes talk to the control plane through the cluster security group.
+        return [
+            ec2.SecurityGroup.from_security_group_id(
+                self, "EksClusterSecurityGroup", self.eks.cluster_security_group_id
+            )
+        ]
+
+    def _lustre_volume(self) -> LustreVolume | None:
+        fs = self.storage.lustre
+        if fs is None or self.storage.lustre_clients is None:
+            return None
+        return LustreVolume(
+            file_system_id=fs.file_system_id,
+            dns_name=fs.dns_name,
+            mount_name=fs.mount_name,
+            client_security_group=self.storage.lustre_clients,
+            storage_gib=self.spec.storage.lustre.storage_gib,
+        )
+
+    def _eks(self, *, with_gpu_groups: bool) -> EksTrainingCluster:
+        spec = self.spec
+        gpu_groups = (
+            [
+                GpuNodeGroup(
+                    name=g.name,
+                    instance_type=g.instance_type,
+                    min_count=g.min_count,
+                    max_count=g.max_count,
+                    capacity=_capacity(g),
+                    root_volume_gib=g.root_volume_gib,
+                    placement_group_name=self._placement(g),
+                )
+                for g in spec.compute.groups
+            ]
+            if with_gpu_groups
+            else []
+        )
+        bootstrap = None
+        if with_gpu_groups:
+            bootstrap = BootstrapAssets(self, "Bootstrap", BootstrapAssetsProps(config=config_from_spec(spec)))
+        return EksTrainingCluster(
+            self,
+            "Eks",
+            EksTrainingClusterProps(
+                vpc=self.network.training_vpc.vpc,
+                node_subnet=self.network.training_vpc.compute_subnet,
+                efa_security_group=self.network.efa.security_group,
+                gpu_groups=gpu_groups,
+                # HyperPod brings the nodes; EKS alone needs a small CPU group for cluster services.
+                system_nodes=SystemNodeGroup() if with_gpu_groups else None,
+                cluster_name=spec.name,
+                lustre=self._lustre_volume(),
+                bootstrap=bootstrap,
+                cluster_env=self._cluster_env(mounts_fsx=False) if with_gpu_groups else {},
             ),
         )

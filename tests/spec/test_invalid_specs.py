@@ -38,6 +38,28 @@ def with_change(path: str, value: object) -> dict:
 # (case id, spec, field the single error line must name, words it must contain)
 CASES = [
     (
+        "eks-on-ubuntu",
+        with_change(
+            "compute",
+            {
+                "backend": "eks",
+                "groups": [{"name": "g", "instance_type": "p5.48xlarge"}],
+                "image": {"os": "ubuntu2204"},
+            },
+        ),
+        "compute.image.os",
+        "must be al2023 with EKS",
+    ),
+    (
+        "eks-in-existing-vpc",
+        {
+            **with_change("compute.backend", "eks"),
+            "network": {"vpc_id": "vpc-0123456789abcdef0", "private_subnet_id": "subnet-0123456789abcdef0"},
+        },
+        "network.vpc_id",
+        "EKS needs control-plane subnets in two AZs",
+    ),
+    (
         "max-below-min",
         with_change("compute.groups.0.min_count", 4),
         "compute.groups[0].max_count",

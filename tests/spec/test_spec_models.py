@@ -70,7 +70,7 @@ def test_existing_vpc_needs_subnet_and_az_but_not_cidr() -> None:
     base = {
         "name": "x",
         "region": "us-east-1",
-        "compute": {"backend": "eks", "groups": [{"name": "g", "instance_type": "g5.12xlarge"}]},
+        "compute": {"backend": "pcs", "groups": [{"name": "g", "instance_type": "g5.12xlarge"}]},
     }
     with pytest.raises(SpecError) as caught:
         parse_spec({**base, "network": {"vpc_id": "vpc-0123456789abcdef0", "vpc_cidr": "10.1.0.0/16"}})

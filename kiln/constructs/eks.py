@@ -1,0 +1,507 @@
+"""EksTrainingCluster: EKS with EFA GPU node groups in one AZ and the add-ons GPU training needs."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from aws_cdk import Stack
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from kiln.bootstrap.fetch import fetch_user_data
+from kiln.catalog import instance_type as catalog_instance_type
+from kiln.catalog.facts import UnknownInstanceType
+from kiln.constructs._checks import acknowledge, acknowledge_wildcards, require, require_in, unresolved
+from kiln.constructs._ids import hashed_id
+from kiln.constructs.bootstrap_assets import BootstrapAssets
+from kiln.constructs.eks_addons import (
+    DEFAULT_KUBERNETES_VERSION,
+    GPU_PRESENT_LABEL,
+    HELM_ADDONS,
+    KUBERNETES_RELEASES,
+    TRAINING_OPERATOR,
+    LustreVolumeNames,
+    kustomize_job_manifests,
+    lustre_volume_manifests,
+)
+from kiln.constructs.launch_template import (
+    CONTAINER_HOP_LIMIT,
+    CapacityOption,
+    EfaLaunchTemplate,
+    EfaLaunchTemplateProps,
+)
+
+ENDPOINTS = ("private", "public-and-private")
+# EKS API names of the images whose NVIDIA driver and EFA host software come preinstalled, by architecture.
+GPU_AMI_TYPES = {
+    "AL2023_x86_64_NVIDIA": eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
+    "AL2023_ARM_64_NVIDIA": eks.NodegroupAmiType.AL2023_ARM_64_NVIDIA,
+}
+GPU_AMI_ARCHITECTURES = {"AL2023_x86_64_NVIDIA": "x86_64", "AL2023_ARM_64_NVIDIA": "arm64"}
+# Spot is asked on the node group: EKS refuses launch templates that request spot themselves.
+NODEGROUP_CAPACITY = {
+    "on-demand": eks.CapacityType.ON_DEMAND,
+    "reservation": eks.CapacityType.ON_DEMAND,
+    "spot": eks.CapacityType.SPOT,
+    "capacity-block": eks.CapacityType.CAPACITY_BLOCK,
+}
+NODE_GROUP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,24}$")
+CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
+INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
+# EKS-optimized AL2023 images boot from /dev/xvda.
+AL2023_ROOT_DEVICE = "/dev/xvda"
+NODE_GROUP_LABEL = "kiln.io/node-group"
+SYSTEM_NODE_GROUP = "system"
+# cdk-nag findings kiln accepts, each with its reason.
+NODE_POLICY_REASONS = {
+    "AmazonEKSWorkerNodePolicy": "EKS requires this AWS-maintained policy for nodes to join the cluster.",
+    "AmazonEKS_CNI_Policy": "The VPC CNI on every node assigns pod addresses with this AWS-maintained policy.",
+    "AmazonEC2ContainerRegistryPullOnly": "Nodes pull EKS system images; pull-only, nothing else in ECR.",
+    "AmazonSSMManagedInstanceCore": "Session Manager is how operators reach private nodes (no SSH ingress).",
+}
+CLUSTER_ROLE_REASON = "EKS requires this AWS-maintained policy on its cluster service role."
+KUBECTL_POLICY_REASONS = {
+    "service-role/AWSLambdaBasicExecutionRole": "CDK's kubectl handler and provider framework: CloudWatch Logs only.",
+    "service-role/AWSLambdaVPCAccessExecutionRole": (
+        "CDK's kubectl handler and provider framework run in the VPC to reach the private endpoint; ENIs only."
+    ),
+    "AmazonEC2ContainerRegistryReadOnly": "CDK's kubectl handler may pull OCI Helm charts from ECR.",
+}
+ECR_PUBLIC_POLICY = "AmazonElasticContainerRegistryPublicReadOnly"
+ECR_PUBLIC_REASON = "CDK's kubectl handler may pull OCI Helm charts from ECR Public (aws partition only)."
+HANDLER_VERSIONS_REASON = "CDK's provider framework may invoke any version of the one kubectl handler function."
+HANDLER_RUNTIME_REASON = "CDK picks the kubectl handler's Python runtime for the handler code it ships."
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuNodeGroup:
+    """One EKS managed node group of GPU instances with EFA, in the cluster's single AZ.
+
+    name: kiln's name for the group (lowercase, digits, '-'); nodes carry it as label kiln.io/node-group.
+    instance_type: one EC2 type; its EFA interfaces come from kiln's catalog.
+    min_count / max_count: scaling bounds; desired_count: nodes at creation, default min_count.
+    capacity: on-demand (default), spot, capacity-block or reservation.
+    root_volume_gib: encrypted gp3 root volume; default 200.
+    placement_group_name: cluster placement group for EFA; default none.
+    ami_type: EKS-optimized AL2023 NVIDIA image, x86_64 (default) or ARM_64.
+    labels: further Kubernetes node labels.
+    """
+
+    name: str
+    instance_type: str
+    min_count: int = 0
+    max_count: int = 1
+    desired_count: int | None = None
+    capacity: CapacityOption = field(default_factory=CapacityOption)
+    root_volume_gib: int = 200
+    placement_group_name: str | None = None
+    ami_type: str = "AL2023_x86_64_NVIDIA"
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        require(
+            bool(NODE_GROUP_NAME.match(self.name)),
+            "name",
+            self.name,
+            "a lowercase letter, then up to 24 of a-z, 0-9, '-'",
+        )
+        require(
+            0 <= self.min_count <= self.effective_desired_count <= self.max_count and self.max_count >= 1,
+            "min_count/desired_count/max_count",
+            (self.min_count, self.desired_count, self.max_count),
+            "0 <= min_count <= desired_count <= max_count, max_count >= 1",
+        )
+        require_in("ami_type", self.ami_type, GPU_AMI_TYPES)
+        try:
+            architectures = catalog_instance_type(self.instance_type).architectures
+        except UnknownInstanceType as error:
+            close = f", such as {' or '.join(error.suggestions)}" if error.suggestions else ""
+            raise ValueError(
+                f"instance_type: got {self.instance_type!r}; allowed: a type in kiln's catalog{close}"
+            ) from error
+        require(
+            GPU_AMI_ARCHITECTURES[self.ami_type] in architectures,
+            "ami_type",
+            self.ami_type,
+            f"an image for {self.instance_type}'s architecture ({', '.join(architectures)})",
+        )
+        require(
+            NODE_GROUP_LABEL not in self.labels, "labels", dict(self.labels), f"no {NODE_GROUP_LABEL} (kiln sets it)"
+        )
+
+    @property
+    def effective_desired_count(self) -> int:
+        return self.min_count if self.desired_count is None else self.desired_count
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemNodeGroup:
+    """The CPU node group for cluster services (CoreDNS, the training operator, the FSx CSI controller).
+
+    instance_type: default m5.xlarge.
+    count: fixed number of nodes; default 2 so a node loss leaves the services up.
+    root_volume_gib: encrypted gp3 root volume; default 50.
+    """
+
+    instance_type: str = "m5.xlarge"
+    count: int = 2
+    root_volume_gib: int = 50
+
+    def __post_init__(self) -> None:
+        require(bool(INSTANCE_TYPE.match(self.instance_type)), "instance_type", self.instance_type, "an EC2 type")
+        require(1 <= self.count <= 100, "count", self.count, "1 to 100")
+        require(20 <= self.root_volume_gib <= 16384, "root_volume_gib", self.root_volume_gib, "20 to 16384")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LustreVolume:
+    """The kiln FSx for Lustre file system, offered to pods as a statically bound PersistentVolumeClaim.
+
+    file_system_id, dns_name, mount_name: the file system (strings or tokens).
+    client_security_group: the group the file system admits; every node joins it.
+    storage_gib: the capacity the PV and PVC declare; default 1200.
+    namespace: the claim's namespace; default "default" (others are created).
+    claim_name: the PVC's name; default fsx-claim. volume_name / storage_class: default kiln-fsx / kiln-fsx-lustre.
+    """
+
+    file_system_id: str
+    dns_name: str
+    mount_name: str
+    client_security_group: ec2.ISecurityGroup
+    storage_gib: int = 1200
+    namespace: str = "default"
+    claim_name: str = "fsx-claim"
+    volume_name: str = "kiln-fsx"
+    storage_class: str = "kiln-fsx-lustre"
+
+    def __post_init__(self) -> None:
+        require(self.storage_gib >= 1, "storage_gib", self.storage_gib, "1 or more")
+        dns_label = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+        for name in ("namespace", "claim_name", "volume_name", "storage_class"):
+            value = getattr(self, name)
+            require(bool(dns_label.match(value)), name, value, "a DNS label: lowercase a-z, 0-9, '-'")
+        if not unresolved(self.file_system_id):
+            require(
+                bool(re.match(r"^fs-[0-9a-f]{8,17}$", self.file_system_id)),
+                "file_system_id",
+                self.file_system_id,
+                "an FSx id such as fs-0123456789abcdef0",
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class EksTrainingClusterProps:
+    """Props for EksTrainingCluster.
+
+    vpc: the cluster's VPC.
+    node_subnet: the single private subnet (one AZ, with the placement group and FSx) of every node group.
+    control_plane_subnets: subnets for the control plane ENIs, at least two AZs; default the VPC's private subnets.
+    efa_security_group: joins every GPU node interface; required when gpu_groups is not empty.
+    gpu_groups: EFA GPU node groups; default none (HyperPod brings its own nodes).
+    system_nodes: the CPU node group for cluster services; default 2 x m5.xlarge, None for none.
+    kubernetes_version: EKS version; default 1.36 (the one with a kubectl layer in kiln's table).
+    cluster_name: the EKS name; default: CloudFormation generates one.
+    endpoint: "private" (default; nodes and the kubectl handler reach it inside the VPC) or "public-and-private".
+    public_access_cidrs: who may reach a public endpoint; required (and never 0.0.0.0/0) for public-and-private.
+    admin_role: an IAM role given cluster-admin through an access entry; default none.
+    lustre: the kiln file system as PV/PVC; default none (the FSx CSI driver is installed all the same).
+    bootstrap, cluster_env: the `eks` bootstrap bundle GPU nodes run at boot, and its deploy-time values.
+    security_groups: further groups for every node's primary interface.
+    """
+
+    vpc: ec2.IVpc
+    node_subnet: ec2.ISubnet
+    control_plane_subnets: Sequence[ec2.ISubnet] = ()
+    efa_security_group: ec2.ISecurityGroup | None = None
+    gpu_groups: Sequence[GpuNodeGroup] = ()
+    system_nodes: SystemNodeGroup | None = field(default_factory=SystemNodeGroup)
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    cluster_name: str | None = None
+    endpoint: str = "private"
+    public_access_cidrs: Sequence[str] = ()
+    admin_role: iam.IRole | None = None
+    lustre: LustreVolume | None = None
+    bootstrap: BootstrapAssets | None = None
+    cluster_env: Mapping[str, str] = field(default_factory=dict)
+    security_groups: Sequence[ec2.ISecurityGroup] = ()
+
+    def __post_init__(self) -> None:
+        require_in("kubernetes_version", self.kubernetes_version, KUBERNETES_RELEASES)
+        require_in("endpoint", self.endpoint, ENDPOINTS)
+        names = [g.name for g in self.gpu_groups]
+        require(len(set(names)) == len(names), "gpu_groups names", names, "unique names")
+        require(
+            SYSTEM_NODE_GROUP not in names, "gpu_groups names", names, f"not {SYSTEM_NODE_GROUP!r} (the CPU group's)"
+        )
+        if self.gpu_groups:
+            require(self.efa_security_group is not None, "efa_security_group", None, "a security group when gpu_groups")
+        if self.cluster_name is not None and not unresolved(self.cluster_name):
+            require(
+                bool(CLUSTER_NAME.match(self.cluster_name)),
+                "cluster_name",
+                self.cluster_name,
+                "1-100 of A-Z, a-z, 0-9, '-', '_', starting alphanumeric",
+            )
+        self._check_public_access()
+
+    def _check_public_access(self) -> None:
+        cidrs = list(self.public_access_cidrs)
+        if self.endpoint == "private":
+            require(not cidrs, "public_access_cidrs", cidrs, "none with a private endpoint")
+            return
+        require(bool(cidrs), "public_access_cidrs", cidrs, "at least one CIDR for a public-and-private endpoint")
+        for cidr in cidrs:
+            try:
+                network = ipaddress.ip_network(cidr)
+            except ValueError:
+                network = None
+            require(
+                network is not None and network.prefixlen > 0,
+                "public_access_cidrs",
+                cidr,
+                "CIDRs narrower than the whole internet (not 0.0.0.0/0)",
+            )
+
+
+class EksTrainingCluster(Construct):
+    """EKS cluster, EFA GPU node groups, a system node group, and the pinned GPU training add-ons."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: EksTrainingClusterProps) -> None:
+        super().__init__(scope, construct_id)
+        self.props = props
+        release = KUBERNETES_RELEASES[props.kubernetes_version]
+        control_plane_subnets = list(props.control_plane_subnets) or list(props.vpc.private_subnets)
+        self._check_control_plane_subnets(control_plane_subnets)
+        self.kubectl_layer = release.kubectl_layer(self, "KubectlLayer")
+        self.cluster = eks.Cluster(
+            self,
+            "Resource",
+            version=release.version,
+            cluster_name=props.cluster_name,
+            vpc=props.vpc,
+            vpc_subnets=[ec2.SubnetSelection(subnets=control_plane_subnets)],
+            endpoint_access=eks.EndpointAccess.PRIVATE
+            if props.endpoint == "private"
+            else eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*props.public_access_cidrs),
+            cluster_logging=list(eks.ClusterLoggingTypes),
+            # Managed node groups, not Auto Mode: EFA launch templates and placement groups need them.
+            default_capacity=0,
+            default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+            # The private endpoint is always on, so CDK runs the kubectl handler in the private subnets.
+            kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=self.kubectl_layer),
+        )
+        if props.admin_role is not None:
+            self.cluster.grant_access(
+                "AdminAccess",
+                props.admin_role.role_arn,
+                [
+                    eks.AccessPolicy.from_access_policy_name(
+                        "AmazonEKSClusterAdminPolicy", access_scope_type=eks.AccessScopeType.CLUSTER
+                    )
+                ],
+            )
+        self.node_role = self._node_role()
+        self.system_node_group = self._system_nodes(props.system_nodes) if props.system_nodes else None
+        self.launch_templates: dict[str, EfaLaunchTemplate] = {}
+        self.node_groups: dict[str, eks.Nodegroup] = {}
+        for group in props.gpu_groups:
+            self.node_groups[group.name] = self._gpu_nodes(group)
+        self.addons: dict[str, Construct] = {
+            key: self.cluster.add_helm_chart(
+                _pascal(key),
+                chart=addon.chart,
+                repository=addon.repository,
+                version=addon.version,
+                namespace=addon.namespace,
+                release=addon.release,
+                values=dict(addon.values),
+                create_namespace=False,
+            )
+            for key, addon in HELM_ADDONS.items()
+        }
+        self.addons[TRAINING_OPERATOR.name] = self.cluster.add_manifest(
+            _pascal(TRAINING_OPERATOR.name), *kustomize_job_manifests(TRAINING_OPERATOR)
+        )
+        self.lustre_volume = self._lustre_volume(props.lustre) if props.lustre else None
+        self._acknowledge()
+
+    def _check_control_plane_subnets(self, subnets: list[ec2.ISubnet]) -> None:
+        zones = {s.availability_zone for s in subnets if not unresolved(s.availability_zone)}
+        resolved = all(not unresolved(s.availability_zone) for s in subnets)
+        require(
+            len(subnets) >= 2 and (len(zones) >= 2 or not resolved),
+            "control_plane_subnets",
+            [s.subnet_id for s in subnets],
+            "subnets in at least two availability zones (EKS requires two for its control plane)",
+        )
+
+    def _node_role(self) -> iam.Role:
+        role = iam.Role(
+            self,
+            "NodeRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description="kiln EKS nodes: join the cluster, pod networking, image pulls, SSM sessions, bootstrap bundle",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name) for name in NODE_POLICY_REASONS],
+        )
+        bootstrap = self.props.bootstrap
+        if bootstrap is not None and self.props.gpu_groups:
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["s3:GetObject"], resources=[bootstrap.bucket.arn_for_objects(bootstrap.object_key)]
+                )
+            )
+        return role
+
+    def _node_security_groups(self) -> list[ec2.ISecurityGroup]:
+        # A launch template that names security groups replaces EKS's default: the cluster group must be listed.
+        lustre = [self.props.lustre.client_security_group] if self.props.lustre else []
+        return [self.cluster.cluster_security_group, *lustre, *self.props.security_groups]
+
+    def _system_nodes(self, system: SystemNodeGroup) -> eks.Nodegroup:
+        template = ec2.CfnLaunchTemplate(
+            self,
+            "SystemLaunchTemplate",
+            launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+                security_group_ids=[g.security_group_id for g in self._node_security_groups()],
+                metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
+                    http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=CONTAINER_HOP_LIMIT
+                ),
+                block_device_mappings=[
+                    ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+                        device_name=AL2023_ROOT_DEVICE,
+                        ebs=ec2.CfnLaunchTemplate.EbsProperty(
+                            volume_size=system.root_volume_gib,
+                            volume_type="gp3",
+                            encrypted=True,
+                            delete_on_termination=True,
+                        ),
+                    )
+                ],
+            ),
+        )
+        return self.cluster.add_nodegroup_capacity(
+            "SystemNodeGroup",
+            instance_types=[ec2.InstanceType(system.instance_type)],
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            min_size=system.count,
+            max_size=system.count,
+            desired_size=system.count,
+            subnets=ec2.SubnetSelection(subnets=[self.props.node_subnet]),
+            node_role=self.node_role,
+            launch_template_spec=eks.LaunchTemplateSpec(id=template.ref, version=template.attr_latest_version_number),
+            labels={NODE_GROUP_LABEL: SYSTEM_NODE_GROUP},
+        )
+
+    def _gpu_nodes(self, group: GpuNodeGroup) -> eks.Nodegroup:
+        props = self.props
+        parts = []
+        if props.bootstrap is not None:
+            bootstrap = props.bootstrap
+            parts.append(fetch_user_data(bootstrap.s3_url, bootstrap.entry_point, props.cluster_env))
+        template = EfaLaunchTemplate(
+            self,
+            hashed_id("LaunchTemplate", group.name),
+            EfaLaunchTemplateProps(
+                instance_type=group.instance_type,
+                efa_security_group=props.efa_security_group,
+                security_groups=self._node_security_groups(),
+                root_volume_gib=group.root_volume_gib,
+                root_device_name=AL2023_ROOT_DEVICE,
+                capacity=CapacityOption() if group.capacity.type == "spot" else group.capacity,
+                user_data_parts=parts,
+                placement_group_name=group.placement_group_name,
+            ),
+        )
+        self.launch_templates[group.name] = template
+        # The template names the instance type, so the node group must name none.
+        return self.cluster.add_nodegroup_capacity(
+            hashed_id("NodeGroup", group.name),
+            ami_type=GPU_AMI_TYPES[group.ami_type],
+            capacity_type=NODEGROUP_CAPACITY[group.capacity.type],
+            min_size=group.min_count,
+            max_size=group.max_count,
+            desired_size=group.effective_desired_count,
+            subnets=ec2.SubnetSelection(subnets=[props.node_subnet]),
+            node_role=self.node_role,
+            launch_template_spec=eks.LaunchTemplateSpec(
+                id=template.launch_template_id, version=template.latest_version
+            ),
+            labels={**GPU_PRESENT_LABEL, **group.labels, NODE_GROUP_LABEL: group.name},
+        )
+
+    def _lustre_volume(self, lustre: LustreVolume) -> eks.KubernetesManifest:
+        names = LustreVolumeNames(
+            storage_class=lustre.storage_class,
+            volume=lustre.volume_name,
+            claim=lustre.claim_name,
+            namespace=lustre.namespace,
+        )
+        return self.cluster.add_manifest(
+            "LustreVolume",
+            *lustre_volume_manifests(
+                names,
+                file_system_id=lustre.file_system_id,
+                dns_name=lustre.dns_name,
+                mount_name=lustre.mount_name,
+                storage_gib=lustre.storage_gib,
+            ),
+        )
+
+    def _acknowledge(self) -> None:
+        acknowledge(self.cluster.role, {_managed("AmazonEKSClusterPolicy"): CLUSTER_ROLE_REASON})
+        acknowledge(self.node_role, {_managed(policy): reason for policy, reason in NODE_POLICY_REASONS.items()})
+        provider = self.cluster.kubectl_provider
+        handler = provider.node.find_child("Handler")
+        stack = Stack.of(self)
+        # cdk-nag names this conditional managed policy by its CloudFormation JSON.
+        ecr_public = {
+            "Fn::If": [
+                stack.get_logical_id(handler.node.find_child("HasEcrPublic")),
+                {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, f":iam::aws:policy/{ECR_PUBLIC_POLICY}"]]},
+                {"Ref": "AWS::NoValue"},
+            ]
+        }
+        acknowledge(
+            provider,
+            {_managed(policy): reason for policy, reason in KUBECTL_POLICY_REASONS.items()}
+            | {
+                f"AwsSolutions-IAM4[Policy::{json.dumps(ecr_public, separators=(',', ':'))}]": ECR_PUBLIC_REASON,
+                "AwsSolutions-L1": HANDLER_RUNTIME_REASON,
+            },
+        )
+        acknowledge_wildcards(provider, HANDLER_VERSIONS_REASON)
+
+    @property
+    def cluster_arn(self) -> str:
+        return self.cluster.cluster_arn
+
+    @property
+    def cluster_name(self) -> str:
+        return self.cluster.cluster_name
+
+    @property
+    def security_group(self) -> ec2.ISecurityGroup:
+        """The EKS cluster security group: control plane and every node are members."""
+        return self.cluster.cluster_security_group
+
+    @property
+    def cluster_security_group_id(self) -> str:
+        return self.cluster.cluster_security_group_id
+
+    @property
+    def connections(self) -> ec2.Connections:
+        return self.cluster.connections
+
+
+def _pascal(key: str) -> str:
+    return "".join(part.capitalize() for part in key.split("-"))
+
+
+def _managed(policy: str) -> str:
+    return f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{policy}]"

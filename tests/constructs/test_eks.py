@@ -1,0 +1,482 @@
+"""EksTrainingCluster: EKS, single-AZ EFA GPU node groups, pinned add-ons, FSx PV/PVC, lint and cdk-nag."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk.assertions import Template
+from cdk_nag import AwsSolutionsChecks
+
+from kiln.bootstrap.config import config_from_spec
+from kiln.constructs import (
+    CapacityOption,
+    ClusterPlacementGroup,
+    EfaSecurityGroup,
+    EfaSecurityGroupProps,
+    LustreFileSystem,
+    LustreFileSystemProps,
+    TrainingVpc,
+    TrainingVpcProps,
+)
+from kiln.constructs.bootstrap_assets import BootstrapAssets, BootstrapAssetsProps
+from kiln.constructs.eks import (
+    EksTrainingCluster,
+    EksTrainingClusterProps,
+    GpuNodeGroup,
+    LustreVolume,
+    SystemNodeGroup,
+)
+from kiln.constructs.eks_addons import HELM_ADDONS, KUBERNETES_RELEASES, TRAINING_OPERATOR
+from kiln.spec import load_spec
+from kiln.stacks import new_app
+from kiln.stacks.tidy import DropRedundantDependsOn
+from kiln.synth import lint_template, nag_report
+from tests.conftest import ROOT
+from tests.constructs.conftest import ENV, get_att, logical_id, ref
+
+REGION = "us-east-1"
+AZ = "us-east-1a"
+RESERVATION = "cr-0123456789abcdef0"
+
+
+@pytest.fixture(scope="module")
+def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Synthesize, once and with cdk-nag on, a training cluster and a HyperPod-shaped one (no node groups)."""
+    outdir = tmp_path_factory.mktemp("eks")
+    app = new_app(str(outdir))
+    st = cdk.Stack(app, "Eks", env=ENV)
+    net = TrainingVpc(st, "Vpc", TrainingVpcProps(availability_zone=AZ))
+    efa = EfaSecurityGroup(st, "Efa", EfaSecurityGroupProps(vpc=net.vpc))
+    placement = ClusterPlacementGroup(st, "Placement")
+    lustre = LustreFileSystem(st, "Lustre", LustreFileSystemProps(vpc=net.vpc, subnet=net.compute_subnet))
+    clients = ec2.SecurityGroup(st, "LustreClients", vpc=net.vpc, description="Lustre clients")
+    lustre.allow_from(clients)
+    admin = iam.Role(st, "Admin", assumed_by=iam.AccountRootPrincipal())
+    spec = load_spec(ROOT / "examples" / "p5-eks.yaml")
+    bootstrap = BootstrapAssets(st, "Bootstrap", BootstrapAssetsProps(config=config_from_spec(spec, "eks")))
+    cluster = EksTrainingCluster(
+        st,
+        "Cluster",
+        EksTrainingClusterProps(
+            vpc=net.vpc,
+            node_subnet=net.compute_subnet,
+            efa_security_group=efa.security_group,
+            gpu_groups=[
+                GpuNodeGroup(
+                    name="p5",
+                    instance_type="p5.48xlarge",
+                    max_count=4,
+                    root_volume_gib=512,
+                    capacity=CapacityOption(type="capacity-block", reservation_id=RESERVATION),
+                    placement_group_name=placement.placement_group_name,
+                ),
+                GpuNodeGroup(
+                    name="spot",
+                    instance_type="g5.48xlarge",
+                    min_count=1,
+                    max_count=2,
+                    capacity=CapacityOption(type="spot"),
+                    placement_group_name=placement.placement_group_name,
+                ),
+                GpuNodeGroup(
+                    name="odcr",
+                    instance_type="p4d.24xlarge",
+                    max_count=2,
+                    capacity=CapacityOption(type="reservation", reservation_id=RESERVATION),
+                    labels={"team": "ml"},
+                ),
+            ],
+            system_nodes=SystemNodeGroup(instance_type="m5.2xlarge", count=3),
+            admin_role=admin,
+            lustre=LustreVolume(
+                file_system_id=lustre.file_system_id,
+                dns_name=lustre.dns_name,
+                mount_name=lustre.mount_name,
+                client_security_group=clients,
+                storage_gib=1200,
+                namespace="training",
+            ),
+            bootstrap=bootstrap,
+            cluster_env={"KILN_CLUSTER_NAME": "llm-eks", "KILN_REGION": REGION},
+        ),
+    )
+    hp_stack = cdk.Stack(app, "HyperPodEks", env=ENV)
+    hp_net = TrainingVpc(hp_stack, "Vpc", TrainingVpcProps(availability_zone=AZ))
+    orchestrator = EksTrainingCluster(
+        hp_stack,
+        "Orchestrator",
+        EksTrainingClusterProps(
+            vpc=hp_net.vpc,
+            node_subnet=hp_net.compute_subnet,
+            system_nodes=None,
+            cluster_name="llm-hyperpod",
+            endpoint="public-and-private",
+            public_access_cidrs=["203.0.113.0/24"],
+        ),
+    )
+    for each in (st, hp_stack):
+        # As kiln's stacks do: no DependsOn a Ref or GetAtt already implies (cfn-lint W3005).
+        cdk.Aspects.of(each).add(DropRedundantDependsOn())
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))
+    app.synth()
+    return {
+        "outdir": outdir,
+        "net": net,
+        "efa": efa,
+        "placement": placement,
+        "lustre": lustre,
+        "clients": clients,
+        "admin": admin,
+        "bootstrap": bootstrap,
+        "cluster": cluster,
+        "orchestrator": orchestrator,
+        "template": Template.from_json(json.loads((outdir / "Eks.template.json").read_text())),
+        "hp_template": Template.from_json(json.loads((outdir / "HyperPodEks.template.json").read_text())),
+    }
+
+
+def _resources(template: Template, kind: str) -> dict:
+    return template.find_resources(kind)
+
+
+def _props(template: Template, construct) -> dict:
+    while not isinstance(construct, cdk.CfnElement):
+        construct = construct.node.default_child
+    return template.to_json()["Resources"][logical_id(construct)]["Properties"]
+
+
+def _gpu_group(eks: dict, name: str) -> dict:
+    return _props(eks["template"], eks["cluster"].node_groups[name].node.default_child)
+
+
+def _launch_template_data(eks: dict, name: str) -> dict:
+    return _props(eks["template"], eks["cluster"].launch_templates[name].launch_template)["LaunchTemplateData"]
+
+
+def _text(value) -> str:
+    """Render a resolved CloudFormation string with its tokens shown as <Ref X> and <X.Attr>."""
+    if isinstance(value, str):
+        return value
+    if "Ref" in value:
+        return f"<Ref {value['Ref']}>"
+    if "Fn::GetAtt" in value:
+        return "<{}.{}>".format(*value["Fn::GetAtt"])
+    separator, parts = value["Fn::Join"]
+    return separator.join(_text(part) for part in parts)
+
+
+def _manifest(template: Template, construct) -> list[dict]:
+    """Return the Kubernetes objects of a manifest resource, tokens rendered by _text."""
+    return json.loads(_text(_props(template, construct)["Manifest"]))
+
+
+def test_cluster_runs_the_pinned_version_with_a_private_endpoint_and_all_control_plane_logs(eks) -> None:
+    props = _props(eks["template"], eks["cluster"].cluster.node.default_child)
+    assert props["Version"] == "1.36"
+    assert props["ResourcesVpcConfig"]["EndpointPrivateAccess"] is True
+    assert props["ResourcesVpcConfig"]["EndpointPublicAccess"] is False
+    assert {t["Type"] for t in props["Logging"]["ClusterLogging"]["EnabledTypes"]} == {
+        "api",
+        "audit",
+        "authenticator",
+        "controllerManager",
+        "scheduler",
+    }
+    # HyperPod's EKS orchestrator needs access entries (API authentication); Auto Mode stays off.
+    assert props["AccessConfig"]["AuthenticationMode"] == "API"
+    assert props["ComputeConfig"] == {"Enabled": False}
+    net = eks["net"]
+    assert props["ResourcesVpcConfig"]["SubnetIds"] == [ref(s.node.default_child) for s in net.vpc.private_subnets]
+    assert {s.availability_zone for s in net.vpc.private_subnets} == {"us-east-1a", "us-east-1b"}
+
+
+def test_kubectl_handler_uses_the_layer_of_the_same_kubernetes_version_inside_the_vpc(eks) -> None:
+    cluster = eks["cluster"]
+    layer = _props(eks["template"], cluster.kubectl_layer.node.default_child)
+    version = _props(eks["template"], cluster.cluster.node.default_child)["Version"]
+    assert re.search(rf"kubectl {re.escape(version)}\.\d+", layer["Description"]), layer["Description"]
+    assert isinstance(cluster.kubectl_layer, KUBERNETES_RELEASES[version].kubectl_layer)
+    handler = cluster.cluster.kubectl_provider.node.find_child("Handler")
+    function = _props(eks["template"], handler.node.default_child)
+    assert ref(cluster.kubectl_layer.node.default_child) in function["Layers"]
+    # The endpoint is private: the handler must run in the VPC's private subnets to reach it.
+    private = [ref(s.node.default_child) for s in eks["net"].vpc.private_subnets]
+    assert function["VpcConfig"]["SubnetIds"] == private
+
+
+@pytest.mark.parametrize(
+    ("name", "instance", "capacity", "scaling"),
+    [
+        ("p5", "p5.48xlarge", "CAPACITY_BLOCK", {"MinSize": 0, "DesiredSize": 0, "MaxSize": 4}),
+        ("spot", "g5.48xlarge", "SPOT", {"MinSize": 1, "DesiredSize": 1, "MaxSize": 2}),
+        ("odcr", "p4d.24xlarge", "ON_DEMAND", {"MinSize": 0, "DesiredSize": 0, "MaxSize": 2}),
+    ],
+)
+def test_gpu_node_group_sits_in_the_single_az_on_its_efa_launch_template(
+    eks, name: str, instance: str, capacity: str, scaling: dict
+) -> None:
+    group = _gpu_group(eks, name)
+    subnet = eks["net"].compute_subnet
+    assert subnet.availability_zone == AZ
+    assert group["Subnets"] == [ref(subnet.node.default_child)]
+    template = eks["cluster"].launch_templates[name].launch_template
+    assert group["LaunchTemplate"] == {"Id": ref(template), "Version": get_att(template, "LatestVersionNumber")}
+    # The launch template names the instance type, so the node group must name none.
+    assert "InstanceTypes" not in group
+    assert _launch_template_data(eks, name)["InstanceType"] == instance
+    assert group["AmiType"] == "AL2023_x86_64_NVIDIA"
+    assert group["CapacityType"] == capacity
+    assert group["ScalingConfig"] == scaling
+    assert group["NodeRole"] == get_att(eks["cluster"].node_role.node.default_child, "Arn")
+    assert group["Labels"]["kiln.io/node-group"] == name
+    assert group["Labels"]["nvidia.com/gpu.present"] == "true"
+
+
+def test_launch_templates_carry_every_efa_the_placement_group_and_the_cluster_groups(eks) -> None:
+    p5 = _launch_template_data(eks, "p5")
+    assert len(p5["NetworkInterfaces"]) == 32
+    assert p5["Placement"] == {"GroupName": get_att(eks["placement"].placement_group.node.default_child, "GroupName")}
+    assert p5["NetworkInterfaces"][0]["Groups"] == [
+        get_att(eks["efa"].security_group.node.default_child, "GroupId"),
+        get_att(eks["cluster"].cluster.node.default_child, "ClusterSecurityGroupId"),
+        get_att(eks["clients"].node.default_child, "GroupId"),
+    ]
+    assert {i["InterfaceType"] for i in p5["NetworkInterfaces"][1:]} == {"efa-only"}
+    assert p5["BlockDeviceMappings"][0]["DeviceName"] == "/dev/xvda"
+    assert p5["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] == 512
+    assert p5["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    assert p5["CapacityReservationSpecification"]["CapacityReservationTarget"]["CapacityReservationId"] == RESERVATION
+    assert p5["MetadataOptions"]["HttpTokens"] == "required"
+    spot = _launch_template_data(eks, "spot")
+    # EKS refuses launch templates that request spot; the node group asks for it instead.
+    assert "InstanceMarketOptions" not in spot
+    odcr = _launch_template_data(eks, "odcr")
+    assert "Placement" not in odcr and "InstanceMarketOptions" not in odcr
+    assert odcr["CapacityReservationSpecification"]["CapacityReservationTarget"]["CapacityReservationId"] == RESERVATION
+    assert len(odcr["NetworkInterfaces"]) == 4
+
+
+def test_gpu_nodes_boot_the_eks_bundle_and_the_node_role_reads_only_it(eks) -> None:
+    user_data = _launch_template_data(eks, "p5")["UserData"]["Fn::Base64"]
+    text = (
+        user_data if isinstance(user_data, str) else "".join(p for p in user_data["Fn::Join"][1] if isinstance(p, str))
+    )
+    assert "Content-Type: multipart/mixed" in text
+    assert "exec bash /opt/kiln/fetch.sh" in text and "'eks-user-data.sh'" in text
+    assert "'KILN_CLUSTER_NAME=llm-eks'" in text
+    role = eks["cluster"].node_role
+    (policy,) = [
+        p["Properties"]
+        for p in _resources(eks["template"], "AWS::IAM::Policy").values()
+        if p["Properties"]["Roles"] == [ref(role.node.default_child)]
+    ]
+    (statement,) = policy["PolicyDocument"]["Statement"]
+    assert statement["Action"] == "s3:GetObject"
+    assert cdk.Stack.of(role).resolve(eks["bootstrap"].object_key) in str(statement["Resource"])
+
+
+def test_system_node_group_runs_cluster_services_in_the_same_subnet(eks) -> None:
+    cluster = eks["cluster"]
+    group = _props(eks["template"], cluster.system_node_group.node.default_child)
+    assert group["AmiType"] == "AL2023_x86_64_STANDARD"
+    assert group["InstanceTypes"] == ["m5.2xlarge"]
+    assert group["ScalingConfig"] == {"MinSize": 3, "DesiredSize": 3, "MaxSize": 3}
+    assert group["Subnets"] == [ref(eks["net"].compute_subnet.node.default_child)]
+    template_id = group["LaunchTemplate"]["Id"]["Ref"]
+    data = eks["template"].to_json()["Resources"][template_id]["Properties"]["LaunchTemplateData"]
+    assert data["SecurityGroupIds"] == [
+        get_att(cluster.cluster.node.default_child, "ClusterSecurityGroupId"),
+        get_att(eks["clients"].node.default_child, "GroupId"),
+    ]
+    assert data["MetadataOptions"] == {
+        "HttpEndpoint": "enabled",
+        "HttpTokens": "required",
+        "HttpPutResponseHopLimit": 2,
+    }
+    assert data["BlockDeviceMappings"][0]["Ebs"]["Encrypted"] is True
+
+
+def test_admin_role_gets_a_cluster_admin_access_entry(eks) -> None:
+    entries = [
+        e["Properties"]
+        for e in _resources(eks["template"], "AWS::EKS::AccessEntry").values()
+        if e["Properties"]["PrincipalArn"] == get_att(eks["admin"].node.default_child, "Arn")
+    ]
+    assert len(entries) == 1
+    (policy,) = entries[0]["AccessPolicies"]
+    assert policy["AccessScope"] == {"Type": "cluster"}
+    assert "cluster-access-policy/AmazonEKSClusterAdminPolicy" in json.dumps(policy["PolicyArn"])
+
+
+@pytest.mark.parametrize("key", sorted(HELM_ADDONS))
+def test_each_helm_addon_is_installed_at_its_pinned_chart_version(eks, key: str) -> None:
+    addon = HELM_ADDONS[key]
+    # A pin is one exact published version: no ranges, no "latest".
+    assert re.fullmatch(r"v?\d+\.\d+\.\d+", addon.version)
+    for template, cluster in ((eks["template"], eks["cluster"]), (eks["hp_template"], eks["orchestrator"])):
+        chart = _props(template, cluster.addons[key])
+        assert {k: chart[k] for k in ("Chart", "Repository", "Version", "Namespace", "Release")} == {
+            "Chart": addon.chart,
+            "Repository": addon.repository,
+            "Version": addon.version,
+            "Namespace": addon.namespace,
+            "Release": addon.release,
+        }
+        assert chart["ClusterName"] == ref(cluster.cluster.node.default_child)
+    assert json.loads(_props(eks["template"], eks["cluster"].addons[key])["Values"]) == dict(addon.values)
+
+
+def test_training_operator_job_applies_the_pinned_release_with_pinned_images(eks) -> None:
+    objects = _manifest(eks["template"], eks["cluster"].addons[TRAINING_OPERATOR.name])
+    (job,) = [o for o in objects if o["kind"] == "Job"]
+    pod = job["spec"]["template"]["spec"]
+    (fetch,) = pod["initContainers"]
+    assert fetch["args"] == [
+        "clone",
+        "--depth",
+        "1",
+        "--branch",
+        "v1.9.3",
+        "https://github.com/kubeflow/trainer.git",
+        "/src",
+    ]
+    (apply,) = pod["containers"]
+    assert apply["args"] == ["apply", "--server-side", "--force-conflicts", "-k", "/src/manifests/overlays/standalone"]
+    for image in (fetch["image"], apply["image"]):
+        assert re.search(r":v?\d+\.\d+\.\d+$", image), image
+    (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": job["metadata"]["namespace"]}
+    ]
+    assert job["metadata"]["name"].endswith("v1-9-3")
+
+
+def test_pvc_is_bound_to_the_kiln_fsx_file_system(eks) -> None:
+    objects = {o["kind"]: o for o in _manifest(eks["template"], eks["cluster"].lustre_volume)}
+    lustre = eks["lustre"]
+    resolve = cdk.Stack.of(lustre).resolve
+    assert objects["Namespace"]["metadata"]["name"] == "training"
+    assert objects["StorageClass"]["provisioner"] == "fsx.csi.aws.com"
+    volume, claim = objects["PersistentVolume"], objects["PersistentVolumeClaim"]
+    assert volume["spec"]["csi"] == {
+        "driver": "fsx.csi.aws.com",
+        "volumeHandle": f"<Ref {logical_id(lustre.file_system.node.default_child)}>",
+        "volumeAttributes": {
+            "dnsname": _text(resolve(lustre.dns_name)),
+            "mountname": _text(resolve(lustre.mount_name)),
+        },
+    }
+    assert volume["spec"]["claimRef"] == {"namespace": "training", "name": claim["metadata"]["name"]}
+    assert claim["metadata"]["namespace"] == "training"
+    assert claim["spec"]["volumeName"] == volume["metadata"]["name"]
+    assert claim["spec"]["storageClassName"] == volume["spec"]["storageClassName"]
+    assert claim["spec"]["storageClassName"] == objects["StorageClass"]["metadata"]["name"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == volume["spec"]["capacity"]["storage"] == "1200Gi"
+
+
+def test_hyperpod_orchestrator_needs_no_node_groups_and_exposes_what_hyperpod_wires(eks) -> None:
+    template, orchestrator = eks["hp_template"], eks["orchestrator"]
+    template.resource_count_is("AWS::EKS::Nodegroup", 0)
+    template.resource_count_is("AWS::EC2::LaunchTemplate", 0)
+    cluster = orchestrator.cluster.node.default_child
+    stack = cdk.Stack.of(orchestrator)
+    assert stack.resolve(orchestrator.cluster_arn) == get_att(cluster, "Arn")
+    assert stack.resolve(orchestrator.cluster_name) == ref(cluster)
+    assert stack.resolve(orchestrator.cluster_security_group_id) == get_att(cluster, "ClusterSecurityGroupId")
+    groups = [stack.resolve(g.security_group_id) for g in orchestrator.connections.security_groups]
+    assert stack.resolve(orchestrator.security_group.security_group_id) in groups
+    props = _props(template, cluster)
+    assert props["Name"] == "llm-hyperpod"
+    assert props["AccessConfig"]["AuthenticationMode"] == "API"
+    vpc_config = props["ResourcesVpcConfig"]
+    assert vpc_config["EndpointPublicAccess"] is True and vpc_config["EndpointPrivateAccess"] is True
+    assert vpc_config["PublicAccessCidrs"] == ["203.0.113.0/24"]
+    assert set(orchestrator.addons) == {*HELM_ADDONS, TRAINING_OPERATOR.name}
+    assert orchestrator.lustre_volume is None
+
+
+def test_templates_lint_clean_and_cdk_nag_has_no_open_findings(eks) -> None:
+    outdir: Path = eks["outdir"]
+    for name in ("Eks", "HyperPodEks"):
+        errors, warnings = lint_template(outdir / f"{name}.template.json", REGION)
+        assert (errors, warnings) == ([], []), name
+    report = nag_report(outdir)
+    assert report.violations == []
+    assert report.acknowledged and all(reason.strip() for _, reason in report.acknowledged)
+    # cdk-nag 3.0.2's EKS1/EKS2 only match aws_eks clusters, not aws_eks_v2's: the first test checks both here.
+
+
+def _base_props(eks: dict) -> dict:
+    base = eks["cluster"].props
+    return {f: getattr(base, f) for f in base.__dataclass_fields__}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"kubernetes_version": "1.30"}, "kubernetes_version: got '1.30'; allowed: 1.36"),
+        ({"endpoint": "public"}, "endpoint: got 'public'; allowed: private, public-and-private"),
+        ({"endpoint": "public-and-private"}, "public_access_cidrs: got \\[\\]; allowed: at least one CIDR"),
+        ({"endpoint": "public-and-private", "public_access_cidrs": ["0.0.0.0/0"]}, "not 0.0.0.0/0"),
+        ({"public_access_cidrs": ["203.0.113.0/24"]}, "none with a private endpoint"),
+        ({"efa_security_group": None}, "efa_security_group: got None"),
+        ({"gpu_groups": [GpuNodeGroup(name="a", instance_type="p5.48xlarge")] * 2}, "gpu_groups names"),
+        ({"gpu_groups": [GpuNodeGroup(name="system", instance_type="p5.48xlarge")]}, "not 'system'"),
+        ({"cluster_name": "-bad"}, "cluster_name: got '-bad'"),
+    ],
+)
+def test_invalid_cluster_props_are_refused(eks, change: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        EksTrainingClusterProps(**(_base_props(eks) | change))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"ami_type": "BOTTLEROCKET_x86_64_NVIDIA"}, "ami_type: got 'BOTTLEROCKET_x86_64_NVIDIA'"),
+        ({"min_count": 3, "max_count": 2}, "min_count/desired_count/max_count"),
+        ({"desired_count": 5, "max_count": 4}, "min_count/desired_count/max_count"),
+        ({"name": "P5"}, "name: got 'P5'"),
+        ({"ami_type": "AL2023_ARM_64_NVIDIA"}, "an image for p5.48xlarge's architecture \\(x86_64\\)"),
+        ({"instance_type": "p5.huge"}, "instance_type: got 'p5.huge'; allowed: a type in kiln's catalog"),
+        ({"labels": {"kiln.io/node-group": "x"}}, "labels"),
+    ],
+)
+def test_invalid_gpu_groups_are_refused(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        GpuNodeGroup(**({"name": "p5", "instance_type": "p5.48xlarge"} | kwargs))
+
+
+def test_invalid_lustre_volumes_and_system_nodes_are_refused(eks) -> None:
+    with pytest.raises(ValueError, match="file_system_id: got 'fsx-1'"):
+        LustreVolume(file_system_id="fsx-1", dns_name="d", mount_name="m", client_security_group=eks["clients"])
+    with pytest.raises(ValueError, match="namespace: got 'Training'"):
+        LustreVolume(
+            file_system_id="fs-0123456789abcdef0",
+            dns_name="d",
+            mount_name="m",
+            client_security_group=eks["clients"],
+            namespace="Training",
+        )
+    with pytest.raises(ValueError, match="count: got 0"):
+        SystemNodeGroup(count=0)
+
+
+def test_control_plane_needs_two_availability_zones(eks) -> None:
+    st = cdk.Stack(new_app(), "OneAz", env=ENV)
+    vpc = ec2.Vpc.from_vpc_attributes(
+        st, "Vpc", vpc_id="vpc-0123456789abcdef0", availability_zones=[AZ], private_subnet_ids=["subnet-0a"]
+    )
+    with pytest.raises(
+        ValueError, match="control_plane_subnets: got \\['subnet-0a'\\]; allowed: subnets in at least two"
+    ):
+        EksTrainingCluster(
+            st, "Cluster", EksTrainingClusterProps(vpc=vpc, node_subnet=vpc.private_subnets[0], system_nodes=None)
+        )
