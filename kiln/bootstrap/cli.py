@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import sys
+from pathlib import Path
 
 from kiln.bootstrap.config import TARGETS, LocalCluster, LocalNode, config_from_spec
 from kiln.bootstrap.render import render_bundle
@@ -43,6 +44,24 @@ def local_cluster(name: str, prefix: str, nodes: int, subnet: str) -> LocalClust
     return LocalCluster(prefix=prefix, nodes=members, controller_address=controller, cluster_name=name[:63])
 
 
+def role_summary(bundle_dir: Path) -> list[str]:
+    """Describe which steps of the rendered bundle behave differently per node role."""
+    steps = sorted(bundle_dir.glob("steps/*.sh"))
+    by_role = [p for p in steps if p.stem != "node_context" and "KILN_NODE_ROLE" in p.read_text()]
+    if not by_role:
+        return ["every node runs the same steps (no role-specific behaviour)"]
+    env = (bundle_dir / "bundle.env").read_text()
+    lines = ["steps whose work depends on the node role (controller, login, worker):"]
+    lines += [f"  {p.stem}: see {p.relative_to(bundle_dir)}" for p in by_role]
+    if "KILN_TARGET='hyperpod'" in env:
+        groups = dict(line.split("=", 1) for line in env.splitlines() if line.startswith("KILN_HYPERPOD_"))
+        lines.append(
+            f"roles: instance group {groups['KILN_HYPERPOD_CONTROLLER_GROUP']} -> controller, "
+            f"{groups.get('KILN_HYPERPOD_LOGIN_GROUP', 'none')} -> login, any other group -> worker"
+        )
+    return lines
+
+
 def run_render(args: argparse.Namespace) -> int:
     """Render the bundle for --target from --spec into --out; return the exit code."""
     from kiln.spec import SpecError, load_spec
@@ -60,6 +79,8 @@ def run_render(args: argparse.Namespace) -> int:
         print(f"kiln bootstrap render: {error}", file=sys.stderr)
         return 2
     print(f"{bundle.directory}/{bundle.entry_point}")
+    for line in role_summary(bundle.directory):
+        print(line)
     for name in bundle.unverified_artifacts:
         print(
             f"warning: artifact {name} has no sha256 (software.checksums.{name}): the node will refuse to download it",

@@ -237,3 +237,45 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys):
     assert args.func(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "target: got 'eks' for this 'pcs' spec" in err
+
+
+def test_render_tells_what_each_hyperpod_role_runs(tmp_path, capsys):
+    from kiln.cli import main
+
+    assert (
+        main(
+            [
+                "bootstrap",
+                "render",
+                "--spec",
+                str(EXAMPLES / "p5-hyperpod-slurm.yaml"),
+                "--target",
+                "hyperpod",
+                "--out",
+                str(tmp_path / "hp"),
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{tmp_path / 'hp'}/on_create.sh"
+    assert "  configure_slurm: see steps/configure_slurm.sh" in out
+    assert "  configure_munge: see steps/configure_munge.sh" in out
+    assert out[-1] == "roles: instance group 'controller' -> controller, 'login' -> login, any other group -> worker"
+    assert (
+        main(
+            [
+                "bootstrap",
+                "render",
+                "--spec",
+                str(EXAMPLES / "p5-hyperpod-eks.yaml"),
+                "--target",
+                "eks",
+                "--out",
+                str(tmp_path / "eks"),
+            ]
+        )
+        == 0
+    )
+    eks = capsys.readouterr().out
+    assert "configure_slurm" not in eks and "roles: instance group" not in eks
