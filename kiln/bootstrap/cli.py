@@ -80,7 +80,7 @@ def run_render(args: argparse.Namespace) -> int:
         return 2
     print(f"{bundle.directory}/{bundle.entry_point}")
     for line in role_summary(bundle.directory):
-        print(line)
+        print(line, file=sys.stderr)
     for name in bundle.unverified_artifacts:
         print(
             f"warning: artifact {name} has no sha256 (software.checksums.{name}): the node will refuse to download it",

@@ -257,8 +257,9 @@ def test_render_tells_what_each_hyperpod_role_runs(tmp_path, capsys):
         )
         == 0
     )
-    out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"{tmp_path / 'hp'}/on_create.sh"
+    captured = capsys.readouterr()
+    assert captured.out == f"{tmp_path / 'hp'}/on_create.sh\n"
+    out = [line for line in captured.err.splitlines() if not line.startswith("warning:")]
     assert "  configure_slurm: see steps/configure_slurm.sh" in out
     assert "  configure_munge: see steps/configure_munge.sh" in out
     assert out[-1] == "roles: instance group 'controller' -> controller, 'login' -> login, any other group -> worker"
@@ -277,5 +278,5 @@ def test_render_tells_what_each_hyperpod_role_runs(tmp_path, capsys):
         )
         == 0
     )
-    eks = capsys.readouterr().out
+    eks = capsys.readouterr().err
     assert "configure_slurm" not in eks and "roles: instance group" not in eks
