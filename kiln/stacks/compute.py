@@ -92,6 +92,18 @@ class ComputeStack(cdk.Stack):
         placement = self.network.placement_groups.get(group.name)
         return placement.placement_group_name if placement and wants_placement_group(group) else None
 
+    def _node_group_fields(self, group: Any) -> dict[str, Any]:
+        """Return what a spec group says about a node group, in the node-group props' terms."""
+        return {
+            "name": group.name,
+            "instance_type": group.instance_type,
+            "min_count": group.min_count,
+            "max_count": group.max_count,
+            "capacity": _capacity(group),
+            "root_volume_gib": group.root_volume_gib,
+            "placement_group_name": self._placement(group),
+        }
+
     def _ami(self) -> str:
         if self.spec.compute.image.ami_id:
             return self.spec.compute.image.ami_id
@@ -105,18 +117,7 @@ class ComputeStack(cdk.Stack):
 
     def _pcs(self) -> PcsCluster:
         spec = self.spec
-        groups = [
-            PcsNodeGroup(
-                name=g.name,
-                instance_type=g.instance_type,
-                min_count=g.min_count,
-                max_count=g.max_count,
-                capacity=_capacity(g),
-                root_volume_gib=g.root_volume_gib,
-                placement_group_name=self._placement(g),
-            )
-            for g in spec.compute.groups
-        ]
+        groups = [PcsNodeGroup(**self._node_group_fields(g)) for g in spec.compute.groups]
         login = spec.compute.login_nodes
         return PcsCluster(
             self,
@@ -264,20 +265,7 @@ class ComputeStack(cdk.Stack):
     def _eks(self, *, with_gpu_groups: bool) -> EksTrainingCluster:
         spec = self.spec
         gpu_groups = (
-            [
-                GpuNodeGroup(
-                    name=g.name,
-                    instance_type=g.instance_type,
-                    min_count=g.min_count,
-                    max_count=g.max_count,
-                    capacity=_capacity(g),
-                    root_volume_gib=g.root_volume_gib,
-                    placement_group_name=self._placement(g),
-                )
-                for g in spec.compute.groups
-            ]
-            if with_gpu_groups
-            else []
+            [GpuNodeGroup(**self._node_group_fields(g)) for g in spec.compute.groups] if with_gpu_groups else []
         )
         bootstrap = None
         if with_gpu_groups:
