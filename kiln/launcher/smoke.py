@@ -127,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         final = summary["final_loss"]
         print(f"smoke: done, final loss {final:.4f}" if final is not None else "smoke: nothing left to do", flush=True)
     if proc.distributed:
+        # Let gloo finish every in-flight work item (the wait releases the GIL) before teardown.
+        dist.barrier()
         dist.destroy_process_group()
     return 0
 
@@ -210,4 +212,9 @@ def _write_summary(path: Path, summary: dict) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: freeing DDP's reducer there joins gloo's threads while holding the
+    # GIL, and a gloo thread that still has to drop a tensor waits for that GIL forever.
+    os._exit(code)
