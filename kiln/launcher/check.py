@@ -42,6 +42,7 @@ from typing import Any
 
 from kiln.catalog import InstanceType, UnknownInstanceType, instance_type
 from kiln.launcher import hardware, nccllog
+from kiln.launcher.arguments import SubcommandParser, integer_at_least, positive
 from kiln.launcher.errors import UsageError
 from kiln.launcher.launch import LaunchOptions, execute, prepare
 
@@ -77,42 +78,20 @@ class NodeFacts:
     ofi_plugin: str | None
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:
-        raise UsageError(f"check: {message}")
-
-
-def _size(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a byte count (got {text!r})") from None
-    if value < 4:
-        raise argparse.ArgumentTypeError(f"expected at least 4 bytes (got {text!r})")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer (got {text!r})") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer (got {text!r})")
-    return value
+_size = integer_at_least(4, "a byte count of at least 4")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the check subcommand's parser."""
-    parser = _Parser(prog="kiln-launch check", description="Readiness check for training.")
+    parser = SubcommandParser(subcommand="check", prog="kiln-launch check", description="Readiness check for training.")
     parser.add_argument("--json", action="store_true", help="print the JSON report instead of a table")
     parser.add_argument("--scope", choices=("node", "job"), default="node", help="this node (default) or the job")
     parser.add_argument("--output", help="also write the JSON report to this file")
     parser.add_argument("--min-bytes", type=_size, help="smallest all-reduce (default 1 MiB on GPU, 1 KiB on CPU)")
     parser.add_argument("--max-bytes", type=_size, help="largest all-reduce (default 1 GiB on GPU, 1 MiB on CPU)")
-    parser.add_argument("--warmup", type=_count, help="untimed all-reduces per size (default 5 GPU, 1 CPU)")
-    parser.add_argument("--iters", type=_count, help="timed all-reduces per size (default 20 GPU, 3 CPU)")
-    parser.add_argument("--matmul-size", type=_count, default=2048, help="matmul sanity matrix size (default 2048)")
+    parser.add_argument("--warmup", type=positive, help="untimed all-reduces per size (default 5 GPU, 1 CPU)")
+    parser.add_argument("--iters", type=positive, help="timed all-reduces per size (default 20 GPU, 3 CPU)")
+    parser.add_argument("--matmul-size", type=positive, default=2048, help="matmul sanity matrix size (default 2048)")
     return parser
 
 
