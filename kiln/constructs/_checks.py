@@ -33,6 +33,20 @@ def require(condition: bool, name: str, value: Any, allowed: str) -> None:
 NAG_PACK = "AwsSolutions"
 
 
+GROUP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,24}$")
+
+
+def require_node_group(name: str, min_count: int, max_count: int, *, what: str = "name") -> None:
+    """Check a node group's name (Slurm partition rules, called WHAT in errors) and its scaling bounds."""
+    require(bool(GROUP_NAME.match(name)), what, name, "a lowercase letter, then up to 24 of a-z, 0-9, '-'")
+    require(
+        0 <= min_count <= max_count and max_count >= 1,
+        "min_count/max_count",
+        (min_count, max_count),
+        "0 <= min_count <= max_count, max_count >= 1",
+    )
+
+
 def acknowledge(construct: IConstruct, reasons: dict[str, str]) -> None:
     """Acknowledge cdk-nag AwsSolutions findings on CONSTRUCT and below, each with its reason.
 

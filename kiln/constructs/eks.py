@@ -17,7 +17,7 @@ from constructs import Construct
 from kiln.bootstrap.fetch import fetch_user_data
 from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.facts import UnknownInstanceType
-from kiln.constructs._checks import acknowledge, acknowledge_wildcards, require, require_in, unresolved
+from kiln.constructs._checks import GROUP_NAME, acknowledge, acknowledge_wildcards, require, require_in, unresolved
 from kiln.constructs._ids import hashed_id
 from kiln.constructs.bootstrap_assets import BootstrapAssets
 from kiln.constructs.eks_addons import (
@@ -51,7 +51,6 @@ NODEGROUP_CAPACITY = {
     "spot": eks.CapacityType.SPOT,
     "capacity-block": eks.CapacityType.CAPACITY_BLOCK,
 }
-NODE_GROUP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,24}$")
 CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
 INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 # EKS-optimized AL2023 images boot from /dev/xvda.
@@ -106,7 +105,7 @@ class GpuNodeGroup:
 
     def __post_init__(self) -> None:
         require(
-            bool(NODE_GROUP_NAME.match(self.name)),
+            bool(GROUP_NAME.match(self.name)),
             "name",
             self.name,
             "a lowercase letter, then up to 24 of a-z, 0-9, '-'",

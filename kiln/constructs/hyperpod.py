@@ -29,7 +29,7 @@ from kiln.constructs.bucket import DataBucket, DataBucketProps
 
 ROLES = ("controller", "login", "worker")
 ORCHESTRATORS = ("slurm", "eks")
-GROUP_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+HYPERPOD_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 DEEP_HEALTH_CHECKS = ["InstanceStress", "InstanceConnectivity"]
 MANAGED_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
 CLUSTER_POLICY_FINDING = f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{MANAGED_POLICY}]"
@@ -80,7 +80,7 @@ class HyperPodInstanceGroup:
     storage_gib: int = 500
 
     def __post_init__(self) -> None:
-        require(bool(GROUP_NAME.match(self.name)), "name", self.name, "1-63 letters, digits and '-'")
+        require(bool(HYPERPOD_NAME.match(self.name)), "name", self.name, "1-63 letters, digits and '-'")
         require_in("role", self.role, ROLES)
         require(self.count >= 1, "count", self.count, "1 or more")
         require(1 <= self.storage_gib <= 16384, "storage_gib", self.storage_gib, "1 to 16384")
@@ -127,7 +127,10 @@ class HyperPodClusterProps:
 
     def __post_init__(self) -> None:
         require(
-            bool(GROUP_NAME.match(self.cluster_name)), "cluster_name", self.cluster_name, "1-63 letters, digits and '-'"
+            bool(HYPERPOD_NAME.match(self.cluster_name)),
+            "cluster_name",
+            self.cluster_name,
+            "1-63 letters, digits and '-'",
         )
         require_in("orchestrator", self.orchestrator, ORCHESTRATORS)
         require(bool(self.instance_groups), "instance_groups", list(self.instance_groups), "at least one group")

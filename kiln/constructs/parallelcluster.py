@@ -15,7 +15,7 @@ from constructs import Construct
 
 from kiln.bootstrap.fetch import FETCH_SCRIPT, fetch_arguments
 from kiln.catalog import instance_type as catalog_instance_type
-from kiln.constructs._checks import require, require_in
+from kiln.constructs._checks import require, require_in, require_node_group
 from kiln.constructs.bootstrap_assets import BootstrapAssets
 from kiln.constructs.launch_template import CapacityOption
 
@@ -33,7 +33,6 @@ CAPACITY_TYPES = {
 }
 OPERATING_SYSTEMS = {"ubuntu2204": "ubuntu2204", "ubuntu2404": "ubuntu2404", "al2023": "alinux2023"}
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$")
-QUEUE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,24}$")
 SSM_POLICY = "arn:${AWS::Partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
 
 
@@ -58,19 +57,8 @@ class SlurmQueue:
     root_volume_gib: int = 200
 
     def __post_init__(self) -> None:
-        require(
-            bool(QUEUE_NAME.match(self.name)),
-            "queue name",
-            self.name,
-            "a lowercase letter, then up to 24 of a-z, 0-9, '-'",
-        )
+        require_node_group(self.name, self.min_count, self.max_count, what="queue name")
         catalog_instance_type(self.instance_type)
-        require(
-            0 <= self.min_count <= self.max_count and self.max_count >= 1,
-            "min_count/max_count",
-            (self.min_count, self.max_count),
-            "0 <= min_count <= max_count, max_count >= 1",
-        )
         if self.capacity.type == "capacity-block":
             require(
                 self.min_count == self.max_count > 0,

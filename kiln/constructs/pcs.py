@@ -13,7 +13,7 @@ from aws_cdk import aws_pcs as pcs
 from constructs import Construct
 
 from kiln.bootstrap.fetch import fetch_user_data
-from kiln.constructs._checks import acknowledge, require, require_in, unresolved
+from kiln.constructs._checks import acknowledge, require, require_in, require_node_group, unresolved
 from kiln.constructs._ids import hashed_id
 from kiln.constructs.bootstrap_assets import BootstrapAssets
 from kiln.constructs.launch_template import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
@@ -25,7 +25,6 @@ PURCHASE_OPTIONS = {
     "spot": "SPOT",
     "capacity-block": "CAPACITY_BLOCK",
 }
-NODE_GROUP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,24}$")
 # PCS only hands instance profiles to nodes when the role lives under this path (or is named AWSPCS...).
 PCS_ROLE_PATH = "/aws-pcs/"
 SSM_MANAGED_POLICY_FINDING = (
@@ -63,18 +62,7 @@ class PcsNodeGroup:
     placement_group_name: str | None = None
 
     def __post_init__(self) -> None:
-        require(
-            bool(NODE_GROUP_NAME.match(self.name)),
-            "name",
-            self.name,
-            "a lowercase letter, then up to 24 of a-z, 0-9, '-'",
-        )
-        require(
-            0 <= self.min_count <= self.max_count and self.max_count >= 1,
-            "min_count/max_count",
-            (self.min_count, self.max_count),
-            "0 <= min_count <= max_count, max_count >= 1",
-        )
+        require_node_group(self.name, self.min_count, self.max_count)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
 from constructs import IConstruct
 
 from kiln.stacks import new_app
@@ -26,3 +27,14 @@ def ref(construct: IConstruct) -> dict:
 
 def get_att(construct: IConstruct, attribute: str) -> dict:
     return {"Fn::GetAtt": [logical_id(construct), attribute]}
+
+
+def imported_vpc(st: cdk.Stack) -> ec2.IVpc:
+    """Return an existing-VPC stand-in with one private subnet in us-east-1a."""
+    return ec2.Vpc.from_vpc_attributes(
+        st,
+        "Vpc",
+        vpc_id="vpc-0123456789abcdef0",
+        availability_zones=["us-east-1a"],
+        private_subnet_ids=["subnet-0123456789abcdef0"],
+    )

@@ -12,25 +12,15 @@ from kiln.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, Hype
 from kiln.spec import load_spec
 from kiln.stacks import build_cluster, new_app
 from tests.conftest import ROOT
-from tests.constructs.conftest import get_att, logical_id, ref, stack
+from tests.constructs.conftest import get_att, imported_vpc, logical_id, ref, stack
 
 EKS_ARN = "arn:aws:eks:us-east-1:111111111111:cluster/llm-hp-eks"
-
-
-def _vpc(st):
-    return ec2.Vpc.from_vpc_attributes(
-        st,
-        "Vpc",
-        vpc_id="vpc-0123456789abcdef0",
-        availability_zones=["us-east-1a"],
-        private_subnet_ids=["subnet-0123456789abcdef0"],
-    )
 
 
 @pytest.fixture(scope="module")
 def slurm():
     st = stack("HyperPodSlurm")
-    vpc = _vpc(st)
+    vpc = imported_vpc(st)
     efa = ec2.SecurityGroup(st, "Efa", vpc=vpc)
     spec = load_spec(ROOT / "examples" / "p5-hyperpod-slurm.yaml")
     cluster = HyperPodCluster(
@@ -148,7 +138,7 @@ def test_execution_role_reads_only_the_lifecycle_prefix(slurm) -> None:
 
 def test_eks_orchestrator_points_at_the_eks_cluster() -> None:
     st = stack("HyperPodEks")
-    vpc = _vpc(st)
+    vpc = imported_vpc(st)
     spec = load_spec(ROOT / "examples" / "p5-hyperpod-eks.yaml")
     HyperPodCluster(
         st,

@@ -15,7 +15,7 @@ from kiln.constructs.bootstrap_assets import BootstrapAssets, BootstrapAssetsPro
 from kiln.constructs.parallelcluster import PARALLELCLUSTER_VERSION, ParallelCluster, ParallelClusterProps, SlurmQueue
 from kiln.spec import load_spec
 from tests.conftest import ROOT
-from tests.constructs.conftest import logical_id, stack
+from tests.constructs.conftest import imported_vpc, logical_id, stack
 from tests.constructs.pcluster_schema import concrete, load_with_official_schema
 
 CAPACITIES = {
@@ -29,13 +29,7 @@ STORAGE = {"fsx": "fs-0123456789abcdef0", "no-fsx": None}
 
 def build(capacity: str, fsx: str | None, login_count: int = 1):
     st = stack(f"Pc{capacity.title().replace('-', '')}{'Fsx' if fsx else 'NoFsx'}{login_count}")
-    vpc = ec2.Vpc.from_vpc_attributes(
-        st,
-        "Vpc",
-        vpc_id="vpc-0123456789abcdef0",
-        availability_zones=["us-east-1a"],
-        private_subnet_ids=["subnet-0123456789abcdef0"],
-    )
+    vpc = imported_vpc(st)
     clients = ec2.SecurityGroup(st, "LustreClients", vpc=vpc)
     spec = load_spec(ROOT / "examples" / "p5-parallelcluster.yaml")
     bootstrap = BootstrapAssets(st, "Bootstrap", BootstrapAssetsProps(config=config_from_spec(spec, "parallelcluster")))

@@ -13,19 +13,13 @@ from kiln.constructs.bootstrap_assets import BootstrapAssets, BootstrapAssetsPro
 from kiln.constructs.pcs import PcsCluster, PcsClusterProps, PcsNodeGroup
 from kiln.spec import load_spec
 from tests.conftest import ROOT
-from tests.constructs.conftest import get_att, logical_id, ref, stack
+from tests.constructs.conftest import get_att, imported_vpc, logical_id, ref, stack
 
 
 @pytest.fixture(scope="module")
 def pcs():
     st = stack("Pcs")
-    vpc = ec2.Vpc.from_vpc_attributes(
-        st,
-        "Vpc",
-        vpc_id="vpc-0123456789abcdef0",
-        availability_zones=["us-east-1a"],
-        private_subnet_ids=["subnet-0123456789abcdef0"],
-    )
+    vpc = imported_vpc(st)
     efa = ec2.SecurityGroup(st, "Efa", vpc=vpc)
     clients = ec2.SecurityGroup(st, "LustreClients", vpc=vpc)
     spec = load_spec(ROOT / "examples" / "p5-pcs.yaml")
