@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
-"""CDK entry point: `npx cdk synth -c spec=examples/quickstart.yaml`."""
+"""CDK entry point: `npx cdk synth -c spec=cluster.yaml` (without -c spec, ./cluster.yaml if it exists)."""
 
 import sys
 
 from kiln.spec import SpecError, load_spec
-from kiln.stacks import build_cluster, new_app
-
-DEFAULT_SPEC = "examples/quickstart.yaml"
+from kiln.stacks import NoSpecGiven, build_cluster, new_app, spec_path_from_context
 
 app = new_app()
 try:
-    spec = load_spec(app.node.try_get_context("spec") or DEFAULT_SPEC)
+    spec = load_spec(spec_path_from_context(app.node.try_get_context("spec")))
+except NoSpecGiven as exc:
+    print(exc, file=sys.stderr)
+    sys.exit(2)
 except SpecError as exc:
     print("\n".join(exc.lines_out()), file=sys.stderr)
     sys.exit(2)

@@ -9,47 +9,85 @@ from collections.abc import Sequence
 
 from kiln.bootstrap import cli as bootstrap_cli
 from kiln.local import cli as local_cli
+from kiln.safe_output import UnsafeOutput
 from kiln.spec import SpecError, load_spec
 
 
 def _validate(args: argparse.Namespace) -> int:
-    failed = False
+    from kiln.bootstrap.readiness import ACCEPT_UNREADY, spec_readiness
+
+    worst = 0
     for path in args.files:
         try:
             spec = load_spec(path)
+            readiness = spec_readiness(spec)
         except SpecError as exc:
-            failed = True
+            worst = 2
             for line in exc.lines_out():
                 print(line, file=sys.stderr)
             continue
-        groups = ", ".join(f"{g.name}={g.instance_type}x{g.max_count}" for g in spec.compute.groups)
-        print(f"{path}: ok ({spec.compute.backend}; {groups})")
-    return 2 if failed else 0
+        except ValueError as exc:
+            worst = 2
+            print(f"{path}: bootstrap: {exc}", file=sys.stderr)
+            continue
+        groups = ", ".join(f"{g.name}={g.max_count}x {g.instance_type}" for g in spec.compute.groups)
+        summary = f"{spec.compute.backend}; {groups}"
+        if readiness.ready:
+            print(f"{path}: ok ({summary}); boot-ready")
+            continue
+        for reason in readiness.reasons():
+            print(f"{path}: {reason}", file=sys.stderr)
+        verdict = f"{path}: valid ({summary}) but NOT boot-ready: {len(readiness.unverifiable)} unverifiable downloads"
+        if args.accept_unready:
+            print(f"{verdict}, accepted by {ACCEPT_UNREADY}")
+        else:
+            print(verdict)
+            worst = max(worst, 1)
+    return worst
 
 
 def _schema(args: argparse.Namespace) -> int:
+    from kiln.safe_output import write_file_atomically
     from kiln.spec.schema import schema_text
 
     text = schema_text()
     if args.out:
-        with open(args.out, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        write_file_atomically(args.out, text, what="kiln schema --out")
     else:
         sys.stdout.write(text)
     return 0
 
 
 def _catalog_list(args: argparse.Namespace) -> int:
-    from kiln.catalog import instance_type, known_instance_types
+    from kiln.catalog import InstanceType, instance_type, known_instance_types
 
+    def wanted(it: InstanceType) -> bool:
+        if args.accelerator == "any" and it.accelerator is None:
+            return False
+        if args.accelerator == "none" and it.accelerator is not None:
+            return False
+        if args.accelerator in ("gpu", "neuron") and it.accelerator_kind != args.accelerator:
+            return False
+        if args.efa and not it.efa_supported:
+            return False
+        if args.hyperpod and not it.hyperpod:
+            return False
+        return not args.family or it.family in args.family
+
+    types = [it for it in map(instance_type, known_instance_types()) if wanted(it)]
+    # Family, then size, reads better than the name's string order (c5.12xlarge before c5.2xlarge).
+    types.sort(key=lambda it: (it.family, it.vcpus, it.name))
     rows = [("type", "accelerators", "net cards", "EFA", "efa-only", "NVLink")]
-    for name in known_instance_types():
-        it = instance_type(name)
+    for it in types:
         acc = f"{it.accelerator.count}x {it.accelerator.name}" if it.accelerator else "-"
+        if it.accelerator and it.accelerator.fraction < 1:
+            acc += f" ({it.accelerator.fraction:g} of one)"
         nvlink = f"gen {it.nvlink_generation}" if it.nvlink_generation else "-"
+        if it.nvswitch:
+            nvlink += " + NVSwitch"
         rows.append(
             (
-                name,
+                it.name,
                 acc,
                 str(it.network_cards),
                 str(it.efa_interface_count),
@@ -60,6 +98,8 @@ def _catalog_list(args: argparse.Namespace) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    if not types:
+        print("kiln catalog list: no instance type matches these filters", file=sys.stderr)
     return 0
 
 
@@ -78,23 +118,48 @@ def _catalog_show(args: argparse.Namespace) -> int:
 
 
 def _catalog_refresh(args: argparse.Namespace) -> int:
-    from botocore.exceptions import BotoCoreError, ClientError
+    from kiln.catalog.facts import GENERATED_PATH
+    from kiln.catalog.refresh import RefreshError, refresh
+    from kiln.safe_output import UnsafeOutput
 
-    from kiln.catalog.refresh import refresh
-
+    if args.source == "moto" and (args.region or args.keep_missing):
+        print("kiln catalog refresh: --region and --keep-missing apply to --source ec2 only", file=sys.stderr)
+        return 2
+    out = args.out or GENERATED_PATH
     try:
-        facts = refresh(args.region)
-    except (BotoCoreError, ClientError, LookupError) as exc:
+        result = refresh(source=args.source, region=args.region, out=out, keep_missing=args.keep_missing)
+    except RefreshError as exc:
         print(f"kiln catalog refresh: {exc}", file=sys.stderr)
         return 1
-    print(f"described {len(facts)} instance types in {args.region}")
+    except UnsafeOutput as exc:
+        print(exc, file=sys.stderr)  # already "kiln catalog refresh: refusing ..."
+        return 1
+    except OSError as exc:
+        print(f"kiln catalog refresh: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    print(result.summary())
+    for note in result.notes:
+        print(f"kiln catalog refresh: note: {note}", file=sys.stderr)
     return 0
 
 
 def _report(args: argparse.Namespace) -> int:
+    from kiln.node_runtime import use_pinned_node
+
+    use_pinned_node()
     from kiln.report import run_report
 
-    return run_report(args.files, lint=not args.no_lint)
+    return run_report(args.files, lint=not args.no_lint, accept_unready=args.accept_unready)
+
+
+def _accept_unready_flag(parser: argparse.ArgumentParser) -> None:
+    from kiln.bootstrap.readiness import ACCEPT_UNREADY
+
+    parser.add_argument(
+        ACCEPT_UNREADY,
+        action="store_true",
+        help="exit 0 even when nodes would not boot (a download without a sha256); the verdict is still printed",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,8 +167,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kiln", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    validate = commands.add_parser("validate", help="check spec files; one line per problem, exit 2 on any")
+    validate = commands.add_parser(
+        "validate",
+        help="check spec files: one line per problem (exit 2), and whether the nodes would boot (exit 1 if not)",
+    )
     validate.add_argument("files", nargs="+", metavar="FILE")
+    _accept_unready_flag(validate)
     validate.set_defaults(func=_validate)
 
     schema = commands.add_parser("schema", help="print the spec's JSON Schema (for editor completion)")
@@ -112,17 +181,56 @@ def build_parser() -> argparse.ArgumentParser:
 
     catalog = commands.add_parser("catalog", help="instance facts kiln knows")
     catalog_commands = catalog.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
-    catalog_commands.add_parser("list", help="one line per instance type").set_defaults(func=_catalog_list)
+    listing = catalog_commands.add_parser("list", help="one line per instance type (filters combine)")
+    listing.add_argument(
+        "--accelerator",
+        choices=("gpu", "neuron", "any", "none"),
+        help="only types with GPUs, Neuron devices, either, or none",
+    )
+    listing.add_argument("--efa", action="store_true", help="only types that support EFA")
+    listing.add_argument("--hyperpod", action="store_true", help="only types SageMaker HyperPod offers")
+    listing.add_argument(
+        "--family", action="append", metavar="FAMILY", help="only this family, e.g. p5 or g6e (repeatable)"
+    )
+    listing.set_defaults(func=_catalog_list)
     show = catalog_commands.add_parser("show", help="every fact about one instance type")
     show.add_argument("instance_type")
     show.set_defaults(func=_catalog_show)
-    refresh = catalog_commands.add_parser("refresh", help="regenerate the facts from EC2 DescribeInstanceTypes")
-    refresh.add_argument("--region", default="us-east-1")
+    refresh = catalog_commands.add_parser(
+        "refresh",
+        help="regenerate the instance facts from EC2 DescribeInstanceTypes (a live account or moto's copy)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=(
+            "Describe instance types, keep the ones kiln uses (every current type with a GPU, Neuron devices or\n"
+            "EFA, plus every size of the head/login node families; see `selection` in curated.json), and write\n"
+            "them to --out, replacing it atomically.\n\n"
+            "--source ec2 (default) calls EC2 DescribeInstanceTypes, every page, in one region. It needs:\n"
+            "  - AWS credentials (environment, profile, SSO or instance role, as boto3 finds them);\n"
+            "  - a region (--region, or AWS_REGION / the profile's region); EC2 describes only the types\n"
+            "    offered there, so pick a region that offers the types you use, or add --keep-missing;\n"
+            "  - the IAM permission ec2:DescribeInstanceTypes (read-only; no resource is created).\n\n"
+            "--source moto reads the DescribeInstanceTypes copy that the moto package bundles; it needs moto\n"
+            "installed and nothing else (no credentials, no network). The committed catalog is produced this\n"
+            "way: `kiln catalog refresh --source moto`.\n\n"
+            "Any failure is one line on stderr and a non-zero exit status; nothing is written."
+        ),
+    )
+    refresh.add_argument(
+        "--source", choices=("ec2", "moto"), default="ec2", help="where the data comes from (default: ec2)"
+    )
+    refresh.add_argument("--region", help="the region to describe (--source ec2; default: boto3's region)")
+    refresh.add_argument(
+        "--keep-missing",
+        action="store_true",
+        help="keep the types already in --out that the region does not describe (--source ec2)",
+    )
+    refresh.add_argument("--out", help="the file to write (default: kiln/catalog/data/instance_types.json)")
     refresh.set_defaults(func=_catalog_refresh)
 
     report = commands.add_parser("report", help="validate, synthesize and lint specs; print a summary table")
     report.add_argument("files", nargs="+", metavar="FILE")
     report.add_argument("--no-lint", action="store_true", help="skip cfn-lint (cdk-nag always runs)")
+    _accept_unready_flag(report)
     report.set_defaults(func=_report)
 
     bootstrap_cli.register(commands)
@@ -138,6 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as exc:
         for line in exc.lines_out():
             print(line, file=sys.stderr)
+        return 2
+    except UnsafeOutput as exc:
+        print(f"kiln: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

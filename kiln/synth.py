@@ -10,6 +10,7 @@ from pathlib import Path
 
 import aws_cdk as cdk
 
+from kiln.safe_output import check_replaceable
 from kiln.spec import ClusterSpec
 from kiln.stacks import build_cluster, new_app
 
@@ -61,8 +62,14 @@ def nag_report(outdir: Path) -> NagReport:
 
 
 def synthesize(spec: ClusterSpec, outdir: Path | None = None, *, nag: bool = True) -> tuple[cdk.App, Path]:
-    """Build SPEC's stacks into a fresh app and synthesize them; return the app and assembly dir."""
-    outdir = outdir or Path(tempfile.mkdtemp(prefix=f"kiln-{spec.name}-"))
+    """Build SPEC's stacks into a fresh app and synthesize them; return the app and assembly dir.
+
+    OUTDIR must be missing, empty or kiln's own (UnsafeOutput otherwise); by default a new temp directory.
+    """
+    if outdir is None:
+        outdir = Path(tempfile.mkdtemp(prefix=f"kiln-{spec.name}-"))
+    else:
+        check_replaceable(Path(outdir), "synthesize")
     app = new_app(str(outdir))
     build_cluster(app, spec, nag=nag)
     app.synth()

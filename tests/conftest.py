@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from kiln.node_runtime import use_pinned_node
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 NODE_BIN = ROOT / "node_modules" / ".bin"
 
 # jsii runs the CDK in Node: use the pinned Node 22 from node_modules, not the system's.
-if NODE_BIN.is_dir() and str(NODE_BIN) not in os.environ.get("PATH", ""):
-    os.environ["PATH"] = f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+use_pinned_node()
 os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")
 
 

@@ -86,8 +86,3 @@ def resolve_artifact(config: BootstrapConfig, name: str) -> Artifact:
 def bundle_artifacts(config: BootstrapConfig) -> tuple[Artifact, ...]:
     """Return every artifact CONFIG's install steps may download, resolved."""
     return tuple(resolve_artifact(config, name) for name in needed_artifacts(config))
-
-
-def unverified_artifacts(config: BootstrapConfig) -> tuple[str, ...]:
-    """Return the artifacts of CONFIG that have no sha256, so their download will be refused."""
-    return tuple(a.name for a in bundle_artifacts(config) if not a.sha256)

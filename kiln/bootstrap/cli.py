@@ -81,9 +81,6 @@ def run_render(args: argparse.Namespace) -> int:
     print(f"{bundle.directory}/{bundle.entry_point}")
     for line in role_summary(bundle.directory):
         print(line, file=sys.stderr)
-    for name in bundle.unverified_artifacts:
-        print(
-            f"warning: artifact {name} has no sha256 (software.checksums.{name}): the node will refuse to download it",
-            file=sys.stderr,
-        )
+    for reason in bundle.readiness.reasons():
+        print(f"warning: {reason}", file=sys.stderr)
     return 0

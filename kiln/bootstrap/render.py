@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from dataclasses import dataclass
@@ -9,11 +10,13 @@ from pathlib import Path
 
 import jinja2
 
-from kiln.bootstrap.artifacts import bundle_artifacts, unverified_artifacts
+from kiln.bootstrap.artifacts import bundle_artifacts
 from kiln.bootstrap.cluster_env import CLUSTER_ENV_PATH, cluster_env_text
 from kiln.bootstrap.config import BootstrapConfig
+from kiln.bootstrap.readiness import BootReadiness, boot_readiness
 from kiln.bootstrap.wheel import build_wheel
 from kiln.catalog import SoftwareVersions, instance_type, preset_environment
+from kiln.safe_output import replaced_directory
 
 PACKAGE_DIR = Path(__file__).parent
 SCRIPTS_DIR = PACKAGE_DIR / "scripts"
@@ -142,11 +145,16 @@ class SlurmLayout:
 
 @dataclass(frozen=True, kw_only=True)
 class RenderedBundle:
-    """What render_bundle wrote: the directory, its entry script and downloads lacking a sha256."""
+    """What render_bundle wrote: the directory, its entry script, and whether its nodes would boot."""
 
     directory: Path
     entry_point: str
-    unverified_artifacts: tuple[str, ...]
+    readiness: BootReadiness
+
+    @property
+    def unverified_artifacts(self) -> tuple[str, ...]:
+        """Return the downloads the nodes would refuse for want of a sha256."""
+        return tuple(artifact.name for artifact in self.readiness.unverifiable)
 
 
 def _environment() -> jinja2.Environment:
@@ -326,14 +334,24 @@ def local_cluster_env(config: BootstrapConfig) -> dict[str, str]:
 
 
 def render_bundle(config: BootstrapConfig, out_dir: Path | str) -> RenderedBundle:
-    """Write the bundle a node of CONFIG's target runs into OUT_DIR (replacing what was there)."""
-    out = Path(out_dir)
+    """Write the bundle a node of CONFIG's target runs into OUT_DIR.
+
+    OUT_DIR may be missing, empty or an earlier bundle; anything else is refused (UnsafeOutput) untouched.
+    """
+    profile = PROFILES[config.target]
+    layout = slurm_layout(config)
+    with replaced_directory(out_dir, what="bootstrap bundle") as staging:
+        _render_into(config, layout, staging)
+    return RenderedBundle(
+        directory=Path(os.path.abspath(out_dir)),
+        entry_point=profile.entry_point,
+        readiness=boot_readiness(config),
+    )
+
+
+def _render_into(config: BootstrapConfig, layout: SlurmLayout | None, out: Path) -> None:
     profile = PROFILES[config.target]
     env = _environment()
-    layout = slurm_layout(config)
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
     shutil.copy2(SCRIPTS_DIR / "lib.sh", out / "lib.sh")
     shutil.copy2(SCRIPTS_DIR / "kiln-step", out / "kiln-step")
     steps = {"node_context", *profile.install_steps, *profile.configure_steps}
@@ -365,6 +383,3 @@ def render_bundle(config: BootstrapConfig, out_dir: Path | str) -> RenderedBundl
         _render_slurm(config, layout, out, env)
     if config.target == "local":
         _write(out / "cluster.env", cluster_env_text(local_cluster_env(config)))
-    return RenderedBundle(
-        directory=out, entry_point=profile.entry_point, unverified_artifacts=unverified_artifacts(config)
-    )

@@ -13,6 +13,13 @@ DATA_DIR = Path(__file__).parent / "data"
 GENERATED_PATH = DATA_DIR / "instance_types.json"
 CURATED_PATH = DATA_DIR / "curated.json"
 
+# Values of InstanceType.gpu_interconnect, from weakest to strongest link between the GPUs of one instance.
+SINGLE_GPU = "single"
+PCIE = "pcie"
+NVLINK = "nvlink"
+NVSWITCH = "nvswitch"
+UNKNOWN = "unknown"
+
 
 class UnknownInstanceType(KeyError):
     """An instance type the catalog has no facts for."""
@@ -34,8 +41,9 @@ class Accelerator:
     kind: str
     manufacturer: str
     name: str
-    count: int
+    count: int  # devices the guest sees
     memory_mib: int
+    fraction: float = 1.0  # share of one physical GPU per device: below 1 on fractional-GPU types (g6f)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,32 +73,71 @@ class InstanceType:
     instance_storage_gb: int
     nvlink_generation: int | None
     nvswitch: bool
+    gpu_interconnect: str | None
+    efa_device_rdma: bool
     hyperpod: bool
     busbw_floor_gbps: BusBandwidthFloor | None
+    ena_only_cards: tuple[int, ...] = ()
 
     @property
     def family(self) -> str:
         return self.name.split(".", 1)[0]
 
     @property
+    def accelerator_kind(self) -> str | None:
+        """Return 'gpu', 'neuron' or None."""
+        return self.accelerator.kind if self.accelerator else None
+
+    @property
     def gpu_count(self) -> int:
         return self.accelerator.count if self.accelerator and self.accelerator.kind == "gpu" else 0
 
     @property
+    def neuron_count(self) -> int:
+        return self.accelerator.count if self.accelerator and self.accelerator.kind == "neuron" else 0
+
+    @property
     def efa_interface_count(self) -> int:
-        """EFA interfaces a node should carry: one per network card, capped by EC2."""
+        """EFA interfaces a node should carry: one per EFA-capable network card, capped by EC2."""
+        return len(self.efa_cards)
+
+    @property
+    def efa_cards(self) -> tuple[int, ...]:
+        """Network card indices that carry an EFA interface (not always 0..n-1: p6-b300's card 0 is ENA only)."""
         if not self.efa_supported:
-            return 0
-        return min(self.network_cards, self.max_efa_interfaces)
+            return ()
+        cards = [card for card in range(self.network_cards) if card not in self.ena_only_cards]
+        return tuple(cards[: self.max_efa_interfaces])
 
     @property
     def hyperpod_name(self) -> str:
         return f"ml.{self.name}"
 
 
-def _build(name: str, ec2: dict[str, Any], curated: dict[str, Any]) -> InstanceType:
+def _interconnect(accelerator: dict[str, Any] | None, model: dict[str, Any] | None, nvswitch_min: int) -> dict:
+    """Derive NVLink, NVSwitch and the GPU interconnect from the accelerator model's curated row."""
+    if not accelerator or accelerator["kind"] != "gpu":
+        return {"nvlink_generation": None, "nvswitch": False, "gpu_interconnect": None}
+    count = accelerator["count"]
+    if model is None:
+        return {"nvlink_generation": None, "nvswitch": False, "gpu_interconnect": UNKNOWN}
+    if count < 2:
+        # One GPU (or a slice of one) has no peer to link to, whatever the part supports.
+        return {"nvlink_generation": None, "nvswitch": False, "gpu_interconnect": SINGLE_GPU}
+    generation = model["nvlink_generation"]
+    nvswitch = bool(generation) and model["nvswitch"] and count >= nvswitch_min
+    kind = NVSWITCH if nvswitch else NVLINK if generation else PCIE
+    return {"nvlink_generation": generation, "nvswitch": nvswitch, "gpu_interconnect": kind}
+
+
+def _build(name: str, ec2: dict[str, Any], generated: dict[str, Any], curated: dict[str, Any]) -> InstanceType:
     accelerator = ec2.get("accelerator")
-    floor = curated.get("busbw_floor_gbps")
+    omitted = curated["accelerators_ec2_omits"]["instance_types"].get(name)
+    if accelerator is None and omitted:
+        accelerator = generated.get(omitted["same_as"], {}).get("accelerator")
+    models = curated["accelerator_models"]
+    model = models["models"].get(accelerator["name"]) if accelerator else None
+    floor = curated["busbw_floor_gbps"]["instance_types"].get(name)
     return InstanceType(
         name=name,
         vcpus=ec2["vcpus"],
@@ -105,18 +152,20 @@ def _build(name: str, ec2: dict[str, Any], curated: dict[str, Any]) -> InstanceT
         max_efa_interfaces=ec2["max_efa_interfaces"],
         efa_only_interfaces=ec2["efa_only_interfaces"],
         instance_storage_gb=ec2["instance_storage_gb"],
-        nvlink_generation=curated["nvlink_generation"],
-        nvswitch=curated["nvswitch"],
-        hyperpod=curated["hyperpod"],
+        **_interconnect(accelerator, model, models["nvswitch_min_gpus"]),
+        efa_device_rdma=bool(ec2["efa_supported"] and model and model["efa_device_rdma"]),
+        hyperpod=f"ml.{name}" in curated["hyperpod"]["instance_types"],
         busbw_floor_gbps=BusBandwidthFloor(**floor) if floor else None,
+        ena_only_cards=tuple(ec2.get("ena_only_cards", ())),
     )
 
 
 @lru_cache(maxsize=1)
 def _catalog() -> dict[str, InstanceType]:
     generated = json.loads(GENERATED_PATH.read_text())["instance_types"]
-    curated = json.loads(CURATED_PATH.read_text())["instance_types"]
-    return {name: _build(name, generated[name], curated[name]) for name in sorted(curated) if name in generated}
+    curated = json.loads(CURATED_PATH.read_text())
+    curated["hyperpod"]["instance_types"] = frozenset(curated["hyperpod"]["instance_types"])
+    return {name: _build(name, generated[name], generated, curated) for name in sorted(generated)}
 
 
 def known_instance_types() -> tuple[str, ...]:

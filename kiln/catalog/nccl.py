@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from kiln.catalog.facts import DATA_DIR, instance_type
+from kiln.catalog.facts import DATA_DIR, InstanceType, instance_type
 
 PRESETS_PATH = DATA_DIR / "nccl_presets.json"
 
@@ -42,17 +42,22 @@ def _below(installed: str | None, bound: str) -> bool:
     return installed is not None and version_tuple(installed) < version_tuple(bound)
 
 
-def _matches(when: Mapping[str, Any], family: str, efa: bool, versions: SoftwareVersions, fork_enomem: bool) -> bool:
+def _one_of(value: Any, want: str | list[str]) -> bool:
+    return value in ([want] if isinstance(want, str) else want)
+
+
+def _matches(when: Mapping[str, Any], facts: InstanceType, versions: SoftwareVersions, fork_enomem: bool) -> bool:
     checks = {
-        "efa": lambda want: efa == want,
-        "families": lambda want: family in want,
+        "efa": lambda want: facts.efa_supported == want,
+        "device_rdma": lambda want: facts.efa_device_rdma == want,
+        "gpu_interconnect": lambda want: _one_of(facts.gpu_interconnect, want),
         "aws_ofi_nccl_below": lambda bound: _below(versions.aws_ofi_nccl, bound),
         "libfabric_below": lambda bound: _below(versions.libfabric, bound),
         "fork_enomem": lambda want: fork_enomem == want,
     }
     unknown = set(when) - set(checks)
     if unknown:
-        raise ValueError(f"nccl preset condition not understood: {sorted(unknown)}")
+        raise ValueError(f"nccl preset condition not understood: {sorted(unknown)}; allowed: {sorted(checks)}")
     return all(checks[key](value) for key, value in when.items())
 
 
@@ -72,7 +77,7 @@ def preset_environment(
     facts = instance_type(instance)
     env: dict[str, str] = {}
     for rule in presets()["rules"]:
-        if _matches(rule["when"], facts.family, facts.efa_supported, versions, fork_enomem):
+        if _matches(rule["when"], facts, versions, fork_enomem):
             env.update(rule["env"])
     for name, value in (overrides or {}).items():
         prefix = forbidden_variable(name)

@@ -87,14 +87,14 @@ class InterfaceLayout:
 
 
 def efa_layout(instance_type: str) -> list[InterfaceLayout]:
-    """Return the interfaces for INSTANCE_TYPE: card 0 device 0 efa; other cards device 1, efa-only where possible."""
+    """Return the interfaces for INSTANCE_TYPE: card 0 device 0 (efa where card 0 has EFA, else ENA); every
+    other EFA card device 1, efa-only where possible."""
     facts = catalog_instance_type(instance_type)
-    if not facts.efa_supported:
-        return [InterfaceLayout(network_card_index=0, device_index=0, interface_type=None)]
+    cards = facts.efa_cards
     secondary = "efa-only" if facts.efa_only_interfaces else "efa"
-    return [InterfaceLayout(network_card_index=0, device_index=0, interface_type="efa")] + [
-        InterfaceLayout(network_card_index=card, device_index=1, interface_type=secondary)
-        for card in range(1, facts.efa_interface_count)
+    primary = InterfaceLayout(network_card_index=0, device_index=0, interface_type="efa" if 0 in cards else None)
+    return [primary] + [
+        InterfaceLayout(network_card_index=card, device_index=1, interface_type=secondary) for card in cards if card
     ]
 
 

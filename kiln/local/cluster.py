@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from kiln.local.layout import DEFAULT_SUBNET, DEFAULT_TAG, ClusterLayout, defaul
 from kiln.local.progress import Progress, table
 from kiln.local.state import ClusterState, ProcessRecord
 from kiln.local.torchlink import link_torch
+from kiln.safe_output import UnsafeOutput, claim_directory, remove_owned_directory
 
 DEFAULT_NODES = 2
 DEFAULT_SLURMCTLD_PORT = 6817
@@ -267,7 +267,8 @@ def up(options: UpOptions, out: TextIO = sys.stdout) -> int:
         return 0
     if daemons.SLURMCTLD in stopped_roles(current):
         preflight.check_port(layout.slurmctld_port)
-    prefix.mkdir(parents=True, exist_ok=True)
+    if existing is None:
+        _claim(prefix)
     with state_file.locked(prefix):
         if existing is None:
             state_file.save(current)
@@ -290,6 +291,14 @@ def up(options: UpOptions, out: TextIO = sys.stdout) -> int:
         file=out,
     )
     return 0
+
+
+def _claim(prefix: Path) -> None:
+    """Make PREFIX kiln's own (marked), so `down` may later remove it and nothing else."""
+    try:
+        claim_directory(prefix, what="kiln local up")
+    except UnsafeOutput as error:
+        raise LocalError(str(error)) from None
 
 
 def print_nodes(layout: ClusterLayout, out: TextIO) -> None:
@@ -365,6 +374,9 @@ def down(prefix: str, out: TextIO = sys.stdout) -> int:
             with progress.phase(f"remove bridge {current.bridge}, {count} namespace{'s' * (count != 1)} and veths"):
                 network.remove(current.bridge, current.veths, current.namespaces)
         with progress.phase(f"remove {prefix_path}"):
-            shutil.rmtree(prefix_path)
+            try:
+                remove_owned_directory(prefix_path, what="kiln local down")
+            except UnsafeOutput as error:
+                raise LocalError(f"{error}; the cluster is stopped, remove what is left by hand") from None
     print(f"cluster down in {progress.elapsed:.1f}s; nothing left behind", file=out)
     return 0

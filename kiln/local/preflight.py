@@ -14,6 +14,7 @@ from pathlib import Path
 from kiln.local import network
 from kiln.local.errors import LocalError
 from kiln.local.layout import DEFAULT_PREFIX, ClusterLayout
+from kiln.safe_output import protected_reason
 
 # What the local cluster runs itself; Slurm and munge come from the bootstrap's install steps.
 TOOLS = {"ip": "iproute2", "nsenter": "util-linux", "unshare": "util-linux", "mount": "mount", "bash": "bash"}
@@ -96,7 +97,10 @@ def check_subnet(layout: ClusterLayout, routes: list[dict] | None = None) -> Non
 
 def check_prefix(prefix: Path) -> None:
     """Accept a new or empty directory whose parents all may search: `down` removes the prefix as a whole."""
-    if prefix.exists() and (not prefix.is_dir() or any(prefix.iterdir())):
+    reason = protected_reason(prefix)
+    if reason:
+        raise LocalError(f"--prefix {prefix}: {reason}; `down` removes the whole prefix, so choose a new directory")
+    if prefix.is_symlink() or (prefix.exists() and (not prefix.is_dir() or any(prefix.iterdir()))):
         raise LocalError(
             f"{prefix} exists and holds no kiln local cluster; `down` removes the whole prefix, "
             "so choose a new or empty directory with --prefix"

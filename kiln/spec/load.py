@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from kiln.spec import rules
 from kiln.spec.models import ClusterSpec
 from kiln.spec.problems import Path, Problem, SpecError, shown
-from kiln.spec.shape import problems_from
+from kiln.spec.shape import problems_from, without_shape_errors
 from kiln.spec.yaml_source import read_spec_file
 
 
@@ -24,11 +24,20 @@ def parse_spec(data: Any, source: str = "<spec>", lines: Mapping[Path, int] | No
     try:
         spec = ClusterSpec.model_validate(dict(data))
     except ValidationError as exc:
-        raise SpecError(source, problems_from(ClusterSpec, exc), lines) from None
+        shape = problems_from(ClusterSpec, exc)
+        raise SpecError(source, [*shape, *_rules_despite(dict(data), exc, shape)], lines) from None
     problems = rules.check(spec)
     if problems:
         raise SpecError(source, problems, lines)
     return spec
+
+
+def _rules_despite(data: dict, exc: ValidationError, shape: list[Problem]) -> list[Problem]:
+    """Return the cross-field problems of DATA that do not rest on any field a shape problem already names."""
+    stand_in = without_shape_errors(ClusterSpec, data, exc)
+    if stand_in is None:
+        return []
+    return [p for p in rules.check(stand_in) if not any(p.touches(bad.path) for bad in shape)]
 
 
 def load_spec(path: str | FsPath) -> ClusterSpec:

@@ -35,12 +35,31 @@ class Problem:
 
     path: Path
     message: str
+    # Other fields the finding depends on: a cross-field rule names them, so that the finding is left
+    # out while any of them is itself invalid (its verdict would rest on a value the user did not give).
+    related: tuple[Path, ...] = ()
+    # Where the problem is in the file when it is known exactly (YAML syntax errors), 1-based.
+    line: int | None = None
+    column: int | None = None
 
     def render(self, source: str, lines: Mapping[Path, int] | None = None) -> str:
-        """Return the one-line form: FILE[:LINE]: FIELD: MESSAGE."""
+        """Return the one-line form: FILE[:LINE]: FIELD: MESSAGE, or FILE:LINE:COL: MESSAGE where exact."""
+        if self.line is not None:
+            column = f":{self.column}" if self.column is not None else ""
+            field = f"{dotted(self.path)}: " if self.path else ""
+            return f"{source}:{self.line}{column}: {field}{self.message}"
         line = _nearest_line(self.path, lines or {})
         where = f"{source}:{line}" if line else source
         return f"{where}: {dotted(self.path)}: {self.message}"
+
+    def touches(self, other: Path) -> bool:
+        """Return True when this problem's field, or a field it depends on, lies on OTHER's path."""
+        return any(_on_path(mine, other) for mine in (self.path, *self.related))
+
+
+def _on_path(a: Path, b: Path) -> bool:
+    shorter = min(len(a), len(b))
+    return a[:shorter] == b[:shorter]
 
 
 def _nearest_line(path: Path, lines: Mapping[Path, int]) -> int | None:
@@ -55,7 +74,9 @@ class SpecError(ValueError):
 
     def __init__(self, source: str, problems: Iterable[Problem], lines: Mapping[Path, int] | None = None) -> None:
         self.source = source
-        self.problems = sorted(problems, key=lambda p: (_nearest_line(p.path, lines or {}) or 0, dotted(p.path)))
+        self.problems = sorted(
+            problems, key=lambda p: (p.line or _nearest_line(p.path, lines or {}) or 0, dotted(p.path))
+        )
         self.lines = dict(lines or {})
         super().__init__("\n".join(self.lines_out()))
 

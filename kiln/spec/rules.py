@@ -22,20 +22,24 @@ HYPERPOD_RESERVED_GROUPS = ("controller", "login")
 MAX_TTL_HOURS = 24 * 30
 BUCKET_NAME = re.compile(r"^(?!xn--)(?!sthree-)(?!.*\.\.)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
+BACKEND = ("compute", "backend")
+ORCHESTRATOR = ("compute", "orchestrator")
 
 
-def _p(path: tuple[str | int, ...], message: str) -> Problem:
-    return Problem(path=path, message=message)
+def _p(path: tuple[str | int, ...], message: str, *related: tuple[str | int, ...]) -> Problem:
+    return Problem(path=path, message=message, related=related)
 
 
 def placement(spec: ClusterSpec) -> Iterator[Problem]:
     """The AZ lies in the region, and an AZ needs a region."""
     az, region = spec.availability_zone, spec.region
     if az and not region:
-        yield _p(("availability_zone",), f"needs region to be set too (got {az!r} with no region)")
+        yield _p(("availability_zone",), f"needs region to be set too (got {az!r} with no region)", ("region",))
     elif az and region and az[:-1] != region:
         yield _p(
-            ("availability_zone",), f"must lie in region {region} (got {az!r}; allowed: {region}a, {region}b, ...)"
+            ("availability_zone",),
+            f"must lie in region {region} (got {az!r}; allowed: {region}a, {region}b, ...)",
+            ("region",),
         )
 
 
@@ -44,14 +48,26 @@ def network(spec: ClusterSpec) -> Iterator[Problem]:
     net = spec.network
     if net.vpc_id:
         if not net.private_subnet_id:
-            yield _p(("network", "private_subnet_id"), f"is required with vpc_id (got vpc_id {net.vpc_id!r} alone)")
+            yield _p(
+                ("network", "private_subnet_id"),
+                f"is required with vpc_id (got vpc_id {net.vpc_id!r} alone)",
+                ("network", "vpc_id"),
+            )
         if not spec.availability_zone:
-            yield _p(("availability_zone",), "is required with an existing vpc_id (the AZ of private_subnet_id)")
+            yield _p(
+                ("availability_zone",),
+                "is required with an existing vpc_id (the AZ of private_subnet_id)",
+                ("network", "vpc_id"),
+            )
         if "vpc_cidr" in net.model_fields_set:
-            yield _p(("network", "vpc_cidr"), "cannot be set with vpc_id (choose a new VPC or an existing one)")
+            yield _p(
+                ("network", "vpc_cidr"),
+                "cannot be set with vpc_id (choose a new VPC or an existing one)",
+                ("network", "vpc_id"),
+            )
         return
     if net.private_subnet_id:
-        yield _p(("network", "private_subnet_id"), "needs vpc_id (the subnet's VPC)")
+        yield _p(("network", "private_subnet_id"), "needs vpc_id (the subnet's VPC)", ("network", "vpc_id"))
     try:
         cidr = ipaddress.IPv4Network(net.vpc_cidr, strict=True)
     except ValueError as exc:
@@ -70,7 +86,11 @@ def _lustre_size(lustre: Lustre) -> Iterator[Problem]:
     if size <= 0:
         yield _p(path, f"must be positive (got {size})")
     elif size != 1200 and size % 2400:
-        yield _p(path, f"must be 1200 or a multiple of 2400 for {lustre.deployment} (got {size})")
+        yield _p(
+            path,
+            f"must be 1200 or a multiple of 2400 for {lustre.deployment} (got {size})",
+            ("storage", "lustre", "deployment"),
+        )
 
 
 def lustre(spec: ClusterSpec) -> Iterator[Problem]:
@@ -79,19 +99,25 @@ def lustre(spec: ClusterSpec) -> Iterator[Problem]:
     if fs is None:
         return
     base = ("storage", "lustre")
+    deployment = (*base, "deployment")
     yield from _lustre_size(fs)
     if fs.deployment == "PERSISTENT_2":
         if fs.throughput_per_tib is not None and fs.throughput_per_tib not in PERSISTENT_2_THROUGHPUTS:
             allowed = ", ".join(map(str, PERSISTENT_2_THROUGHPUTS))
-            yield _p((*base, "throughput_per_tib"), f"must be one of {allowed} (got {fs.throughput_per_tib})")
+            yield _p(
+                (*base, "throughput_per_tib"), f"must be one of {allowed} (got {fs.throughput_per_tib})", deployment
+            )
     else:
         if fs.throughput_per_tib is not None:
             yield _p(
                 (*base, "throughput_per_tib"),
                 f"applies to PERSISTENT_2 only (got {fs.throughput_per_tib} with {fs.deployment})",
+                deployment,
             )
         if fs.efa:
-            yield _p((*base, "efa"), f"EFA-enabled FSx needs deployment PERSISTENT_2 (got {fs.deployment})")
+            yield _p(
+                (*base, "efa"), f"EFA-enabled FSx needs deployment PERSISTENT_2 (got {fs.deployment})", deployment
+            )
     path = fs.data_repository.import_path
     if path is not None and not S3_URI.match(path):
         yield _p((*base, "data_repository", "import_path"), f"must be an s3://bucket/prefix URI (got {path!r})")
@@ -120,6 +146,7 @@ def compute(spec: ClusterSpec) -> Iterator[Problem]:
         yield _p(
             ("compute", "orchestrator"),
             f"applies to backend hyperpod only (got {comp.orchestrator!r} with {comp.backend!r})",
+            BACKEND,
         )
     yield from _instance(("compute", "head_node", "instance_type"), comp.head_node.instance_type)
     yield from _instance(("compute", "login_nodes", "instance_type"), comp.login_nodes.instance_type)
@@ -134,6 +161,7 @@ def compute(spec: ClusterSpec) -> Iterator[Problem]:
             yield _p(
                 ("compute", "groups", index, "name"),
                 f"duplicates groups[{seen[group.name]}] (got {group.name!r}); group names must be unique",
+                ("compute", "groups", seen[group.name], "name"),
             )
         seen.setdefault(group.name, index)
 
@@ -146,46 +174,60 @@ def _group(spec: ClusterSpec, index: int) -> Iterator[Problem]:
     if group.max_count < 1:
         yield _p((*path, "max_count"), f"must be 1 or more (got {group.max_count})")
     elif group.max_count < group.min_count:
-        yield _p((*path, "max_count"), f"must be >= min_count (got {group.max_count} < {group.min_count})")
+        yield _p(
+            (*path, "max_count"),
+            f"must be >= min_count (got {group.max_count} < {group.min_count})",
+            (*path, "min_count"),
+        )
     if group.root_volume_gib < MIN_ROOT_VOLUME_GIB:
         yield _p((*path, "root_volume_gib"), f"must be at least {MIN_ROOT_VOLUME_GIB} (got {group.root_volume_gib})")
     yield from _capacity(group.capacity.type, group.capacity.reservation_id, (*path, "capacity"))
+    kind = (*path, "instance_type")
     try:
         facts = instance_type(group.instance_type)
     except UnknownInstanceType as exc:
-        yield _p((*path, "instance_type"), f"{exc} (see `kiln catalog list`)")
+        yield _p(kind, f"{exc} (see `kiln catalog list`)")
         return
     if group.placement_group and not facts.efa_supported:
         yield _p(
-            (*path, "placement_group"), f"needs an EFA instance type (got {group.instance_type}, which has no EFA)"
+            (*path, "placement_group"),
+            f"needs an EFA instance type (got {group.instance_type}, which has no EFA)",
+            kind,
         )
     static_block = group.min_count == group.max_count > 0
+    counts = ((*path, "max_count"), BACKEND)
     if spec.compute.backend == "parallelcluster" and group.capacity.type == "capacity-block" and not static_block:
         yield _p(
             (*path, "min_count"),
             f"must equal max_count and be above 0 for a capacity block on parallelcluster "
             f"(got {group.min_count} and {group.max_count}); ParallelCluster runs them as static nodes",
+            *counts,
+            (*path, "capacity", "type"),
         )
     if spec.compute.backend == "hyperpod" and group.min_count != group.max_count:
         yield _p(
             (*path, "min_count"),
             f"must equal max_count on hyperpod, whose instance groups have a fixed size "
             f"(got {group.min_count} and {group.max_count})",
+            *counts,
         )
     if spec.compute.backend == "hyperpod" and group.name in HYPERPOD_RESERVED_GROUPS:
-        yield _p((*path, "name"), f"is reserved on hyperpod for the Slurm {group.name} group (got {group.name!r})")
+        yield _p(
+            (*path, "name"), f"is reserved on hyperpod for the Slurm {group.name} group (got {group.name!r})", BACKEND
+        )
     if spec.compute.backend == "hyperpod" and not facts.hyperpod:
-        yield _p((*path, "instance_type"), f"SageMaker HyperPod does not offer ml.{group.instance_type}")
+        yield _p(kind, f"SageMaker HyperPod does not offer ml.{group.instance_type}", BACKEND)
 
 
 def _capacity(kind: str, reservation: str | None, path: tuple[str | int, ...]) -> Iterator[Problem]:
     needs_reservation = kind in ("capacity-block", "reservation")
+    field, depends = (*path, "reservation_id"), (*path, "type")
     if needs_reservation and reservation is None:
-        yield _p((*path, "reservation_id"), f"is required for capacity type {kind} (a cr-... id)")
+        yield _p(field, f"is required for capacity type {kind} (a cr-... id)", depends)
     elif needs_reservation and not re.match(RESERVATION_ID_PATTERN, reservation or ""):
-        yield _p((*path, "reservation_id"), f"must look like cr- and 17 hex digits (got {shown(reservation)})")
+        yield _p(field, f"must look like cr- and 17 hex digits (got {shown(reservation)})")
     elif not needs_reservation and reservation is not None:
-        yield _p((*path, "reservation_id"), f"applies to capacity-block and reservation only (got it with {kind})")
+        yield _p(field, f"applies to capacity-block and reservation only (got it with {kind})", depends)
 
 
 def hyperpod_nodes(spec: ClusterSpec) -> Iterator[Problem]:
@@ -199,7 +241,7 @@ def hyperpod_nodes(spec: ClusterSpec) -> Iterator[Problem]:
         except UnknownInstanceType:
             continue
         if not offered:
-            yield _p(("compute", role, "instance_type"), f"SageMaker HyperPod does not offer ml.{name}")
+            yield _p(("compute", role, "instance_type"), f"SageMaker HyperPod does not offer ml.{name}", BACKEND)
 
 
 def kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
@@ -211,11 +253,15 @@ def kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
         yield _p(
             ("compute", "image", "os"),
             f"must be al2023 with EKS, whose GPU nodes run Amazon Linux 2023 (got {image.os!r})",
+            BACKEND,
+            ORCHESTRATOR,
         )
     if spec.network.vpc_id:
         yield _p(
             ("network", "vpc_id"),
             "EKS needs control-plane subnets in two AZs: leave vpc_id unset so kiln builds the VPC",
+            BACKEND,
+            ORCHESTRATOR,
         )
 
 

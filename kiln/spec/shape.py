@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import types
 import typing
@@ -96,3 +97,82 @@ def problems_from(root: type[BaseModel], exc: ValidationError) -> list[Problem]:
         loc: Path = tuple(error["loc"])
         problems.append(Problem(path=loc, message=_describe(root, loc, error)))
     return problems
+
+
+# Stand-ins for required values a spec gave wrongly or not at all, so the cross-field rules can still
+# look at everything else. Each is inert: whatever a rule says about it touches the invalid field itself
+# (or names it as related) and is left out, because the user already has a line about that field.
+_STAND_INS: dict[tuple[str, str], Any] = {
+    ("ClusterSpec", "name"): "invalid",
+    ("ClusterSpec", "compute"): {"backend": "pcs", "groups": []},
+    ("Compute", "backend"): "pcs",
+    ("Compute", "groups"): [],
+    ("ComputeGroup", "name"): "invalid",
+    ("ComputeGroup", "instance_type"): "",
+}
+_REPAIR_ROUNDS = 4
+
+
+def _holds(node: Any, key: str | int) -> bool:
+    """Return True when NODE (a mapping or list) has KEY."""
+    if isinstance(node, list):
+        return isinstance(key, int) and 0 <= key < len(node)
+    return isinstance(node, dict) and key in node
+
+
+def _container(data: Any, path: Path) -> Any:
+    """Return the mapping or list at PATH inside DATA, or None when the path does not lead there."""
+    node = data
+    for part in path:
+        if not _holds(node, part):
+            return None
+        node = node[part]
+    return node
+
+
+def _repair_one(root: type[BaseModel], data: Any, loc: Path) -> bool:
+    """Make the value at LOC acceptable (default, stand-in, or an empty item); return False when it cannot."""
+    parent_path, key = loc[:-1], loc[-1]
+    parent = _container(data, parent_path)
+    model = model_at(root, parent_path)
+    if isinstance(parent, list) and _holds(parent, key):
+        # A broken list item keeps its place (later items keep their index): it becomes an empty item.
+        parent[key] = {}
+        return True
+    if not isinstance(parent, dict):
+        return False
+    field = model.model_fields.get(str(key)) if model else None
+    if field is not None and field.is_required():
+        stand_in = _STAND_INS.get((model.__name__, str(key)))
+        if stand_in is None:
+            return False
+        parent[key] = copy.deepcopy(stand_in)
+        return True
+    # An unknown key, an optional field (its default applies) or a dict entry: leave it out.
+    parent.pop(key, None)
+    return True
+
+
+def without_shape_errors(root: type[BaseModel], data: Any, exc: ValidationError) -> BaseModel | None:
+    """Return ROOT built from DATA with every invalid value replaced, or None when that cannot be done."""
+    repaired = copy.deepcopy(data)
+    for _ in range(_REPAIR_ROUNDS):
+        for error in exc.errors(include_url=False):
+            loc = _deepest_location(repaired, tuple(error["loc"]), error["type"])
+            if not loc or not _repair_one(root, repaired, loc):
+                return None
+        try:
+            return root.model_validate(repaired)
+        except ValidationError as again:
+            exc = again
+    return None
+
+
+def _deepest_location(data: Any, loc: Path, kind: str) -> Path:
+    """Return LOC cut to where the problem sits in DATA (pydantic adds union members to some locations)."""
+    if kind == "missing":
+        return loc
+    for end in range(len(loc), 0, -1):
+        if _holds(_container(data, loc[: end - 1]), loc[end - 1]):
+            return loc[:end]
+    return ()

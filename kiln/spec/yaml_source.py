@@ -38,8 +38,9 @@ def _index(node: yaml.Node, path: Path, lines: dict[Path, int]) -> None:
 
 def parse_yaml(text: str, source: str) -> tuple[Any, dict[Path, int]]:
     """Return (data, lines) for TEXT; raise SpecError for invalid YAML or duplicate keys."""
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)
         node = loader.get_single_node()
         if node is None:
             return None, {}
@@ -52,13 +53,34 @@ def parse_yaml(text: str, source: str) -> tuple[Any, dict[Path, int]]:
         ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         reason = exc.problem or exc.context or "cannot be parsed"
-        raise SpecError(source, [Problem(path=(), message=f"invalid YAML{where}: {reason}")]) from None
+        opened = exc.context_mark
+        if exc.problem and exc.context and opened is not None and mark is not None and opened.line != mark.line:
+            reason += f" ({exc.context} started at line {opened.line + 1}, column {opened.column + 1})"
+        raise SpecError(source, [_syntax_problem(f"invalid YAML: {reason}", mark)]) from None
+    except yaml.reader.ReaderError as exc:
+        line, column = _line_and_column(text, exc.position)
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        problem = Problem(
+            path=(), message=f"invalid YAML: character U+{code:04X} is not allowed", line=line, column=column
+        )
+        raise SpecError(source, [problem]) from None
     except yaml.YAMLError as exc:
-        raise SpecError(source, [Problem(path=(), message=f"invalid YAML: {exc}")]) from None
+        raise SpecError(source, [Problem(path=(), message=f"invalid YAML: {exc}", line=1)]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
+
+
+def _syntax_problem(message: str, mark: yaml.Mark | None) -> Problem:
+    if mark is None:
+        return Problem(path=(), message=message, line=1)
+    return Problem(path=(), message=message, line=mark.line + 1, column=mark.column + 1)
+
+
+def _line_and_column(text: str, position: int) -> tuple[int, int]:
+    before = text[:position]
+    return before.count("\n") + 1, position - (before.rfind("\n") + 1) + 1
 
 
 def read_spec_file(path: FsPath) -> tuple[Any, dict[Path, int]]:

@@ -25,6 +25,26 @@ FEATURE_FLAGS = {
 }
 
 
+DEFAULT_SPEC_FILE = "cluster.yaml"
+NO_SPEC = (
+    "kiln: no spec given and no ./cluster.yaml here: pass one with "
+    "`npx cdk deploy --all -c spec=path/to/cluster.yaml` (start from examples/quickstart.yaml)"
+)
+
+
+class NoSpecGiven(ValueError):
+    """The app was run without `-c spec=...` and there is no ./cluster.yaml to use."""
+
+
+def spec_path_from_context(given: object) -> str:
+    """Return the spec the app builds: `-c spec=...` if given, else ./cluster.yaml; never a silent example."""
+    if isinstance(given, str) and given.strip():
+        return given
+    if os.path.isfile(DEFAULT_SPEC_FILE):
+        return DEFAULT_SPEC_FILE
+    raise NoSpecGiven(NO_SPEC)
+
+
 def new_app(outdir: str | None = None) -> cdk.App:
     """Return an App with kiln's feature flags.
 

@@ -185,8 +185,8 @@ def test_invalid_props_are_refused(slurm, change: dict, message: str) -> None:
 
 
 def test_types_hyperpod_does_not_offer_are_refused() -> None:
-    with pytest.raises(ValueError, match="instance_type: got 'c6i.xlarge'; allowed: a type HyperPod offers"):
-        HyperPodInstanceGroup(name="cpu", instance_type="c6i.xlarge", count=1)
+    with pytest.raises(ValueError, match="instance_type: got 'c7i.xlarge'; allowed: a type HyperPod offers"):
+        HyperPodInstanceGroup(name="cpu", instance_type="c7i.xlarge", count=1)
 
 
 def test_stack_derives_provisioning_parameters_from_the_spec() -> None:

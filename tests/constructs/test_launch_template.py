@@ -146,6 +146,16 @@ def test_non_efa_types_get_one_plain_interface() -> None:
     assert (only.network_card_index, only.device_index, only.interface_type) == (0, 0, None)
 
 
+def test_a_type_whose_first_card_is_ena_only_puts_every_efa_on_the_other_cards() -> None:
+    facts = instance_type("p6-b300.48xlarge")
+    assert 0 in facts.ena_only_cards and facts.network_cards == 17
+    layout = efa_layout("p6-b300.48xlarge")
+    assert (layout[0].network_card_index, layout[0].device_index, layout[0].interface_type) == (0, 0, None)
+    efa = [i for i in layout if i.interface_type]
+    assert [i.network_card_index for i in efa] == list(range(1, 17))
+    assert len(efa) == facts.max_efa_interfaces == 16
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

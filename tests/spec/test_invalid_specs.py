@@ -192,10 +192,10 @@ CASES = [
     (
         "hyperpod-type",
         with_change(
-            "compute", {"backend": "hyperpod", "groups": [{"name": "g", "instance_type": "c6i.xlarge", "min_count": 1}]}
+            "compute", {"backend": "hyperpod", "groups": [{"name": "g", "instance_type": "c7i.xlarge", "min_count": 1}]}
         ),
         "compute.groups[0].instance_type",
-        "HyperPod does not offer ml.c6i.xlarge",
+        "HyperPod does not offer ml.c7i.xlarge",
     ),
     (
         "small-root",
@@ -276,17 +276,25 @@ def test_the_table_has_at_least_twenty_cases() -> None:
 def test_base_spec_of_the_table_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(VALID))
-    assert main(["validate", str(path)]) == 0
-    assert "ok (pcs" in capsys.readouterr().out
+    # Valid, but its p5 nodes would refuse downloads kiln has no digest for: not "ok", exit 1.
+    assert main(["validate", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert out.strip() == f"{path}: valid (pcs; gpu=2x p5.48xlarge) but NOT boot-ready: 6 unverifiable downloads"
+    assert "ok" not in out.split(":", 1)[1]
+    assert all(line.startswith(f"{path}: not boot-ready: install_") for line in err.strip().splitlines())
+    assert main(["validate", "--accept-unready", str(path)]) == 0
+    assert capsys.readouterr().out.strip().endswith("6 unverifiable downloads, accepted by --accept-unready")
 
 
 BAD_FILES = [
-    ("invalid-yaml", "name: [unclosed\n", "invalid YAML at line"),
+    ("invalid-yaml", "name: [unclosed\n", ":2:1: invalid YAML: expected ',' or ']'"),
     ("empty", "", "is empty"),
     ("list-at-top", "- name: a\n", "must be a mapping of keys at the top (got a list)"),
     ("scalar-at-top", "just words\n", "must be a mapping of keys at the top (got 'just words')"),
     ("duplicate-key", "name: a\nname: b\ncompute: {backend: pcs, groups: []}\n", "duplicate key 'name'"),
-    ("tabs", "name: a\n\tcompute: 1\n", "invalid YAML"),
+    ("tabs", "name: a\n\tcompute: 1\n", ":2:1: invalid YAML: found character '\\t'"),
+    ("nul", "name: a\x00b\n", ":1:8: invalid YAML: character U+0000 is not allowed"),
+    ("escape", "name: ok\ncompute: \x1b\n", ":2:10: invalid YAML: character U+001B is not allowed"),
     ("binary", b"\xff\xfe\x00name", "is not UTF-8 text"),
 ]
 
@@ -330,3 +338,97 @@ def test_every_problem_is_reported_at_once_with_its_line(tmp_path: Path, capsys:
         f"{path}:8: compute.groups[0].max_count: must be >= min_count (got 1 < 3)",
         f"{path}:9: launcher.checkpoint_dir: must be an absolute path (got 'relative')",
     ]
+
+
+def test_yaml_syntax_errors_read_file_line_column(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text("name: x\ncompute:\n  backend: pcs\n   groups: []\n")
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{path}:4:10: invalid YAML: mapping values are not allowed here"
+    ]
+
+
+def test_four_independent_problems_are_four_lines(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """An unknown key and a bad choice no longer hide the cross-field rules behind them."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "name: four\n"
+        "region: us-east-1\n"
+        "availability_zone: us-west-2a\n"
+        "compute:\n"
+        "  backend: pcs\n"
+        "  groups:\n"
+        "    - name: gpu\n"
+        "      instance_type: g5.12xlarge\n"
+        "      min_count: 3\n"
+        "      max_count: 1\n"
+        "      capcity: {type: spot}\n"
+        "storage:\n"
+        "  lustre: {deployment: PERSISTENT_3}\n"
+    )
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"{path}:3: availability_zone: must lie in region us-east-1 (got 'us-west-2a'; allowed: us-east-1a, "
+        "us-east-1b, ...)",
+        f"{path}:10: compute.groups[0].max_count: must be >= min_count (got 1 < 3)",
+        f"{path}:11: compute.groups[0].capcity: unknown key; did you mean 'capacity'?",
+        f"{path}:13: storage.lustre.deployment: must be one of PERSISTENT_2, SCRATCH_2 (got 'PERSISTENT_3'); "
+        "did you mean 'PERSISTENT_2'?",
+    ]
+
+
+# (case id, spec, the lines' fields in order): a rule whose verdict rests on an invalid field stays silent.
+DEPENDENT_CASES = [
+    (
+        "bad-capacity-type-hides-its-reservation-rule",
+        with_change("compute.groups.0.capacity", {"type": "spto", "reservation_id": "cr-0123456789abcdef0"}),
+        ["compute.groups[0].capacity.type"],
+    ),
+    (
+        "bad-backend-hides-orchestrator-and-hyperpod-rules",
+        with_change("compute", {"backend": "hyperpd", "orchestrator": "slurm", "groups": VALID["compute"]["groups"]}),
+        ["compute.backend"],
+    ),
+    (
+        "bad-region-hides-the-az-rule",
+        with_change("region", "mars-1"),
+        ["region"],
+    ),
+    (
+        "missing-compute-keeps-the-other-rules",
+        {**with_change("compute", "-"), "launcher": {"checkpoint_dir": "relative"}, "netwrk": {}},
+        ["compute", "launcher.checkpoint_dir", "netwrk"],
+    ),
+    (
+        "broken-group-keeps-the-next-groups-index",
+        with_change(
+            "compute.groups",
+            ["not a group", {"name": "b", "instance_type": "g5.12xlarge", "min_count": 3, "max_count": 1}],
+        ),
+        ["compute.groups[0]", "compute.groups[1].max_count"],
+    ),
+    (
+        "min-count-of-wrong-type-hides-max-below-min",
+        with_change("compute.groups.0.min_count", "lots"),
+        ["compute.groups[0].min_count"],
+    ),
+    (
+        "group-without-type-still-checks-its-counts",
+        with_change("compute.groups.0", {"name": "g", "min_count": 3, "max_count": 1, "root_volume_gib": 8}),
+        ["compute.groups[0].instance_type", "compute.groups[0].max_count", "compute.groups[0].root_volume_gib"],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "fields"), [c[1:] for c in DEPENDENT_CASES], ids=[c[0] for c in DEPENDENT_CASES]
+)
+def test_every_independent_problem_and_no_echo_of_an_invalid_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture, spec: dict, fields: list[str]
+) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    assert main(["validate", str(path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert sorted(line.split(": ", 2)[1] for line in lines) == sorted(fields), lines

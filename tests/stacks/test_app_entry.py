@@ -1,0 +1,52 @@
+"""`cdk synth`/`cdk deploy` without `-c spec=`: ./cluster.yaml if there is one, else one line, never an example."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+
+def _app(cwd: Path, context: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CDK_OUTDIR": str(cwd / "cdk.out")}
+    env.pop("CDK_CONTEXT_JSON", None)
+    if context is not None:
+        env["CDK_CONTEXT_JSON"] = json.dumps(context)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "app.py")], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def _kiln_lines(stderr: str) -> list[str]:
+    # jsii may print a Node.js banner of its own before kiln's line; kiln's lines are the rest.
+    return [line for line in stderr.splitlines() if line and not line.startswith(("b'", "!!"))]
+
+
+def test_without_a_spec_or_cluster_yaml_the_app_stops_with_one_line(tmp_path: Path) -> None:
+    result = _app(tmp_path)
+    assert result.returncode == 2
+    lines = _kiln_lines(result.stderr)
+    assert len(lines) == 1 and "-c spec=" in lines[0] and "cluster.yaml" in lines[0]
+    assert not (tmp_path / "cdk.out").exists() or not list((tmp_path / "cdk.out").glob("*.template.json"))
+
+
+def test_without_a_spec_the_app_uses_cluster_yaml_in_the_current_directory(tmp_path: Path) -> None:
+    # An invalid ./cluster.yaml proves it was the file read, without paying for a synth.
+    (tmp_path / "cluster.yaml").write_text("name: Not-Valid\n")
+    result = _app(tmp_path)
+    assert result.returncode == 2
+    lines = _kiln_lines(result.stderr)
+    assert lines == [
+        "cluster.yaml: compute: is required",
+        "cluster.yaml:1: name: must be a lowercase letter, then up to 30 lowercase letters, digits or '-' "
+        "(got 'Not-Valid')",
+    ]
+
+
+def test_an_empty_spec_context_is_no_spec(tmp_path: Path) -> None:
+    result = _app(tmp_path, {"spec": ""})
+    assert result.returncode == 2 and "-c spec=" in _kiln_lines(result.stderr)[0]
