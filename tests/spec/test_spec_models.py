@@ -106,3 +106,16 @@ def test_json_schema_rejects_unknown_keys_for_editors() -> None:
 def test_schema_command_prints_the_committed_schema(capsys: pytest.CaptureFixture) -> None:
     assert main(["schema"]) == 0
     assert capsys.readouterr().out == (ROOT / "spec.schema.json").read_text()
+
+
+@pytest.mark.parametrize(
+    "instance", ["g6.12xlarge", "g6e.12xlarge", "g6e.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge", "trn2.48xlarge"]
+)
+@pytest.mark.parametrize("backend", ["pcs", "eks"])
+def test_current_accelerated_types_validate(tmp_path: Path, capsys: pytest.CaptureFixture, instance, backend) -> None:
+    spec = {"name": "t", "compute": {"backend": backend, "groups": [{"name": "g", "instance_type": instance}]}}
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["validate", "--accept-unready", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith((f"{path}: valid ({backend}; g=1x {instance})", f"{path}: ok ({backend}; g=1x {instance})"))
