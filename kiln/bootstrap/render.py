@@ -14,6 +14,7 @@ from kiln.bootstrap.artifacts import bundle_artifacts
 from kiln.bootstrap.cluster_env import CLUSTER_ENV_PATH, cluster_env_text
 from kiln.bootstrap.config import BootstrapConfig
 from kiln.bootstrap.readiness import BootReadiness, boot_readiness
+from kiln.bootstrap.steps import NODE_CONTEXT, Step, declared_steps
 from kiln.bootstrap.wheel import build_wheel
 from kiln.catalog import SoftwareVersions, instance_type, preset_environment
 from kiln.safe_output import replaced_directory
@@ -57,6 +58,17 @@ class TargetProfile:
     slurm_config: str | None
     slurm_nodes: str = "backend"
     munge_key: str = "backend"
+
+    def __post_init__(self) -> None:
+        # A profile names only declared steps of the right phase: a typo fails here, not on a node.
+        declared_steps("install", self.install_steps)
+        declared_steps("configure", self.configure_steps)
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """Return every step the bundle holds: node_context first, then install, then configure."""
+        install = declared_steps("install", self.install_steps)
+        return (NODE_CONTEXT, *install, *declared_steps("configure", self.configure_steps))
 
 
 PROFILES: dict[str, TargetProfile] = {
@@ -354,12 +366,9 @@ def _render_into(config: BootstrapConfig, layout: SlurmLayout | None, out: Path)
     env = _environment()
     shutil.copy2(SCRIPTS_DIR / "lib.sh", out / "lib.sh")
     shutil.copy2(SCRIPTS_DIR / "kiln-step", out / "kiln-step")
-    steps = {"node_context", *profile.install_steps, *profile.configure_steps}
     (out / "steps").mkdir()
-    for script in sorted((SCRIPTS_DIR / "steps").glob("*.sh")):
-        text = script.read_text()
-        if any(f"\n{step}() {{" in text for step in steps):
-            shutil.copy2(script, out / "steps" / script.name)
+    for step in profile.steps:
+        shutil.copy2(SCRIPTS_DIR / step.file, out / step.file)
     wheel = build_wheel(out / "launcher")
     context = {
         "target": config.target,

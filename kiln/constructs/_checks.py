@@ -11,6 +11,8 @@ import jsii
 from aws_cdk import aws_iam as iam
 from constructs import IConstruct
 
+from kiln.constructs.nag_rules import Finding, wildcard_action, wildcard_resource
+
 
 def unresolved(value: Any) -> bool:
     """Return True when VALUE is a CDK token only known at deploy time."""
@@ -47,16 +49,18 @@ def require_node_group(name: str, min_count: int, max_count: int, *, what: str =
     )
 
 
-def acknowledge(construct: IConstruct, reasons: dict[str, str]) -> None:
-    """Acknowledge cdk-nag AwsSolutions findings on CONSTRUCT and below, each with its reason.
+def acknowledge(construct: IConstruct, *findings: Finding) -> None:
+    """Acknowledge cdk-nag AwsSolutions FINDINGS (entries of kiln.constructs.nag_rules) on CONSTRUCT and below.
 
-    Keys are rule ids such as AwsSolutions-IAM5 or AwsSolutions-IAM5[Resource::*]. The pack
-    prefix is added here: without it CDK files the acknowledgement as an annotation and the
-    finding vanishes from the validation report instead of being listed as acknowledged.
+    Rule ids look like AwsSolutions-IAM5 or AwsSolutions-IAM5[Resource::*]. The pack prefix is
+    added here: without it CDK files the acknowledgement as an annotation and the finding vanishes
+    from the validation report instead of being listed as acknowledged.
     """
-    for rule, reason in reasons.items():
-        require(bool(reason.strip()), "reason", reason, "a non-empty reason for every acknowledgement")
-        cdk.Validations.of(construct).acknowledge(cdk.Acknowledgment(id=f"{NAG_PACK}::{rule}", reason=reason))
+    for finding in findings:
+        require(bool(finding.reason.strip()), "reason", finding.reason, "a non-empty reason for every acknowledgement")
+        cdk.Validations.of(construct).acknowledge(
+            cdk.Acknowledgment(id=f"{NAG_PACK}::{finding.rule}", reason=finding.reason)
+        )
 
 
 def grant_principal(grantee: iam.IGrantable) -> iam.IPrincipal:
@@ -103,12 +107,12 @@ class _AcknowledgeWildcards:
             resources = statement.get("Resource", [])
             for action in [actions] if isinstance(actions, str) else actions:
                 if "*" in action:
-                    findings.append(f"AwsSolutions-IAM5[Action::{action}]")
+                    findings.append(wildcard_action(action))
             for resource in [resources] if not isinstance(resources, list) else resources:
                 text = _nag_text(resource)
                 if "*" in text:
-                    findings.append(f"AwsSolutions-IAM5[Resource::{text}]")
-        acknowledge(node, dict.fromkeys(findings, self.reason))
+                    findings.append(wildcard_resource(text))
+        acknowledge(node, *(Finding(rule, self.reason) for rule in dict.fromkeys(findings)))
 
 
 def acknowledge_wildcards(construct: IConstruct, reason: str) -> None:

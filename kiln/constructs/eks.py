@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from constructs import Construct
 from kiln.bootstrap.fetch import fetch_user_data
 from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.facts import UnknownInstanceType
+from kiln.constructs import nag_rules
 from kiln.constructs._checks import GROUP_NAME, acknowledge, acknowledge_wildcards, require, require_in, unresolved
 from kiln.constructs._ids import hashed_id
 from kiln.constructs.bootstrap_assets import BootstrapAssets
@@ -46,10 +46,9 @@ GPU_AMI_TYPES = {
 GPU_AMI_ARCHITECTURES = {"AL2023_x86_64_NVIDIA": "x86_64", "AL2023_ARM_64_NVIDIA": "arm64"}
 # Spot is asked on the node group: EKS refuses launch templates that request spot themselves.
 NODEGROUP_CAPACITY = {
-    "on-demand": eks.CapacityType.ON_DEMAND,
-    "reservation": eks.CapacityType.ON_DEMAND,
-    "spot": eks.CapacityType.SPOT,
-    "capacity-block": eks.CapacityType.CAPACITY_BLOCK,
+    "ONDEMAND": eks.CapacityType.ON_DEMAND,
+    "SPOT": eks.CapacityType.SPOT,
+    "CAPACITY_BLOCK": eks.CapacityType.CAPACITY_BLOCK,
 }
 CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
 INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
@@ -57,25 +56,13 @@ INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 AL2023_ROOT_DEVICE = "/dev/xvda"
 NODE_GROUP_LABEL = "kiln.io/node-group"
 SYSTEM_NODE_GROUP = "system"
-# cdk-nag findings kiln accepts, each with its reason.
-NODE_POLICY_REASONS = {
-    "AmazonEKSWorkerNodePolicy": "EKS requires this AWS-maintained policy for nodes to join the cluster.",
-    "AmazonEKS_CNI_Policy": "The VPC CNI on every node assigns pod addresses with this AWS-maintained policy.",
-    "AmazonEC2ContainerRegistryPullOnly": "Nodes pull EKS system images; pull-only, nothing else in ECR.",
-    "AmazonSSMManagedInstanceCore": "Session Manager is how operators reach private nodes (no SSH ingress).",
-}
-CLUSTER_ROLE_REASON = "EKS requires this AWS-maintained policy on its cluster service role."
-KUBECTL_POLICY_REASONS = {
-    "service-role/AWSLambdaBasicExecutionRole": "CDK's kubectl handler and provider framework: CloudWatch Logs only.",
-    "service-role/AWSLambdaVPCAccessExecutionRole": (
-        "CDK's kubectl handler and provider framework run in the VPC to reach the private endpoint; ENIs only."
-    ),
-    "AmazonEC2ContainerRegistryReadOnly": "CDK's kubectl handler may pull OCI Helm charts from ECR.",
-}
-ECR_PUBLIC_POLICY = "AmazonElasticContainerRegistryPublicReadOnly"
-ECR_PUBLIC_REASON = "CDK's kubectl handler may pull OCI Helm charts from ECR Public (aws partition only)."
-HANDLER_VERSIONS_REASON = "CDK's provider framework may invoke any version of the one kubectl handler function."
-HANDLER_RUNTIME_REASON = "CDK picks the kubectl handler's Python runtime for the handler code it ships."
+# AWS-managed policies of the node role (each acknowledged in nag_rules.EKS_NODE_POLICIES).
+NODE_POLICIES = (
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEKS_CNI_Policy",
+    "AmazonEC2ContainerRegistryPullOnly",
+    "AmazonSSMManagedInstanceCore",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -346,7 +333,7 @@ class EksTrainingCluster(Construct):
             "NodeRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             description="kiln EKS nodes: join the cluster, pod networking, image pulls, SSM sessions, bootstrap bundle",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name) for name in NODE_POLICY_REASONS],
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name) for name in NODE_POLICIES],
         )
         bootstrap = self.props.bootstrap
         if bootstrap is not None and self.props.gpu_groups:
@@ -422,7 +409,7 @@ class EksTrainingCluster(Construct):
         return self.cluster.add_nodegroup_capacity(
             hashed_id("NodeGroup", group.name),
             ami_type=GPU_AMI_TYPES[group.ami_type],
-            capacity_type=NODEGROUP_CAPACITY[group.capacity.type],
+            capacity_type=NODEGROUP_CAPACITY[group.capacity.purchase_option],
             min_size=group.min_count,
             max_size=group.max_count,
             desired_size=group.effective_desired_count,
@@ -453,8 +440,8 @@ class EksTrainingCluster(Construct):
         )
 
     def _acknowledge(self) -> None:
-        acknowledge(self.cluster.role, {_managed("AmazonEKSClusterPolicy"): CLUSTER_ROLE_REASON})
-        acknowledge(self.node_role, {_managed(policy): reason for policy, reason in NODE_POLICY_REASONS.items()})
+        acknowledge(self.cluster.role, nag_rules.EKS_CLUSTER_ROLE)
+        acknowledge(self.node_role, *nag_rules.EKS_NODE_POLICIES)
         provider = self.cluster.kubectl_provider
         handler = provider.node.find_child("Handler")
         stack = Stack.of(self)
@@ -462,19 +449,22 @@ class EksTrainingCluster(Construct):
         ecr_public = {
             "Fn::If": [
                 stack.get_logical_id(handler.node.find_child("HasEcrPublic")),
-                {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, f":iam::aws:policy/{ECR_PUBLIC_POLICY}"]]},
+                {
+                    "Fn::Join": [
+                        "",
+                        ["arn:", {"Ref": "AWS::Partition"}, f":iam::aws:policy/{nag_rules.ECR_PUBLIC_POLICY}"],
+                    ]
+                },
                 {"Ref": "AWS::NoValue"},
             ]
         }
         acknowledge(
             provider,
-            {_managed(policy): reason for policy, reason in KUBECTL_POLICY_REASONS.items()}
-            | {
-                f"AwsSolutions-IAM4[Policy::{json.dumps(ecr_public, separators=(',', ':'))}]": ECR_PUBLIC_REASON,
-                "AwsSolutions-L1": HANDLER_RUNTIME_REASON,
-            },
+            *nag_rules.KUBECTL_HANDLER_POLICIES,
+            nag_rules.kubectl_ecr_public(ecr_public),
+            nag_rules.KUBECTL_HANDLER_RUNTIME,
         )
-        acknowledge_wildcards(provider, HANDLER_VERSIONS_REASON)
+        acknowledge_wildcards(provider, nag_rules.KUBECTL_HANDLER_VERSIONS)
 
     @property
     def cluster_arn(self) -> str:
@@ -501,6 +491,3 @@ class EksTrainingCluster(Construct):
 def _pascal(key: str) -> str:
     return "".join(part.capitalize() for part in key.split("-"))
 
-
-def _managed(policy: str) -> str:
-    return f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{policy}]"

@@ -24,6 +24,7 @@ from kiln.bootstrap.config import BootstrapConfig
 from kiln.bootstrap.render import render_bundle
 from kiln.catalog import UnknownInstanceType
 from kiln.catalog import instance_type as catalog_instance_type
+from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge, acknowledge_wildcards, require, require_in
 from kiln.constructs.bucket import DataBucket, DataBucketProps
 
@@ -31,21 +32,6 @@ ROLES = ("controller", "login", "worker")
 ORCHESTRATORS = ("slurm", "eks")
 HYPERPOD_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
 DEEP_HEALTH_CHECKS = ["InstanceStress", "InstanceConnectivity"]
-MANAGED_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
-CLUSTER_POLICY_FINDING = f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{MANAGED_POLICY}]"
-CLUSTER_POLICY_REASON = "AWS's minimal policy for HyperPod cluster instances, which the service documents as required."
-ROLE_WILDCARD_REASON = (
-    "Network-interface actions HyperPod needs take no resource scope (Describe*) or act on interfaces it creates; "
-    "S3 reads are limited to the lifecycle prefix."
-)
-LAMBDA_BASIC_FINDING = (
-    "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole]"
-)
-HANDLER_REASON = (
-    "CDK's BucketDeployment handler copies the lifecycle scripts from the CDK asset bucket into the lifecycle "
-    "bucket, which holds nothing else; it writes its logs with the basic Lambda role."
-)
-HANDLER_RUNTIME_REASON = "The BucketDeployment handler's runtime is pinned by aws-cdk-lib and moves with it."
 # HyperPod attaches its nodes' interfaces in the customer VPC with the execution role.
 VPC_ACTIONS = [
     "ec2:AssignPrivateIpAddresses",
@@ -243,8 +229,8 @@ class HyperPodCluster(Construct):
             retain_on_delete=False,
         )
         handler = deployment.handler_role.node.scope
-        acknowledge(handler, {LAMBDA_BASIC_FINDING: HANDLER_REASON, "AwsSolutions-L1": HANDLER_RUNTIME_REASON})
-        acknowledge_wildcards(handler, HANDLER_REASON)
+        acknowledge(handler, nag_rules.LIFECYCLE_HANDLER_LOGS, nag_rules.LIFECYCLE_HANDLER_RUNTIME)
+        acknowledge_wildcards(handler, nag_rules.LIFECYCLE_HANDLER)
         return deployment
 
     def _execution_role(self) -> iam.Role:
@@ -254,7 +240,7 @@ class HyperPodCluster(Construct):
             "ExecutionRole",
             assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
             description="kiln HyperPod nodes: the cluster instance policy, VPC interfaces, and the lifecycle scripts",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(MANAGED_POLICY)],
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(nag_rules.HYPERPOD_INSTANCE_POLICY)],
         )
         role.add_to_policy(iam.PolicyStatement(actions=VPC_ACTIONS, resources=["*"]))
         role.add_to_policy(
@@ -274,8 +260,8 @@ class HyperPodCluster(Construct):
                 conditions={"StringLike": {"s3:prefix": [f"{props.prefix}*"]}},
             )
         )
-        acknowledge(role, {CLUSTER_POLICY_FINDING: CLUSTER_POLICY_REASON})
-        acknowledge_wildcards(role, ROLE_WILDCARD_REASON)
+        acknowledge(role, nag_rules.HYPERPOD_INSTANCE_ROLE)
+        acknowledge_wildcards(role, nag_rules.HYPERPOD_ROLE_WILDCARDS)
         return role
 
     def _group(self, group: HyperPodInstanceGroup) -> sagemaker.CfnCluster.ClusterInstanceGroupProperty:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -11,10 +10,9 @@ from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from kiln.catalog import instance_type as catalog_instance_type
+from kiln.catalog.capacity import CAPACITY, CAPACITY_TYPES, CapacityType, is_reservation_id
 from kiln.constructs._checks import require, require_in, unresolved
 
-CAPACITY_TYPES = ("on-demand", "spot", "capacity-block", "reservation")
-RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 SHELL_SCRIPT = 'text/x-shellscript; charset="utf-8"'
 # Containers reach IMDS through one more network hop than the host.
 CONTAINER_HOP_LIMIT = 2
@@ -24,15 +22,15 @@ CONTAINER_HOP_LIMIT = 2
 class CapacityOption:
     """How instances are bought: on-demand, spot, or into a capacity block or reservation (cr-...)."""
 
-    type: str = "on-demand"
+    type: CapacityType = "on-demand"
     reservation_id: str | None = None
 
     def __post_init__(self) -> None:
         require_in("capacity.type", self.type, CAPACITY_TYPES)
-        reserved = self.type in ("capacity-block", "reservation")
+        reserved = self.reserved
         if reserved and not unresolved(self.reservation_id):
             require(
-                bool(self.reservation_id and RESERVATION_ID.match(self.reservation_id)),
+                is_reservation_id(self.reservation_id),
                 "capacity.reservation_id",
                 self.reservation_id,
                 f"cr- and 17 hex digits for {self.type}",
@@ -41,6 +39,16 @@ class CapacityOption:
             require(
                 self.reservation_id is None, "capacity.reservation_id", self.reservation_id, f"unset for {self.type}"
             )
+
+    @property
+    def reserved(self) -> bool:
+        """Return True for a capacity block or reservation (a cr-... id that also places the nodes)."""
+        return CAPACITY[self.type].reserved
+
+    @property
+    def purchase_option(self) -> str:
+        """Return the type in AWS PCS PurchaseOption / ParallelCluster CapacityType words."""
+        return CAPACITY[self.type].purchase_option
 
 
 @dataclass(frozen=True, kw_only=True)

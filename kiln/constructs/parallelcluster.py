@@ -25,12 +25,6 @@ PROVIDER_TEMPLATE = (
     "https://${AWS::Region}-aws-parallelcluster.s3.${AWS::Region}.${AWS::URLSuffix}"
     "/parallelcluster/{version}/templates/custom_resource/cluster.yaml"
 )
-CAPACITY_TYPES = {
-    "on-demand": "ONDEMAND",
-    "reservation": "ONDEMAND",
-    "spot": "SPOT",
-    "capacity-block": "CAPACITY_BLOCK",
-}
 OPERATING_SYSTEMS = {"ubuntu2204": "ubuntu2204", "ubuntu2404": "ubuntu2404", "al2023": "alinux2023"}
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$")
 SSM_POLICY = "arn:${AWS::Partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
@@ -195,7 +189,7 @@ class ParallelCluster(Construct):
             networking["AdditionalSecurityGroups"] = [g.security_group_id for g in props.security_groups]
         entry: dict[str, Any] = {
             "Name": queue.name,
-            "CapacityType": CAPACITY_TYPES[queue.capacity.type],
+            "CapacityType": queue.capacity.purchase_option,
             "Networking": networking,
             "ComputeResources": [
                 {

@@ -13,32 +13,15 @@ from aws_cdk import aws_pcs as pcs
 from constructs import Construct
 
 from kiln.bootstrap.fetch import fetch_user_data
+from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge, require, require_in, require_node_group, unresolved
 from kiln.constructs._ids import hashed_id
 from kiln.constructs.bootstrap_assets import BootstrapAssets
 from kiln.constructs.launch_template import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
 
 CLUSTER_SIZES = ("SMALL", "MEDIUM", "LARGE")
-PURCHASE_OPTIONS = {
-    "on-demand": "ONDEMAND",
-    "reservation": "ONDEMAND",
-    "spot": "SPOT",
-    "capacity-block": "CAPACITY_BLOCK",
-}
 # PCS only hands instance profiles to nodes when the role lives under this path (or is named AWSPCS...).
 PCS_ROLE_PATH = "/aws-pcs/"
-SSM_MANAGED_POLICY_FINDING = (
-    "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]"
-)
-SSM_MANAGED_POLICY_REASON = (
-    "Session Manager is how operators reach private nodes (no SSH ingress); AWS maintains this minimal policy."
-)
-SSM_MANAGED_POLICY_FINDING = (
-    "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]"
-)
-SSM_MANAGED_POLICY_REASON = (
-    "Session Manager is how operators reach private nodes (no SSH ingress); AWS maintains this minimal policy."
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,7 +174,7 @@ class PcsCluster(Construct):
                 resources=[props.bootstrap.bucket.arn_for_objects(props.bootstrap.object_key)],
             )
         )
-        acknowledge(role, {SSM_MANAGED_POLICY_FINDING: SSM_MANAGED_POLICY_REASON})
+        acknowledge(role, nag_rules.SSM_CORE)
         return role
 
     def _node_group(self, group: PcsNodeGroup, role: str) -> pcs.CfnComputeNodeGroup:
@@ -225,7 +208,7 @@ class PcsCluster(Construct):
                 min_instance_count=group.min_count, max_instance_count=group.max_count
             ),
             subnet_ids=[props.subnet.subnet_id],
-            purchase_option=PURCHASE_OPTIONS[group.capacity.type],
+            purchase_option=group.capacity.purchase_option,
         )
 
     @property

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kiln.catalog.capacity import CapacityType
+
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,30}$"
 GROUP_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,24}$"
 REGION_PATTERN = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$"
@@ -13,7 +15,6 @@ AZ_PATTERN = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d[a-z]$"
 VPC_ID_PATTERN = r"^vpc-([0-9a-f]{8}|[0-9a-f]{17})$"
 SUBNET_ID_PATTERN = r"^subnet-([0-9a-f]{8}|[0-9a-f]{17})$"
 AMI_ID_PATTERN = r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$"
-RESERVATION_ID_PATTERN = r"^cr-[0-9a-f]{17}$"
 VERSION_PATTERN = r"^\d+(\.\d+){0,3}([-.+~][0-9A-Za-z.]+)?$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
@@ -104,7 +105,7 @@ class LoginNodes(SpecModel):
 class Capacity(SpecModel):
     """How a group's instances are bought."""
 
-    type: Literal["on-demand", "spot", "capacity-block", "reservation"] = "on-demand"
+    type: CapacityType = "on-demand"
     reservation_id: str | None = Field(None, description="cr-... for capacity-block and reservation.")
 
 

@@ -8,8 +8,9 @@ from collections.abc import Callable, Iterator
 from posixpath import isabs
 
 from kiln.catalog import UnknownInstanceType, instance_type
+from kiln.catalog.capacity import CAPACITY, is_reservation_id
 from kiln.catalog.nccl import forbidden_variable
-from kiln.spec.models import ENV_NAME_PATTERN, RESERVATION_ID_PATTERN, SHA256_PATTERN, ClusterSpec, Lustre
+from kiln.spec.models import ENV_NAME_PATTERN, SHA256_PATTERN, ClusterSpec, Lustre
 from kiln.spec.problems import Problem, shown
 
 Rule = Callable[[ClusterSpec], Iterator[Problem]]
@@ -220,11 +221,11 @@ def _group(spec: ClusterSpec, index: int) -> Iterator[Problem]:
 
 
 def _capacity(kind: str, reservation: str | None, path: tuple[str | int, ...]) -> Iterator[Problem]:
-    needs_reservation = kind in ("capacity-block", "reservation")
+    needs_reservation = CAPACITY[kind].reserved
     field, depends = (*path, "reservation_id"), (*path, "type")
     if needs_reservation and reservation is None:
         yield _p(field, f"is required for capacity type {kind} (a cr-... id)", depends)
-    elif needs_reservation and not re.match(RESERVATION_ID_PATTERN, reservation or ""):
+    elif needs_reservation and not is_reservation_id(reservation):
         yield _p(field, f"must look like cr- and 17 hex digits (got {shown(reservation)})")
     elif not needs_reservation and reservation is not None:
         yield _p(field, f"applies to capacity-block and reservation only (got it with {kind})", depends)

@@ -8,6 +8,7 @@ import aws_cdk as cdk
 from constructs import Construct
 
 from kiln.catalog import instance_type
+from kiln.catalog.capacity import CAPACITY
 from kiln.constructs import (
     ClusterPlacementGroup,
     EfaSecurityGroup,
@@ -20,8 +21,6 @@ from kiln.constructs._ids import hashed_id
 from kiln.spec import ClusterSpec
 from kiln.spec.models import ComputeGroup
 
-RESERVED_CAPACITY = ("capacity-block", "reservation")
-
 
 def wants_placement_group(group: ComputeGroup) -> bool:
     """Return whether GROUP gets a cluster placement group.
@@ -30,7 +29,7 @@ def wants_placement_group(group: ComputeGroup) -> bool:
     """
     if group.placement_group is not None:
         return group.placement_group
-    return instance_type(group.instance_type).efa_supported and group.capacity.type not in RESERVED_CAPACITY
+    return instance_type(group.instance_type).efa_supported and not CAPACITY[group.capacity.type].reserved
 
 
 def vpc_props(spec: ClusterSpec) -> TrainingVpcProps:

@@ -10,7 +10,7 @@ import pytest
 
 from kiln.bootstrap.cli import register
 from kiln.bootstrap.config import BootstrapConfig, LocalCluster, LocalNode, NodeGroup, config_from_spec
-from kiln.bootstrap.render import SCRIPTS_DIR, render_bundle
+from kiln.bootstrap.render import PROFILES, SCRIPTS_DIR, render_bundle
 from kiln.catalog import SoftwareVersions, preset_environment
 from kiln.spec import load_spec
 from tests.bootstrap.conftest import SHELLCHECK, pcs_config
@@ -89,8 +89,29 @@ def test_local_bundle_has_no_gpu_efa_or_container_steps(every_target):
     env = (every_target["local"] / "bundle.env").read_text()
     for step in ("install_nvidia_driver", "install_efa", "install_nccl", "install_enroot", "configure_fsx"):
         assert step not in env
-    assert not (every_target["local"] / "steps" / "install_efa.sh").exists()
+    assert sorted(p.name for p in (every_target["local"] / "steps").iterdir()) == [
+        "configure_munge.sh",
+        "configure_slurm.sh",
+        "configure_training_env.sh",
+        "install_launcher.sh",
+        "install_munge.sh",
+        "install_slurm.sh",
+        "node_context.sh",
+    ]
     assert "KILN_ARTIFACT_" not in env
+
+
+@pytest.mark.parametrize("target", sorted(PROFILES))
+def test_bundle_holds_exactly_the_declared_files_of_its_steps(every_target, target):
+    profile = PROFILES[target]
+    bundle = every_target[target]
+    steps = ["node_context", *profile.install_steps, *profile.configure_steps]
+    assert sorted(p.name for p in (bundle / "steps").iterdir()) == sorted(f"{step}.sh" for step in steps)
+    for step in profile.steps:
+        assert (bundle / step.file).read_bytes() == (SCRIPTS_DIR / step.file).read_bytes()
+    env = dict(line.split("=", 1) for line in (bundle / "bundle.env").read_text().splitlines() if "=" in line)
+    assert env["KILN_INSTALL_STEPS"] == f"'{' '.join(profile.install_steps)}'"
+    assert env["KILN_CONFIGURE_STEPS"] == f"'{' '.join(profile.configure_steps)}'"
 
 
 def test_local_slurm_conf_lists_nodes_ports_and_private_paths(every_target):

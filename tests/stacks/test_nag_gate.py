@@ -8,6 +8,7 @@ from aws_cdk import aws_ec2 as ec2
 from cdk_nag import AwsSolutionsChecks
 
 from kiln.constructs._checks import acknowledge
+from kiln.constructs.nag_rules import Finding
 from kiln.stacks import new_app
 from kiln.synth import nag_report
 
@@ -20,7 +21,7 @@ def _app_with_open_ssh(tmp_path, acknowledged: bool) -> cdk.App:
     group.add_ingress_rule(ec2.Peer.ipv4("10.0.0.0/8"), ec2.Port.tcp(22))
     group.add_ingress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443))
     if acknowledged:
-        acknowledge(group, {"AwsSolutions-EC23": "Public HTTPS endpoint by design in this test."})
+        acknowledge(group, Finding("AwsSolutions-EC23", "Public HTTPS endpoint by design in this test."))
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app
 
@@ -42,4 +43,4 @@ def test_an_acknowledgement_needs_a_reason() -> None:
     app = new_app()
     stack = cdk.Stack(app, "NoReason")
     with pytest.raises(ValueError, match="reason"):
-        acknowledge(stack, {"AwsSolutions-IAM5": "  "})
+        acknowledge(stack, Finding("AwsSolutions-IAM5", "  "))

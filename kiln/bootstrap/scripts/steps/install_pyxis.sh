@@ -1,0 +1,39 @@
+# shellcheck shell=bash
+# pyxis, the Slurm SPANK plugin that runs jobs in enroot containers, built against the
+# node's own Slurm headers.
+
+# Print the directory holding Slurm's spank.h, or nothing.
+slurm_include_dir() {
+  local dir
+  for dir in "${KILN_SLURM_PREFIX}/include" /usr/include; do
+    if [[ -r "$(root_path "$dir")/slurm/spank.h" ]]; then
+      printf '%s\n' "$(root_path "$dir")"
+      return 0
+    fi
+  done
+}
+
+install_pyxis() {
+  local want="${KILN_PYXIS_VERSION:-}" plugin include work
+  if [[ "${KILN_CONTAINERS:-0}" != 1 || -z "$want" ]]; then
+    skip "pyxis is not part of this bundle"
+    return 0
+  fi
+  plugin="$(root_path "${KILN_PYXIS_PREFIX}/lib/slurm/spank_pyxis.so")"
+  if [[ -f "$plugin" ]] && already_installed pyxis "$want"; then
+    skip "pyxis ${want} is installed"
+    return 0
+  fi
+  include="$(slurm_include_dir)"
+  [[ -n "$include" ]] || die "Slurm headers (slurm/spank.h) not found under ${KILN_SLURM_PREFIX}/include: pyxis must be built against the node's Slurm"
+  ensure_packages gcc make
+  fetch_artifact pyxis
+  work="$(root_path /var/cache/kiln/build/pyxis)"
+  rm -rf "$work"
+  mkdir -p "$work"
+  tar -xzf "$KILN_FETCHED" -C "$work" --strip-components=1
+  CFLAGS="-I${include}" make -C "$work" prefix="$KILN_PYXIS_PREFIX" DESTDIR="${KILN_ROOT%/}" install
+  rm -rf "$work"
+  [[ -f "$plugin" ]] || die "pyxis build did not produce ${plugin}"
+  record_installed pyxis "$want"
+}

@@ -1,0 +1,92 @@
+"""The declared step list: every step file is declared, holds its one step, and profiles name only declared steps."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kiln.bootstrap.render import PROFILES, SCRIPTS_DIR, TargetProfile
+from kiln.bootstrap.steps import NODE_CONTEXT, STEPS, declared_steps
+
+DECLARED = (NODE_CONTEXT, *STEPS.values())
+_DEFINITION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\(\) \{$", re.MULTILINE)
+
+
+def defined_functions(path: Path) -> list[str]:
+    """Return the functions bash defines when it sources PATH alone, in a clean environment."""
+    result = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-c", 'source "$1" && declare -F', "bash", str(path)],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, f"{path}: {result.stderr}"
+    return [line.split()[-1] for line in result.stdout.splitlines()]
+
+
+def test_every_step_file_is_declared():
+    on_disk = sorted(p.relative_to(SCRIPTS_DIR).as_posix() for p in (SCRIPTS_DIR / "steps").iterdir())
+    assert on_disk == sorted(step.file for step in DECLARED)
+
+
+@pytest.mark.parametrize("step", DECLARED, ids=lambda step: step.name)
+def test_declared_file_defines_exactly_its_step(step):
+    path = SCRIPTS_DIR / step.file
+    assert path.name == f"{step.name}.sh"
+    text = path.read_text()
+    assert _DEFINITION.findall(text).count(step.name) == 1, f"{step.file} must define `{step.name}() {{` once"
+    functions = defined_functions(path)
+    assert step.name in functions
+    others = sorted(set(functions) & {s.name for s in DECLARED} - {step.name})
+    assert others == [], f"{step.file} also defines the steps {others}: one file per step"
+    # Every function bash finds is written the house way, so the text check above sees them all.
+    assert sorted(functions) == sorted(_DEFINITION.findall(text))
+
+
+def test_no_function_is_defined_in_two_files():
+    # Bundles source every step file into one shell: a helper defined twice would silently replace the other.
+    owners: dict[str, list[str]] = {}
+    for path in [SCRIPTS_DIR / "lib.sh", *(SCRIPTS_DIR / step.file for step in DECLARED)]:
+        for name in defined_functions(path):
+            owners.setdefault(name, []).append(path.name)
+    assert {name: files for name, files in owners.items() if len(files) > 1} == {}
+
+
+@pytest.mark.parametrize("target", sorted(PROFILES))
+def test_profiles_name_only_declared_steps_of_their_phase(target):
+    profile = PROFILES[target]
+    for phase, names in (("install", profile.install_steps), ("configure", profile.configure_steps)):
+        for name in names:
+            assert name in STEPS, f"{target}: {name} is not declared in kiln/bootstrap/steps.py"
+            assert STEPS[name].phase == phase, f"{target}: {name} is a {STEPS[name].phase} step"
+    assert profile.steps[0] == NODE_CONTEXT
+
+
+@pytest.mark.parametrize(
+    ("install", "configure", "message"),
+    [
+        (("install_pyxsi",), (), "install_steps: got 'install_pyxsi', allowed: install_nvidia_driver"),
+        ((), ("install_efa",), "configure_steps: got 'install_efa', allowed: configure_users"),
+        (("node_context",), (), "install_steps: got 'node_context'"),
+        (("install_efa", "install_efa"), (), "install_steps: got install_efa, install_efa, allowed: each step once"),
+    ],
+)
+def test_a_profile_with_an_undeclared_step_is_refused(install, configure, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TargetProfile(
+            entry_point="x.sh",
+            how_it_runs="test",
+            default_role="worker",
+            install_steps=install,
+            configure_steps=configure,
+            slurm_config=None,
+        )
+
+
+def test_declared_steps_keep_the_order_asked_for():
+    names = ("install_pyxis", "install_enroot")
+    assert tuple(step.name for step in declared_steps("install", names)) == names
