@@ -10,25 +10,20 @@ from collections.abc import Sequence
 from kiln.bootstrap import cli as bootstrap_cli
 from kiln.local import cli as local_cli
 from kiln.safe_output import UnsafeOutput
-from kiln.spec import SpecError, load_spec
+from kiln.spec import SpecError
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from kiln.bootstrap.readiness import ACCEPT_UNREADY, spec_readiness
+    from kiln.bootstrap.readiness import ACCEPT_UNREADY, load_and_judge
 
     worst = 0
     for path in args.files:
         try:
-            spec = load_spec(path)
-            readiness = spec_readiness(spec)
+            spec, readiness = load_and_judge(path)
         except SpecError as exc:
             worst = 2
             for line in exc.lines_out():
                 print(line, file=sys.stderr)
-            continue
-        except ValueError as exc:
-            worst = 2
-            print(f"{path}: bootstrap: {exc}", file=sys.stderr)
             continue
         groups = ", ".join(f"{g.name}={g.max_count}x {g.instance_type}" for g in spec.compute.groups)
         summary = f"{spec.compute.backend}; {groups}"

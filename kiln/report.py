@@ -8,8 +8,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kiln.bootstrap.readiness import ACCEPT_UNREADY, spec_readiness
-from kiln.spec import SpecError, load_spec
+from kiln.bootstrap.readiness import ACCEPT_UNREADY, load_and_judge
+from kiln.spec import SpecError
 from kiln.synth import nag_report, stack_results, synthesize
 
 
@@ -32,15 +32,9 @@ def run_report(files: Sequence[str], *, lint: bool = True, accept_unready: bool 
     worst = 0
     for path in files:
         try:
-            spec = load_spec(path)
-            readiness = spec_readiness(spec)
+            spec, readiness = load_and_judge(path)
         except SpecError as exc:
             details.extend(exc.lines_out())
-            rows.append((path, "(invalid spec)", "-", "-", "-", "-", "-"))
-            worst = 2
-            continue
-        except ValueError as exc:
-            details.append(f"{path}: bootstrap: {exc}")
             rows.append((path, "(invalid spec)", "-", "-", "-", "-", "-"))
             worst = 2
             continue
