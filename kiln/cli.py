@@ -7,14 +7,15 @@ import json
 import sys
 from collections.abc import Sequence
 
-from kiln.bootstrap import cli as bootstrap_cli
+from kiln import bootstrap_cli
 from kiln.local import cli as local_cli
 from kiln.safe_output import UnsafeOutput
 from kiln.spec import SpecError
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from kiln.bootstrap.readiness import ACCEPT_UNREADY, load_and_judge
+    from kiln.bootstrap.readiness import ACCEPT_UNREADY
+    from kiln.stacks.bootstrap_config import load_and_judge
 
     worst = 0
     for path in args.files:

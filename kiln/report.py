@@ -8,8 +8,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from kiln.bootstrap.readiness import ACCEPT_UNREADY, load_and_judge
+from kiln.bootstrap.readiness import ACCEPT_UNREADY
 from kiln.spec import SpecError
+from kiln.stacks.bootstrap_config import load_and_judge
 from kiln.synth import nag_report, stack_results, synthesize
 
 

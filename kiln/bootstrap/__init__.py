@@ -5,13 +5,11 @@ from kiln.bootstrap.config import (
     TARGETS,
     BootstrapConfig,
     ClusterUser,
-    LocalCluster,
-    LocalNode,
     NodeGroup,
     SoftwarePins,
-    config_from_spec,
 )
 from kiln.bootstrap.fetch import fetch_arguments, fetch_user_data
+from kiln.bootstrap.local_target import LocalCluster, LocalNode
 from kiln.bootstrap.render import PROFILES, RenderedBundle, render_bundle
 
 __all__ = [
@@ -29,6 +27,5 @@ __all__ = [
     "fetch_arguments",
     "fetch_user_data",
     "cluster_env_text",
-    "config_from_spec",
     "render_bundle",
 ]

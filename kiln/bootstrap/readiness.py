@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from kiln.bootstrap.artifacts import Artifact, artifact_table, bundle_artifacts
 from kiln.bootstrap.config import BootstrapConfig
@@ -40,16 +39,3 @@ def boot_readiness(config: BootstrapConfig) -> BootReadiness:
     return BootReadiness(
         target=config.target, unverifiable=tuple(a for a in bundle_artifacts(config) if not a.sha256)
     )
-
-
-def load_and_judge(path: str) -> tuple[Any, BootReadiness]:
-    """Load the spec at PATH and judge its nodes; every failure is a SpecError naming the file."""
-    from kiln.bootstrap.config import config_from_spec
-    from kiln.spec import Problem, SpecError, load_spec
-
-    spec = load_spec(path)
-    try:
-        return spec, boot_readiness(config_from_spec(spec))
-    except ValueError as exc:
-        problem = Problem(path=("compute",), message=f"the node bootstrap cannot be built: {exc}")
-        raise SpecError(str(path), [problem]) from None

@@ -28,7 +28,6 @@ CAPACITY: dict[str, CapacityTerms] = {
     # An on-demand capacity reservation is on-demand capacity, targeted by the launch template.
     "reservation": CapacityTerms(purchase_option="ONDEMAND", reserved=True),
 }
-RESERVED_CAPACITY_TYPES: tuple[str, ...] = tuple(name for name, terms in CAPACITY.items() if terms.reserved)
 
 
 def is_reservation_id(text: object) -> bool:

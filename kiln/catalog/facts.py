@@ -9,6 +9,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from kiln.catalog.names import ec2_type_name, hyperpod_type_name
+
 DATA_DIR = Path(__file__).parent / "data"
 GENERATED_PATH = DATA_DIR / "instance_types.json"
 CURATED_PATH = DATA_DIR / "curated.json"
@@ -111,7 +113,7 @@ class InstanceType:
 
     @property
     def hyperpod_name(self) -> str:
-        return f"ml.{self.name}"
+        return hyperpod_type_name(self.name)
 
 
 def _interconnect(accelerator: dict[str, Any] | None, model: dict[str, Any] | None, nvswitch_min: int) -> dict:
@@ -154,7 +156,7 @@ def _build(name: str, ec2: dict[str, Any], generated: dict[str, Any], curated: d
         instance_storage_gb=ec2["instance_storage_gb"],
         **_interconnect(accelerator, model, models["nvswitch_min_gpus"]),
         efa_device_rdma=bool(ec2["efa_supported"] and model and model["efa_device_rdma"]),
-        hyperpod=f"ml.{name}" in curated["hyperpod"]["instance_types"],
+        hyperpod=hyperpod_type_name(name) in curated["hyperpod"]["instance_types"],
         busbw_floor_gbps=BusBandwidthFloor(**floor) if floor else None,
         ena_only_cards=tuple(ec2.get("ena_only_cards", ())),
     )
@@ -176,8 +178,8 @@ def known_instance_types() -> tuple[str, ...]:
 def instance_type(name: str) -> InstanceType:
     """Return the facts for NAME, or raise UnknownInstanceType with close matches."""
     catalog = _catalog()
-    if name.startswith("ml.") and name[3:] in catalog:
-        return catalog[name[3:]]
+    if ec2_type_name(name) != name and ec2_type_name(name) in catalog:
+        return catalog[ec2_type_name(name)]
     try:
         return catalog[name]
     except KeyError:

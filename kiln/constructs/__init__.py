@@ -1,5 +1,6 @@
 """kiln's reusable construct library: typed props, no spec inside."""
 
+from kiln.constructs.bootstrap_assets import BootstrapAssets, BootstrapAssetsProps
 from kiln.constructs.bucket import DataBucket, DataBucketProps
 from kiln.constructs.efa import (
     ClusterPlacementGroup,
@@ -10,31 +11,53 @@ from kiln.constructs.efa import (
 from kiln.constructs.eks import EksTrainingCluster, EksTrainingClusterProps, GpuNodeGroup, LustreVolume, SystemNodeGroup
 from kiln.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from kiln.constructs.launch_template import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
-from kiln.constructs.lustre import DataRepositoryLink, LustreFileSystem, LustreFileSystemProps
+from kiln.constructs.lustre import (
+    DataRepositoryLink,
+    ILustreFileSystem,
+    ImportedLustreFileSystem,
+    LustreFileSystem,
+    LustreFileSystemAttributes,
+    LustreFileSystemProps,
+)
 from kiln.constructs.network import ExistingNetwork, TrainingVpc, TrainingVpcProps
+from kiln.constructs.node_bootstrap import NodeBootstrap
+from kiln.constructs.parallelcluster import ParallelCluster, ParallelClusterProps, SlurmQueue
+from kiln.constructs.pcs import PcsCluster, PcsClusterProps, PcsNodeGroup
 
 __all__ = [
-    "EksTrainingCluster",
-    "EksTrainingClusterProps",
-    "GpuNodeGroup",
-    "HyperPodCluster",
-    "HyperPodClusterProps",
-    "HyperPodInstanceGroup",
-    "LustreVolume",
-    "SystemNodeGroup",
+    "BootstrapAssets",
+    "BootstrapAssetsProps",
     "CapacityOption",
-    "EfaLaunchTemplate",
-    "EfaLaunchTemplateProps",
     "ClusterPlacementGroup",
     "ClusterPlacementGroupProps",
     "DataBucket",
     "DataBucketProps",
     "DataRepositoryLink",
+    "EfaLaunchTemplate",
+    "EfaLaunchTemplateProps",
     "EfaSecurityGroup",
     "EfaSecurityGroupProps",
+    "EksTrainingCluster",
+    "EksTrainingClusterProps",
     "ExistingNetwork",
+    "GpuNodeGroup",
+    "HyperPodCluster",
+    "HyperPodClusterProps",
+    "HyperPodInstanceGroup",
+    "ILustreFileSystem",
+    "ImportedLustreFileSystem",
     "LustreFileSystem",
+    "LustreFileSystemAttributes",
     "LustreFileSystemProps",
+    "LustreVolume",
+    "NodeBootstrap",
+    "ParallelCluster",
+    "ParallelClusterProps",
+    "PcsCluster",
+    "PcsClusterProps",
+    "PcsNodeGroup",
+    "SlurmQueue",
+    "SystemNodeGroup",
     "TrainingVpc",
     "TrainingVpcProps",
 ]

@@ -11,6 +11,7 @@ import jsii
 from aws_cdk import aws_iam as iam
 from constructs import IConstruct
 
+from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
 from kiln.constructs.nag_rules import Finding, wildcard_action, wildcard_resource
 
 
@@ -35,12 +36,9 @@ def require(condition: bool, name: str, value: Any, allowed: str) -> None:
 NAG_PACK = "AwsSolutions"
 
 
-GROUP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,24}$")
-
-
 def require_node_group(name: str, min_count: int, max_count: int, *, what: str = "name") -> None:
     """Check a node group's name (Slurm partition rules, called WHAT in errors) and its scaling bounds."""
-    require(bool(GROUP_NAME.match(name)), what, name, "a lowercase letter, then up to 24 of a-z, 0-9, '-'")
+    require(is_node_group_name(name), what, name, NODE_GROUP_NAME_RULE)
     require(
         0 <= min_count <= max_count and max_count >= 1,
         "min_count/max_count",
@@ -61,11 +59,6 @@ def acknowledge(construct: IConstruct, *findings: Finding) -> None:
         cdk.Validations.of(construct).acknowledge(
             cdk.Acknowledgment(id=f"{NAG_PACK}::{finding.rule}", reason=finding.reason)
         )
-
-
-def grant_principal(grantee: iam.IGrantable) -> iam.IPrincipal:
-    """Return the principal behind GRANTEE."""
-    return grantee.grant_principal
 
 
 def _nag_text(value: Any) -> str:

@@ -1,4 +1,7 @@
-"""The node bootstrap bundle of one target, rendered at synth time and shipped as an S3 asset."""
+"""The node bootstrap bundle of one target, rendered at synth time and shipped as an S3 asset.
+
+The one construct that renders a bundle; compute constructs take its `node_bootstrap`, never a config.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from kiln.bootstrap.config import BootstrapConfig
 from kiln.bootstrap.render import render_bundle
+from kiln.constructs.node_bootstrap import NodeBootstrap
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,20 +50,14 @@ class BootstrapAssets(Construct):
         self.unverified_artifacts = bundle.unverified_artifacts
         self.entry_point: str = bundle.entry_point
         self.asset = s3_assets.Asset(self, "Resource", path=str(bundle.directory))
-
-    @property
-    def bucket(self) -> s3.IBucket:
-        return self.asset.bucket
-
-    @property
-    def object_key(self) -> str:
-        return self.asset.s3_object_key
-
-    @property
-    def s3_url(self) -> str:
-        """s3://bucket/key of the zipped bundle."""
-        return self.asset.s3_object_url
+        # The bundle as compute constructs take it: the zip in S3 and its entry point.
+        self.node_bootstrap = NodeBootstrap(
+            bucket=self.asset.bucket,
+            object_key=self.asset.s3_object_key,
+            entry_point=bundle.entry_point,
+            object_url=self.asset.s3_object_url,
+        )
 
     def grant_read(self, grantee: iam.IGrantable) -> None:
         """Let GRANTEE download the bundle."""
-        self.asset.grant_read(grantee)
+        self.node_bootstrap.grant_read(grantee)

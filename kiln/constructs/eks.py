@@ -6,6 +6,7 @@ import ipaddress
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
@@ -16,10 +17,9 @@ from constructs import Construct
 from kiln.bootstrap.fetch import fetch_user_data
 from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.facts import UnknownInstanceType
+from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
 from kiln.constructs import nag_rules
-from kiln.constructs._checks import GROUP_NAME, acknowledge, acknowledge_wildcards, require, require_in, unresolved
-from kiln.constructs._ids import hashed_id
-from kiln.constructs.bootstrap_assets import BootstrapAssets
+from kiln.constructs._checks import acknowledge, acknowledge_wildcards, require, require_in, unresolved
 from kiln.constructs.eks_addons import (
     DEFAULT_KUBERNETES_VERSION,
     GPU_PRESENT_LABEL,
@@ -30,16 +30,21 @@ from kiln.constructs.eks_addons import (
     kustomize_job_manifests,
     lustre_volume_manifests,
 )
+from kiln.constructs.ids import hashed_id
 from kiln.constructs.launch_template import (
     CONTAINER_HOP_LIMIT,
     CapacityOption,
     EfaLaunchTemplate,
     EfaLaunchTemplateProps,
 )
+from kiln.constructs.lustre import ILustreFileSystem
+from kiln.constructs.node_bootstrap import NodeBootstrap
 
-ENDPOINTS = ("private", "public-and-private")
+Endpoint = Literal["private", "public-and-private"]
+ENDPOINTS: tuple[str, ...] = get_args(Endpoint)
+GpuAmiType = Literal["AL2023_x86_64_NVIDIA", "AL2023_ARM_64_NVIDIA"]
 # EKS API names of the images whose NVIDIA driver and EFA host software come preinstalled, by architecture.
-GPU_AMI_TYPES = {
+GPU_AMI_TYPES: dict[str, eks.NodegroupAmiType] = {
     "AL2023_x86_64_NVIDIA": eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
     "AL2023_ARM_64_NVIDIA": eks.NodegroupAmiType.AL2023_ARM_64_NVIDIA,
 }
@@ -74,7 +79,7 @@ class GpuNodeGroup:
     min_count / max_count: scaling bounds; desired_count: nodes at creation, default min_count.
     capacity: on-demand (default), spot, capacity-block or reservation.
     root_volume_gib: encrypted gp3 root volume; default 200.
-    placement_group_name: cluster placement group for EFA; default none.
+    placement_group: a cluster placement group for EFA (ec2.IPlacementGroup); default none.
     ami_type: EKS-optimized AL2023 NVIDIA image, x86_64 (default) or ARM_64.
     labels: further Kubernetes node labels.
     """
@@ -86,17 +91,12 @@ class GpuNodeGroup:
     desired_count: int | None = None
     capacity: CapacityOption = field(default_factory=CapacityOption)
     root_volume_gib: int = 200
-    placement_group_name: str | None = None
-    ami_type: str = "AL2023_x86_64_NVIDIA"
+    placement_group: ec2.IPlacementGroup | None = None
+    ami_type: GpuAmiType = "AL2023_x86_64_NVIDIA"
     labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        require(
-            bool(GROUP_NAME.match(self.name)),
-            "name",
-            self.name,
-            "a lowercase letter, then up to 24 of a-z, 0-9, '-'",
-        )
+        require(is_node_group_name(self.name), "name", self.name, NODE_GROUP_NAME_RULE)
         require(
             0 <= self.min_count <= self.effective_desired_count <= self.max_count and self.max_count >= 1,
             "min_count/desired_count/max_count",
@@ -149,16 +149,14 @@ class SystemNodeGroup:
 class LustreVolume:
     """The kiln FSx for Lustre file system, offered to pods as a statically bound PersistentVolumeClaim.
 
-    file_system_id, dns_name, mount_name: the file system (strings or tokens).
+    file_system: the file system (LustreFileSystem, or LustreFileSystem.from_lustre_attributes).
     client_security_group: the group the file system admits; every node joins it.
     storage_gib: the capacity the PV and PVC declare; default 1200.
     namespace: the claim's namespace; default "default" (others are created).
     claim_name: the PVC's name; default fsx-claim. volume_name / storage_class: default kiln-fsx / kiln-fsx-lustre.
     """
 
-    file_system_id: str
-    dns_name: str
-    mount_name: str
+    file_system: ILustreFileSystem
     client_security_group: ec2.ISecurityGroup
     storage_gib: int = 1200
     namespace: str = "default"
@@ -172,13 +170,12 @@ class LustreVolume:
         for name in ("namespace", "claim_name", "volume_name", "storage_class"):
             value = getattr(self, name)
             require(bool(dns_label.match(value)), name, value, "a DNS label: lowercase a-z, 0-9, '-'")
-        if not unresolved(self.file_system_id):
-            require(
-                bool(re.match(r"^fs-[0-9a-f]{8,17}$", self.file_system_id)),
-                "file_system_id",
-                self.file_system_id,
-                "an FSx id such as fs-0123456789abcdef0",
-            )
+        require(
+            isinstance(self.file_system, ILustreFileSystem),
+            "file_system",
+            type(self.file_system).__name__,
+            "a LustreFileSystem or LustreFileSystem.from_lustre_attributes(...)",
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,7 +194,8 @@ class EksTrainingClusterProps:
     public_access_cidrs: who may reach a public endpoint; required (and never 0.0.0.0/0) for public-and-private.
     admin_role: an IAM role given cluster-admin through an access entry; default none.
     lustre: the kiln file system as PV/PVC; default none (the FSx CSI driver is installed all the same).
-    bootstrap, cluster_env: the `eks` bootstrap bundle GPU nodes run at boot, and its deploy-time values.
+    bootstrap, cluster_env: the bundle GPU nodes run at boot (BootstrapAssets.node_bootstrap for kiln's `eks`
+        bundle), and its deploy-time values.
     security_groups: further groups for every node's primary interface.
     """
 
@@ -209,11 +207,11 @@ class EksTrainingClusterProps:
     system_nodes: SystemNodeGroup | None = field(default_factory=SystemNodeGroup)
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     cluster_name: str | None = None
-    endpoint: str = "private"
+    endpoint: Endpoint = "private"
     public_access_cidrs: Sequence[str] = ()
     admin_role: iam.IRole | None = None
     lustre: LustreVolume | None = None
-    bootstrap: BootstrapAssets | None = None
+    bootstrap: NodeBootstrap | None = None
     cluster_env: Mapping[str, str] = field(default_factory=dict)
     security_groups: Sequence[ec2.ISecurityGroup] = ()
 
@@ -335,13 +333,8 @@ class EksTrainingCluster(Construct):
             description="kiln EKS nodes: join the cluster, pod networking, image pulls, SSM sessions, bootstrap bundle",
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name) for name in NODE_POLICIES],
         )
-        bootstrap = self.props.bootstrap
-        if bootstrap is not None and self.props.gpu_groups:
-            role.add_to_policy(
-                iam.PolicyStatement(
-                    actions=["s3:GetObject"], resources=[bootstrap.bucket.arn_for_objects(bootstrap.object_key)]
-                )
-            )
+        if self.props.bootstrap is not None and self.props.gpu_groups:
+            self.props.bootstrap.grant_read(role)
         return role
 
     def _node_security_groups(self) -> list[ec2.ISecurityGroup]:
@@ -401,7 +394,7 @@ class EksTrainingCluster(Construct):
                 root_device_name=AL2023_ROOT_DEVICE,
                 capacity=CapacityOption() if group.capacity.type == "spot" else group.capacity,
                 user_data_parts=parts,
-                placement_group_name=group.placement_group_name,
+                placement_group=group.placement_group,
             ),
         )
         self.launch_templates[group.name] = template
@@ -432,9 +425,9 @@ class EksTrainingCluster(Construct):
             "LustreVolume",
             *lustre_volume_manifests(
                 names,
-                file_system_id=lustre.file_system_id,
-                dns_name=lustre.dns_name,
-                mount_name=lustre.mount_name,
+                file_system_id=lustre.file_system.file_system_id,
+                dns_name=lustre.file_system.dns_name,
+                mount_name=lustre.file_system.mount_name,
                 storage_gib=lustre.storage_gib,
             ),
         )
@@ -480,14 +473,9 @@ class EksTrainingCluster(Construct):
         return self.cluster.cluster_security_group
 
     @property
-    def cluster_security_group_id(self) -> str:
-        return self.cluster.cluster_security_group_id
-
-    @property
     def connections(self) -> ec2.Connections:
         return self.cluster.connections
 
 
 def _pascal(key: str) -> str:
     return "".join(part.capitalize() for part in key.split("-"))
-

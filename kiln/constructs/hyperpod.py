@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import atexit
 import re
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from aws_cdk import Aws, CfnOutput
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3_deployment
@@ -20,17 +17,19 @@ from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
 
 from kiln.bootstrap.cluster_env import cluster_env_text
-from kiln.bootstrap.config import BootstrapConfig
-from kiln.bootstrap.render import render_bundle
 from kiln.catalog import UnknownInstanceType
 from kiln.catalog import instance_type as catalog_instance_type
+from kiln.catalog.names import hyperpod_type_name
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge, acknowledge_wildcards, require, require_in
 from kiln.constructs.bucket import DataBucket, DataBucketProps
+from kiln.constructs.node_bootstrap import NodeBootstrap
 
-ROLES = ("controller", "login", "worker")
-ORCHESTRATORS = ("slurm", "eks")
-HYPERPOD_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")
+NodeRole = Literal["controller", "login", "worker"]
+ROLES: tuple[str, ...] = get_args(NodeRole)
+Orchestrator = Literal["slurm", "eks"]
+ORCHESTRATORS: tuple[str, ...] = get_args(Orchestrator)
+HYPERPOD_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 DEEP_HEALTH_CHECKS = ["InstanceStress", "InstanceConnectivity"]
 # HyperPod attaches its nodes' interfaces in the customer VPC with the execution role.
 VPC_ACTIONS = [
@@ -62,11 +61,11 @@ class HyperPodInstanceGroup:
     name: str
     instance_type: str
     count: int
-    role: str = "worker"
+    role: NodeRole = "worker"
     storage_gib: int = 500
 
     def __post_init__(self) -> None:
-        require(bool(HYPERPOD_NAME.match(self.name)), "name", self.name, "1-63 letters, digits and '-'")
+        require(HYPERPOD_NAME.fullmatch(self.name) is not None, "name", self.name, "1-63 letters, digits and '-'")
         require_in("role", self.role, ROLES)
         require(self.count >= 1, "count", self.count, "1 or more")
         require(1 <= self.storage_gib <= 16384, "storage_gib", self.storage_gib, "1 to 16384")
@@ -89,31 +88,33 @@ class HyperPodClusterProps:
     vpc, subnet: where the nodes' interfaces live (the compute subnet, for EFA and FSx).
     security_groups: further groups for the nodes (EFA, file system clients).
     instance_groups: controller, login and worker groups (Slurm), or worker groups (EKS).
-    lifecycle: the bootstrap config rendered as the lifecycle scripts (target hyperpod, or eks).
+    lifecycle: the zipped lifecycle scripts and the one HyperPod runs on create
+        (BootstrapAssets.node_bootstrap for kiln's `hyperpod` bundle, or its `eks` one with orchestrator eks).
     cluster_env: deploy-time values written beside the scripts as cluster.env (tokens allowed).
     lifecycle_bucket / lifecycle_prefix: where the scripts go (default: a bucket of their own, so the
         copying handler never touches data); the execution role may read only them.
     provisioning_parameters: written as provisioning_parameters.json beside the scripts.
     orchestrator: slurm (default; the lifecycle scripts configure Slurm) or eks.
-    eks_cluster_arn: the EKS cluster for orchestrator eks.
+    eks_cluster: the EKS cluster for orchestrator eks (EksTrainingCluster.cluster, or
+        eks.Cluster.from_cluster_attributes with cluster_security_group_id); its nodes join its security group.
     """
 
     cluster_name: str
     vpc: ec2.IVpc
     subnet: ec2.ISubnet
     instance_groups: Sequence[HyperPodInstanceGroup]
-    lifecycle: BootstrapConfig
+    lifecycle: NodeBootstrap
     cluster_env: Mapping[str, str]
     lifecycle_bucket: s3.IBucket | None = None
     lifecycle_prefix: str = ""
     security_groups: Sequence[ec2.ISecurityGroup] = ()
     provisioning_parameters: Mapping[str, Any] = field(default_factory=dict)
-    orchestrator: str = "slurm"
-    eks_cluster_arn: str | None = None
+    orchestrator: Orchestrator = "slurm"
+    eks_cluster: eks.ICluster | None = None
 
     def __post_init__(self) -> None:
         require(
-            bool(HYPERPOD_NAME.match(self.cluster_name)),
+            HYPERPOD_NAME.fullmatch(self.cluster_name) is not None,
             "cluster_name",
             self.cluster_name,
             "1-63 letters, digits and '-'",
@@ -127,20 +128,10 @@ class HyperPodClusterProps:
             require(
                 roles.count("controller") == 1, "controller groups", roles.count("controller"), "exactly one for Slurm"
             )
-            require(
-                self.lifecycle.target == "hyperpod", "lifecycle.target", self.lifecycle.target, "hyperpod for Slurm"
-            )
+            require(self.eks_cluster is None, "eks_cluster", self.eks_cluster, "none for orchestrator slurm")
         else:
             require(set(roles) == {"worker"}, "roles", roles, "worker only with EKS (EKS runs the control plane)")
-            require(
-                self.eks_cluster_arn is not None, "eks_cluster_arn", None, "the EKS cluster's ARN for orchestrator eks"
-            )
-            require(
-                self.lifecycle.target == "eks",
-                "lifecycle.target",
-                self.lifecycle.target,
-                "eks for the EKS orchestrator",
-            )
+            require(self.eks_cluster is not None, "eks_cluster", None, "the EKS cluster for orchestrator eks")
         require(
             not self.lifecycle_prefix.startswith("/"),
             "lifecycle_prefix",
@@ -179,14 +170,11 @@ class HyperPodCluster(Construct):
             instance_groups=[self._group(g) for g in props.instance_groups],
             vpc_config=sagemaker.CfnCluster.VpcConfigProperty(
                 subnets=[props.subnet.subnet_id],
-                security_group_ids=[
-                    self.security_group.security_group_id,
-                    *(g.security_group_id for g in props.security_groups),
-                ],
+                security_group_ids=[g.security_group_id for g in self.node_security_groups],
             ),
             node_recovery="Automatic",
             orchestrator=sagemaker.CfnCluster.OrchestratorProperty(
-                eks=sagemaker.CfnCluster.ClusterOrchestratorEksConfigProperty(cluster_arn=props.eks_cluster_arn)
+                eks=sagemaker.CfnCluster.ClusterOrchestratorEksConfigProperty(cluster_arn=props.eks_cluster.cluster_arn)
             )
             if props.orchestrator == "eks"
             else None,
@@ -207,13 +195,25 @@ class HyperPodCluster(Construct):
     def connections(self) -> ec2.Connections:
         return self.security_group.connections
 
+    @property
+    def node_security_groups(self) -> list[ec2.ISecurityGroup]:
+        """Every group the nodes' interfaces join: their own, the given ones, and EKS's cluster group."""
+        groups = [self.security_group, *self.props.security_groups]
+        if self.props.eks_cluster is not None:
+            # The nodes are EKS workers: they talk to the control plane through the cluster security group.
+            try:
+                groups.append(self.props.eks_cluster.cluster_security_group)
+            except Exception:  # jsii: an imported cluster that was given no cluster security group
+                raise ValueError(
+                    "eks_cluster: got a cluster without its security group; allowed: EksTrainingCluster.cluster, or "
+                    "eks.Cluster.from_cluster_attributes(..., cluster_security_group_id=...)"
+                ) from None
+        return groups
+
     def _deploy_lifecycle(self) -> s3_deployment.BucketDeployment:
         props = self.props
-        staging = Path(tempfile.mkdtemp(prefix="kiln-hyperpod-lifecycle-"))
-        atexit.register(shutil.rmtree, staging, ignore_errors=True)
-        self.bundle = render_bundle(props.lifecycle, staging)
         sources = [
-            s3_deployment.Source.asset(str(self.bundle.directory)),
+            s3_deployment.Source.bucket(props.lifecycle.bucket, props.lifecycle.object_key),
             s3_deployment.Source.data("cluster.env", cluster_env_text(props.cluster_env)),
         ]
         if props.provisioning_parameters:
@@ -267,11 +267,11 @@ class HyperPodCluster(Construct):
     def _group(self, group: HyperPodInstanceGroup) -> sagemaker.CfnCluster.ClusterInstanceGroupProperty:
         return sagemaker.CfnCluster.ClusterInstanceGroupProperty(
             instance_group_name=group.name,
-            instance_type=f"ml.{group.instance_type}",
+            instance_type=hyperpod_type_name(group.instance_type),
             instance_count=group.count,
             execution_role=self.role.role_arn,
             life_cycle_config=sagemaker.CfnCluster.ClusterLifeCycleConfigProperty(
-                source_s3_uri=self.source_s3_uri, on_create=self.bundle.entry_point
+                source_s3_uri=self.source_s3_uri, on_create=self.props.lifecycle.entry_point
             ),
             # One thread per core on accelerated nodes: training wants the cores, not hyperthreads.
             threads_per_core=1 if group.accelerated else None,

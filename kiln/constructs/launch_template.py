@@ -63,7 +63,7 @@ class EfaLaunchTemplateProps:
     capacity: on-demand (default), spot, capacity-block or reservation.
     user_data_parts: shell scripts, each one part of the MIME multi-part user data, in order.
     image_id: the AMI; default: none here (PCS and EKS name it on the node group).
-    placement_group_name: a cluster placement group; default none.
+    placement_group: a cluster placement group (ec2.IPlacementGroup); default none.
     hop_limit: IMDSv2 hop limit; default 2 so containers reach IMDS.
     """
 
@@ -75,7 +75,7 @@ class EfaLaunchTemplateProps:
     capacity: CapacityOption = field(default_factory=CapacityOption)
     user_data_parts: Sequence[str] = ()
     image_id: str | None = None
-    placement_group_name: str | None = None
+    placement_group: ec2.IPlacementGroup | None = None
     hop_limit: int = CONTAINER_HOP_LIMIT
 
     def __post_init__(self) -> None:
@@ -133,8 +133,8 @@ class EfaLaunchTemplate(Construct):
             ],
             instance_market_options=self._market(props.capacity),
             capacity_reservation_specification=self._reservation(props.capacity),
-            placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=props.placement_group_name)
-            if props.placement_group_name
+            placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=props.placement_group.placement_group_name)
+            if props.placement_group
             else None,
             user_data=Fn.base64(self.user_data.render()) if props.user_data_parts else None,
         )

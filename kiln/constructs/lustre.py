@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+from typing import Literal, Protocol, get_args, runtime_checkable
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
@@ -12,11 +14,32 @@ from constructs import Construct
 
 from kiln.constructs._checks import require, require_in, unresolved
 
-DEPLOYMENTS = ("PERSISTENT_2", "SCRATCH_2")
+LustreDeployment = Literal["PERSISTENT_2", "SCRATCH_2"]
+DEPLOYMENTS: tuple[str, ...] = get_args(LustreDeployment)
 PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
-COMPRESSIONS = ("LZ4", "NONE")
+LustreCompression = Literal["LZ4", "NONE"]
+COMPRESSIONS: tuple[str, ...] = get_args(LustreCompression)
+FILE_SYSTEM_ID = re.compile(r"fs-[0-9a-f]{8,17}")
 # Lustre clients reach the file servers on 988; servers and clients also use 1018-1023.
 LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
+
+
+@runtime_checkable
+class ILustreFileSystem(Protocol):
+    """What a cluster needs to mount a Lustre file system: kiln's LustreFileSystem, or one from
+    LustreFileSystem.from_lustre_attributes."""
+
+    @property
+    def file_system_id(self) -> str: ...
+
+    @property
+    def dns_name(self) -> str: ...
+
+    @property
+    def mount_name(self) -> str: ...
+
+    @property
+    def connections(self) -> ec2.Connections: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,10 +87,10 @@ class LustreFileSystemProps:
 
     vpc: ec2.IVpc
     subnet: ec2.ISubnet
-    deployment: str = "PERSISTENT_2"
+    deployment: LustreDeployment = "PERSISTENT_2"
     storage_gib: int = 1200
     throughput_per_tib: int | None = None
-    compression: str = "LZ4"
+    compression: LustreCompression = "LZ4"
     efa: bool = False
     efa_security_group: ec2.ISecurityGroup | None = None
     data_repository: DataRepositoryLink | None = None
@@ -174,10 +197,16 @@ class LustreFileSystem(Construct):
             s3=s3_config,
         )
 
+    @staticmethod
+    def from_lustre_attributes(
+        scope: Construct, construct_id: str, attributes: LustreFileSystemAttributes
+    ) -> ImportedLustreFileSystem:
+        """Refer to a file system made outside this app."""
+        return ImportedLustreFileSystem(scope, construct_id, attributes)
+
     def allow_from(self, peer: ec2.IConnectable) -> None:
         """Let PEER (nodes, their security group) mount the file system."""
-        for port in LUSTRE_PORTS:
-            self.security_group.connections.allow_from(peer, port, "Lustre client")
+        allow_lustre_clients(self.connections, peer)
 
     @property
     def connections(self) -> ec2.Connections:
@@ -194,3 +223,47 @@ class LustreFileSystem(Construct):
     @property
     def mount_name(self) -> str:
         return self.file_system.mount_name
+
+
+def allow_lustre_clients(servers: ec2.Connections, peer: ec2.IConnectable) -> None:
+    """Open the Lustre ports of SERVERS to PEER."""
+    for port in LUSTRE_PORTS:
+        servers.allow_from(peer, port, "Lustre client")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LustreFileSystemAttributes:
+    """A file system made elsewhere.
+
+    file_system_id, dns_name, mount_name: as FSx reports them (strings or tokens).
+    security_group: the group its file servers carry (clients are let in through it).
+    """
+
+    file_system_id: str
+    dns_name: str
+    mount_name: str
+    security_group: ec2.ISecurityGroup
+
+    def __post_init__(self) -> None:
+        if not unresolved(self.file_system_id):
+            require(
+                FILE_SYSTEM_ID.fullmatch(self.file_system_id) is not None,
+                "file_system_id",
+                self.file_system_id,
+                "an FSx id such as fs-0123456789abcdef0",
+            )
+
+
+class ImportedLustreFileSystem(Construct):
+    """A Lustre file system made elsewhere (see LustreFileSystem.from_lustre_attributes)."""
+
+    def __init__(self, scope: Construct, construct_id: str, attributes: LustreFileSystemAttributes) -> None:
+        super().__init__(scope, construct_id)
+        self.file_system_id = attributes.file_system_id
+        self.dns_name = attributes.dns_name
+        self.mount_name = attributes.mount_name
+        self.connections = ec2.Connections(security_groups=[attributes.security_group])
+
+    def allow_from(self, peer: ec2.IConnectable) -> None:
+        """Let PEER (nodes, their security group) mount the file system."""
+        allow_lustre_clients(self.connections, peer)

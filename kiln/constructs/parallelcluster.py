@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from aws_cdk import CfnOutput, CustomResource, Fn, Stack
 from aws_cdk import aws_cloudformation as cfn
@@ -16,8 +16,9 @@ from constructs import Construct
 from kiln.bootstrap.fetch import FETCH_SCRIPT, fetch_arguments
 from kiln.catalog import instance_type as catalog_instance_type
 from kiln.constructs._checks import require, require_in, require_node_group
-from kiln.constructs.bootstrap_assets import BootstrapAssets
 from kiln.constructs.launch_template import CapacityOption
+from kiln.constructs.lustre import ILustreFileSystem
+from kiln.constructs.node_bootstrap import NodeBootstrap
 
 # The one place the ParallelCluster version is pinned: provider template, schema in tests, Makefile.
 PARALLELCLUSTER_VERSION = "3.16.1"
@@ -25,7 +26,9 @@ PROVIDER_TEMPLATE = (
     "https://${AWS::Region}-aws-parallelcluster.s3.${AWS::Region}.${AWS::URLSuffix}"
     "/parallelcluster/{version}/templates/custom_resource/cluster.yaml"
 )
-OPERATING_SYSTEMS = {"ubuntu2204": "ubuntu2204", "ubuntu2404": "ubuntu2404", "al2023": "alinux2023"}
+OperatingSystem = Literal["ubuntu2204", "ubuntu2404", "al2023"]
+# kiln's OS names in ParallelCluster's Image.Os words.
+OPERATING_SYSTEMS: dict[str, str] = {"ubuntu2204": "ubuntu2204", "ubuntu2404": "ubuntu2404", "al2023": "alinux2023"}
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$")
 SSM_POLICY = "arn:${AWS::Partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
 
@@ -73,12 +76,13 @@ class ParallelClusterProps:
     cluster_name: the ParallelCluster name (must differ from the stack name).
     subnet: private subnet of the head node, queues and login nodes.
     queues: the Slurm queues.
-    bootstrap / cluster_env: the `parallelcluster` bootstrap bundle and its deploy-time values;
-        every node runs it as its OnNodeConfigured action.
+    bootstrap / cluster_env: the bundle every node runs as its OnNodeConfigured action
+        (BootstrapAssets.node_bootstrap for kiln's `parallelcluster` bundle) and its deploy-time values.
     head_node_instance_type: default m5.8xlarge.
     login_instance_type / login_count: a login node pool; count 0 for none (default 1).
     os: ubuntu2204 (default), ubuntu2404 or al2023; custom_ami: a baked image instead of the stock one.
-    fsx_file_system_id: an existing FSx for Lustre file system mounted at fsx_mount_dir (/fsx).
+    file_system: an FSx for Lustre file system (LustreFileSystem, or from_lustre_attributes) mounted at
+        fsx_mount_dir (/fsx); default none.
     security_groups: added to every node (e.g. one the file system admits).
     scaledown_idle_minutes: idle time before dynamic nodes stop; default 10.
     slurm_settings: further Scheduling.SlurmSettings entries.
@@ -88,14 +92,14 @@ class ParallelClusterProps:
     cluster_name: str
     subnet: ec2.ISubnet
     queues: Sequence[SlurmQueue]
-    bootstrap: BootstrapAssets
+    bootstrap: NodeBootstrap
     cluster_env: Mapping[str, str]
     head_node_instance_type: str = "m5.8xlarge"
     login_instance_type: str = "m5.2xlarge"
     login_count: int = 1
-    os: str = "ubuntu2204"
+    os: OperatingSystem = "ubuntu2204"
     custom_ami: str | None = None
-    fsx_file_system_id: str | None = None
+    file_system: ILustreFileSystem | None = None
     fsx_mount_dir: str = "/fsx"
     security_groups: Sequence[ec2.ISecurityGroup] = ()
     scaledown_idle_minutes: int = 10
@@ -234,13 +238,13 @@ class ParallelCluster(Construct):
             },
             "Imds": {"ImdsSupport": "v2.0"},
         }
-        if props.fsx_file_system_id:
+        if props.file_system is not None:
             config["SharedStorage"] = [
                 {
                     "MountDir": props.fsx_mount_dir,
                     "Name": "fsx",
                     "StorageType": "FsxLustre",
-                    "FsxLustreSettings": {"FileSystemId": props.fsx_file_system_id},
+                    "FsxLustreSettings": {"FileSystemId": props.file_system.file_system_id},
                 }
             ]
         if props.login_count:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from aws_cdk import CfnOutput
 from aws_cdk import aws_ec2 as ec2
@@ -15,11 +16,12 @@ from constructs import Construct
 from kiln.bootstrap.fetch import fetch_user_data
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge, require, require_in, require_node_group, unresolved
-from kiln.constructs._ids import hashed_id
-from kiln.constructs.bootstrap_assets import BootstrapAssets
+from kiln.constructs.ids import hashed_id
 from kiln.constructs.launch_template import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
+from kiln.constructs.node_bootstrap import NodeBootstrap
 
-CLUSTER_SIZES = ("SMALL", "MEDIUM", "LARGE")
+ClusterSize = Literal["SMALL", "MEDIUM", "LARGE"]
+CLUSTER_SIZES: tuple[str, ...] = get_args(ClusterSize)
 # PCS only hands instance profiles to nodes when the role lives under this path (or is named AWSPCS...).
 PCS_ROLE_PATH = "/aws-pcs/"
 
@@ -33,7 +35,8 @@ class PcsNodeGroup:
     min_count / max_count: scaling bounds; min_count nodes stay up.
     capacity: on-demand (default), spot, capacity-block or reservation.
     root_volume_gib: encrypted gp3 root volume; default 200.
-    placement_group_name: cluster placement group for EFA; default none.
+    placement_group: a cluster placement group for EFA (kiln's ClusterPlacementGroup.placement_group, or
+        ec2.PlacementGroup.from_placement_group_name for one made elsewhere); default none.
     """
 
     name: str
@@ -42,7 +45,7 @@ class PcsNodeGroup:
     max_count: int = 1
     capacity: CapacityOption = field(default_factory=CapacityOption)
     root_volume_gib: int = 200
-    placement_group_name: str | None = None
+    placement_group: ec2.IPlacementGroup | None = None
 
     def __post_init__(self) -> None:
         require_node_group(self.name, self.min_count, self.max_count)
@@ -57,7 +60,8 @@ class PcsClusterProps:
     ami_id: an image with the PCS agent and Slurm for slurm_version (AMI id or a CfnParameter's value).
     compute_groups: compute node groups, each with its own queue.
     login: the login node group (static), or None for none.
-    bootstrap: the `pcs` bootstrap bundle nodes fetch at boot; cluster_env: its deploy-time values.
+    bootstrap: the bundle nodes fetch and run at boot (BootstrapAssets.node_bootstrap for kiln's `pcs` bundle);
+        cluster_env: its deploy-time values.
     slurm_version: PCS Slurm version; default 24.11.
     size: controller size, SMALL (default), MEDIUM or LARGE.
     scale_down_idle_seconds: idle time before dynamic nodes are stopped; default 600.
@@ -70,11 +74,11 @@ class PcsClusterProps:
     efa_security_group: ec2.ISecurityGroup
     ami_id: str
     compute_groups: Sequence[PcsNodeGroup]
-    bootstrap: BootstrapAssets
+    bootstrap: NodeBootstrap
     cluster_env: Mapping[str, str]
     login: PcsNodeGroup | None = None
     slurm_version: str = "24.11"
-    size: str = "SMALL"
+    size: ClusterSize = "SMALL"
     scale_down_idle_seconds: int = 600
     slurm_custom_settings: Mapping[str, str] = field(default_factory=dict)
     security_groups: Sequence[ec2.ISecurityGroup] = ()
@@ -168,12 +172,7 @@ class PcsCluster(Construct):
         role.add_to_policy(
             iam.PolicyStatement(actions=["pcs:RegisterComputeNodeGroupInstance"], resources=[self.cluster.attr_arn])
         )
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["s3:GetObject"],
-                resources=[props.bootstrap.bucket.arn_for_objects(props.bootstrap.object_key)],
-            )
-        )
+        props.bootstrap.grant_read(role)
         acknowledge(role, nag_rules.SSM_CORE)
         return role
 
@@ -189,7 +188,7 @@ class PcsCluster(Construct):
                 security_groups=[self.security_group, *props.security_groups],
                 root_volume_gib=group.root_volume_gib,
                 capacity=group.capacity,
-                placement_group_name=group.placement_group_name,
+                placement_group=group.placement_group,
                 user_data_parts=[user_data],
             ),
         )

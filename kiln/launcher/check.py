@@ -47,7 +47,7 @@ from kiln.launcher.errors import UsageError
 from kiln.launcher.launch import LaunchOptions, execute, prepare
 
 PASSED, FAILED, NOT_APPLICABLE, INFORMATIONAL = "passed", "failed", "not_applicable", "informational"
-EXIT_READY, EXIT_NOT_READY, EXIT_USAGE = 0, 1, 2
+EXIT_READY, EXIT_NOT_READY = 0, 1
 # One process on CPU would all-reduce with itself; two exercise the collective.
 CPU_PROCESSES = 2
 GPU_SWEEP = {"min_bytes": 1 << 20, "max_bytes": 1 << 30, "warmup": 5, "iters": 20}

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kiln.bootstrap import BootstrapConfig, LocalCluster, LocalNode
-from kiln.bootstrap.cli import local_cluster
 from kiln.bootstrap.render import slurm_layout
 from kiln.local.errors import LocalError
 
@@ -196,7 +195,7 @@ def plan_layout(
     try:
         # The bootstrap's own helper hands out the addresses, so both always agree.
         cluster = dataclasses.replace(
-            local_cluster(cluster_name, prefix, nodes, str(network)),
+            LocalCluster.from_subnet(cluster_name, prefix, nodes, str(network)),
             slurmctld_port=slurmctld_port,
             slurmd_port=slurmd_port,
         )

@@ -9,10 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kiln.bootstrap import BootstrapConfig, config_from_spec, render_bundle
+from kiln.bootstrap import BootstrapConfig, render_bundle
 from kiln.local.errors import LocalError, LocalFailure
 from kiln.local.layout import ClusterLayout
 from kiln.local.progress import Progress
+from kiln.stacks.bootstrap_config import config_from_spec
 
 _STEP_START = re.compile(r"\[(\w+)\] start$")
 _STEP_DONE = re.compile(r"\[(\w+)\] done in \d+s$")

@@ -7,9 +7,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kiln.catalog.capacity import CapacityType
+from kiln.catalog.names import NODE_GROUP_NAME, NODE_GROUP_NAME_RULE
 
 NAME_PATTERN = r"^[a-z][a-z0-9-]{0,30}$"
-GROUP_NAME_PATTERN = r"^[a-z][a-z0-9-]{0,24}$"
+GROUP_NAME_PATTERN = f"^{NODE_GROUP_NAME.pattern}$"
 REGION_PATTERN = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$"
 AZ_PATTERN = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d[a-z]$"
 VPC_ID_PATTERN = r"^vpc-([0-9a-f]{8}|[0-9a-f]{17})$"
@@ -22,7 +23,7 @@ SHA256_PATTERN = r"^[0-9a-f]{64}$"
 # What each pattern means, for error messages.
 PATTERN_RULES = {
     NAME_PATTERN: "a lowercase letter, then up to 30 lowercase letters, digits or '-'",
-    GROUP_NAME_PATTERN: "a lowercase letter, then up to 24 lowercase letters, digits or '-'",
+    GROUP_NAME_PATTERN: NODE_GROUP_NAME_RULE,
     REGION_PATTERN: "an AWS region name such as us-east-1",
     AZ_PATTERN: "an availability zone name such as us-east-1a",
     VPC_ID_PATTERN: "a VPC id such as vpc-0123456789abcdef0",
@@ -148,7 +149,6 @@ class Software(SpecModel):
     enroot: str = Field("3.5.0", pattern=VERSION_PATTERN)
     pyxis: str = Field("0.20.0", pattern=VERSION_PATTERN)
     containers: bool = Field(True, description="enroot + pyxis (Slurm) or the container toolkit (EKS).")
-    observability: bool = False
     checksums: dict[str, str] = Field(
         default_factory=dict, description="sha256 per downloaded artifact, overriding kiln's pins."
     )

@@ -16,7 +16,6 @@ from kiln.spec.problems import Problem, shown
 Rule = Callable[[ClusterSpec], Iterator[Problem]]
 
 PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
-DEFAULT_PERSISTENT_2_THROUGHPUT = 250
 VPC_PREFIX_RANGE = (16, 22)
 MIN_ROOT_VOLUME_GIB = 40
 HYPERPOD_RESERVED_GROUPS = ("controller", "login")

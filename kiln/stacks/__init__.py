@@ -1,25 +1,33 @@
-"""The app's stacks: spec -> props -> constructs."""
+"""The one layer that reads the spec to build: spec -> bootstrap config (no CDK), spec -> props -> stacks.
 
-from kiln.stacks.app import (
-    FEATURE_FLAGS,
-    ClusterStacks,
-    NoSpecGiven,
-    build_cluster,
-    environment,
-    new_app,
-    spec_path_from_context,
-)
-from kiln.stacks.network import NetworkStack
-from kiln.stacks.storage import StorageStack
+Names load on first use (PEP 562), so `kiln.stacks.bootstrap_config` serves the local cluster and the
+CLI without importing aws-cdk-lib.
+"""
 
-__all__ = [
-    "FEATURE_FLAGS",
-    "new_app",
-    "ClusterStacks",
-    "NetworkStack",
-    "NoSpecGiven",
-    "StorageStack",
-    "build_cluster",
-    "environment",
-    "spec_path_from_context",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "FEATURE_FLAGS": "kiln.stacks.app",
+    "ClusterStacks": "kiln.stacks.app",
+    "NoSpecGiven": "kiln.stacks.app",
+    "build_cluster": "kiln.stacks.app",
+    "environment": "kiln.stacks.app",
+    "new_app": "kiln.stacks.app",
+    "spec_path_from_context": "kiln.stacks.app",
+    "ComputeStack": "kiln.stacks.compute",
+    "NetworkStack": "kiln.stacks.network",
+    "StorageStack": "kiln.stacks.storage",
+    "config_from_spec": "kiln.stacks.bootstrap_config",
+    "load_and_judge": "kiln.stacks.bootstrap_config",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'kiln.stacks' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -17,7 +17,7 @@ from kiln.constructs import (
     TrainingVpc,
     TrainingVpcProps,
 )
-from kiln.constructs._ids import hashed_id
+from kiln.constructs.ids import hashed_id
 from kiln.spec import ClusterSpec
 from kiln.spec.models import ComputeGroup
 

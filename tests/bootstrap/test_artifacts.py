@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from kiln.bootstrap.artifacts import resolve_artifact
-from kiln.bootstrap.config import config_from_spec
 from kiln.spec import load_spec
+from kiln.stacks.bootstrap_config import config_from_spec
 from tests.conftest import ROOT
 
 EFA_1_41_0_SHA256 = "3506354cdfbe31ff552fe75f5d0d9bb7efd29cf79bd99457347d29c751c38f9f"

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from kiln.bootstrap.cli import register
-from kiln.bootstrap.config import BootstrapConfig, LocalCluster, LocalNode, NodeGroup, config_from_spec
+from kiln.bootstrap.config import BootstrapConfig, NodeGroup
+from kiln.bootstrap.local_target import LocalCluster, LocalNode
 from kiln.bootstrap.render import PROFILES, SCRIPTS_DIR, render_bundle
+from kiln.bootstrap_cli import register
 from kiln.catalog import SoftwareVersions, preset_environment
 from kiln.spec import load_spec
+from kiln.stacks.bootstrap_config import config_from_spec
 from tests.bootstrap.conftest import SHELLCHECK, pcs_config
 
 ROOT = Path(__file__).resolve().parents[2]

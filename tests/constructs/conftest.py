@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_s3 as s3
 from constructs import IConstruct
 
+from kiln.constructs import NodeBootstrap
 from kiln.stacks import new_app
 
 ENV = cdk.Environment(account="111111111111", region="us-east-1")
@@ -38,3 +40,9 @@ def imported_vpc(st: cdk.Stack) -> ec2.IVpc:
         availability_zones=["us-east-1a"],
         private_subnet_ids=["subnet-0123456789abcdef0"],
     )
+
+
+def plain_bootstrap(st: cdk.Stack, entry_point: str = "pcs-user-data.sh") -> NodeBootstrap:
+    """Return a bundle as any platform team could stage it: a zip in a bucket, no kiln renderer involved."""
+    bucket = s3.Bucket.from_bucket_name(st, "Bundles", "kiln-bundles-111111111111")
+    return NodeBootstrap(bucket=bucket, object_key="bundles/node.zip", entry_point=entry_point)

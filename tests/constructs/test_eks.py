@@ -13,18 +13,17 @@ from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
 
-from kiln.bootstrap.config import config_from_spec
 from kiln.constructs import (
     CapacityOption,
     ClusterPlacementGroup,
     EfaSecurityGroup,
     EfaSecurityGroupProps,
     LustreFileSystem,
+    LustreFileSystemAttributes,
     LustreFileSystemProps,
     TrainingVpc,
     TrainingVpcProps,
 )
-from kiln.constructs.bootstrap_assets import BootstrapAssets, BootstrapAssetsProps
 from kiln.constructs.eks import (
     EksTrainingCluster,
     EksTrainingClusterProps,
@@ -33,12 +32,10 @@ from kiln.constructs.eks import (
     SystemNodeGroup,
 )
 from kiln.constructs.eks_addons import HELM_ADDONS, KUBERNETES_RELEASES, TRAINING_OPERATOR
-from kiln.spec import load_spec
 from kiln.stacks import new_app
 from kiln.stacks.tidy import DropRedundantDependsOn
 from kiln.synth import lint_template, nag_report
-from tests.conftest import ROOT
-from tests.constructs.conftest import ENV, get_att, logical_id, ref
+from tests.constructs.conftest import ENV, get_att, logical_id, plain_bootstrap, ref
 
 REGION = "us-east-1"
 AZ = "us-east-1a"
@@ -58,8 +55,7 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
     clients = ec2.SecurityGroup(st, "LustreClients", vpc=net.vpc, description="Lustre clients")
     lustre.allow_from(clients)
     admin = iam.Role(st, "Admin", assumed_by=iam.AccountRootPrincipal())
-    spec = load_spec(ROOT / "examples" / "p5-eks.yaml")
-    bootstrap = BootstrapAssets(st, "Bootstrap", BootstrapAssetsProps(config=config_from_spec(spec, "eks")))
+    bootstrap = plain_bootstrap(st, "eks-user-data.sh")
     cluster = EksTrainingCluster(
         st,
         "Cluster",
@@ -74,7 +70,7 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
                     max_count=4,
                     root_volume_gib=512,
                     capacity=CapacityOption(type="capacity-block", reservation_id=RESERVATION),
-                    placement_group_name=placement.placement_group_name,
+                    placement_group=placement.placement_group,
                 ),
                 GpuNodeGroup(
                     name="spot",
@@ -82,7 +78,7 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
                     min_count=1,
                     max_count=2,
                     capacity=CapacityOption(type="spot"),
-                    placement_group_name=placement.placement_group_name,
+                    placement_group=placement.placement_group,
                 ),
                 GpuNodeGroup(
                     name="odcr",
@@ -95,9 +91,7 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
             system_nodes=SystemNodeGroup(instance_type="m5.2xlarge", count=3),
             admin_role=admin,
             lustre=LustreVolume(
-                file_system_id=lustre.file_system_id,
-                dns_name=lustre.dns_name,
-                mount_name=lustre.mount_name,
+                file_system=lustre,
                 client_security_group=clients,
                 storage_gib=1200,
                 namespace="training",
@@ -278,7 +272,7 @@ def test_gpu_nodes_boot_the_eks_bundle_and_the_node_role_reads_only_it(eks) -> N
     ]
     (statement,) = policy["PolicyDocument"]["Statement"]
     assert statement["Action"] == "s3:GetObject"
-    assert cdk.Stack.of(role).resolve(eks["bootstrap"].object_key) in str(statement["Resource"])
+    assert statement["Resource"] == cdk.Stack.of(role).resolve(eks["bootstrap"].object_arn)
 
 
 def test_system_node_group_runs_cluster_services_in_the_same_subnet(eks) -> None:
@@ -389,7 +383,7 @@ def test_hyperpod_orchestrator_needs_no_node_groups_and_exposes_what_hyperpod_wi
     stack = cdk.Stack.of(orchestrator)
     assert stack.resolve(orchestrator.cluster_arn) == get_att(cluster, "Arn")
     assert stack.resolve(orchestrator.cluster_name) == ref(cluster)
-    assert stack.resolve(orchestrator.cluster_security_group_id) == get_att(cluster, "ClusterSecurityGroupId")
+    assert stack.resolve(orchestrator.security_group.security_group_id) == get_att(cluster, "ClusterSecurityGroupId")
     groups = [stack.resolve(g.security_group_id) for g in orchestrator.connections.security_groups]
     assert stack.resolve(orchestrator.security_group.security_group_id) in groups
     props = _props(template, cluster)
@@ -455,16 +449,14 @@ def test_invalid_gpu_groups_are_refused(kwargs: dict, message: str) -> None:
 
 
 def test_invalid_lustre_volumes_and_system_nodes_are_refused(eks) -> None:
-    with pytest.raises(ValueError, match="file_system_id: got 'fsx-1'"):
-        LustreVolume(file_system_id="fsx-1", dns_name="d", mount_name="m", client_security_group=eks["clients"])
+    with pytest.raises(ValueError, match="file_system: got 'str'; allowed: a LustreFileSystem"):
+        LustreVolume(file_system="fs-0123456789abcdef0", client_security_group=eks["clients"])
     with pytest.raises(ValueError, match="namespace: got 'Training'"):
-        LustreVolume(
-            file_system_id="fs-0123456789abcdef0",
-            dns_name="d",
-            mount_name="m",
-            client_security_group=eks["clients"],
-            namespace="Training",
-        )
+        LustreVolume(file_system=eks["lustre"], client_security_group=eks["clients"], namespace="Training")
+    st = cdk.Stack(new_app(), "ImportedFsx", env=ENV)
+    clients = ec2.SecurityGroup.from_security_group_id(st, "Clients", "sg-0123456789abcdef0")
+    with pytest.raises(ValueError, match="file_system_id: got 'fsx-1'"):
+        LustreFileSystemAttributes(file_system_id="fsx-1", dns_name="d", mount_name="m", security_group=clients)
     with pytest.raises(ValueError, match="count: got 0"):
         SystemNodeGroup(count=0)
 

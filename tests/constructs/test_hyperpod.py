@@ -5,16 +5,13 @@ from __future__ import annotations
 import pytest
 from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.assertions import Match, Template
 
-from kiln.bootstrap.config import config_from_spec
 from kiln.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
-from kiln.spec import load_spec
-from kiln.stacks import build_cluster, new_app
-from tests.conftest import ROOT
-from tests.constructs.conftest import get_att, imported_vpc, logical_id, ref, stack
+from tests.constructs.conftest import get_att, imported_vpc, logical_id, plain_bootstrap, ref, stack
 
-EKS_ARN = "arn:aws:eks:us-east-1:111111111111:cluster/llm-hp-eks"
+EKS_CLUSTER_SECURITY_GROUP = "sg-0123456789abcdef0"
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +19,6 @@ def slurm():
     st = stack("HyperPodSlurm")
     vpc = imported_vpc(st)
     efa = ec2.SecurityGroup(st, "Efa", vpc=vpc)
-    spec = load_spec(ROOT / "examples" / "p5-hyperpod-slurm.yaml")
     cluster = HyperPodCluster(
         st,
         "Cluster",
@@ -36,7 +32,7 @@ def slurm():
                 HyperPodInstanceGroup(name="login", instance_type="m5.2xlarge", count=1, role="login"),
                 HyperPodInstanceGroup(name="p5", instance_type="p5.48xlarge", count=2, storage_gib=1000),
             ],
-            lifecycle=config_from_spec(spec),
+            lifecycle=plain_bootstrap(st, "on_create.sh"),
             cluster_env={"KILN_CLUSTER_NAME": "llm-hp-slurm", "KILN_REGION": "us-east-1"},
             provisioning_parameters={"version": "1.0.0", "workload_manager": "slurm", "controller_group": "controller"},
         ),
@@ -136,11 +132,9 @@ def test_execution_role_reads_only_the_lifecycle_prefix(slurm) -> None:
     ]
 
 
-def test_eks_orchestrator_points_at_the_eks_cluster() -> None:
-    st = stack("HyperPodEks")
+def _eks_hyperpod(st: Stack, eks_cluster: eks.ICluster) -> HyperPodCluster:
     vpc = imported_vpc(st)
-    spec = load_spec(ROOT / "examples" / "p5-hyperpod-eks.yaml")
-    HyperPodCluster(
+    return HyperPodCluster(
         st,
         "Cluster",
         HyperPodClusterProps(
@@ -148,28 +142,49 @@ def test_eks_orchestrator_points_at_the_eks_cluster() -> None:
             vpc=vpc,
             subnet=vpc.private_subnets[0],
             instance_groups=[HyperPodInstanceGroup(name="p5", instance_type="p5.48xlarge", count=2)],
-            lifecycle=config_from_spec(spec),
+            lifecycle=plain_bootstrap(st, "eks-user-data.sh"),
             cluster_env={"KILN_CLUSTER_NAME": "llm-hp-eks", "KILN_REGION": "us-east-1"},
             orchestrator="eks",
-            eks_cluster_arn=EKS_ARN,
+            eks_cluster=eks_cluster,
         ),
     )
+
+
+def test_eks_orchestrator_points_at_the_eks_cluster_and_nodes_join_its_security_group() -> None:
+    st = stack("HyperPodEks")
+    imported = eks.Cluster.from_cluster_attributes(
+        st, "Eks", cluster_name="llm-hp-eks", cluster_security_group_id=EKS_CLUSTER_SECURITY_GROUP
+    )
+    hyperpod = _eks_hyperpod(st, imported)
     template = Template.from_stack(st)
     template.has_resource_properties(
         "AWS::SageMaker::Cluster",
         {
-            "Orchestrator": {"Eks": {"ClusterArn": EKS_ARN}},
+            "Orchestrator": {"Eks": {"ClusterArn": st.resolve(imported.cluster_arn)}},
             "InstanceGroups": [
                 Match.object_like({"LifeCycleConfig": Match.object_like({"OnCreate": "eks-user-data.sh"})})
             ],
         },
     )
+    (cluster,) = template.find_resources("AWS::SageMaker::Cluster").values()
+    assert cluster["Properties"]["VpcConfig"]["SecurityGroupIds"] == [
+        get_att(hyperpod.security_group.node.default_child, "GroupId"),
+        EKS_CLUSTER_SECURITY_GROUP,
+    ]
+
+
+def test_an_imported_eks_cluster_without_its_security_group_is_refused() -> None:
+    st = stack("HyperPodEksNoGroup")
+    imported = eks.Cluster.from_cluster_attributes(st, "Eks", cluster_name="llm-hp-eks")
+    with pytest.raises(ValueError, match="eks_cluster: got a cluster without its security group"):
+        _eks_hyperpod(st, imported)
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
         ({"orchestrator": "eks"}, "roles: got"),
+        ({"eks_cluster": object()}, "eks_cluster: got .*; allowed: none for orchestrator slurm"),
         (
             {"instance_groups": [HyperPodInstanceGroup(name="p5", instance_type="p5.48xlarge", count=2)]},
             "controller groups: got 0",
@@ -187,13 +202,3 @@ def test_invalid_props_are_refused(slurm, change: dict, message: str) -> None:
 def test_types_hyperpod_does_not_offer_are_refused() -> None:
     with pytest.raises(ValueError, match="instance_type: got 'c7i.xlarge'; allowed: a type HyperPod offers"):
         HyperPodInstanceGroup(name="cpu", instance_type="c7i.xlarge", count=1)
-
-
-def test_stack_derives_provisioning_parameters_from_the_spec() -> None:
-    stacks = build_cluster(new_app(), load_spec(ROOT / "examples" / "p5-hyperpod-slurm.yaml"), nag=False)
-    parameters = Stack.of(stacks.compute).resolve(
-        stacks.compute._provisioning_parameters(stacks.compute._hyperpod_groups())
-    )
-    assert parameters["controller_group"] == "controller" and parameters["login_group"] == "login"
-    assert parameters["worker_groups"] == [{"instance_group_name": "p5", "partition_name": "p5"}]
-    assert set(parameters) >= {"fsx_dns_name", "fsx_mountname"}

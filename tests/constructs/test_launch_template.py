@@ -34,6 +34,7 @@ def templates():
     vpc = ec2.Vpc.from_vpc_attributes(st, "Vpc", vpc_id="vpc-0123456789abcdef0", availability_zones=["us-east-1a"])
     efa = ec2.SecurityGroup(st, "Efa", vpc=vpc)
     node = ec2.SecurityGroup(st, "Node", vpc=vpc)
+    placement = ec2.PlacementGroup.from_placement_group_name(st, "Placement", "pg-kiln")
     built = {}
     for name, _, _ in MATRIX:
         built[name] = EfaLaunchTemplate(
@@ -45,7 +46,7 @@ def templates():
                 security_groups=[node],
                 root_volume_gib=512,
                 user_data_parts=["#!/bin/bash\necho one\n", "#!/bin/bash\necho two\n"],
-                placement_group_name="pg-kiln",
+                placement_group=placement,
             ),
         )
     for kind, capacity in CAPACITIES.items():

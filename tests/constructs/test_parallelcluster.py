@@ -9,13 +9,9 @@ from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
-from kiln.bootstrap.config import config_from_spec
-from kiln.constructs import CapacityOption
-from kiln.constructs.bootstrap_assets import BootstrapAssets, BootstrapAssetsProps
+from kiln.constructs import CapacityOption, LustreFileSystem, LustreFileSystemAttributes
 from kiln.constructs.parallelcluster import PARALLELCLUSTER_VERSION, ParallelCluster, ParallelClusterProps, SlurmQueue
-from kiln.spec import load_spec
-from tests.conftest import ROOT
-from tests.constructs.conftest import imported_vpc, logical_id, stack
+from tests.constructs.conftest import imported_vpc, logical_id, plain_bootstrap, stack
 from tests.constructs.pcluster_schema import concrete, load_with_official_schema
 
 CAPACITIES = {
@@ -31,8 +27,7 @@ def build(capacity: str, fsx: str | None, login_count: int = 1):
     st = stack(f"Pc{capacity.title().replace('-', '')}{'Fsx' if fsx else 'NoFsx'}{login_count}")
     vpc = imported_vpc(st)
     clients = ec2.SecurityGroup(st, "LustreClients", vpc=vpc)
-    spec = load_spec(ROOT / "examples" / "p5-parallelcluster.yaml")
-    bootstrap = BootstrapAssets(st, "Bootstrap", BootstrapAssetsProps(config=config_from_spec(spec, "parallelcluster")))
+    bootstrap = plain_bootstrap(st, "on-node-configured.sh")
     count = 2 if capacity == "capacity-block" else 0
     cluster = ParallelCluster(
         st,
@@ -54,7 +49,18 @@ def build(capacity: str, fsx: str | None, login_count: int = 1):
                 ),
                 SlurmQueue(name="cpu", instance_type="c5.4xlarge", max_count=2, placement_group=False),
             ],
-            fsx_file_system_id=fsx,
+            file_system=LustreFileSystem.from_lustre_attributes(
+                st,
+                "Fsx",
+                LustreFileSystemAttributes(
+                    file_system_id=fsx,
+                    dns_name=f"{fsx}.fsx.us-east-1.amazonaws.com",
+                    mount_name="abcdefgh",
+                    security_group=clients,
+                ),
+            )
+            if fsx
+            else None,
             security_groups=[clients],
             login_count=login_count,
         ),

@@ -7,13 +7,9 @@ from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
-from kiln.bootstrap.config import config_from_spec
 from kiln.constructs import CapacityOption
-from kiln.constructs.bootstrap_assets import BootstrapAssets, BootstrapAssetsProps
 from kiln.constructs.pcs import PcsCluster, PcsClusterProps, PcsNodeGroup
-from kiln.spec import load_spec
-from tests.conftest import ROOT
-from tests.constructs.conftest import get_att, imported_vpc, logical_id, ref, stack
+from tests.constructs.conftest import get_att, imported_vpc, logical_id, plain_bootstrap, ref, stack
 
 
 @pytest.fixture(scope="module")
@@ -22,8 +18,7 @@ def pcs():
     vpc = imported_vpc(st)
     efa = ec2.SecurityGroup(st, "Efa", vpc=vpc)
     clients = ec2.SecurityGroup(st, "LustreClients", vpc=vpc)
-    spec = load_spec(ROOT / "examples" / "p5-pcs.yaml")
-    bootstrap = BootstrapAssets(st, "Bootstrap", BootstrapAssetsProps(config=config_from_spec(spec, "pcs")))
+    bootstrap = plain_bootstrap(st)
     cluster = PcsCluster(
         st,
         "Cluster",
@@ -46,7 +41,7 @@ def pcs():
                     instance_type="g5.12xlarge",
                     max_count=2,
                     capacity=CapacityOption(type="spot"),
-                    placement_group_name="pg-kiln",
+                    placement_group=ec2.PlacementGroup.from_placement_group_name(st, "Placement", "pg-kiln"),
                 ),
             ],
             login=PcsNodeGroup(name="login", instance_type="m5.2xlarge", min_count=1, max_count=1),
@@ -200,7 +195,8 @@ def test_node_role_follows_the_pcs_rule_and_least_privilege(pcs) -> None:
         "Resource": get_att(cluster.cluster, "Arn"),
     } in statements
     (s3,) = [s for s in statements if s["Action"] == "s3:GetObject"]
-    assert Stack.of(cluster).resolve(pcs["bootstrap"].object_key) in str(s3["Resource"])
+    assert s3["Resource"] == Stack.of(cluster).resolve(pcs["bootstrap"].object_arn)
+    assert "bundles/node.zip" in str(s3["Resource"])
     assert len(statements) == 2
 
 

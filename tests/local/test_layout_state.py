@@ -51,7 +51,7 @@ def test_interface_names_fit_the_kernel_limit(tmp_path):
         ({"nodes": 0}, "--nodes: got 0"),
         ({"subnet": "nonsense"}, "--subnet: got 'nonsense'"),
         ({"subnet": "8.8.8.0/24"}, "a private IPv4 network"),
-        ({"subnet": "10.78.0.0/30"}, "--local-nodes: got 2"),
+        ({"subnet": "10.78.0.0/30"}, "nodes: got 2"),
         ({"slurmctld_port": 6818}, "must differ"),
     ],
 )

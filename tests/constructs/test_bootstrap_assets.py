@@ -30,21 +30,23 @@ def test_bundle_is_an_asset_with_its_entry_point(synthesized):
     stack, assets, _, _, cloud_assembly = synthesized
     assert assets.entry_point == "pcs-user-data.sh"
     bucket = "cdk-hnb659fds-assets-111111111111-us-east-1"
-    assert stack.resolve(assets.bucket.bucket_name) == bucket
-    assert stack.resolve(assets.s3_url) == f"s3://{bucket}/{assets.object_key}"
-    assert assets.object_key.endswith(".zip")
+    node = assets.node_bootstrap
+    assert node.entry_point == "pcs-user-data.sh"
+    assert stack.resolve(node.bucket.bucket_name) == bucket
+    assert stack.resolve(node.s3_url) == f"s3://{bucket}/{node.object_key}"
+    assert node.object_key.endswith(".zip")
     assert assets.asset.is_zip_archive
     manifest = json.loads((cloud_assembly / "Bootstrap.assets.json").read_text())
     entry = manifest["files"][assets.asset.asset_hash]
     assert entry["source"]["packaging"] == "zip"
-    assert [d["objectKey"] for d in entry["destinations"].values()] == [assets.object_key]
+    assert [d["objectKey"] for d in entry["destinations"].values()] == [node.object_key]
     staged = cloud_assembly / entry["source"]["path"]
     assert (staged / "pcs-user-data.sh").is_file() and (staged / "bundle.env").is_file()
     assert assets.unverified_artifacts == ()
 
 
-def test_grant_read_lets_the_node_role_get_the_bundle(synthesized):
-    stack, _, role, template, _ = synthesized
+def test_grant_read_lets_the_node_role_get_the_bundle_and_nothing_else(synthesized):
+    stack, assets, role, template, _ = synthesized
     template.has_resource_properties(
         "AWS::IAM::Policy",
         {
@@ -52,13 +54,11 @@ def test_grant_read_lets_the_node_role_get_the_bundle(synthesized):
             "PolicyDocument": {
                 "Statement": assertions.Match.array_with(
                     [
-                        assertions.Match.object_like(
-                            {
-                                "Action": assertions.Match.array_with(["s3:GetObject*"]),
-                                "Effect": "Allow",
-                                "Resource": assertions.Match.any_value(),
-                            }
-                        )
+                        {
+                            "Action": "s3:GetObject",
+                            "Effect": "Allow",
+                            "Resource": stack.resolve(assets.node_bootstrap.object_arn),
+                        }
                     ]
                 )
             },

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import sys
 from pathlib import Path
 
-from kiln.bootstrap.config import TARGETS, LocalCluster, LocalNode, config_from_spec
+from kiln.bootstrap.config import TARGETS
+from kiln.bootstrap.local_target import LocalCluster
 from kiln.bootstrap.render import render_bundle
 
 
@@ -33,17 +33,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     render.set_defaults(func=run_render)
 
 
-def local_cluster(name: str, prefix: str, nodes: int, subnet: str) -> LocalCluster:
-    """Return a local cluster of NODES nodes, addressed in order from SUBNET after the controller."""
-    network = ipaddress.ip_network(subnet, strict=False)
-    if nodes < 1 or nodes + 1 > network.num_addresses - 2:
-        raise ValueError(f"--local-nodes: got {nodes}, allowed: 1..{network.num_addresses - 3} for {subnet}")
-    hosts = network.hosts()
-    controller = str(next(hosts))
-    members = tuple(LocalNode(name=f"node{index}", address=str(next(hosts))) for index in range(1, nodes + 1))
-    return LocalCluster(prefix=prefix, nodes=members, controller_address=controller, cluster_name=name[:63])
-
-
 def role_summary(bundle_dir: Path) -> list[str]:
     """Describe which steps of the rendered bundle behave differently per node role."""
     steps = sorted(bundle_dir.glob("steps/*.sh"))
@@ -65,12 +54,13 @@ def role_summary(bundle_dir: Path) -> list[str]:
 def run_render(args: argparse.Namespace) -> int:
     """Render the bundle for --target from --spec into --out; return the exit code."""
     from kiln.spec import SpecError, load_spec
+    from kiln.stacks.bootstrap_config import config_from_spec
 
     try:
         spec = load_spec(args.spec)
         local = None
         if args.target == "local":
-            local = local_cluster(spec.name, args.local_prefix, args.local_nodes, args.local_subnet)
+            local = LocalCluster.from_subnet(spec.name, args.local_prefix, args.local_nodes, args.local_subnet)
         bundle = render_bundle(config_from_spec(spec, args.target, local=local), args.out)
     except SpecError as error:
         print("\n".join(error.lines_out()), file=sys.stderr)

@@ -1,0 +1,36 @@
+"""Value checks of the bootstrap's inputs: one line naming what was received and what is allowed."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from kiln.catalog.names import NODE_PATH, NODE_PATH_RULE
+
+# Slurm node, cluster and partition names, and host names: a DNS label, lowercase.
+SLURM_NAME = re.compile(r"[a-z][a-z0-9-]{0,62}")
+SLURM_NAME_RULE = "a lowercase letter, then up to 62 lowercase letters, digits or '-'"
+
+
+def check_choice(what: str, got: object, allowed: Iterable[str]) -> None:
+    """Raise ValueError unless GOT is one of ALLOWED."""
+    allowed = tuple(allowed)
+    if got not in allowed:
+        raise ValueError(f"{what}: got {got!r}, allowed: {', '.join(allowed)}")
+
+
+def check_positive(what: str, got: object) -> None:
+    """Raise ValueError unless GOT is an integer >= 1."""
+    if isinstance(got, bool) or not isinstance(got, int) or got < 1:
+        raise ValueError(f"{what}: got {got!r}, allowed: an integer >= 1")
+
+
+def check_pattern(what: str, got: object, pattern: re.Pattern[str], rule: str) -> None:
+    """Raise ValueError unless GOT, whole, matches PATTERN (RULE says it in words)."""
+    if not isinstance(got, str) or pattern.fullmatch(got) is None:
+        raise ValueError(f"{what}: got {got!r}, allowed: {rule}")
+
+
+def check_node_path(what: str, got: object) -> None:
+    """Raise ValueError unless GOT is an absolute path safe to write into a node's shell files."""
+    check_pattern(what, got, NODE_PATH, NODE_PATH_RULE)

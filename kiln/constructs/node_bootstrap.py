@@ -1,0 +1,47 @@
+"""NodeBootstrap: what a compute construct needs of a bootstrap bundle, and nothing about how it was made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+
+from kiln.constructs._checks import require, unresolved
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeBootstrap:
+    """A zipped bootstrap bundle in S3 and the script in it that a node runs at boot.
+
+    bucket, object_key: where the zip is (BootstrapAssets.node_bootstrap gives kiln's rendered bundle;
+        any zip you staged yourself works the same way).
+    entry_point: the script inside the zip a node runs, as a relative path (e.g. pcs.sh).
+    object_url: s3://bucket/key as one value, when its maker has one (an S3 asset does); default: built
+        from bucket and object_key.
+    """
+
+    bucket: s3.IBucket
+    object_key: str
+    entry_point: str
+    object_url: str | None = None
+
+    def __post_init__(self) -> None:
+        require(bool(self.object_key), "object_key", self.object_key, "the key of the zipped bundle")
+        if not unresolved(self.entry_point):
+            relative = bool(self.entry_point) and not self.entry_point.startswith("/") and ".." not in self.entry_point
+            require(relative, "entry_point", self.entry_point, "a relative path inside the bundle, such as pcs.sh")
+
+    @property
+    def s3_url(self) -> str:
+        """s3://bucket/key of the zip."""
+        return self.object_url or f"s3://{self.bucket.bucket_name}/{self.object_key}"
+
+    @property
+    def object_arn(self) -> str:
+        """The ARN of the zip object, for policies that grant reading exactly it."""
+        return self.bucket.arn_for_objects(self.object_key)
+
+    def grant_read(self, grantee: iam.IGrantable) -> None:
+        """Let GRANTEE download the zip and nothing else from its bucket."""
+        iam.Grant.add_to_principal(grantee=grantee, actions=["s3:GetObject"], resource_arns=[self.object_arn])

@@ -1,0 +1,83 @@
+"""spec -> BootstrapConfig: what the nodes of a spec's target run. No CDK: the local cluster uses it too."""
+
+from __future__ import annotations
+
+from kiln.bootstrap.checks import check_choice
+from kiln.bootstrap.config import ARCHITECTURES, TARGETS, BootstrapConfig, NodeGroup, SoftwarePins
+from kiln.bootstrap.local_target import LocalCluster
+from kiln.bootstrap.readiness import BootReadiness, boot_readiness
+from kiln.catalog import instance_type
+from kiln.catalog.names import ec2_type_name
+from kiln.spec import ClusterSpec, Problem, SpecError, load_spec
+
+
+def _architecture(instance_types: tuple[str, ...]) -> str:
+    offered = [set(instance_type(name).architectures) for name in instance_types]
+    for arch in ARCHITECTURES:
+        if all(arch in archs for archs in offered):
+            return arch
+    raise ValueError(f"instance types {', '.join(instance_types)}: no one architecture all of them offer")
+
+
+def config_from_spec(
+    spec: ClusterSpec, target: str | None = None, *, local: LocalCluster | None = None
+) -> BootstrapConfig:
+    """Translate a kiln.spec ClusterSpec into the BootstrapConfig of TARGET (default: its backend)."""
+    compute = spec.compute
+    # HyperPod nodes orchestrated by EKS are EKS workers: they run the eks target's steps.
+    hyperpod_on_eks = compute.backend == "hyperpod" and compute.orchestrator == "eks"
+    target = target or ("eks" if hyperpod_on_eks else compute.backend)
+    check_choice("target", target, TARGETS)
+    software = spec.software
+    common = {
+        "checksums": dict(software.checksums),
+        "nccl_env": dict(spec.launcher.nccl_env),
+        "checkpoint_dir": spec.launcher.checkpoint_dir,
+    }
+    if target == "local":
+        if local is None:
+            raise ValueError("target 'local': needs local=LocalCluster(...) (the nodes are not in the spec)")
+        return BootstrapConfig(target="local", os="debian12", local=local, **common)
+    allowed = ("eks",) if hyperpod_on_eks else (compute.backend,)
+    if target not in allowed:
+        choices = ", ".join(allowed)
+        raise ValueError(f"target: got {target!r} for this {compute.backend!r} spec, allowed: {choices}, local")
+    service: tuple[str, ...] = ()
+    if target != "eks":
+        service = (compute.head_node.instance_type,)
+        if compute.login_nodes.count:
+            service += (compute.login_nodes.instance_type,)
+    groups = tuple(
+        NodeGroup(name=group.name, instance_type=group.instance_type, max_count=max(group.max_count, 1))
+        for group in compute.groups
+    )
+    types = tuple(dict.fromkeys(ec2_type_name(name) for name in (*service, *(g.instance_type for g in groups))))
+    return BootstrapConfig(
+        target=target,
+        # EKS nodes (and HyperPod's EKS nodes) boot the EKS-optimized Amazon Linux 2023 image.
+        os="al2023" if target == "eks" else compute.image.os,
+        architecture=_architecture(types),
+        service_instance_types=service,
+        groups=groups,
+        software=SoftwarePins(
+            nvidia_driver=software.nvidia_driver,
+            efa_installer=software.efa_installer,
+            slurm=software.slurm,
+            enroot=software.enroot,
+            pyxis=software.pyxis,
+        ),
+        containers=software.containers,
+        container_runtime="containerd" if target == "eks" else "docker",
+        lustre=spec.storage.lustre is not None,
+        **common,
+    )
+
+
+def load_and_judge(path: str) -> tuple[ClusterSpec, BootReadiness]:
+    """Load the spec at PATH and judge its nodes; every failure is a SpecError naming the file."""
+    spec = load_spec(path)
+    try:
+        return spec, boot_readiness(config_from_spec(spec))
+    except ValueError as exc:
+        problem = Problem(path=("compute",), message=f"the node bootstrap cannot be built: {exc}")
+        raise SpecError(str(path), [problem]) from None

@@ -1,0 +1,36 @@
+"""spec -> EksTrainingClusterProps: GPU node groups (EKS backend) or a bare cluster for HyperPod's nodes."""
+
+from __future__ import annotations
+
+from kiln.constructs import EksTrainingClusterProps, GpuNodeGroup, LustreVolume, NodeBootstrap, SystemNodeGroup
+from kiln.stacks.compute_context import ComputeContext
+
+
+def lustre_volume(context: ComputeContext) -> LustreVolume | None:
+    """Return the kiln file system as a PV/PVC, when the spec has one."""
+    storage = context.storage
+    if storage.lustre is None or storage.lustre_clients is None:
+        return None
+    return LustreVolume(
+        file_system=storage.lustre,
+        client_security_group=storage.lustre_clients,
+        storage_gib=context.spec.storage.lustre.storage_gib,
+    )
+
+
+def eks_props(context: ComputeContext, *, bootstrap: NodeBootstrap | None) -> EksTrainingClusterProps:
+    """Translate the spec into EKS props; BOOTSTRAP None: HyperPod brings the nodes, EKS runs no GPU groups."""
+    spec, network = context.spec, context.network
+    gpu_nodes = bootstrap is not None
+    return EksTrainingClusterProps(
+        vpc=network.training_vpc.vpc,
+        node_subnet=network.training_vpc.compute_subnet,
+        efa_security_group=network.efa.security_group,
+        gpu_groups=[GpuNodeGroup(**context.node_group_fields(g)) for g in spec.compute.groups] if gpu_nodes else [],
+        # HyperPod brings the nodes; EKS alone needs a small CPU group for cluster services.
+        system_nodes=SystemNodeGroup() if gpu_nodes else None,
+        cluster_name=spec.name,
+        lustre=lustre_volume(context),
+        bootstrap=bootstrap,
+        cluster_env=context.cluster_env(mounts_fsx=False) if gpu_nodes else {},
+    )

@@ -1,0 +1,81 @@
+"""spec -> HyperPodClusterProps: instance groups by role, the Slurm layout HyperPod's scripts read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import aws_eks_v2 as eks
+
+from kiln.constructs import HyperPodClusterProps, HyperPodInstanceGroup, NodeBootstrap
+from kiln.spec import ClusterSpec
+from kiln.stacks.compute_context import ComputeContext
+
+CONTROLLER_GROUP = "controller"
+LOGIN_GROUP = "login"
+
+
+def hyperpod_groups(spec: ClusterSpec) -> list[HyperPodInstanceGroup]:
+    """Return the instance groups: controller and login (Slurm only), then one fixed-size group per spec group."""
+    compute = spec.compute
+    groups = []
+    if spec.effective_orchestrator == "slurm":
+        groups.append(
+            HyperPodInstanceGroup(
+                name=CONTROLLER_GROUP, instance_type=compute.head_node.instance_type, count=1, role="controller"
+            )
+        )
+        if compute.login_nodes.count:
+            groups.append(
+                HyperPodInstanceGroup(
+                    name=LOGIN_GROUP,
+                    instance_type=compute.login_nodes.instance_type,
+                    count=compute.login_nodes.count,
+                    role="login",
+                )
+            )
+    groups += [
+        HyperPodInstanceGroup(
+            name=g.name, instance_type=g.instance_type, count=g.max_count, storage_gib=g.root_volume_gib
+        )
+        for g in compute.groups
+    ]
+    return groups
+
+
+def provisioning_parameters(context: ComputeContext, groups: list[HyperPodInstanceGroup]) -> dict[str, Any]:
+    """Return the Slurm layout in HyperPod's provisioning_parameters.json form."""
+    parameters: dict[str, Any] = {
+        "version": "1.0.0",
+        "workload_manager": "slurm",
+        "controller_group": CONTROLLER_GROUP,
+        "worker_groups": [
+            {"instance_group_name": g.name, "partition_name": g.name} for g in groups if g.role == "worker"
+        ],
+    }
+    if any(g.role == "login" for g in groups):
+        parameters["login_group"] = LOGIN_GROUP
+    lustre = context.storage.lustre
+    if lustre is not None:
+        parameters |= {"fsx_dns_name": lustre.dns_name, "fsx_mountname": lustre.mount_name}
+    return parameters
+
+
+def hyperpod_props(
+    context: ComputeContext, *, lifecycle: NodeBootstrap, eks_cluster: eks.ICluster | None
+) -> HyperPodClusterProps:
+    """Translate the spec into HyperPod props; EKS_CLUSTER orchestrates when the spec says eks."""
+    spec, network = context.spec, context.network
+    groups = hyperpod_groups(spec)
+    slurm = spec.effective_orchestrator == "slurm"
+    return HyperPodClusterProps(
+        cluster_name=spec.name,
+        vpc=network.training_vpc.vpc,
+        subnet=network.training_vpc.compute_subnet,
+        security_groups=[network.efa.security_group, *context.client_groups()],
+        instance_groups=groups,
+        lifecycle=lifecycle,
+        cluster_env=context.cluster_env(mounts_fsx=True),
+        provisioning_parameters=provisioning_parameters(context, groups) if slurm else {},
+        orchestrator=spec.effective_orchestrator,
+        eks_cluster=eks_cluster,
+    )

@@ -1,0 +1,41 @@
+"""spec -> ParallelClusterProps: one Slurm queue per spec group, head and login nodes, FSx."""
+
+from __future__ import annotations
+
+from kiln.constructs import NodeBootstrap, ParallelClusterProps, SlurmQueue
+from kiln.stacks.compute_context import MOUNT_POINT, ComputeContext, capacity_option
+from kiln.stacks.network import wants_placement_group
+
+
+def parallelcluster_props(context: ComputeContext, *, bootstrap: NodeBootstrap) -> ParallelClusterProps:
+    """Translate the spec into ParallelCluster props (ParallelCluster makes its own placement groups)."""
+    spec = context.spec
+    compute = spec.compute
+    queues = [
+        SlurmQueue(
+            name=g.name,
+            instance_type=g.instance_type,
+            min_count=g.min_count,
+            max_count=g.max_count,
+            capacity=capacity_option(g),
+            placement_group=wants_placement_group(g),
+            root_volume_gib=g.root_volume_gib,
+        )
+        for g in compute.groups
+    ]
+    return ParallelClusterProps(
+        cluster_name=spec.name,
+        subnet=context.network.training_vpc.compute_subnet,
+        queues=queues,
+        bootstrap=bootstrap,
+        # ParallelCluster mounts FSx itself (SharedStorage); the bootstrap does not.
+        cluster_env=context.cluster_env(mounts_fsx=False),
+        head_node_instance_type=compute.head_node.instance_type,
+        login_instance_type=compute.login_nodes.instance_type,
+        login_count=compute.login_nodes.count,
+        os=compute.image.os,
+        custom_ami=compute.image.ami_id,
+        file_system=context.storage.lustre,
+        fsx_mount_dir=MOUNT_POINT,
+        security_groups=context.client_groups(),
+    )

@@ -1,0 +1,44 @@
+"""spec -> PcsClusterProps: AWS PCS node groups, login group and image."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from constructs import Construct
+
+from kiln.constructs import NodeBootstrap, PcsClusterProps, PcsNodeGroup
+from kiln.stacks.compute_context import ComputeContext
+
+
+def pcs_ami(scope: Construct, context: ComputeContext) -> str:
+    """Return the spec's AMI, or a stack parameter asking for one at deploy time."""
+    if context.spec.compute.image.ami_id:
+        return context.spec.compute.image.ami_id
+    parameter = cdk.CfnParameter(
+        scope,
+        "PcsAmiId",
+        type="AWS::EC2::Image::Id",
+        description="AMI with the AWS PCS agent and the cluster's Slurm (or set compute.image.ami_id in the spec)",
+    )
+    return parameter.value_as_string
+
+
+def pcs_cluster_props(context: ComputeContext, *, bootstrap: NodeBootstrap, ami_id: str) -> PcsClusterProps:
+    """Translate the spec into PCS props: one node group and queue per spec group, a static login group."""
+    spec, network = context.spec, context.network
+    login = spec.compute.login_nodes
+    return PcsClusterProps(
+        vpc=network.training_vpc.vpc,
+        subnet=network.training_vpc.compute_subnet,
+        efa_security_group=network.efa.security_group,
+        ami_id=ami_id,
+        compute_groups=[PcsNodeGroup(**context.node_group_fields(g)) for g in spec.compute.groups],
+        login=PcsNodeGroup(
+            name="login", instance_type=login.instance_type, min_count=login.count, max_count=login.count
+        )
+        if login.count
+        else None,
+        bootstrap=bootstrap,
+        cluster_env=context.cluster_env(mounts_fsx=True),
+        slurm_version=spec.software.slurm,
+        security_groups=context.client_groups(),
+    )

@@ -1,0 +1,113 @@
+"""What each package may import (docs/design.md, "Two flows, one direction each"), checked on the source."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+KILN = ROOT / "kiln"
+THIRD_PARTY_CLOUD = ("aws_cdk", "constructs", "cdk_nag", "jsii", "boto3", "botocore")
+# Package -> import prefixes it must never use (functions' own imports included).
+FORBIDDEN = {
+    "kiln.catalog": ("kiln.spec", "kiln.bootstrap", "kiln.constructs", "kiln.stacks", "kiln.local", "pydantic")
+    + THIRD_PARTY_CLOUD,
+    "kiln.spec": ("kiln.bootstrap", "kiln.constructs", "kiln.stacks", "kiln.local") + THIRD_PARTY_CLOUD,
+    "kiln.bootstrap": ("kiln.spec", "kiln.constructs", "kiln.stacks", "kiln.local", "pydantic") + THIRD_PARTY_CLOUD,
+    "kiln.constructs": ("kiln.spec", "kiln.stacks", "kiln.local", "pydantic"),
+    "kiln.local": ("kiln.constructs",) + THIRD_PARTY_CLOUD,
+}
+# Dev-side tools inside a node-side package, with what they alone may import: nodes never import them.
+EXEMPT = {"kiln/catalog/refresh.py": ("boto3", "botocore")}
+# The compute constructs take a NodeBootstrap; only BootstrapAssets renders.
+COMPUTE_CONSTRUCTS = ("pcs.py", "parallelcluster.py", "hyperpod.py", "eks.py")
+RENDERING = ("kiln.bootstrap.render", "kiln.bootstrap.config")
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module PATH imports, at any depth of the file (absolute imports only: kiln uses no others)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def _under(name: str, prefixes: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def _modules(package: str) -> list[Path]:
+    return sorted((KILN / package.split(".", 1)[1]).rglob("*.py"))
+
+
+@pytest.mark.parametrize("package", FORBIDDEN)
+def test_package_imports_only_what_its_layer_may(package: str) -> None:
+    offenders = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in _modules(package)
+        for name in imports_of(path)
+        if _under(name, FORBIDDEN[package]) and not _under(name, EXEMPT.get(str(path.relative_to(ROOT)), ()))
+    }
+    assert offenders == set()
+
+
+def test_compute_constructs_never_render_or_read_a_bootstrap_config() -> None:
+    offenders = {
+        f"{name}: {module}"
+        for name in COMPUTE_CONSTRUCTS
+        for module in imports_of(KILN / "constructs" / name)
+        if _under(module, RENDERING)
+    }
+    assert offenders == set()
+
+
+def test_local_reads_the_spec_only_through_the_cdk_free_translation() -> None:
+    stacks = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in _modules("kiln.local")
+        for name in imports_of(path)
+        if _under(name, ("kiln.stacks",)) and name != "kiln.stacks.bootstrap_config"
+    }
+    assert stacks == set()
+
+
+def test_construct_tests_build_from_plain_props_without_a_spec() -> None:
+    offenders = {
+        f"{path.name}: {name}"
+        for path in sorted((ROOT / "tests" / "constructs").glob("*.py"))
+        for name in imports_of(path)
+        if _under(name, ("kiln.spec", "kiln.stacks.bootstrap_config"))
+    }
+    examples = {
+        path.name
+        for path in (ROOT / "tests" / "constructs").glob("*.py")
+        if '"examples" /' in path.read_text() or "examples/" in path.read_text()
+    }
+    assert offenders == set() and examples == set()
+
+
+def test_the_check_sees_imports_inside_functions(tmp_path: Path) -> None:
+    # The checks above must be able to fail: a nested import is found like a top-level one.
+    module = tmp_path / "bad.py"
+    module.write_text("import os\n\ndef f():\n    from kiln.spec.models import ClusterSpec\n    import aws_cdk\n")
+    names = imports_of(module)
+    assert names == {"os", "kiln.spec.models", "aws_cdk"}
+    assert _under("kiln.spec.models", FORBIDDEN["kiln.bootstrap"]) and _under("aws_cdk", FORBIDDEN["kiln.local"])
+
+
+def test_spec_to_bootstrap_translation_loads_without_cdk() -> None:
+    program = (
+        "import json, sys, kiln.stacks.bootstrap_config, kiln.local.provision, kiln.cli\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('aws_cdk', 'jsii', 'constructs'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(done.stdout) == []
