@@ -35,8 +35,12 @@ def check_cluster_env(values: Mapping[str, str]) -> None:
         if not isinstance(value, str):
             raise ValueError(f"cluster.env {name}: got {type(value).__name__}, allowed: str (or a CDK token string)")
         literal = _TOKEN.sub("", value)
-        if "'" in literal or "\n" in literal:
-            raise ValueError(f"cluster.env {name}: got {value!r}, allowed: no single quotes or newlines")
+        # Written as NAME='value' (here and by fetch.sh on the node), read by load_env_file and by shells:
+        # inside single quotes only a quote or a control character could change what the line means.
+        if "'" in literal or not literal.isprintable():
+            raise ValueError(
+                f"cluster.env {name}: got {value!r}, allowed: printable text, no single quotes or newlines"
+            )
 
 
 def cluster_env_text(values: Mapping[str, str]) -> str:

@@ -8,17 +8,27 @@ from dataclasses import dataclass, field
 from kiln.bootstrap.checks import check_choice, check_node_path, check_pattern, check_positive
 from kiln.bootstrap.local_target import LocalCluster
 from kiln.catalog import UnknownInstanceType, instance_type
-from kiln.catalog.names import NODE_GROUP_NAME, NODE_GROUP_NAME_RULE, ec2_type_name
+from kiln.catalog.names import (
+    ARTIFACT_NAMES,
+    ENV_NAME,
+    ENV_NAME_RULE,
+    ENV_VALUE,
+    ENV_VALUE_RULE,
+    NODE_GROUP_NAME,
+    NODE_GROUP_NAME_RULE,
+    SHA256,
+    SHA256_RULE,
+    ec2_type_name,
+)
 
 TARGETS = ("pcs", "parallelcluster", "hyperpod", "eks", "local")
 OPERATING_SYSTEMS = ("ubuntu2204", "ubuntu2404", "al2023", "debian12")
 ARCHITECTURES = ("x86_64", "arm64")
 CONTAINER_RUNTIMES = ("docker", "containerd")
 
+# Every string below reaches a node's files; each is matched whole (fullmatch), ASCII only.
 _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 _VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_~-]*")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,9 +147,13 @@ class BootstrapConfig:
                     f"{name}: architecture {self.architecture!r} not offered (it has {', '.join(facts.architectures)})"
                 )
         for artifact, digest in self.checksums.items():
-            check_pattern(f"checksums.{artifact}", digest, _SHA256, "64 lowercase hex digits (sha256)")
-        for name in self.nccl_env:
-            check_pattern("nccl_env variable name", name, _ENV_NAME, "^[A-Z_][A-Z0-9_]*$")
+            check_choice("checksums artifact", artifact, ARTIFACT_NAMES)
+            check_pattern(f"checksums.{artifact}", digest, SHA256, SHA256_RULE)
+        for name, value in self.nccl_env.items():
+            check_pattern("nccl_env variable name", name, ENV_NAME, ENV_NAME_RULE)
+            check_pattern(f"nccl_env {name}", value, ENV_VALUE, ENV_VALUE_RULE)
+        for what in ("hyperpod_controller_group", "hyperpod_login_group"):
+            check_pattern(what, getattr(self, what), NODE_GROUP_NAME, NODE_GROUP_NAME_RULE)
         if self.hugepages_2m is not None and (not isinstance(self.hugepages_2m, int) or self.hugepages_2m < 0):
             raise ValueError(f"hugepages_2m: got {self.hugepages_2m!r}, allowed: an integer >= 0 or None")
         if self.fork_enomem and self.hugepages_2m:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from kiln.bootstrap.readiness import BootReadiness, boot_readiness
 from kiln.bootstrap.steps import NODE_CONTEXT, Step, declared_steps
 from kiln.bootstrap.wheel import build_wheel
 from kiln.catalog import SoftwareVersions, instance_type, preset_environment
+from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE, ENV_VALUE, ENV_VALUE_RULE
 from kiln.safe_output import replaced_directory
 
 PACKAGE_DIR = Path(__file__).parent
@@ -24,7 +24,6 @@ SCRIPTS_DIR = PACKAGE_DIR / "scripts"
 TEMPLATES_DIR = PACKAGE_DIR / "templates"
 
 PYXIS_PREFIX = "/usr/local"
-_PLAIN_VALUE = re.compile(r"^[A-Za-z0-9^_,.:/=+-]*$")
 SCRATCH_DIR = "/scratch"
 
 _GPU_STEPS = ("install_nvidia_driver", "install_efa", "install_nccl")
@@ -293,18 +292,30 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         env[f"{artifact.variable_prefix}_VERSION"] = artifact.version
         env[f"{artifact.variable_prefix}_SHA256"] = artifact.sha256
     for name, value in env.items():
-        if "'" in value or "\n" in value:
-            raise ValueError(f"{name}: got {value!r}, allowed: no single quotes or newlines")
+        check_quotable(name, value)
     return sorted(env.items())
+
+
+def check_quotable(name: str, value: str) -> None:
+    """Raise ValueError unless VALUE means itself inside single quotes: no quote, no control character.
+
+    bundle.env is read by load_env_file (which executes nothing) and may be sourced by bash; both take
+    NAME='value' literally only when the value holds neither.
+    """
+    if not isinstance(value, str) or "'" in value or not value.isprintable():
+        raise ValueError(f"{name}: got {value!r}, allowed: printable text, no single quotes or newlines")
 
 
 def _nccl_environment(config: BootstrapConfig, name: str) -> list[tuple[str, str]]:
     versions = SoftwareVersions(aws_ofi_nccl=config.software.aws_ofi_nccl, libfabric=config.software.libfabric)
     environment = preset_environment(name, versions=versions, fork_enomem=config.fork_enomem, overrides=config.nccl_env)
     for key, value in environment.items():
-        # nccl.env is read unquoted (docker --env-file), so values must mean the same to a shell.
-        if not _PLAIN_VALUE.match(value):
-            raise ValueError(f"nccl_env {key}: got {value!r}, allowed: letters, digits and ^_,.:/=+- only")
+        # nccl.env is read unquoted (docker --env-file, enroot) and profile.sh by login shells: both sides must
+        # mean the same to a shell as to docker, so they are plain (matched whole: no trailing newline either).
+        if ENV_NAME.fullmatch(key) is None:
+            raise ValueError(f"nccl_env variable name: got {key!r}, allowed: {ENV_NAME_RULE}")
+        if ENV_VALUE.fullmatch(value) is None:
+            raise ValueError(f"nccl_env {key}: got {value!r}, allowed: {ENV_VALUE_RULE}")
     return sorted(environment.items())
 
 

@@ -1,13 +1,31 @@
-"""Names and paths that AWS, Slurm and node shells impose, written once for every layer (stdlib only)."""
+"""Names and paths that AWS, Slurm and node shells impose, written once for every layer (stdlib only).
+
+Every pattern here is matched whole (re.fullmatch): a trailing newline or space never passes. Character
+classes are spelled out in ASCII ([0-9], not \\d, which also matches other scripts' digits).
+"""
 
 from __future__ import annotations
 
+import json
 import re
+import unicodedata
+from functools import lru_cache
+from pathlib import Path
 
-# A node group becomes a Slurm partition, a PCS node group and queue, a ParallelCluster queue and an
-# EKS node-group label; 25 characters is what the shortest of them (PCS, with kiln's suffixes) allows.
-NODE_GROUP_NAME = re.compile(r"[a-z][a-z0-9-]{0,24}")
-NODE_GROUP_NAME_RULE = "a lowercase letter, then up to 24 lowercase letters, digits or '-'"
+DATA_DIR = Path(__file__).parent / "data"
+REGIONS_PATH = DATA_DIR / "regions.json"
+
+# The cluster's name: prefixes stacks and resources and becomes KILN_CLUSTER_NAME, the Slurm ClusterName,
+# the HyperPod, ParallelCluster and EKS cluster names. HyperPod's must also end in a letter or digit, which
+# the spec rules check beside this pattern.
+CLUSTER_NAME = re.compile(r"[a-z][a-z0-9-]{0,30}")
+CLUSTER_NAME_RULE = "a lowercase letter, then up to 30 lowercase letters, digits or '-'"
+
+# A node group becomes a Slurm partition, a PCS node group and queue, a ParallelCluster queue, a HyperPod
+# instance group and an EKS node-group label value; 25 characters is what the shortest of them (PCS, with
+# kiln's suffixes) allows, and HyperPod names and Kubernetes label values end in a letter or digit.
+NODE_GROUP_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,23}[a-z0-9])?")
+NODE_GROUP_NAME_RULE = "a lowercase letter, then up to 24 lowercase letters, digits or '-', not ending in '-'"
 
 # SageMaker names an EC2 type with this prefix (ml.p5.48xlarge); kiln's catalog keys are EC2 names.
 HYPERPOD_TYPE_PREFIX = "ml."
@@ -17,10 +35,96 @@ HYPERPOD_TYPE_PREFIX = "ml."
 NODE_PATH = re.compile(r"/[A-Za-z0-9._/+@%=:,-]*")
 NODE_PATH_RULE = "an absolute path of letters, digits and . _ / + @ % = : , -"
 
+# An NCCL/EFA variable of the spec's launcher.nccl_env: written as NAME=value into nccl.env (read unquoted
+# by docker --env-file and enroot) and profile.sh, so both sides are plain.
+ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+ENV_NAME_RULE = "upper-case letters, digits and '_', not starting with a digit"
+ENV_VALUE = re.compile(r"[A-Za-z0-9^_,.:/=+-]*")
+ENV_VALUE_RULE = "letters, digits and ^ _ , . : / = + - only"
+
+# A pinned software version (spec software.*): goes into bundle.env, download URLs and install paths.
+VERSION = re.compile(r"[0-9]+(?:\.[0-9]+){0,3}(?:[-.+~][0-9A-Za-z.]+)?")
+VERSION_RULE = "a version such as 1.41.0"
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
+SHA256_RULE = "64 lowercase hex digits of sha256"
+
+# The downloads a node bootstrap may make, by name: the keys software.checksums may give a digest for.
+# Kept here, beside the names the spec checks, because kiln.spec may not import kiln.bootstrap; it must list
+# exactly the names of kiln/bootstrap/artifacts.json (tests/bootstrap/test_injection.py checks).
+ARTIFACT_NAMES = (
+    "nvidia-driver",
+    "cuda-keyring",
+    "cuda-rpm-key",
+    "efa-installer",
+    "nccl",
+    "fsx-lustre-client-key",
+    "enroot-deb",
+    "enroot-caps-deb",
+    "enroot-rpm",
+    "enroot-caps-rpm",
+    "pyxis",
+    "nvidia-container-toolkit-key",
+)
+
+# Region and availability zone names: their shape (the region must also be one of known_regions()).
+REGION = re.compile(r"[a-z]{2,4}(?:-[a-z]+){1,3}-[0-9]{1,2}")
+AVAILABILITY_ZONE = re.compile(REGION.pattern + r"[a-z]")
+
+# S3 bucket names (S3 general purpose bucket naming rules).
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+BUCKET_NAME_RULE = "3-63 of a-z, 0-9, '.', '-', starting and ending with a letter or digit"
+_BUCKET_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_BUCKET_SUFFIXES = ("-s3alias", "--ol-s3", "--x-s3", "--table-s3", ".mrap")
+_IPV4 = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+")
+
+# The characters AWS accepts in tag keys and values across services (letters, digits and spaces in any
+# script, and _ . : / = + - @), as in CloudFormation's ^([\p{L}\p{Z}\p{N}_.:/=+\-@]*)$.
+TAG_RULE = "letters, digits, spaces and _ . : / = + - @"
+_TAG_PUNCTUATION = frozenset("_.:/=+-@")
+
 
 def is_node_group_name(text: object) -> bool:
     """Return True when TEXT is a valid node group name, whole (no trailing newline or space)."""
     return isinstance(text, str) and NODE_GROUP_NAME.fullmatch(text) is not None
+
+
+def matches(pattern: re.Pattern[str], text: object) -> bool:
+    """Return True when TEXT is a string that PATTERN matches whole."""
+    return isinstance(text, str) and pattern.fullmatch(text) is not None
+
+
+def is_bucket_name(text: object) -> bool:
+    """Return True when TEXT is a valid S3 general purpose bucket name."""
+    if not matches(BUCKET_NAME, text):
+        return False
+    if ".." in text or ".-" in text or "-." in text or _IPV4.fullmatch(text):
+        return False
+    return not text.startswith(_BUCKET_PREFIXES) and not text.endswith(_BUCKET_SUFFIXES)
+
+
+def is_tag_text(text: object) -> bool:
+    """Return True when TEXT holds only characters AWS accepts in tags (see TAG_RULE)."""
+    if not isinstance(text, str):
+        return False
+    return all(ch in _TAG_PUNCTUATION or unicodedata.category(ch)[0] in "LZN" for ch in text)
+
+
+def is_plain_word(text: object) -> bool:
+    """Return True when TEXT is non-empty, printable and without whitespace: shown as it is in a field path."""
+    return isinstance(text, str) and text.isprintable() and not any(ch.isspace() for ch in text) and text != ""
+
+
+@lru_cache(maxsize=1)
+def regions_by_partition() -> dict[str, tuple[str, ...]]:
+    """Return the AWS regions kiln knows, by partition (kiln/catalog/data/regions.json)."""
+    data = json.loads(REGIONS_PATH.read_text())
+    return {partition: tuple(names) for partition, names in data["partitions"].items()}
+
+
+def known_regions() -> frozenset[str]:
+    """Return every AWS region name kiln knows."""
+    return frozenset(name for names in regions_by_partition().values() for name in names)
 
 
 def hyperpod_type_name(ec2_name: str) -> str:

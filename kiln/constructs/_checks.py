@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import aws_cdk as cdk
@@ -12,7 +12,7 @@ from aws_cdk import aws_iam as iam
 from constructs import IConstruct
 
 from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
-from kiln.constructs.nag_rules import Finding, wildcard_action, wildcard_resource
+from kiln.constructs.nag_rules import Finding, WildcardGrant, wildcard_action, wildcard_resource
 
 
 def unresolved(value: Any) -> bool:
@@ -83,36 +83,82 @@ def _nag_text(value: Any) -> str:
     raise ValueError(f"cannot name {value!r} as cdk-nag does")
 
 
-@jsii.implements(cdk.IAspect)
-class _AcknowledgeWildcards:
-    """At synthesis, acknowledge each wildcard finding of the policies under a construct."""
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
 
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
+
+def wildcard_pairs(document: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """Return every (action, resource) an Allow statement of DOCUMENT grants where either holds a '*'."""
+    pairs = []
+    for statement in document.get("Statement", []):
+        if statement.get("Effect") != "Allow":
+            continue
+        for action in _listed(statement.get("Action", [])):
+            for resource in _listed(statement.get("Resource", [])):
+                text = _nag_text(resource)
+                if "*" in action or "*" in text:
+                    pairs.append((action, text))
+    return pairs
+
+
+def review_wildcards(
+    pairs: Iterable[tuple[str, str]], grants: Sequence[WildcardGrant], places: Mapping[str, str]
+) -> tuple[list[Finding], list[tuple[str, str]]]:
+    """Match PAIRS against the reviewed GRANTS (their {placeholders} filled from PLACES, as cdk-nag names them).
+
+    Return the IAM5 findings every pair behind which is reviewed, each with its grants' reasons, and the
+    pairs no grant covers. A finding shared by a reviewed and an unreviewed pair stays unacknowledged.
+    """
+    escaped = {name: re.escape(text) for name, text in places.items()}
+    compiled = [(grant, re.compile(grant.resource.format(**escaped))) for grant in grants]
+    reasons: dict[str, list[str]] = {}
+    blocked: set[str] = set()
+    unreviewed = []
+    for action, resource in pairs:
+        findings = [wildcard_action(action)] * ("*" in action) + [wildcard_resource(resource)] * ("*" in resource)
+        grant = next((g for g, pattern in compiled if action in g.actions and pattern.fullmatch(resource)), None)
+        if grant is None:
+            unreviewed.append((action, resource))
+            blocked.update(findings)
+            continue
+        for finding in findings:
+            reasons.setdefault(finding, [])
+            if grant.reason not in reasons[finding]:
+                reasons[finding].append(grant.reason)
+    accepted = [Finding(rule, " ".join(texts)) for rule, texts in reasons.items() if rule not in blocked]
+    return accepted, unreviewed
+
+
+@jsii.implements(cdk.IAspect)
+class _AcknowledgeReviewedWildcards:
+    """At synthesis, acknowledge the IAM5 findings of the policies under a construct that reviewed grants cover."""
+
+    def __init__(self, grants: Sequence[WildcardGrant], places: Mapping[str, Any]) -> None:
+        self.grants, self.places = tuple(grants), dict(places)
 
     def visit(self, node: IConstruct) -> None:
         if not isinstance(node, iam.CfnPolicy):
             return
-        document = cdk.Stack.of(node).resolve(node.policy_document)
-        findings: list[str] = []
-        for statement in document.get("Statement", []):
-            actions = statement.get("Action", [])
-            resources = statement.get("Resource", [])
-            for action in [actions] if isinstance(actions, str) else actions:
-                if "*" in action:
-                    findings.append(wildcard_action(action))
-            for resource in [resources] if not isinstance(resources, list) else resources:
-                text = _nag_text(resource)
-                if "*" in text:
-                    findings.append(wildcard_resource(text))
-        acknowledge(node, *(Finding(rule, self.reason) for rule in dict.fromkeys(findings)))
+        stack = cdk.Stack.of(node)
+        places = {name: _nag_text(stack.resolve(value)) for name, value in self.places.items()}
+        accepted, unreviewed = review_wildcards(
+            wildcard_pairs(stack.resolve(node.policy_document)), self.grants, places
+        )
+        acknowledge(node, *accepted)
+        for action, resource in unreviewed:
+            # cdk-nag then fails synthesis on the finding; this says where the review belongs.
+            cdk.Annotations.of(node).add_error(
+                f"unreviewed IAM wildcard: {action} on {resource}; add a WildcardGrant with its reason to "
+                "kiln/constructs/nag_rules.py, or narrow the grant"
+            )
 
 
-def acknowledge_wildcards(construct: IConstruct, reason: str) -> None:
-    """Acknowledge every IAM5 wildcard finding of the policies under CONSTRUCT with REASON.
+def acknowledge_wildcards(construct: IConstruct, grants: Sequence[WildcardGrant], **places: Any) -> None:
+    """Acknowledge the IAM5 wildcard findings under CONSTRUCT that the reviewed GRANTS cover, pair by pair.
 
-    cdk-nag v3 wants each finding acknowledged by its exact id, and those ids hold logical ids
-    and regions known only at synthesis; they are read from the policies themselves.
+    PLACES fill the grants' {placeholders} with the values they stand for (a bucket's ARN, a function's
+    ARN), resolved at synthesis, since cdk-nag names findings by logical ids known only then. A wildcard
+    (action, resource) pair no grant covers is never acknowledged: cdk-nag fails synthesis on it.
     """
-    require(bool(reason.strip()), "reason", reason, "a non-empty reason")
-    cdk.Aspects.of(construct).add(_AcknowledgeWildcards(reason))
+    require(bool(grants), "grants", grants, "at least one reviewed WildcardGrant")
+    cdk.Aspects.of(construct).add(_AcknowledgeReviewedWildcards(grants, places))

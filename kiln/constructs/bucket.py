@@ -9,7 +9,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
-from kiln.constructs._checks import require
+from kiln.catalog.names import BUCKET_NAME_RULE, is_bucket_name
+from kiln.constructs._checks import require, unresolved
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,6 +23,7 @@ class DataBucketProps:
     abort_incomplete_upload_days: days before unfinished multipart uploads are removed; default 7.
     noncurrent_version_days: days old object versions are kept; default 30.
     access_logs: write server access logs to a sibling bucket; default True.
+    access_log_prefix: where in that bucket the logs go; name it after the bucket's purpose (default data-bucket/).
     """
 
     bucket_name: str | None = None
@@ -29,8 +31,11 @@ class DataBucketProps:
     abort_incomplete_upload_days: int = 7
     noncurrent_version_days: int = 30
     access_logs: bool = True
+    access_log_prefix: str = "data-bucket/"
 
     def __post_init__(self) -> None:
+        if self.bucket_name is not None and not unresolved(self.bucket_name):
+            require(is_bucket_name(self.bucket_name), "bucket_name", self.bucket_name, BUCKET_NAME_RULE)
         require(
             self.abort_incomplete_upload_days >= 1,
             "abort_incomplete_upload_days",
@@ -70,7 +75,7 @@ class DataBucket(Construct):
             bucket_name=props.bucket_name,
             versioned=True,
             server_access_logs_bucket=self.access_log_bucket,
-            server_access_logs_prefix="data-bucket/" if self.access_log_bucket else None,
+            server_access_logs_prefix=props.access_log_prefix if self.access_log_bucket else None,
             lifecycle_rules=[
                 s3.LifecycleRule(
                     id="AbortIncompleteUploads",

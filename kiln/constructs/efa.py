@@ -7,6 +7,15 @@ from dataclasses import dataclass
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
+# The rule CDK itself uses to mean "no egress": an ICMP type/code pair no packet carries.
+NO_TRAFFIC_EGRESS = {
+    "CidrIp": "255.255.255.255/32",
+    "Description": "Disallow all traffic",
+    "FromPort": 252,
+    "IpProtocol": "icmp",
+    "ToPort": 86,
+}
+
 
 @dataclass(frozen=True, kw_only=True)
 class EfaSecurityGroupProps:
@@ -30,6 +39,11 @@ class EfaSecurityGroup(Construct):
         )
         self.security_group.add_ingress_rule(self.security_group, ec2.Port.all_traffic(), "EFA peers")
         self.security_group.add_egress_rule(self.security_group, ec2.Port.all_traffic(), "EFA peers")
+        # A self-reference is a separate SecurityGroupEgress resource, and CDK then drops its inline
+        # placeholder; a group without inline egress gets EC2's default allow-all egress. This inline rule
+        # matches no traffic and replaces that default, so egress is to members only.
+        group = self.security_group.node.default_child
+        group.add_property_override("SecurityGroupEgress", [NO_TRAFFIC_EGRESS])
 
     @property
     def security_group_id(self) -> str:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from aws_cdk import Stack
+from aws_cdk import Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -17,6 +18,7 @@ from constructs import Construct
 from kiln.bootstrap.fetch import fetch_user_data
 from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.facts import UnknownInstanceType
+from kiln.catalog.limits import EBS_GP3_MAX_GIB
 from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge, acknowledge_wildcards, require, require_in, unresolved
@@ -26,13 +28,14 @@ from kiln.constructs.eks_addons import (
     HELM_ADDONS,
     KUBERNETES_RELEASES,
     TRAINING_OPERATOR,
+    VPC_CNI_IDENTITY,
     LustreVolumeNames,
+    PodIdentity,
     kustomize_job_manifests,
     lustre_volume_manifests,
 )
 from kiln.constructs.ids import hashed_id
 from kiln.constructs.launch_template import (
-    CONTAINER_HOP_LIMIT,
     CapacityOption,
     EfaLaunchTemplate,
     EfaLaunchTemplateProps,
@@ -61,13 +64,18 @@ INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 AL2023_ROOT_DEVICE = "/dev/xvda"
 NODE_GROUP_LABEL = "kiln.io/node-group"
 SYSTEM_NODE_GROUP = "system"
-# AWS-managed policies of the node role (each acknowledged in nag_rules.EKS_NODE_POLICIES).
+# IMDS answers the node itself (and host-network pods such as aws-node and the Pod Identity agent), never a
+# pod behind another hop: pods cannot take the node role. What needs AWS gets its own identity (Pod Identity).
+NODE_HOP_LIMIT = 1
+# AWS-managed policies of the node role, what nodes themselves need (each acknowledged in
+# nag_rules.EKS_NODE_POLICIES). The VPC CNI's policy is on its own Pod Identity role instead.
 NODE_POLICIES = (
     "AmazonEKSWorkerNodePolicy",
-    "AmazonEKS_CNI_Policy",
     "AmazonEC2ContainerRegistryPullOnly",
     "AmazonSSMManagedInstanceCore",
 )
+# What CDK's kubectl handler gets from ECR only to pull oci:// Helm charts; kiln's charts come over HTTPS.
+KUBECTL_ECR_POLICIES = ("AmazonEC2ContainerRegistryReadOnly", "AmazonElasticContainerRegistryPublicReadOnly")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,7 +150,7 @@ class SystemNodeGroup:
     def __post_init__(self) -> None:
         require(bool(INSTANCE_TYPE.match(self.instance_type)), "instance_type", self.instance_type, "an EC2 type")
         require(1 <= self.count <= 100, "count", self.count, "1 to 100")
-        require(20 <= self.root_volume_gib <= 16384, "root_volume_gib", self.root_volume_gib, "20 to 16384")
+        require(20 <= self.root_volume_gib <= EBS_GP3_MAX_GIB, "root_volume_gib", self.root_volume_gib, "20 to 16384")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -291,11 +299,19 @@ class EksTrainingCluster(Construct):
                 ],
             )
         self.node_role = self._node_role()
+        # EKS's Pod Identity agent add-on (CDK creates it once per cluster), at the version EKS pins for the
+        # cluster's Kubernetes version.
+        self.pod_identity_agent = self.cluster.eks_pod_identity_agent
+        self.cni_role, self.cni_identity = self._pod_identity("VpcCni", VPC_CNI_IDENTITY)
         self.system_node_group = self._system_nodes(props.system_nodes) if props.system_nodes else None
         self.launch_templates: dict[str, EfaLaunchTemplate] = {}
         self.node_groups: dict[str, eks.Nodegroup] = {}
         for group in props.gpu_groups:
             self.node_groups[group.name] = self._gpu_nodes(group)
+        for nodegroup in self._all_node_groups():
+            # Pod Identity credentials are injected when a pod is created: aws-node must find its association
+            # (and the agent) in place before the first node joins, or it falls back to the node role.
+            nodegroup.node.add_dependency(self.cni_identity, self.pod_identity_agent)
         self.addons: dict[str, Construct] = {
             key: self.cluster.add_helm_chart(
                 _pascal(key),
@@ -313,6 +329,7 @@ class EksTrainingCluster(Construct):
             _pascal(TRAINING_OPERATOR.name), *kustomize_job_manifests(TRAINING_OPERATOR)
         )
         self.lustre_volume = self._lustre_volume(props.lustre) if props.lustre else None
+        self._drop_kubectl_ecr_policies()
         self._acknowledge()
 
     def _check_control_plane_subnets(self, subnets: list[ec2.ISubnet]) -> None:
@@ -330,12 +347,43 @@ class EksTrainingCluster(Construct):
             self,
             "NodeRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description="kiln EKS nodes: join the cluster, pod networking, image pulls, SSM sessions, bootstrap bundle",
+            description="kiln EKS nodes: join the cluster, image pulls, SSM sessions, bootstrap bundle",
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name) for name in NODE_POLICIES],
         )
         if self.props.bootstrap is not None and self.props.gpu_groups:
             self.props.bootstrap.grant_read(role)
         return role
+
+    def _pod_identity(self, construct_id: str, identity: PodIdentity) -> tuple[iam.Role, eks.CfnPodIdentityAssociation]:
+        """Give IDENTITY's service account in this cluster, and nothing else, a role with its one managed policy."""
+        # EKS Pod Identity tags each session with where the pod runs; the trust policy accepts only this account.
+        tags = {
+            "aws:RequestTag/eks-cluster-arn": self.cluster.cluster_arn,
+            "aws:RequestTag/kubernetes-namespace": identity.namespace,
+            "aws:RequestTag/kubernetes-service-account": identity.service_account,
+        }
+        role = iam.Role(
+            self,
+            f"{construct_id}Role",
+            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal("pods.eks.amazonaws.com")).with_conditions(
+                {"StringEquals": tags}
+            ),
+            description=f"kiln EKS {identity.namespace}/{identity.service_account} (EKS Pod Identity)",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(identity.managed_policy)],
+        )
+        association = eks.CfnPodIdentityAssociation(
+            self,
+            f"{construct_id}PodIdentity",
+            cluster_name=self.cluster.cluster_name,
+            namespace=identity.namespace,
+            service_account=identity.service_account,
+            role_arn=role.role_arn,
+        )
+        return role, association
+
+    def _all_node_groups(self) -> list[eks.Nodegroup]:
+        system = [self.system_node_group] if self.system_node_group is not None else []
+        return [*system, *self.node_groups.values()]
 
     def _node_security_groups(self) -> list[ec2.ISecurityGroup]:
         # A launch template that names security groups replaces EKS's default: the cluster group must be listed.
@@ -349,7 +397,7 @@ class EksTrainingCluster(Construct):
             launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
                 security_group_ids=[g.security_group_id for g in self._node_security_groups()],
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
-                    http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=CONTAINER_HOP_LIMIT
+                    http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=NODE_HOP_LIMIT
                 ),
                 block_device_mappings=[
                     ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
@@ -395,6 +443,7 @@ class EksTrainingCluster(Construct):
                 capacity=CapacityOption() if group.capacity.type == "spot" else group.capacity,
                 user_data_parts=parts,
                 placement_group=group.placement_group,
+                hop_limit=NODE_HOP_LIMIT,
             ),
         )
         self.launch_templates[group.name] = template
@@ -432,32 +481,26 @@ class EksTrainingCluster(Construct):
             ),
         )
 
+    def _drop_kubectl_ecr_policies(self) -> None:
+        """Take ECR and ECR Public read off CDK's kubectl handler role: its helm step logs in to a registry only
+        for oci:// charts, and every chart kiln installs comes over HTTPS (HELM_ADDONS)."""
+        handler = self.cluster.kubectl_provider.node.find_child("Handler")
+        role = handler.role.node.default_child
+        arns = Stack.of(self).resolve(role.managed_policy_arns)
+        kept = [arn for arn in arns if not any(name in json.dumps(arn) for name in KUBECTL_ECR_POLICIES)]
+        # CDK adds the policies to a role it owns, with no way to opt out: replace the role's list (on the L1, so
+        # cdk-nag sees what CloudFormation gets), and drop the condition that chose ECR Public by partition.
+        role.managed_policy_arns = [Token.as_string(arn) for arn in kept]
+        handler.node.try_remove_child("HasEcrPublic")
+
     def _acknowledge(self) -> None:
         acknowledge(self.cluster.role, nag_rules.EKS_CLUSTER_ROLE)
         acknowledge(self.node_role, *nag_rules.EKS_NODE_POLICIES)
+        acknowledge(self.cni_role, nag_rules.EKS_CNI_POLICY)
         provider = self.cluster.kubectl_provider
         handler = provider.node.find_child("Handler")
-        stack = Stack.of(self)
-        # cdk-nag names this conditional managed policy by its CloudFormation JSON.
-        ecr_public = {
-            "Fn::If": [
-                stack.get_logical_id(handler.node.find_child("HasEcrPublic")),
-                {
-                    "Fn::Join": [
-                        "",
-                        ["arn:", {"Ref": "AWS::Partition"}, f":iam::aws:policy/{nag_rules.ECR_PUBLIC_POLICY}"],
-                    ]
-                },
-                {"Ref": "AWS::NoValue"},
-            ]
-        }
-        acknowledge(
-            provider,
-            *nag_rules.KUBECTL_HANDLER_POLICIES,
-            nag_rules.kubectl_ecr_public(ecr_public),
-            nag_rules.KUBECTL_HANDLER_RUNTIME,
-        )
-        acknowledge_wildcards(provider, nag_rules.KUBECTL_HANDLER_VERSIONS)
+        acknowledge(provider, *nag_rules.KUBECTL_HANDLER_POLICIES, nag_rules.KUBECTL_HANDLER_RUNTIME)
+        acknowledge_wildcards(provider, nag_rules.KUBECTL_HANDLER_GRANTS, handler=handler.function_arn)
 
     @property
     def cluster_arn(self) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,6 +75,10 @@ EFA_DEVICE_PLUGIN = HelmAddon(
     release="aws-efa-k8s-device-plugin",
     values={"tolerations": TOLERATE_EVERYTHING},
 )
+# Static provisioning only: kiln binds a PV to its existing file system, so the driver calls no AWS API (the
+# node plugin mounts over Lustre; the controller would call FSx only to create or delete file systems for
+# dynamically provisioned claims, which kiln does not offer). It gets no AWS identity. With IMDS out of
+# pods' reach (hop limit 1) the driver reads its node's instance id from the Kubernetes API instead.
 FSX_CSI_DRIVER = HelmAddon(
     chart="aws-fsx-csi-driver",
     repository="https://kubernetes-sigs.github.io/aws-fsx-csi-driver",
@@ -83,6 +89,12 @@ FSX_CSI_DRIVER = HelmAddon(
 )
 # The v1 training operator (PyTorchJob) has no official chart; its release tag carries the
 # kustomize bundle. Synth stays offline: the cluster fetches the tag when the Job runs.
+# The images are pinned by tag, not digest: kiln pins a digest only where it can cite a published one, and
+# none could be cited for these tags when this was written (the Kubernetes image promoter's manifest,
+# kubernetes/k8s.io registry.k8s.io/images/k8s-staging-kubernetes/images.yaml, lists kubectl digests, but the
+# copy at hand stopped before v1.36; no source at hand lists alpine/git's). So a substituted image is not
+# ruled out: the git step holds no token, but the kubectl steps apply what it fetched, with cluster-admin,
+# until the Job revokes it (see kustomize_job_manifests).
 TRAINING_OPERATOR = KustomizeAddon(
     name="training-operator",
     repository="https://github.com/kubeflow/trainer.git",
@@ -92,11 +104,31 @@ TRAINING_OPERATOR = KustomizeAddon(
     kubectl_image="registry.k8s.io/kubectl:v1.36.3",
     namespace="kube-system",
 )
+# Every chart comes over HTTPS: CDK's kubectl handler needs no registry credentials (no oci://).
 HELM_ADDONS: dict[str, HelmAddon] = {
     "nvidia-device-plugin": NVIDIA_DEVICE_PLUGIN,
     "efa-device-plugin": EFA_DEVICE_PLUGIN,
     "fsx-csi-driver": FSX_CSI_DRIVER,
 }
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodIdentity:
+    """A cluster component that calls AWS APIs: its service account and the one AWS-managed policy it gets."""
+
+    namespace: str
+    service_account: str
+    managed_policy: str
+
+
+# Of everything a kiln cluster runs, only the VPC CNI calls AWS (it attaches interfaces and assigns pod
+# addresses), so only its service account gets an AWS identity. The NVIDIA and EFA device plugins talk to the
+# kubelet and read local devices; the FSx CSI driver needs none (above); the training operator and its install
+# Job call no AWS API. Nodes keep IMDS to themselves (hop limit 1): no pod outside the host network reaches the
+# node role either.
+VPC_CNI_IDENTITY = PodIdentity(
+    namespace="kube-system", service_account="aws-node", managed_policy="AmazonEKS_CNI_Policy"
+)
 
 # GPU nodes carry this label so the NVIDIA plugin's default node affinity selects them without NFD.
 GPU_PRESENT_LABEL = {"nvidia.com/gpu.present": "true"}
@@ -105,65 +137,110 @@ FSX_CSI_DRIVER_NAME = "fsx.csi.aws.com"
 BUILTIN_NAMESPACES = ("default", "kube-system")
 
 
-def _job_name(addon: KustomizeAddon) -> str:
-    # A Job's pod template is immutable: a new ref gets a new Job instead of a failed update.
-    return f"kiln-install-{addon.name}-{addon.ref.replace('.', '-')}"[:63]
+# The install token's lifetime (the API server's minimum) and how long a finished install Job (with its pods,
+# the only holders of that token) stays for inspection.
+INSTALL_TOKEN_SECONDS = 600
+INSTALL_JOB_TTL_SECONDS = 600
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def _install_token_volume(name: str) -> dict[str, Any]:
+    """Return a projected volume laid out like the automounted token, but short-lived (no extended expiry)."""
+    return {
+        "name": name,
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": INSTALL_TOKEN_SECONDS}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+            ]
+        },
+    }
+
+
+def _job_name(addon: KustomizeAddon, objects: list[dict[str, Any]]) -> str:
+    # A Job's pod template is immutable, and CDK re-applies all three objects whenever any of them changes:
+    # a name that follows their content means every apply that restores the binding starts a Job that revokes it.
+    digest = hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()[:10]
+    return f"kiln-install-{addon.name}-{addon.ref.replace('.', '-')}"[:52] + f"-{digest}"
 
 
 def kustomize_job_manifests(addon: KustomizeAddon) -> list[dict[str, Any]]:
-    """Return a service account, its binding and the Job that applies ADDON's bundle server-side."""
+    """Return a service account, its cluster-admin binding, and the Job that applies ADDON's bundle server-side
+    and then deletes that binding.
+
+    The bundle creates CRDs, cluster roles and webhooks: only cluster-admin may grant what it grants. The grant
+    lasts as long as the install: the Job's last step (its one container, which starts only after the fetch and
+    apply init containers succeed) deletes the binding. Only the kubectl steps mount the account's token, a
+    10-minute one; the git step gets none. A finished Job and its pods are deleted after INSTALL_JOB_TTL_SECONDS,
+    which invalidates their pod-bound tokens. An install that fails for good (backoffLimit) leaves the binding
+    until a deploy that changes the install starts a new Job or the stack is deleted, but no token of the account
+    survives its pods: using the binding then takes creating pods or tokens in its namespace (kube-system for
+    kiln's add-ons, where that already amounts to cluster-admin).
+    """
     account = f"kiln-install-{addon.name}"
     labels = {"app.kubernetes.io/name": account, "app.kubernetes.io/managed-by": "kiln"}
     source = "/src"
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": {"name": account, "namespace": addon.namespace, "labels": labels},
-        },
-        {
-            # The bundle creates CRDs, cluster roles and webhooks: only cluster-admin may grant what it grants.
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "ClusterRoleBinding",
-            "metadata": {"name": account, "labels": labels},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-            "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": addon.namespace}],
-        },
-        {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": _job_name(addon), "namespace": addon.namespace, "labels": labels},
-            "spec": {
-                "backoffLimit": 10,
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "serviceAccountName": account,
-                        "restartPolicy": "OnFailure",
-                        "tolerations": TOLERATE_EVERYTHING,
-                        "volumes": [{"name": "source", "emptyDir": {}}],
-                        "initContainers": [
-                            {
-                                "name": "fetch",
-                                "image": addon.git_image,
-                                "args": ["clone", "--depth", "1", "--branch", addon.ref, addon.repository, source],
-                                "volumeMounts": [{"name": "source", "mountPath": source}],
-                            }
-                        ],
-                        "containers": [
-                            {
-                                "name": "apply",
-                                "image": addon.kubectl_image,
-                                # Server-side: the CRDs are too large for client-side apply's annotation.
-                                "args": ["apply", "--server-side", "--force-conflicts", "-k", f"{source}/{addon.path}"],
-                                "volumeMounts": [{"name": "source", "mountPath": source, "readOnly": True}],
-                            }
-                        ],
-                    },
+    api_access = "install-api-access"
+    api_mount = {"name": api_access, "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True}
+    service_account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": account, "namespace": addon.namespace, "labels": labels},
+        "automountServiceAccountToken": False,
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": account, "labels": labels},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": addon.namespace}],
+    }
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"namespace": addon.namespace, "labels": labels},
+        "spec": {
+            "backoffLimit": 10,
+            "ttlSecondsAfterFinished": INSTALL_JOB_TTL_SECONDS,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": account,
+                    "automountServiceAccountToken": False,
+                    "restartPolicy": "OnFailure",
+                    "tolerations": TOLERATE_EVERYTHING,
+                    "volumes": [{"name": "source", "emptyDir": {}}, _install_token_volume(api_access)],
+                    "initContainers": [
+                        {
+                            "name": "fetch",
+                            "image": addon.git_image,
+                            "args": ["clone", "--depth", "1", "--branch", addon.ref, addon.repository, source],
+                            "volumeMounts": [{"name": "source", "mountPath": source}],
+                        },
+                        {
+                            "name": "apply",
+                            "image": addon.kubectl_image,
+                            # Server-side: the CRDs are too large for client-side apply's annotation.
+                            "args": ["apply", "--server-side", "--force-conflicts", "-k", f"{source}/{addon.path}"],
+                            "volumeMounts": [{"name": "source", "mountPath": source, "readOnly": True}, api_mount],
+                        },
+                    ],
+                    "containers": [
+                        {
+                            "name": "revoke",
+                            "image": addon.kubectl_image,
+                            # The account's last act: with the binding gone its token grants nothing.
+                            "args": ["delete", "clusterrolebinding", account, "--ignore-not-found"],
+                            "volumeMounts": [api_mount],
+                        }
+                    ],
                 },
             },
         },
-    ]
+    }
+    job["metadata"]["name"] = _job_name(addon, [service_account, binding, job])
+    return [service_account, binding, job]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from aws_cdk import Aws, CfnOutput
+from aws_cdk import CfnOutput, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -19,6 +19,7 @@ from constructs import Construct
 from kiln.bootstrap.cluster_env import cluster_env_text
 from kiln.catalog import UnknownInstanceType
 from kiln.catalog import instance_type as catalog_instance_type
+from kiln.catalog.limits import HYPERPOD_VOLUME_MAX_GIB, HYPERPOD_VOLUME_MIN_GIB
 from kiln.catalog.names import hyperpod_type_name
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge, acknowledge_wildcards, require, require_in
@@ -31,20 +32,6 @@ Orchestrator = Literal["slurm", "eks"]
 ORCHESTRATORS: tuple[str, ...] = get_args(Orchestrator)
 HYPERPOD_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
 DEEP_HEALTH_CHECKS = ["InstanceStress", "InstanceConnectivity"]
-# HyperPod attaches its nodes' interfaces in the customer VPC with the execution role.
-VPC_ACTIONS = [
-    "ec2:AssignPrivateIpAddresses",
-    "ec2:CreateNetworkInterface",
-    "ec2:CreateNetworkInterfacePermission",
-    "ec2:DeleteNetworkInterface",
-    "ec2:DeleteNetworkInterfacePermission",
-    "ec2:DescribeNetworkInterfaces",
-    "ec2:DescribeVpcs",
-    "ec2:DescribeDhcpOptions",
-    "ec2:DescribeSubnets",
-    "ec2:DescribeSecurityGroups",
-    "ec2:DetachNetworkInterface",
-]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +55,12 @@ class HyperPodInstanceGroup:
         require(HYPERPOD_NAME.fullmatch(self.name) is not None, "name", self.name, "1-63 letters, digits and '-'")
         require_in("role", self.role, ROLES)
         require(self.count >= 1, "count", self.count, "1 or more")
-        require(1 <= self.storage_gib <= 16384, "storage_gib", self.storage_gib, "1 to 16384")
+        require(
+            HYPERPOD_VOLUME_MIN_GIB <= self.storage_gib <= HYPERPOD_VOLUME_MAX_GIB,
+            "storage_gib",
+            self.storage_gib,
+            f"{HYPERPOD_VOLUME_MIN_GIB} to {HYPERPOD_VOLUME_MAX_GIB}",
+        )
         try:
             offered = catalog_instance_type(self.instance_type).hyperpod
         except UnknownInstanceType as exc:
@@ -159,7 +151,10 @@ class HyperPodCluster(Construct):
         )
         self.security_group.connections.allow_internally(ec2.Port.all_traffic(), "HyperPod nodes")
         self.lifecycle_bucket = (
-            props.lifecycle_bucket or DataBucket(self, "LifecycleBucket", DataBucketProps(retain=False)).bucket
+            props.lifecycle_bucket
+            or DataBucket(
+                self, "LifecycleBucket", DataBucketProps(retain=False, access_log_prefix="lifecycle-bucket/")
+            ).bucket
         )
         self.lifecycle = self._deploy_lifecycle()
         self.role = self._execution_role()
@@ -230,7 +225,12 @@ class HyperPodCluster(Construct):
         )
         handler = deployment.handler_role.node.scope
         acknowledge(handler, nag_rules.LIFECYCLE_HANDLER_LOGS, nag_rules.LIFECYCLE_HANDLER_RUNTIME)
-        acknowledge_wildcards(handler, nag_rules.LIFECYCLE_HANDLER)
+        acknowledge_wildcards(
+            handler,
+            nag_rules.LIFECYCLE_HANDLER_GRANTS,
+            source_bucket=props.lifecycle.bucket.bucket_arn,
+            lifecycle_bucket=self.lifecycle_bucket.bucket_arn,
+        )
         return deployment
 
     def _execution_role(self) -> iam.Role:
@@ -242,12 +242,15 @@ class HyperPodCluster(Construct):
             description="kiln HyperPod nodes: the cluster instance policy, VPC interfaces, and the lifecycle scripts",
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(nag_rules.HYPERPOD_INSTANCE_POLICY)],
         )
-        role.add_to_policy(iam.PolicyStatement(actions=VPC_ACTIONS, resources=["*"]))
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["ec2:CreateTags"], resources=[f"arn:{Aws.PARTITION}:ec2:*:*:network-interface/*"]
+        for statement in self._vpc_statements():
+            role.add_to_policy(statement)
+        if props.eks_cluster is not None:
+            # The nodes are EKS workers: the VPC CNI on them takes its Pod Identity through the node's role.
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["eks-auth:AssumeRoleForPodIdentity"], resources=[props.eks_cluster.cluster_arn]
+                )
             )
-        )
         role.add_to_policy(
             iam.PolicyStatement(
                 actions=["s3:GetObject"], resources=[self.lifecycle_bucket.arn_for_objects(f"{props.prefix}*")]
@@ -261,8 +264,40 @@ class HyperPodCluster(Construct):
             )
         )
         acknowledge(role, nag_rules.HYPERPOD_INSTANCE_ROLE)
-        acknowledge_wildcards(role, nag_rules.HYPERPOD_ROLE_WILDCARDS)
+        acknowledge_wildcards(
+            role, nag_rules.HYPERPOD_ROLE_GRANTS, lifecycle_bucket=self.lifecycle_bucket.bucket_arn, prefix=props.prefix
+        )
         return role
+
+    def _vpc_statements(self) -> list[iam.PolicyStatement]:
+        """What HyperPod does in the cluster's VPC with the execution role: its nodes' interfaces, nothing else."""
+        stack = Stack.of(self)
+        subnet = stack.format_arn(service="ec2", resource="subnet", resource_name=self.props.subnet.subnet_id)
+        vpc = stack.format_arn(service="ec2", resource="vpc", resource_name=self.props.vpc.vpc_id)
+        interfaces = stack.format_arn(service="ec2", resource="network-interface", resource_name="*")
+        groups = stack.format_arn(service="ec2", resource="security-group", resource_name="*")
+        return [
+            # Describe calls take no resource scope.
+            iam.PolicyStatement(actions=list(nag_rules.HYPERPOD_DESCRIBE_ACTIONS), resources=["*"]),
+            # New interfaces only in the compute subnet, with security groups of the cluster's VPC.
+            iam.PolicyStatement(
+                actions=["ec2:CreateNetworkInterface"],
+                resources=[subnet, interfaces, groups],
+                conditions={"ArnEquals": {"ec2:Vpc": vpc}},
+            ),
+            # Changes only to interfaces in the compute subnet.
+            iam.PolicyStatement(
+                actions=list(nag_rules.HYPERPOD_INTERFACE_ACTIONS),
+                resources=[interfaces],
+                conditions={"ArnEquals": {"ec2:Subnet": subnet}},
+            ),
+            # Tags only while creating an interface.
+            iam.PolicyStatement(
+                actions=["ec2:CreateTags"],
+                resources=[interfaces],
+                conditions={"StringEquals": {"ec2:CreateAction": "CreateNetworkInterface"}},
+            ),
+        ]
 
     def _group(self, group: HyperPodInstanceGroup) -> sagemaker.CfnCluster.ClusterInstanceGroupProperty:
         return sagemaker.CfnCluster.ClusterInstanceGroupProperty(

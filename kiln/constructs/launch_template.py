@@ -11,6 +11,7 @@ from constructs import Construct
 
 from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.capacity import CAPACITY, CAPACITY_TYPES, CapacityType, is_reservation_id
+from kiln.catalog.limits import IMDS_HOP_LIMIT_MAX, IMDS_HOP_LIMIT_MIN, ROOT_VOLUME_MAX_GIB, ROOT_VOLUME_MIN_GIB
 from kiln.constructs._checks import require, require_in, unresolved
 
 SHELL_SCRIPT = 'text/x-shellscript; charset="utf-8"'
@@ -58,7 +59,7 @@ class EfaLaunchTemplateProps:
     instance_type: the EC2 type; its network cards and EFA limits come from kiln's catalog.
     efa_security_group: joins every interface (EFA traffic must stay inside it).
     security_groups: further groups for the primary interface only (cluster, egress, file systems).
-    root_volume_gib: size of the encrypted gp3 root volume; default 200.
+    root_volume_gib: size of the encrypted gp3 root volume, 40-16384 (kiln.catalog.limits); default 200.
     root_device_name: /dev/sda1 for Ubuntu images (default), /dev/xvda for Amazon Linux.
     capacity: on-demand (default), spot, capacity-block or reservation.
     user_data_parts: shell scripts, each one part of the MIME multi-part user data, in order.
@@ -80,8 +81,18 @@ class EfaLaunchTemplateProps:
 
     def __post_init__(self) -> None:
         catalog_instance_type(self.instance_type)
-        require(40 <= self.root_volume_gib <= 16384, "root_volume_gib", self.root_volume_gib, "40 to 16384")
-        require(1 <= self.hop_limit <= 64, "hop_limit", self.hop_limit, "1 to 64")
+        require(
+            ROOT_VOLUME_MIN_GIB <= self.root_volume_gib <= ROOT_VOLUME_MAX_GIB,
+            "root_volume_gib",
+            self.root_volume_gib,
+            f"{ROOT_VOLUME_MIN_GIB} to {ROOT_VOLUME_MAX_GIB}",
+        )
+        require(
+            IMDS_HOP_LIMIT_MIN <= self.hop_limit <= IMDS_HOP_LIMIT_MAX,
+            "hop_limit",
+            self.hop_limit,
+            f"{IMDS_HOP_LIMIT_MIN} to {IMDS_HOP_LIMIT_MAX}",
+        )
         require_in("root_device_name", self.root_device_name, ("/dev/sda1", "/dev/xvda"))
 
 

@@ -12,11 +12,18 @@ from aws_cdk import aws_fsx as fsx
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
+from kiln.catalog.limits import (
+    LUSTRE_BACKUP_RETENTION_MAX_DAYS,
+    LUSTRE_MIN_STORAGE_GIB,
+    LUSTRE_STORAGE_STEP_GIB,
+    PERSISTENT_2_DEFAULT_THROUGHPUT,
+    PERSISTENT_2_THROUGHPUTS,
+    is_lustre_storage,
+)
 from kiln.constructs._checks import require, require_in, unresolved
 
 LustreDeployment = Literal["PERSISTENT_2", "SCRATCH_2"]
 DEPLOYMENTS: tuple[str, ...] = get_args(LustreDeployment)
-PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
 LustreCompression = Literal["LZ4", "NONE"]
 COMPRESSIONS: tuple[str, ...] = get_args(LustreCompression)
 FILE_SYSTEM_ID = re.compile(r"fs-[0-9a-f]{8,17}")
@@ -82,7 +89,8 @@ class LustreFileSystemProps:
     efa_security_group: the EFA security group the file servers join when efa is on.
     data_repository: link to S3; default none.
     backup_retention_days: PERSISTENT_2 daily backups kept this many days, 0 for none; default 7.
-    retain: keep the file system on stack deletion; default True.
+    retain: keep the file system on stack deletion; default: PERSISTENT_2 yes, SCRATCH_2 no (scratch holds
+        no durable copy, so a retained one is only a bill).
     """
 
     vpc: ec2.IVpc
@@ -95,23 +103,26 @@ class LustreFileSystemProps:
     efa_security_group: ec2.ISecurityGroup | None = None
     data_repository: DataRepositoryLink | None = None
     backup_retention_days: int = 7
-    retain: bool = True
+    retain: bool | None = None
 
     def __post_init__(self) -> None:
         require_in("deployment", self.deployment, DEPLOYMENTS)
         require_in("compression", self.compression, COMPRESSIONS)
         if not unresolved(self.storage_gib):
             require(
-                self.storage_gib == 1200 or (self.storage_gib > 0 and self.storage_gib % 2400 == 0),
+                is_lustre_storage(self.storage_gib),
                 "storage_gib",
                 self.storage_gib,
-                "1200 or a multiple of 2400",
+                f"{LUSTRE_MIN_STORAGE_GIB} or a multiple of {LUSTRE_STORAGE_STEP_GIB}",
             )
         if self.deployment == "PERSISTENT_2":
             if self.throughput_per_tib is not None:
                 require_in("throughput_per_tib", self.throughput_per_tib, PERSISTENT_2_THROUGHPUTS)
             require(
-                0 <= self.backup_retention_days <= 90, "backup_retention_days", self.backup_retention_days, "0 to 90"
+                0 <= self.backup_retention_days <= LUSTRE_BACKUP_RETENTION_MAX_DAYS,
+                "backup_retention_days",
+                self.backup_retention_days,
+                f"0 to {LUSTRE_BACKUP_RETENTION_MAX_DAYS}",
             )
         else:
             require(
@@ -127,8 +138,14 @@ class LustreFileSystemProps:
             )
 
     @property
+    def effective_retain(self) -> bool:
+        return self.deployment == "PERSISTENT_2" if self.retain is None else self.retain
+
+    @property
     def effective_throughput_per_tib(self) -> int | None:
-        return (self.throughput_per_tib or 250) if self.deployment == "PERSISTENT_2" else None
+        if self.deployment != "PERSISTENT_2":
+            return None
+        return self.throughput_per_tib or PERSISTENT_2_DEFAULT_THROUGHPUT
 
 
 class LustreFileSystem(Construct):
@@ -161,7 +178,7 @@ class LustreFileSystem(Construct):
             lustre_configuration=config,
             file_system_type_version=fsx.FileSystemTypeVersion.V_2_15,
             security_group=self.security_group,
-            removal_policy=RemovalPolicy.RETAIN if props.retain else RemovalPolicy.DESTROY,
+            removal_policy=RemovalPolicy.RETAIN if props.effective_retain else RemovalPolicy.DESTROY,
         )
         if props.efa:
             self._enable_efa(props.efa_security_group)

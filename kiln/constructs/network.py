@@ -10,6 +10,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from kiln.catalog.limits import VPC_PREFIX_MAX, VPC_PREFIX_MIN
 from kiln.constructs._checks import require, unresolved
 
 
@@ -44,7 +45,10 @@ class TrainingVpcProps:
             except ValueError:
                 network = None
             require(
-                network is not None and 16 <= network.prefixlen <= 22, "cidr", self.cidr, "an IPv4 CIDR from /16 to /22"
+                network is not None and VPC_PREFIX_MIN <= network.prefixlen <= VPC_PREFIX_MAX,
+                "cidr",
+                self.cidr,
+                f"an IPv4 CIDR from /{VPC_PREFIX_MIN} to /{VPC_PREFIX_MAX}",
             )
 
 

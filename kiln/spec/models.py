@@ -7,29 +7,39 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kiln.catalog.capacity import CapacityType
-from kiln.catalog.names import NODE_GROUP_NAME, NODE_GROUP_NAME_RULE
+from kiln.catalog.limits import ROOT_VOLUME_MAX_GIB, ROOT_VOLUME_MIN_GIB
+from kiln.catalog.names import (
+    AVAILABILITY_ZONE,
+    CLUSTER_NAME,
+    CLUSTER_NAME_RULE,
+    NODE_GROUP_NAME,
+    NODE_GROUP_NAME_RULE,
+    REGION,
+    VERSION,
+    VERSION_RULE,
+)
 
-NAME_PATTERN = r"^[a-z][a-z0-9-]{0,30}$"
+# pydantic matches Field patterns with Rust's regex crate, where $ is the end of the text (a trailing
+# newline does not pass, tests/spec/test_hostile_values.py checks each) and classes are spelled in ASCII.
+NAME_PATTERN = f"^{CLUSTER_NAME.pattern}$"
 GROUP_NAME_PATTERN = f"^{NODE_GROUP_NAME.pattern}$"
-REGION_PATTERN = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$"
-AZ_PATTERN = r"^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d[a-z]$"
+REGION_PATTERN = f"^{REGION.pattern}$"
+AZ_PATTERN = f"^{AVAILABILITY_ZONE.pattern}$"
 VPC_ID_PATTERN = r"^vpc-([0-9a-f]{8}|[0-9a-f]{17})$"
 SUBNET_ID_PATTERN = r"^subnet-([0-9a-f]{8}|[0-9a-f]{17})$"
 AMI_ID_PATTERN = r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$"
-VERSION_PATTERN = r"^\d+(\.\d+){0,3}([-.+~][0-9A-Za-z.]+)?$"
-ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
-SHA256_PATTERN = r"^[0-9a-f]{64}$"
+VERSION_PATTERN = f"^{VERSION.pattern}$"
 
 # What each pattern means, for error messages.
 PATTERN_RULES = {
-    NAME_PATTERN: "a lowercase letter, then up to 30 lowercase letters, digits or '-'",
+    NAME_PATTERN: CLUSTER_NAME_RULE,
     GROUP_NAME_PATTERN: NODE_GROUP_NAME_RULE,
     REGION_PATTERN: "an AWS region name such as us-east-1",
     AZ_PATTERN: "an availability zone name such as us-east-1a",
     VPC_ID_PATTERN: "a VPC id such as vpc-0123456789abcdef0",
     SUBNET_ID_PATTERN: "a subnet id such as subnet-0123456789abcdef0",
     AMI_ID_PATTERN: "an AMI id such as ami-0123456789abcdef0",
-    VERSION_PATTERN: "a version such as 1.41.0",
+    VERSION_PATTERN: VERSION_RULE,
 }
 
 
@@ -42,7 +52,10 @@ class SpecModel(BaseModel):
 class Network(SpecModel):
     """Where the cluster lives: a new VPC, or an existing VPC and private subnet."""
 
-    vpc_cidr: str = Field("10.0.0.0/16", description="CIDR of a new VPC, /16 to /22.")
+    vpc_cidr: str = Field(
+        "10.0.0.0/16",
+        description="Private CIDR of a new VPC, /16 to /22; not Docker's 172.17.0.0/16 on Slurm backends.",
+    )
     vpc_id: str | None = Field(None, pattern=VPC_ID_PATTERN, description="An existing VPC to use instead.")
     private_subnet_id: str | None = Field(
         None, pattern=SUBNET_ID_PATTERN, description="Private subnet of vpc_id in availability_zone."
@@ -113,13 +126,18 @@ class Capacity(SpecModel):
 class ComputeGroup(SpecModel):
     """One homogeneous group of compute nodes (a Slurm partition or node group)."""
 
-    name: str = Field(pattern=GROUP_NAME_PATTERN, description="Lowercase letters, digits and '-', 1-25 characters.")
+    name: str = Field(
+        pattern=GROUP_NAME_PATTERN,
+        description="Lowercase letters, digits and '-', 1-25 characters, starting with a letter, not ending in '-'.",
+    )
     instance_type: str
     min_count: int = 0
     max_count: int = 1
     capacity: Capacity = Capacity()
     placement_group: bool | None = Field(None, description="Default: true where the instance type supports EFA.")
-    root_volume_gib: int = 200
+    root_volume_gib: int = Field(
+        200, description=f"Encrypted gp3 root volume, {ROOT_VOLUME_MIN_GIB}-{ROOT_VOLUME_MAX_GIB} GiB."
+    )
 
 
 class Image(SpecModel):
@@ -150,15 +168,21 @@ class Software(SpecModel):
     pyxis: str = Field("0.20.0", pattern=VERSION_PATTERN)
     containers: bool = Field(True, description="enroot + pyxis (Slurm) or the container toolkit (EKS).")
     checksums: dict[str, str] = Field(
-        default_factory=dict, description="sha256 per downloaded artifact, overriding kiln's pins."
+        default_factory=dict,
+        description="sha256 per downloaded artifact (the names in kiln/bootstrap/artifacts.json), overriding kiln's.",
     )
 
 
 class Launcher(SpecModel):
     """Settings for kiln-launch on the nodes."""
 
-    checkpoint_dir: str = "/fsx/checkpoints"
-    nccl_env: dict[str, str] = Field(default_factory=dict, description="Overrides of the NCCL/EFA presets.")
+    checkpoint_dir: str = Field(
+        "/fsx/checkpoints", description="Absolute path of letters, digits and . _ / + @ % = : , - only."
+    )
+    nccl_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Overrides of the NCCL/EFA presets: NAME (A-Z, 0-9, _) to a value of letters, digits, ^_,.:/=+-.",
+    )
 
 
 class Ci(SpecModel):
@@ -181,7 +205,11 @@ class ClusterSpec(SpecModel):
     software: Software = Software()
     launcher: Launcher = Launcher()
     ci: Ci = Ci()
-    tags: dict[str, str] = Field(default_factory=dict)
+    tags: dict[str, str] = Field(
+        default_factory=dict,
+        description="Tags for every resource: at most 45, keys 1-128 and values 0-256 of letters, digits, spaces "
+        "and _ . : / = + - @; no aws: or kiln: keys.",
+    )
 
     @property
     def effective_orchestrator(self) -> str | None:

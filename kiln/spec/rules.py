@@ -1,38 +1,115 @@
-"""Cross-field rules: what types alone cannot say about a cluster spec."""
+"""Cross-field rules: what types alone cannot say about a cluster spec.
+
+Every string a node receives is matched whole against a pattern of kiln.catalog.names, and every number
+is held to the limits of kiln.catalog.limits that the constructs also check: whatever passes here
+synthesizes and renders.
+"""
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
-import re
 from collections.abc import Callable, Iterator
-from posixpath import isabs
 
 from kiln.catalog import UnknownInstanceType, instance_type
 from kiln.catalog.capacity import CAPACITY, is_reservation_id
+from kiln.catalog.limits import (
+    DOCKER_DEFAULT_BRIDGE,
+    HYPERPOD_MAX_INSTANCES_PER_GROUP,
+    INT32_MAX,
+    KILN_ADDED_TAGS_MAX,
+    KILN_TAG_PREFIX,
+    LUSTRE_MIN_STORAGE_GIB,
+    LUSTRE_STORAGE_STEP_GIB,
+    MAX_SPEC_TAGS,
+    MAX_TAGS_PER_RESOURCE,
+    MAX_TTL_HOURS,
+    PARALLELCLUSTER_COMPUTE_RESOURCE_SUFFIX,
+    PARALLELCLUSTER_MAX_QUEUES,
+    PARALLELCLUSTER_NAME_MAX,
+    PARALLELCLUSTER_QUEUE_NAME_MAX,
+    PCS_MAX_NODES,
+    PERSISTENT_2_THROUGHPUTS,
+    RESERVED_TAG_PREFIX,
+    ROOT_VOLUME_MAX_GIB,
+    ROOT_VOLUME_MIN_GIB,
+    S3_URI_MAX,
+    TAG_KEY_MAX,
+    TAG_VALUE_MAX,
+    VPC_PREFIX_MAX,
+    VPC_PREFIX_MIN,
+    in_range,
+    is_lustre_storage,
+)
+from kiln.catalog.names import (
+    ARTIFACT_NAMES,
+    BUCKET_NAME_RULE,
+    ENV_NAME,
+    ENV_NAME_RULE,
+    ENV_VALUE,
+    ENV_VALUE_RULE,
+    HYPERPOD_TYPE_PREFIX,
+    NODE_PATH,
+    NODE_PATH_RULE,
+    SHA256,
+    SHA256_RULE,
+    TAG_RULE,
+    ec2_type_name,
+    is_bucket_name,
+    is_plain_word,
+    is_tag_text,
+    known_regions,
+    matches,
+)
 from kiln.catalog.nccl import forbidden_variable
-from kiln.spec.models import ENV_NAME_PATTERN, SHA256_PATTERN, ClusterSpec, Lustre
-from kiln.spec.problems import Problem, shown
+from kiln.spec.models import ClusterSpec, Lustre
+from kiln.spec.problems import Path, Problem, dotted, shown
 
 Rule = Callable[[ClusterSpec], Iterator[Problem]]
 
-PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
-VPC_PREFIX_RANGE = (16, 22)
-MIN_ROOT_VOLUME_GIB = 40
 HYPERPOD_RESERVED_GROUPS = ("controller", "login")
-MAX_TTL_HOURS = 24 * 30
-BUCKET_NAME = re.compile(r"^(?!xn--)(?!sthree-)(?!.*\.\.)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-S3_URI = re.compile(r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$")
+# The names kiln gives the groups it adds itself: PCS's login node group, EKS's CPU node group.
+PCS_LOGIN_GROUP = "login"
+EKS_SYSTEM_GROUP = "system"
+# The image kiln's EKS GPU node groups boot (kiln.constructs.GpuNodeGroup's default ami_type).
+EKS_GPU_IMAGE = ("AL2023_x86_64_NVIDIA", "x86_64")
 BACKEND = ("compute", "backend")
 ORCHESTRATOR = ("compute", "orchestrator")
+# The most nodes one group (or the login nodes) may have per backend; other backends: AWS's 32-bit counts.
+MAX_COUNT = {
+    "hyperpod": (HYPERPOD_MAX_INSTANCES_PER_GROUP, " on hyperpod (instances per instance group)"),
+    "pcs": (PCS_MAX_NODES, " on pcs (nodes of its largest cluster size)"),
+}
 
 
-def _p(path: tuple[str | int, ...], message: str, *related: tuple[str | int, ...]) -> Problem:
+def _p(path: Path, message: str, *related: Path) -> Problem:
     return Problem(path=path, message=message, related=related)
 
 
+def key_part(key: object) -> str:
+    """Return a mapping KEY as a field path part that renders on one line (repr() when it would not)."""
+    return key if isinstance(key, str) and is_plain_word(key) else repr(key)
+
+
+def _slurm_nodes(spec: ClusterSpec) -> bool:
+    """Return True when the spec's nodes run Slurm (and Docker with it, for enroot/pyxis containers)."""
+    return spec.compute.backend in ("pcs", "parallelcluster") or spec.effective_orchestrator == "slurm"
+
+
+def _counts(path: Path, value: int, low: int, high: int, where: str = "") -> Iterator[Problem]:
+    if value < low:
+        yield _p(path, f"must be {low} or more (got {shown(value)})")
+    elif value > high:
+        yield _p(path, f"must be at most {high}{where} (got {shown(value)})")
+
+
 def placement(spec: ClusterSpec) -> Iterator[Problem]:
-    """The AZ lies in the region, and an AZ needs a region."""
+    """The region is one AWS has, the AZ lies in it, and an AZ needs a region."""
     az, region = spec.availability_zone, spec.region
+    if region is not None and region not in known_regions():
+        close = difflib.get_close_matches(region, sorted(known_regions()), n=2, cutoff=0.6)
+        hint = f"; did you mean {' or '.join(close)}?" if close else " (see kiln/catalog/data/regions.json)"
+        yield _p(("region",), f"is not an AWS region (got {shown(region)}){hint}")
     if az and not region:
         yield _p(("availability_zone",), f"needs region to be set too (got {az!r} with no region)", ("region",))
     elif az and region and az[:-1] != region:
@@ -43,8 +120,14 @@ def placement(spec: ClusterSpec) -> Iterator[Problem]:
         )
 
 
+def cluster_name(spec: ClusterSpec) -> Iterator[Problem]:
+    """The cluster name ends in a letter or digit, as HyperPod's cluster names must (its pattern says the rest)."""
+    if spec.name.endswith("-"):
+        yield _p(("name",), f"must end in a letter or digit, not '-' (got {spec.name!r})")
+
+
 def network(spec: ClusterSpec) -> Iterator[Problem]:
-    """A new VPC needs a sane CIDR; an existing VPC needs its private subnet and AZ."""
+    """A new VPC needs a sane CIDR clear of Docker's bridge; an existing VPC needs its private subnet and AZ."""
     net = spec.network
     if net.vpc_id:
         if not net.private_subnet_id:
@@ -68,29 +151,52 @@ def network(spec: ClusterSpec) -> Iterator[Problem]:
         return
     if net.private_subnet_id:
         yield _p(("network", "private_subnet_id"), "needs vpc_id (the subnet's VPC)", ("network", "vpc_id"))
+    field = ("network", "vpc_cidr")
     try:
         cidr = ipaddress.IPv4Network(net.vpc_cidr, strict=True)
     except ValueError as exc:
-        yield _p(("network", "vpc_cidr"), f"is not an IPv4 network (got {net.vpc_cidr!r}: {exc})")
+        yield _p(field, f"is not an IPv4 network (got {shown(net.vpc_cidr)}: {shown(str(exc))})")
         return
-    low, high = VPC_PREFIX_RANGE
-    if not low <= cidr.prefixlen <= high:
-        yield _p(("network", "vpc_cidr"), f"prefix must be /{low} to /{high} (got /{cidr.prefixlen})")
+    if not VPC_PREFIX_MIN <= cidr.prefixlen <= VPC_PREFIX_MAX:
+        yield _p(field, f"prefix must be /{VPC_PREFIX_MIN} to /{VPC_PREFIX_MAX} (got /{cidr.prefixlen})")
     if not cidr.is_private:
-        yield _p(("network", "vpc_cidr"), f"must be a private range such as 10.0.0.0/16 (got {net.vpc_cidr!r})")
+        yield _p(field, f"must be a private range such as 10.0.0.0/16 (got {net.vpc_cidr!r})")
+    elif _slurm_nodes(spec) and cidr.overlaps(DOCKER_DEFAULT_BRIDGE):
+        yield _p(
+            field,
+            f"overlaps Docker's default bridge {DOCKER_DEFAULT_BRIDGE} (got {net.vpc_cidr!r}): Slurm nodes run "
+            "Docker, which would route those VPC addresses to its bridge; choose a range such as 10.0.0.0/16",
+            BACKEND,
+            ORCHESTRATOR,
+        )
 
 
 def _lustre_size(lustre: Lustre) -> Iterator[Problem]:
     size = lustre.storage_gib
     path = ("storage", "lustre", "storage_gib")
     if size <= 0:
-        yield _p(path, f"must be positive (got {size})")
-    elif size != 1200 and size % 2400:
+        yield _p(path, f"must be positive (got {shown(size)})")
+    elif size > INT32_MAX:
+        yield _p(path, f"must be at most {INT32_MAX} (got {shown(size)})")
+    elif not is_lustre_storage(size):
         yield _p(
             path,
-            f"must be 1200 or a multiple of 2400 for {lustre.deployment} (got {size})",
+            f"must be {LUSTRE_MIN_STORAGE_GIB} or a multiple of {LUSTRE_STORAGE_STEP_GIB} for {lustre.deployment} "
+            f"(got {size})",
             ("storage", "lustre", "deployment"),
         )
+
+
+def _s3_uri_problem(uri: str) -> str | None:
+    """Return why URI is not an s3://bucket/prefix URI FSx can link, or None when it is one."""
+    if not uri.startswith("s3://"):
+        return "must start with s3://"
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    if not is_bucket_name(bucket):
+        return f"must name a valid bucket ({BUCKET_NAME_RULE})"
+    if prefix.startswith("/") or not prefix.isprintable() or len(uri) > S3_URI_MAX:
+        return f"must hold a printable key prefix without a leading '/', {S3_URI_MAX} characters at most in all"
+    return None
 
 
 def lustre(spec: ClusterSpec) -> Iterator[Problem]:
@@ -115,32 +221,43 @@ def lustre(spec: ClusterSpec) -> Iterator[Problem]:
                 deployment,
             )
         if fs.efa:
-            yield _p(
-                (*base, "efa"), f"EFA-enabled FSx needs deployment PERSISTENT_2 (got {fs.deployment})", deployment
-            )
+            yield _p((*base, "efa"), f"EFA-enabled FSx needs deployment PERSISTENT_2 (got {fs.deployment})", deployment)
     path = fs.data_repository.import_path
-    if path is not None and not S3_URI.match(path):
-        yield _p((*base, "data_repository", "import_path"), f"must be an s3://bucket/prefix URI (got {path!r})")
+    if path is not None and (why := _s3_uri_problem(path)):
+        yield _p((*base, "data_repository", "import_path"), f"{why}: an s3://bucket/prefix URI (got {shown(path)})")
 
 
 def bucket(spec: ClusterSpec) -> Iterator[Problem]:
     """A named bucket follows S3's naming rules."""
     name = spec.storage.bucket.name
-    if name is not None and (not BUCKET_NAME.match(name) or re.fullmatch(r"\d+\.\d+\.\d+\.\d+", name)):
+    if name is not None and not is_bucket_name(name):
         yield _p(
-            ("storage", "bucket", "name"), f"is not a valid S3 bucket name: 3-63 of a-z, 0-9, '.', '-' (got {name!r})"
+            ("storage", "bucket", "name"), f"is not a valid S3 bucket name: {BUCKET_NAME_RULE} (got {shown(name)})"
         )
 
 
-def _instance(path: tuple[str | int, ...], name: str) -> Iterator[Problem]:
+def _instance(spec: ClusterSpec, path: Path, name: str) -> Iterator[Problem]:
     try:
         instance_type(name)
     except UnknownInstanceType as exc:
-        yield _p(path, f"{exc} (see `kiln catalog list`)")
+        yield _p(path, f"{_unknown(exc)} (see `kiln catalog list`)")
+        return
+    if name.startswith(HYPERPOD_TYPE_PREFIX) and spec.compute.backend != "hyperpod":
+        yield _p(
+            path,
+            f"is SageMaker's name for {ec2_type_name(name)} (got {name!r}); {spec.compute.backend} takes EC2 names",
+            BACKEND,
+        )
+
+
+def _unknown(exc: UnknownInstanceType) -> str:
+    """Return the catalog's refusal, briefly and on one line, whatever the name held."""
+    hint = f"; did you mean {' or '.join(repr(s) for s in exc.suggestions)}?" if exc.suggestions else ""
+    return f"unknown instance type {shown(exc.name)}{hint}"
 
 
 def compute(spec: ClusterSpec) -> Iterator[Problem]:
-    """Orchestrator fits the backend; nodes and groups are sound and known to the catalog."""
+    """Orchestrator fits the backend; nodes and groups are sound, known to the catalog and within AWS's counts."""
     comp = spec.compute
     if comp.orchestrator is not None and comp.backend != "hyperpod":
         yield _p(
@@ -148,12 +265,31 @@ def compute(spec: ClusterSpec) -> Iterator[Problem]:
             f"applies to backend hyperpod only (got {comp.orchestrator!r} with {comp.backend!r})",
             BACKEND,
         )
-    yield from _instance(("compute", "head_node", "instance_type"), comp.head_node.instance_type)
-    yield from _instance(("compute", "login_nodes", "instance_type"), comp.login_nodes.instance_type)
-    if comp.login_nodes.count < 0:
-        yield _p(("compute", "login_nodes", "count"), f"must be 0 or more (got {comp.login_nodes.count})")
+    yield from _instance(spec, ("compute", "head_node", "instance_type"), comp.head_node.instance_type)
+    yield from _instance(spec, ("compute", "login_nodes", "instance_type"), comp.login_nodes.instance_type)
+    login = ("compute", "login_nodes", "count")
+    high, where = MAX_COUNT.get(comp.backend, (INT32_MAX, ""))
+    yield from _counts(login, comp.login_nodes.count, 0, high, where)
     if not comp.groups:
         yield _p(("compute", "groups"), "needs at least one group (got an empty list)")
+    if comp.backend == "parallelcluster" and len(comp.groups) > PARALLELCLUSTER_MAX_QUEUES:
+        yield _p(
+            ("compute", "groups"),
+            f"ParallelCluster takes at most {PARALLELCLUSTER_MAX_QUEUES} queues (got {len(comp.groups)} groups)",
+            BACKEND,
+        )
+    counted = [group.max_count for group in comp.groups] + [comp.login_nodes.count]
+    if comp.backend == "pcs" and all(0 <= count <= PCS_MAX_NODES for count in counted):
+        # Each count past the limit has a line of its own; the sum is judged when every count is sound.
+        nodes = sum(counted)
+        if nodes > PCS_MAX_NODES:
+            yield _p(
+                ("compute", "groups"),
+                f"AWS PCS clusters serve at most {PCS_MAX_NODES} nodes (got {nodes}: every group's max_count "
+                "plus the login nodes)",
+                BACKEND,
+                login,
+            )
     seen: dict[str, int] = {}
     for index, group in enumerate(comp.groups):
         yield from _group(spec, index)
@@ -166,28 +302,53 @@ def compute(spec: ClusterSpec) -> Iterator[Problem]:
         seen.setdefault(group.name, index)
 
 
+def _reserved_name(spec: ClusterSpec, name: str) -> str | None:
+    """Return why NAME cannot be a group name of SPEC's backend, or None."""
+    backend = spec.compute.backend
+    if backend == "hyperpod" and name in HYPERPOD_RESERVED_GROUPS:
+        return f"is reserved on hyperpod for the Slurm {name} group (got {name!r})"
+    if backend == "pcs" and name == PCS_LOGIN_GROUP and spec.compute.login_nodes.count:
+        return f"is the name of the PCS login node group (got {name!r}); choose another or set login_nodes.count 0"
+    if backend == "eks" and name == EKS_SYSTEM_GROUP:
+        return f"is the name of the EKS node group for cluster services (got {name!r})"
+    if backend == "parallelcluster" and len(name) > PARALLELCLUSTER_QUEUE_NAME_MAX:
+        resource = f"{name}{PARALLELCLUSTER_COMPUTE_RESOURCE_SUFFIX}"
+        return (
+            f"must be at most {PARALLELCLUSTER_QUEUE_NAME_MAX} characters on parallelcluster, whose compute "
+            f"resource {resource!r} must fit in {PARALLELCLUSTER_NAME_MAX} (got {len(name)})"
+        )
+    return None
+
+
 def _group(spec: ClusterSpec, index: int) -> Iterator[Problem]:
     group = spec.compute.groups[index]
     path = ("compute", "groups", index)
-    if group.min_count < 0:
-        yield _p((*path, "min_count"), f"must be 0 or more (got {group.min_count})")
-    if group.max_count < 1:
-        yield _p((*path, "max_count"), f"must be 1 or more (got {group.max_count})")
-    elif group.max_count < group.min_count:
+    backend = spec.compute.backend
+    yield from _counts((*path, "min_count"), group.min_count, 0, INT32_MAX)
+    high, where = MAX_COUNT.get(backend, (INT32_MAX, ""))
+    yield from _counts((*path, "max_count"), group.max_count, 1, high, where)
+    if group.max_count >= 1 and group.min_count >= 0 and group.max_count < group.min_count:
         yield _p(
             (*path, "max_count"),
             f"must be >= min_count (got {group.max_count} < {group.min_count})",
             (*path, "min_count"),
         )
-    if group.root_volume_gib < MIN_ROOT_VOLUME_GIB:
-        yield _p((*path, "root_volume_gib"), f"must be at least {MIN_ROOT_VOLUME_GIB} (got {group.root_volume_gib})")
+    if not in_range(group.root_volume_gib, ROOT_VOLUME_MIN_GIB, ROOT_VOLUME_MAX_GIB):
+        yield _p(
+            (*path, "root_volume_gib"),
+            f"must be at least {ROOT_VOLUME_MIN_GIB} and at most {ROOT_VOLUME_MAX_GIB} GiB, the largest gp3 volume "
+            f"(got {shown(group.root_volume_gib)})",
+        )
+    if why := _reserved_name(spec, group.name):
+        yield _p((*path, "name"), why, BACKEND, ("compute", "login_nodes", "count"))
     yield from _capacity(group.capacity.type, group.capacity.reservation_id, (*path, "capacity"))
     kind = (*path, "instance_type")
     try:
         facts = instance_type(group.instance_type)
-    except UnknownInstanceType as exc:
-        yield _p(kind, f"{exc} (see `kiln catalog list`)")
+    except UnknownInstanceType:
+        yield from _instance(spec, kind, group.instance_type)
         return
+    yield from _instance(spec, kind, group.instance_type)
     if group.placement_group and not facts.efa_supported:
         yield _p(
             (*path, "placement_group"),
@@ -196,7 +357,7 @@ def _group(spec: ClusterSpec, index: int) -> Iterator[Problem]:
         )
     static_block = group.min_count == group.max_count > 0
     counts = ((*path, "max_count"), BACKEND)
-    if spec.compute.backend == "parallelcluster" and group.capacity.type == "capacity-block" and not static_block:
+    if backend == "parallelcluster" and group.capacity.type == "capacity-block" and not static_block:
         yield _p(
             (*path, "min_count"),
             f"must equal max_count and be above 0 for a capacity block on parallelcluster "
@@ -204,22 +365,26 @@ def _group(spec: ClusterSpec, index: int) -> Iterator[Problem]:
             *counts,
             (*path, "capacity", "type"),
         )
-    if spec.compute.backend == "hyperpod" and group.min_count != group.max_count:
+    if backend == "hyperpod" and group.min_count != group.max_count:
         yield _p(
             (*path, "min_count"),
             f"must equal max_count on hyperpod, whose instance groups have a fixed size "
             f"(got {group.min_count} and {group.max_count})",
             *counts,
         )
-    if spec.compute.backend == "hyperpod" and group.name in HYPERPOD_RESERVED_GROUPS:
-        yield _p(
-            (*path, "name"), f"is reserved on hyperpod for the Slurm {group.name} group (got {group.name!r})", BACKEND
-        )
-    if spec.compute.backend == "hyperpod" and not facts.hyperpod:
+    if backend == "hyperpod" and not facts.hyperpod:
         yield _p(kind, f"SageMaker HyperPod does not offer ml.{group.instance_type}", BACKEND)
+    image, arch = EKS_GPU_IMAGE
+    if backend == "eks" and arch not in facts.architectures:
+        yield _p(
+            kind,
+            f"EKS GPU node groups boot the {arch} image {image}; {group.instance_type} is "
+            f"{', '.join(facts.architectures)} only",
+            BACKEND,
+        )
 
 
-def _capacity(kind: str, reservation: str | None, path: tuple[str | int, ...]) -> Iterator[Problem]:
+def _capacity(kind: str, reservation: str | None, path: Path) -> Iterator[Problem]:
     needs_reservation = CAPACITY[kind].reserved
     field, depends = (*path, "reservation_id"), (*path, "type")
     if needs_reservation and reservation is None:
@@ -228,6 +393,34 @@ def _capacity(kind: str, reservation: str | None, path: tuple[str | int, ...]) -
         yield _p(field, f"must look like cr- and 17 hex digits (got {shown(reservation)})")
     elif not needs_reservation and reservation is not None:
         yield _p(field, f"applies to capacity-block and reservation only (got it with {kind})", depends)
+
+
+def architecture(spec: ClusterSpec) -> Iterator[Problem]:
+    """Every node of the one bootstrap bundle shares an architecture (the bundle installs for one)."""
+    comp = spec.compute
+    members = [(("compute", "groups", i, "instance_type"), g.instance_type) for i, g in enumerate(comp.groups)]
+    if comp.backend != "eks" and spec.effective_orchestrator != "eks":
+        members.append((("compute", "head_node", "instance_type"), comp.head_node.instance_type))
+        if comp.login_nodes.count:
+            members.append((("compute", "login_nodes", "instance_type"), comp.login_nodes.instance_type))
+    common: set[str] = set()
+    first: Path = ()
+    for path, name in members:
+        try:
+            offered = set(instance_type(name).architectures)
+        except UnknownInstanceType:
+            continue
+        if not first:
+            common, first = offered, path
+        elif common & offered:
+            common &= offered
+        else:
+            yield _p(
+                path,
+                f"{name} runs {', '.join(sorted(offered))} only, but {dotted(first)} runs {', '.join(sorted(common))}: "
+                "every node boots one bootstrap bundle, built for one architecture",
+                first,
+            )
 
 
 def hyperpod_nodes(spec: ClusterSpec) -> Iterator[Problem]:
@@ -266,24 +459,32 @@ def kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
 
 
 def software(spec: ClusterSpec) -> Iterator[Problem]:
-    """Checksum overrides are sha256 hex digests."""
+    """Checksum overrides name a download kiln makes and give its sha256 hex digest."""
     for artifact, digest in spec.software.checksums.items():
-        if not re.match(SHA256_PATTERN, digest):
-            yield _p(
-                ("software", "checksums", artifact), f"must be 64 lowercase hex digits of sha256 (got {shown(digest)})"
-            )
+        path = ("software", "checksums", key_part(artifact))
+        if artifact not in ARTIFACT_NAMES:
+            close = difflib.get_close_matches(artifact, ARTIFACT_NAMES, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else f" (allowed: {', '.join(ARTIFACT_NAMES)})"
+            yield _p(path, f"is not a download kiln makes (got key {shown(artifact)}){hint}")
+        elif not matches(SHA256, digest):
+            yield _p(path, f"must be {SHA256_RULE} (got {shown(digest)})")
 
 
 def launcher(spec: ClusterSpec) -> Iterator[Problem]:
-    """Checkpoints go to an absolute path; NCCL overrides are valid and safe variable names."""
-    if not isabs(spec.launcher.checkpoint_dir):
-        yield _p(("launcher", "checkpoint_dir"), f"must be an absolute path (got {spec.launcher.checkpoint_dir!r})")
-    for name in spec.launcher.nccl_env:
-        path = ("launcher", "nccl_env", name)
-        if not re.match(ENV_NAME_PATTERN, name):
-            yield _p(path, "is not a valid environment variable name")
+    """Checkpoints go to a plain absolute path; NCCL overrides are plain, safe NAME=value pairs."""
+    checkpoint = spec.launcher.checkpoint_dir
+    if not checkpoint.startswith("/"):
+        yield _p(("launcher", "checkpoint_dir"), f"must be an absolute path (got {shown(checkpoint)})")
+    elif not matches(NODE_PATH, checkpoint):
+        yield _p(("launcher", "checkpoint_dir"), f"must be {NODE_PATH_RULE} (got {shown(checkpoint)})")
+    for name, value in spec.launcher.nccl_env.items():
+        path = ("launcher", "nccl_env", key_part(name))
+        if not matches(ENV_NAME, name):
+            yield _p(path, f"is not a valid variable name: {ENV_NAME_RULE} (got {shown(name)})")
         elif prefix := forbidden_variable(name):
             yield _p(path, f"must not be set: {prefix}* variables break EFA")
+        elif not matches(ENV_VALUE, value):
+            yield _p(path, f"value must be {ENV_VALUE_RULE} (got {shown(value)})")
 
 
 def ci(spec: ClusterSpec) -> Iterator[Problem]:
@@ -293,24 +494,44 @@ def ci(spec: ClusterSpec) -> Iterator[Problem]:
         yield _p(("ci", "ttl_hours"), f"must be more than 0 and at most {MAX_TTL_HOURS} (got {ttl})")
 
 
+def _tag_problem(key: str, value: str) -> str | None:
+    if key.lower().startswith(RESERVED_TAG_PREFIX):
+        return f"tag keys must not start with {RESERVED_TAG_PREFIX!r} (reserved by AWS)"
+    if key.lower().startswith(KILN_TAG_PREFIX):
+        return f"tag keys must not start with {KILN_TAG_PREFIX!r} (kiln's own tags, such as kiln:cluster)"
+    if not 1 <= len(key) <= TAG_KEY_MAX:
+        return f"tag keys are 1-{TAG_KEY_MAX} characters (got {len(key)})"
+    if not is_tag_text(key):
+        return f"tag keys may hold {TAG_RULE} only (got {shown(key)})"
+    if len(value) > TAG_VALUE_MAX:
+        return f"tag values are at most {TAG_VALUE_MAX} characters (got {len(value)})"
+    if not is_tag_text(value):
+        return f"tag values may hold {TAG_RULE} only (got {shown(value)})"
+    return None
+
+
 def tags(spec: ClusterSpec) -> Iterator[Problem]:
-    """Tags follow AWS limits and stay out of the aws: namespace."""
+    """Tags follow AWS limits and stay out of the aws: and kiln: namespaces."""
+    if len(spec.tags) > MAX_SPEC_TAGS:
+        yield _p(
+            ("tags",),
+            f"at most {MAX_SPEC_TAGS} tags (got {len(spec.tags)}): AWS allows {MAX_TAGS_PER_RESOURCE} per resource "
+            f"and kiln's stacks add up to {KILN_ADDED_TAGS_MAX} of their own (kiln:cluster, and Name, aws-cdk:* and "
+            "kubernetes.io/* on subnets)",
+        )
     for key, value in spec.tags.items():
-        path = ("tags", key)
-        if key.lower().startswith("aws:"):
-            yield _p(path, "tag keys must not start with 'aws:' (reserved by AWS)")
-        if not 1 <= len(key) <= 128:
-            yield _p(path, f"tag keys are 1-128 characters (got {len(key)})")
-        if len(value) > 256:
-            yield _p(path, f"tag values are at most 256 characters (got {len(value)})")
+        if why := _tag_problem(key, value):
+            yield _p(("tags", key_part(key)), why)
 
 
 RULES: tuple[Rule, ...] = (
+    cluster_name,
     placement,
     network,
     lustre,
     bucket,
     compute,
+    architecture,
     hyperpod_nodes,
     kubernetes,
     software,

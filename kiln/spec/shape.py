@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from kiln.spec.models import PATTERN_RULES
 from kiln.spec.problems import Path, Problem, shown
+from kiln.spec.rules import key_part
 
 _TYPE_WORDS = {
     "string_type": "must be a string",
@@ -95,7 +96,9 @@ def problems_from(root: type[BaseModel], exc: ValidationError) -> list[Problem]:
     problems = []
     for error in exc.errors(include_url=False):
         loc: Path = tuple(error["loc"])
-        problems.append(Problem(path=loc, message=_describe(root, loc, error)))
+        # A key that holds a newline or other unprintable text is shown as repr(), so the line stays one line.
+        shown_path = tuple(part if isinstance(part, int) else key_part(part) for part in loc)
+        problems.append(Problem(path=shown_path, message=_describe(root, loc, error)))
     return problems
 
 

@@ -80,3 +80,6 @@ class ComputeStack(cdk.Stack):
             self.hyperpod = HyperPodCluster(
                 self, "HyperPod", hyperpod_props(context, lifecycle=nodes, eks_cluster=eks_cluster)
             )
+            if self.eks is not None:
+                # HyperPod's nodes join as EKS workers: the CNI's identity must exist before the first one.
+                self.hyperpod.cluster.node.add_dependency(self.eks.cni_identity, self.eks.pod_identity_agent)

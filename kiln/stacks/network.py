@@ -21,6 +21,10 @@ from kiln.constructs.ids import hashed_id
 from kiln.spec import ClusterSpec
 from kiln.spec.models import ComputeGroup
 
+# Backends whose node groups take a placement group kiln makes; ParallelCluster makes its own, and
+# HyperPod places its nodes itself.
+BACKENDS_WITH_KILN_PLACEMENT = ("pcs", "eks")
+
 
 def wants_placement_group(group: ComputeGroup) -> bool:
     """Return whether GROUP gets a cluster placement group.
@@ -53,7 +57,7 @@ class NetworkStack(cdk.Stack):
         self.placement_groups: dict[str, ClusterPlacementGroup] = {
             group.name: ClusterPlacementGroup(self, hashed_id("Placement", group.name))
             for group in spec.compute.groups
-            if wants_placement_group(group)
+            if spec.compute.backend in BACKENDS_WITH_KILN_PLACEMENT and wants_placement_group(group)
         }
         cdk.CfnOutput(self, "VpcId", value=self.training_vpc.vpc.vpc_id)
         cdk.CfnOutput(self, "ComputeSubnetId", value=self.training_vpc.compute_subnet.subnet_id)

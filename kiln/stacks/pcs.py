@@ -5,7 +5,9 @@ from __future__ import annotations
 import aws_cdk as cdk
 from constructs import Construct
 
+from kiln.catalog.limits import PCS_CLUSTER_SIZES
 from kiln.constructs import NodeBootstrap, PcsClusterProps, PcsNodeGroup
+from kiln.spec import ClusterSpec
 from kiln.stacks.compute_context import ComputeContext
 
 
@@ -20,6 +22,15 @@ def pcs_ami(scope: Construct, context: ComputeContext) -> str:
         description="AMI with the AWS PCS agent and the cluster's Slurm (or set compute.image.ami_id in the spec)",
     )
     return parameter.value_as_string
+
+
+def pcs_size(spec: ClusterSpec) -> str:
+    """Return the smallest PCS controller size that manages every node the spec can run at once."""
+    nodes = sum(g.max_count for g in spec.compute.groups) + spec.compute.login_nodes.count
+    fitting = [size for size, most in sorted(PCS_CLUSTER_SIZES.items(), key=lambda item: item[1]) if nodes <= most]
+    if not fitting:
+        raise ValueError(f"compute: {nodes} nodes, allowed: at most {max(PCS_CLUSTER_SIZES.values())} on AWS PCS")
+    return fitting[0]
 
 
 def pcs_cluster_props(context: ComputeContext, *, bootstrap: NodeBootstrap, ami_id: str) -> PcsClusterProps:
@@ -40,5 +51,6 @@ def pcs_cluster_props(context: ComputeContext, *, bootstrap: NodeBootstrap, ami_
         bootstrap=bootstrap,
         cluster_env=context.cluster_env(mounts_fsx=True),
         slurm_version=spec.software.slurm,
+        size=pcs_size(spec),
         security_groups=context.client_groups(),
     )

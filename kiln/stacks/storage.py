@@ -52,7 +52,8 @@ class StorageStack(cdk.Stack):
                 efa=fs.efa,
                 efa_security_group=network.efa.security_group if fs.efa else None,
                 data_repository=_import_link(spec, self.bucket, self),
-                retain=retain,
+                # Scratch data has no durable copy: only a persistent file system outlives the stack.
+                retain=retain and fs.deployment == "PERSISTENT_2",
             ),
         )
         # Nodes join this group to mount Lustre; owning it here keeps compute -> storage one-way.

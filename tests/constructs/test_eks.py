@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -25,13 +26,21 @@ from kiln.constructs import (
     TrainingVpcProps,
 )
 from kiln.constructs.eks import (
+    KUBECTL_ECR_POLICIES,
     EksTrainingCluster,
     EksTrainingClusterProps,
     GpuNodeGroup,
     LustreVolume,
     SystemNodeGroup,
 )
-from kiln.constructs.eks_addons import HELM_ADDONS, KUBERNETES_RELEASES, TRAINING_OPERATOR
+from kiln.constructs.eks_addons import (
+    HELM_ADDONS,
+    INSTALL_TOKEN_SECONDS,
+    KUBERNETES_RELEASES,
+    SERVICE_ACCOUNT_DIR,
+    TRAINING_OPERATOR,
+    kustomize_job_manifests,
+)
 from kiln.stacks import new_app
 from kiln.stacks.tidy import DropRedundantDependsOn
 from kiln.synth import lint_template, nag_report
@@ -170,6 +179,17 @@ def _manifest(template: Template, construct) -> list[dict]:
     return json.loads(_text(_props(template, construct)["Manifest"]))
 
 
+def _both(eks: dict) -> list[tuple[Template, EksTrainingCluster]]:
+    """The training cluster and the HyperPod-shaped one, each with its template."""
+    return [(eks["template"], eks["cluster"]), (eks["hp_template"], eks["orchestrator"])]
+
+
+def _managed_policy_names(template: Template, role) -> list[str]:
+    """Return the names of the AWS-managed policies on ROLE's synthesized CloudFormation."""
+    arns = _props(template, role.node.default_child).get("ManagedPolicyArns", [])
+    return [_text(arn).rsplit(":policy/", 1)[1] for arn in arns]
+
+
 def test_cluster_runs_the_pinned_version_with_a_private_endpoint_and_all_control_plane_logs(eks) -> None:
     props = _props(eks["template"], eks["cluster"].cluster.node.default_child)
     assert props["Version"] == "1.36"
@@ -291,9 +311,79 @@ def test_system_node_group_runs_cluster_services_in_the_same_subnet(eks) -> None
     assert data["MetadataOptions"] == {
         "HttpEndpoint": "enabled",
         "HttpTokens": "required",
-        "HttpPutResponseHopLimit": 2,
+        "HttpPutResponseHopLimit": 1,
     }
     assert data["BlockDeviceMappings"][0]["Ebs"]["Encrypted"] is True
+
+
+def test_every_node_keeps_imds_to_itself(eks) -> None:
+    templates = eks["template"].find_resources("AWS::EC2::LaunchTemplate")
+    # The system group's template and one EFA template per GPU group: every node EKS launches here.
+    assert len(templates) == 1 + len(eks["cluster"].launch_templates) == 4
+    for name, resource in templates.items():
+        options = resource["Properties"]["LaunchTemplateData"]["MetadataOptions"]
+        assert (options["HttpTokens"], options["HttpPutResponseHopLimit"]) == ("required", 1), name
+
+
+def test_node_role_holds_only_what_nodes_need(eks) -> None:
+    for template, cluster in _both(eks):
+        names = _managed_policy_names(template, cluster.node_role)
+        assert "AmazonEKS_CNI_Policy" not in names
+        assert sorted(names) == [
+            "AmazonEC2ContainerRegistryPullOnly",
+            "AmazonEKSWorkerNodePolicy",
+            "AmazonSSMManagedInstanceCore",
+        ]
+
+
+def test_vpc_cni_has_its_own_pod_identity_with_only_the_cni_policy(eks) -> None:
+    for template, cluster in _both(eks):
+        (association,) = template.find_resources("AWS::EKS::PodIdentityAssociation").values()
+        props = association["Properties"]
+        assert props == _props(template, cluster.cni_identity)
+        assert (props["Namespace"], props["ServiceAccount"]) == ("kube-system", "aws-node")
+        assert props["ClusterName"] == ref(cluster.cluster.node.default_child)
+        role = cluster.cni_role
+        assert props["RoleArn"] == get_att(role.node.default_child, "Arn")
+        assert _managed_policy_names(template, role) == ["AmazonEKS_CNI_Policy"]
+        # No inline policy adds anything to it.
+        attached = [
+            p
+            for p in template.find_resources("AWS::IAM::Policy").values()
+            if ref(role.node.default_child) in p["Properties"]["Roles"]
+        ]
+        assert attached == []
+        (trust,) = _props(template, role.node.default_child)["AssumeRolePolicyDocument"]["Statement"]
+        assert trust["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+        assert sorted(trust["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+        assert trust["Condition"]["StringEquals"] == {
+            "aws:RequestTag/eks-cluster-arn": get_att(cluster.cluster.node.default_child, "Arn"),
+            "aws:RequestTag/kubernetes-namespace": "kube-system",
+            "aws:RequestTag/kubernetes-service-account": "aws-node",
+        }
+
+
+def test_pod_identity_agent_runs_before_any_node_joins(eks) -> None:
+    for template, cluster in _both(eks):
+        (agent,) = [
+            logical
+            for logical, addon in template.find_resources("AWS::EKS::Addon").items()
+            if addon["Properties"]["AddonName"] == "eks-pod-identity-agent"
+        ]
+        association = logical_id(cluster.cni_identity)
+        for nodegroup in template.find_resources("AWS::EKS::Nodegroup").values():
+            assert {agent, association} <= set(nodegroup.get("DependsOn", []))
+
+
+def test_kubectl_handler_keeps_no_registry_access(eks) -> None:
+    # The handler pulls from a registry only for oci:// charts; every chart kiln installs comes over HTTPS.
+    assert all(addon.repository.startswith("https://") for addon in HELM_ADDONS.values())
+    for template, cluster in _both(eks):
+        handler = cluster.cluster.kubectl_provider.node.find_child("Handler")
+        names = _managed_policy_names(template, handler.role)
+        assert names == ["service-role/AWSLambdaBasicExecutionRole", "service-role/AWSLambdaVPCAccessExecutionRole"]
+        assert not [name for name in KUBECTL_ECR_POLICIES if name in json.dumps(template.to_json())]
+        assert not any("HasEcrPublic" in name for name in template.to_json().get("Conditions", {}))
 
 
 def test_admin_role_gets_a_cluster_admin_access_entry(eks) -> None:
@@ -330,7 +420,7 @@ def test_training_operator_job_applies_the_pinned_release_with_pinned_images(eks
     objects = _manifest(eks["template"], eks["cluster"].addons[TRAINING_OPERATOR.name])
     (job,) = [o for o in objects if o["kind"] == "Job"]
     pod = job["spec"]["template"]["spec"]
-    (fetch,) = pod["initContainers"]
+    fetch, apply = pod["initContainers"]
     assert fetch["args"] == [
         "clone",
         "--depth",
@@ -340,15 +430,56 @@ def test_training_operator_job_applies_the_pinned_release_with_pinned_images(eks
         "https://github.com/kubeflow/trainer.git",
         "/src",
     ]
-    (apply,) = pod["containers"]
     assert apply["args"] == ["apply", "--server-side", "--force-conflicts", "-k", "/src/manifests/overlays/standalone"]
-    for image in (fetch["image"], apply["image"]):
+    (revoke,) = pod["containers"]
+    # Tag pins: no digest for these tags could be cited offline (see eks_addons.TRAINING_OPERATOR).
+    for image in (fetch["image"], apply["image"], revoke["image"]):
         assert re.search(r":v?\d+\.\d+\.\d+$", image), image
-    (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding"]
+    assert re.fullmatch(r"kiln-install-training-operator-v1-9-3-[0-9a-f]{10}", job["metadata"]["name"])
+
+
+def test_training_operator_install_cannot_outlive_its_privileges(eks) -> None:
+    objects = _manifest(eks["template"], eks["cluster"].addons[TRAINING_OPERATOR.name])
+    assert [o["kind"] for o in objects] == ["ServiceAccount", "ClusterRoleBinding", "Job"]
+    account, binding, job = objects
+    pod = job["spec"]["template"]["spec"]
+    namespace = job["metadata"]["namespace"]
+    assert binding["roleRef"]["name"] == "cluster-admin"
     assert binding["subjects"] == [
-        {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": job["metadata"]["namespace"]}
+        {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": namespace}
     ]
-    assert job["metadata"]["name"].endswith("v1-9-3")
+    assert (account["metadata"]["name"], account["metadata"]["namespace"]) == (pod["serviceAccountName"], namespace)
+    # The Job's one container starts only after fetch and apply succeed, and deletes the binding: its last act.
+    fetch, apply = pod["initContainers"]
+    (revoke,) = pod["containers"]
+    assert revoke["args"][:3] == ["delete", "clusterrolebinding", binding["metadata"]["name"]]
+    assert revoke["image"] == apply["image"] == TRAINING_OPERATOR.kubectl_image
+    # No automounted (long-lived) token; a 10-minute one, mounted only where kubectl runs.
+    assert account["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is False
+    (token,) = [v for v in pod["volumes"] if "projected" in v]
+    (source,) = [s for s in token["projected"]["sources"] if "serviceAccountToken" in s]
+    assert source["serviceAccountToken"]["expirationSeconds"] == INSTALL_TOKEN_SECONDS == 600
+
+    def token_mounts(container: dict) -> list[str]:
+        return [m["mountPath"] for m in container["volumeMounts"] if m["name"] == token["name"]]
+
+    assert token_mounts(fetch) == []
+    assert token_mounts(apply) == token_mounts(revoke) == [SERVICE_ACCOUNT_DIR]
+    # The finished Job and its pods (the only holders of that token) go away.
+    assert 0 < job["spec"]["ttlSecondsAfterFinished"] <= 3600
+    assert job["spec"]["backoffLimit"] <= 10
+    assert pod["restartPolicy"] == "OnFailure"
+
+
+def test_any_change_to_the_install_starts_a_new_job_that_revokes_again() -> None:
+    # CDK re-applies the binding whenever a manifest object changes: the Job's name changes with them.
+    first = kustomize_job_manifests(TRAINING_OPERATOR)
+    assert kustomize_job_manifests(TRAINING_OPERATOR) == first
+    for change in ({"ref": "v1.9.4"}, {"kubectl_image": "registry.k8s.io/kubectl:v1.36.4"}, {"path": "manifests/base"}):
+        changed = kustomize_job_manifests(dataclasses.replace(TRAINING_OPERATOR, **change))
+        assert changed[2]["metadata"]["name"] != first[2]["metadata"]["name"], change
+        assert len(changed[2]["metadata"]["name"]) <= 63
 
 
 def test_pvc_is_bound_to_the_kiln_fsx_file_system(eks) -> None:

@@ -202,3 +202,32 @@ def test_invalid_props_are_refused(slurm, change: dict, message: str) -> None:
 def test_types_hyperpod_does_not_offer_are_refused() -> None:
     with pytest.raises(ValueError, match="instance_type: got 'c7i.xlarge'; allowed: a type HyperPod offers"):
         HyperPodInstanceGroup(name="cpu", instance_type="c7i.xlarge", count=1)
+
+
+def test_execution_role_may_change_only_interfaces_of_the_compute_subnet(slurm) -> None:
+    cluster, template = slurm["cluster"], slurm["template"]
+    (policy,) = [
+        p["Properties"]
+        for p in template.find_resources("AWS::IAM::Policy").values()
+        if p["Properties"]["Roles"] == [ref(cluster.role.node.default_child)]
+    ]
+    ec2_statements = [s for s in policy["PolicyDocument"]["Statement"] if "ec2:" in str(s["Action"])]
+    on_everything = [s for s in ec2_statements if s["Resource"] == "*"]
+    assert len(on_everything) == 1
+    assert all(a.startswith("ec2:Describe") for a in on_everything[0]["Action"])
+    by_action = {a: s for s in ec2_statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    for action in ("ec2:DeleteNetworkInterface", "ec2:DetachNetworkInterface", "ec2:AssignPrivateIpAddresses"):
+        assert "ec2:Subnet" in by_action[action]["Condition"]["ArnEquals"]
+        assert "subnet-0123456789abcdef0" in str(by_action[action]["Condition"])
+    assert "ec2:Vpc" in by_action["ec2:CreateNetworkInterface"]["Condition"]["ArnEquals"]
+    assert by_action["ec2:CreateTags"]["Condition"] == {"StringEquals": {"ec2:CreateAction": "CreateNetworkInterface"}}
+
+
+def test_lifecycle_bucket_logs_under_its_own_name(slurm) -> None:
+    buckets = slurm["template"].find_resources("AWS::S3::Bucket")
+    prefixes = [
+        b["Properties"]["LoggingConfiguration"]["LogFilePrefix"]
+        for b in buckets.values()
+        if "LoggingConfiguration" in b["Properties"]
+    ]
+    assert prefixes == ["lifecycle-bucket/"]

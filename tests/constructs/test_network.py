@@ -81,7 +81,17 @@ def test_efa_group_allows_all_traffic_to_and_from_itself_only(new_vpc) -> None:
         {"IpProtocol": "-1", "GroupId": self_ref, "DestinationSecurityGroupId": self_ref, "Description": "EFA peers"}
     ]
     props = template.find_resources("AWS::EC2::SecurityGroup")[logical_id(group)]["Properties"]
-    assert "SecurityGroupIngress" not in props and "SecurityGroupEgress" not in props
+    # Inline egress must exist, or EC2 adds its default allow-all egress: one rule that matches nothing.
+    assert "SecurityGroupIngress" not in props
+    assert props["SecurityGroupEgress"] == [
+        {
+            "CidrIp": "255.255.255.255/32",
+            "Description": "Disallow all traffic",
+            "FromPort": 252,
+            "IpProtocol": "icmp",
+            "ToPort": 86,
+        }
+    ]
 
 
 def test_no_ingress_from_the_internet_anywhere(new_vpc) -> None:

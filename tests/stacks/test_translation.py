@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 from aws_cdk import Stack
 
-from kiln.spec import load_spec
+from kiln.spec import load_spec, parse_spec
 from kiln.stacks import build_cluster, new_app
 from kiln.stacks.compute_context import ComputeContext
 from kiln.stacks.hyperpod import hyperpod_groups, provisioning_parameters
+from kiln.stacks.pcs import pcs_size
 from tests.conftest import ROOT
 
 
@@ -40,3 +42,11 @@ def test_hyperpod_lifecycle_is_the_one_rendered_bundle(hyperpod_slurm) -> None:
     compute = stacks.compute
     assert compute.hyperpod.props.lifecycle is compute.bootstrap.node_bootstrap
     assert compute.bootstrap.node_bootstrap.entry_point == "on_create.sh"
+
+
+@pytest.mark.parametrize(("max_count", "size"), [(31, "SMALL"), (32, "MEDIUM"), (511, "MEDIUM"), (512, "LARGE")])
+def test_pcs_controller_size_follows_the_node_count(max_count: int, size: str) -> None:
+    # quickstart: one group and one login node.
+    data = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    data["compute"]["groups"][0]["max_count"] = max_count
+    assert pcs_size(parse_spec(data)) == size

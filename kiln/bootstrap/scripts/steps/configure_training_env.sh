@@ -12,10 +12,12 @@ configure_training_env() {
   else
     skip "no NCCL profile for ${KILN_INSTANCE_TYPE}"
   fi
-  write_file "$(root_path /etc/kiln/launcher.env)" <<ENV
-KILN_CLUSTER_NAME=${KILN_CLUSTER_NAME}
-KILN_CHECKPOINT_DIR=${KILN_CHECKPOINT_DIR}
-KILN_NCCL_ENV_FILE=/etc/kiln/nccl.env
-KILN_VENV=${KILN_ROOT%/}/opt/kiln/venv
-ENV
+  # Sourced by job scripts (set -a; source launcher.env): every value is shell-quoted with printf %q, so
+  # whatever a value holds, sourcing the file only assigns it.
+  write_file "$(root_path /etc/kiln/launcher.env)" < <(
+    printf 'KILN_CLUSTER_NAME=%q\n' "$KILN_CLUSTER_NAME"
+    printf 'KILN_CHECKPOINT_DIR=%q\n' "$KILN_CHECKPOINT_DIR"
+    printf 'KILN_NCCL_ENV_FILE=%q\n' /etc/kiln/nccl.env
+    printf 'KILN_VENV=%q\n' "${KILN_ROOT%/}/opt/kiln/venv"
+  )
 }

@@ -1,0 +1,89 @@
+"""Numeric limits AWS (and kiln's own layout) impose, written once for the spec rules and the construct checks.
+
+Standard library only. Each limit says where it comes from; the spec rules refuse a value past one of them
+with one line, and the constructs refuse the same value with a ValueError, so whatever `kiln validate`
+accepts also synthesizes.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+# EBS gp3 volume size (EC2 CreateVolume: 1-16,384 GiB for gp3).
+EBS_GP3_MIN_GIB = 1
+EBS_GP3_MAX_GIB = 16384
+# kiln's floor for a node's root volume: the GPU images kiln boots (Ubuntu/AL2023 with drivers, CUDA,
+# EFA and container layers before the first pull) do not fit in less. Spec rule and EfaLaunchTemplate share it.
+ROOT_VOLUME_MIN_GIB = 40
+ROOT_VOLUME_MAX_GIB = EBS_GP3_MAX_GIB
+
+# SageMaker HyperPod (CloudFormation AWS::SageMaker::Cluster): ClusterEbsVolumeConfig.VolumeSizeInGB
+# 1-16,384 and ClusterInstanceGroup.InstanceCount 0-6,758 per instance group.
+HYPERPOD_VOLUME_MIN_GIB = 1
+HYPERPOD_VOLUME_MAX_GIB = 16384
+HYPERPOD_MAX_INSTANCES_PER_GROUP = 6758
+
+# AWS PCS controller sizes (CreateCluster `size`): the most compute nodes each size serves. kiln's spec allows
+# at most the largest; PCS login nodes are compute node group instances too, so they count.
+PCS_CLUSTER_SIZES: dict[str, int] = {"SMALL": 32, "MEDIUM": 512, "LARGE": 2048}
+PCS_MAX_NODES = max(PCS_CLUSTER_SIZES.values())
+
+# AWS ParallelCluster 3 (pcluster.constants / cluster_validators): at most 50 Slurm queues, and queue and
+# compute resource names of at most 25 characters. kiln names a queue's one compute resource "<queue>-nodes".
+PARALLELCLUSTER_MAX_QUEUES = 50
+PARALLELCLUSTER_NAME_MAX = 25
+PARALLELCLUSTER_COMPUTE_RESOURCE_SUFFIX = "-nodes"
+PARALLELCLUSTER_QUEUE_NAME_MAX = PARALLELCLUSTER_NAME_MAX - len(PARALLELCLUSTER_COMPUTE_RESOURCE_SUFFIX)
+
+# Tags (AWS tagging rules, shared by every service kiln tags): 50 user tags per resource, keys 1-128 and
+# values 0-256 Unicode characters, the aws: prefix reserved.
+MAX_TAGS_PER_RESOURCE = 50
+TAG_KEY_MAX = 128
+TAG_VALUE_MAX = 256
+RESERVED_TAG_PREFIX = "aws:"
+# kiln tags every resource with kiln:cluster itself; spec tags may not take or shadow kiln's namespace.
+KILN_TAG_PREFIX = "kiln:"
+KILN_TAGS = ("kiln:cluster",)
+# The most tags (outside aws:, which AWS does not count) kiln's stacks add to one resource: a subnet carries
+# kiln:cluster, Name, aws-cdk:subnet-name, aws-cdk:subnet-type and, with EKS, kubernetes.io/role/(internal-)elb.
+KILN_ADDED_TAGS_MAX = 5
+MAX_SPEC_TAGS = MAX_TAGS_PER_RESOURCE - KILN_ADDED_TAGS_MAX
+
+# FSx for Lustre (PERSISTENT_2 and SCRATCH_2): 1,200 GiB, or a multiple of 2,400 GiB; PERSISTENT_2 throughput
+# 125, 250, 500 or 1,000 MB/s per TiB (default 250); automatic backups kept 0-90 days.
+LUSTRE_MIN_STORAGE_GIB = 1200
+LUSTRE_STORAGE_STEP_GIB = 2400
+PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
+PERSISTENT_2_DEFAULT_THROUGHPUT = 250
+LUSTRE_BACKUP_RETENTION_MAX_DAYS = 90
+
+# VPC: AWS allows /16 to /28; kiln splits a VPC into /(n+4) public and /(n+2) private subnets in two AZs,
+# which needs at least a /22.
+VPC_PREFIX_MIN = 16
+VPC_PREFIX_MAX = 22
+# Docker's default bridge network: a node that runs Docker with it cannot reach VPC addresses inside it.
+DOCKER_DEFAULT_BRIDGE = ipaddress.IPv4Network("172.17.0.0/16")
+
+# IMDSv2 PUT response hop limit (EC2 ModifyInstanceMetadataOptions: 1-64).
+IMDS_HOP_LIMIT_MIN = 1
+IMDS_HOP_LIMIT_MAX = 64
+
+# AWS APIs take counts and sizes as 32-bit signed integers: the ceiling of every count kiln passes on.
+INT32_MAX = 2**31 - 1
+# FSx for Lustre DataRepositoryPath (CreateDataRepositoryAssociation): at most 4,357 characters.
+S3_URI_MAX = 4357
+
+# kiln's own: a CI environment deletes itself at most 30 days after deploy.
+MAX_TTL_HOURS = 24 * 30
+
+
+def in_range(value: object, low: int, high: int) -> bool:
+    """Return True when VALUE is an integer (not a bool) from LOW to HIGH inclusive."""
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def is_lustre_storage(gib: object) -> bool:
+    """Return True when GIB is a size FSx for Lustre creates: 1200, or a positive multiple of 2400."""
+    if not in_range(gib, 1, INT32_MAX):
+        return False
+    return gib == LUSTRE_MIN_STORAGE_GIB or gib % LUSTRE_STORAGE_STEP_GIB == 0

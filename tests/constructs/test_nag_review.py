@@ -1,0 +1,98 @@
+"""IAM wildcards are acknowledged only pair by pair from the reviewed list; anything new fails synthesis."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_iam as iam
+from cdk_nag import AwsSolutionsChecks
+
+from kiln.constructs import nag_rules
+from kiln.constructs._checks import review_wildcards, wildcard_pairs
+from kiln.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
+from kiln.constructs.nag_rules import WildcardGrant
+from kiln.stacks import new_app
+from kiln.synth import nag_report
+from tests.constructs.conftest import ENV, imported_vpc, plain_bootstrap
+
+DESCRIBE = WildcardGrant(("ec2:DescribeVpcs",), r"\*", "Describe takes no resource scope.")
+OBJECTS = WildcardGrant(("s3:GetObject",), r"{bucket}/logs/\*", "Reads one prefix.")
+
+
+def _pairs(*statements: dict) -> list[tuple[str, str]]:
+    return wildcard_pairs({"Statement": [{"Effect": "Allow", **s} for s in statements]})
+
+
+def test_a_reviewed_pair_is_acknowledged_with_its_reason() -> None:
+    pairs = _pairs(
+        {"Action": "ec2:DescribeVpcs", "Resource": "*"},
+        {"Action": "s3:GetObject", "Resource": {"Fn::Join": ["", [{"Fn::GetAtt": ["B", "Arn"]}, "/logs/*"]]}},
+    )
+    accepted, unreviewed = review_wildcards(pairs, [DESCRIBE, OBJECTS], {"bucket": "<B.Arn>"})
+    assert unreviewed == []
+    assert {(f.rule, f.reason) for f in accepted} == {
+        ("AwsSolutions-IAM5[Resource::*]", "Describe takes no resource scope."),
+        ("AwsSolutions-IAM5[Resource::<B.Arn>/logs/*]", "Reads one prefix."),
+    }
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        {"Action": "iam:*", "Resource": "*"},
+        {"Action": "iam:PassRole", "Resource": "*"},
+        {"Action": "ec2:DeleteNetworkInterface", "Resource": "*"},
+    ],
+)
+def test_an_unreviewed_pair_blocks_every_finding_it_shares(statement: dict) -> None:
+    # The Resource::* finding is shared with the reviewed Describe pair: it must stay open.
+    pairs = _pairs({"Action": "ec2:DescribeVpcs", "Resource": "*"}, statement)
+    accepted, unreviewed = review_wildcards(pairs, [DESCRIBE], {})
+    assert unreviewed == [(statement["Action"], "*")]
+    assert accepted == []
+
+
+def test_a_grant_for_another_bucket_or_prefix_does_not_cover() -> None:
+    pairs = _pairs({"Action": "s3:GetObject", "Resource": "<Other.Arn>/logs/*"})
+    assert review_wildcards(pairs, [OBJECTS], {"bucket": "<B.Arn>"})[1] == [("s3:GetObject", "<Other.Arn>/logs/*")]
+    pairs = _pairs({"Action": "s3:GetObject", "Resource": "<B.Arn>/*"})
+    assert review_wildcards(pairs, [OBJECTS], {"bucket": "<B.Arn>"})[1] == [("s3:GetObject", "<B.Arn>/*")]
+
+
+def test_every_reviewed_grant_has_a_reason_and_exact_actions() -> None:
+    grants = [*nag_rules.HYPERPOD_ROLE_GRANTS, *nag_rules.LIFECYCLE_HANDLER_GRANTS]
+    assert all(g.reason.strip() and g.actions for g in grants)
+    assert not any(a in ("*", "ec2:*", "s3:*", "iam:*") for g in grants for a in g.actions)
+
+
+def _hyperpod_app(tmp_path, extra: iam.PolicyStatement | None) -> cdk.App:
+    app = new_app(str(tmp_path))
+    st = cdk.Stack(app, "HyperPod", env=ENV)
+    vpc = imported_vpc(st)
+    cluster = HyperPodCluster(
+        st,
+        "Cluster",
+        HyperPodClusterProps(
+            cluster_name="llm-hp",
+            vpc=vpc,
+            subnet=vpc.private_subnets[0],
+            instance_groups=[
+                HyperPodInstanceGroup(name="controller", instance_type="m5.8xlarge", count=1, role="controller"),
+                HyperPodInstanceGroup(name="p5", instance_type="p5.48xlarge", count=2),
+            ],
+            lifecycle=plain_bootstrap(st, "on_create.sh"),
+            cluster_env={"KILN_CLUSTER_NAME": "llm-hp"},
+        ),
+    )
+    if extra is not None:
+        cluster.role.add_to_policy(extra)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app
+
+
+def test_a_new_wildcard_on_the_hyperpod_role_fails_synthesis(tmp_path) -> None:
+    extra = iam.PolicyStatement(actions=["iam:*"], resources=["*"])
+    with pytest.raises(RuntimeError, match="ValidationFailed"):
+        _hyperpod_app(tmp_path, extra).synth()
+    open_findings = {v.split(" at ")[0] for v in nag_report(tmp_path).violations}
+    assert open_findings == {"AwsSolutions-IAM5[Action::iam:*]", "AwsSolutions-IAM5[Resource::*]"}
