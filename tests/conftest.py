@@ -17,6 +17,15 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 NODE_BIN = ROOT / "node_modules" / ".bin"
 
+# The smallest valid spec as plain data (PCS, one p5 group, persistent Lustre); tests copy it before changing it.
+MINIMAL_SPEC = {
+    "name": "t",
+    "region": "us-east-1",
+    "availability_zone": "us-east-1a",
+    "storage": {"lustre": {"deployment": "PERSISTENT_2", "storage_gib": 2400}},
+    "compute": {"backend": "pcs", "groups": [{"name": "gpu", "instance_type": "p5.48xlarge", "max_count": 2}]},
+}
+
 # jsii runs the CDK in Node: use the pinned Node 22 from node_modules, not the system's.
 use_pinned_node()
 os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")

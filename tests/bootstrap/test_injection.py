@@ -22,17 +22,15 @@ from kiln.catalog.names import ARTIFACT_NAMES
 from kiln.spec import parse_spec
 from kiln.stacks.bootstrap_config import config_from_spec
 from tests.bootstrap.conftest import CLUSTER_ENV, make_node, pcs_config
+from tests.conftest import MINIMAL_SPEC
 
 # Legitimate values with characters special to some shell or reader, each allowed by the spec rules.
 CHECKPOINT_DIR = "/fsx/ck+a@b%c=d:e,f.g_h-i"
 NCCL_ENV = {"NCCL_SOCKET_IFNAME": "^docker,lo", "NCCL_KILN_PROBE": "a=b:c,d/e+f^g.h_i-j", "NCCL_EMPTY": ""}
 VERSIONS = {"enroot": "3.5.0~rc1", "pyxis": "0.20.0+kiln.1", "nvidia_driver": "570.172.08"}
 SPEC = {
+    **MINIMAL_SPEC,
     "name": "inj",
-    "region": "us-east-1",
-    "availability_zone": "us-east-1a",
-    "storage": {"lustre": {"deployment": "PERSISTENT_2", "storage_gib": 2400}},
-    "compute": {"backend": "pcs", "groups": [{"name": "gpu", "instance_type": "p5.48xlarge", "max_count": 2}]},
     "software": VERSIONS,
     "launcher": {"checkpoint_dir": CHECKPOINT_DIR, "nccl_env": NCCL_ENV},
 }

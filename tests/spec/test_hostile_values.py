@@ -24,6 +24,7 @@ from kiln.catalog.names import ARTIFACT_NAMES, known_regions
 from kiln.cli import main
 from kiln.spec import ClusterSpec, SpecError, parse_spec
 from kiln.spec.models import PATTERN_RULES
+from tests.conftest import MINIMAL_SPEC
 
 VALID = {
     "name": "llm",
@@ -341,13 +342,7 @@ def test_spec_rules_and_constructs_share_the_limits() -> None:
     assert limits.MAX_SPEC_TAGS + limits.KILN_ADDED_TAGS_MAX == limits.MAX_TAGS_PER_RESOURCE
 
 
-BASE = {
-    "name": "edge",
-    "region": "us-east-1",
-    "availability_zone": "us-east-1a",
-    "storage": {"lustre": {"deployment": "PERSISTENT_2", "storage_gib": 2400}},
-    "compute": {"backend": "pcs", "groups": [{"name": "gpu", "instance_type": "p5.48xlarge", "max_count": 2}]},
-}
+BASE = {**MINIMAL_SPEC, "name": "edge"}
 
 
 def edge(*changes: tuple[str, object], compute: dict | None = None) -> dict:

@@ -11,14 +11,9 @@ import pytest
 import yaml
 
 from kiln.cli import main
+from tests.conftest import MINIMAL_SPEC
 
-VALID = {
-    "name": "t",
-    "region": "us-east-1",
-    "availability_zone": "us-east-1a",
-    "storage": {"lustre": {"deployment": "PERSISTENT_2", "storage_gib": 2400}},
-    "compute": {"backend": "pcs", "groups": [{"name": "gpu", "instance_type": "p5.48xlarge", "max_count": 2}]},
-}
+VALID = MINIMAL_SPEC
 
 
 def with_change(path: str, value: object) -> dict:
