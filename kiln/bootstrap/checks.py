@@ -31,6 +31,21 @@ def check_pattern(what: str, got: object, pattern: re.Pattern[str], rule: str) -
         raise ValueError(f"{what}: got {got!r}, allowed: {rule}")
 
 
+def is_quotable(text: str) -> bool:
+    """Return True when TEXT means itself inside single quotes: no quote and no control character.
+
+    NAME='value' files (bundle.env, cluster.env) are read by load_env_file, which executes nothing, and may
+    be sourced by bash; both take the value literally only then.
+    """
+    return "'" not in text and text.isprintable()
+
+
+def check_quotable(name: str, value: object) -> None:
+    """Raise ValueError unless VALUE is text that is_quotable."""
+    if not isinstance(value, str) or not is_quotable(value):
+        raise ValueError(f"{name}: got {value!r}, allowed: printable text, no single quotes or newlines")
+
+
 def check_node_path(what: str, got: object) -> None:
     """Raise ValueError unless GOT is an absolute path safe to write into a node's shell files."""
     check_pattern(what, got, NODE_PATH, NODE_PATH_RULE)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from kiln.bootstrap.checks import is_quotable
+
 CLUSTER_ENV_PATH = "/etc/kiln/cluster.env"
 
 # Every variable a node reads from cluster.env, with what it means. Values may be CDK tokens.
@@ -37,7 +39,7 @@ def check_cluster_env(values: Mapping[str, str]) -> None:
         literal = _TOKEN.sub("", value)
         # Written as NAME='value' (here and by fetch.sh on the node), read by load_env_file and by shells:
         # inside single quotes only a quote or a control character could change what the line means.
-        if "'" in literal or not literal.isprintable():
+        if not is_quotable(literal):
             raise ValueError(
                 f"cluster.env {name}: got {value!r}, allowed: printable text, no single quotes or newlines"
             )

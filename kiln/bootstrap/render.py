@@ -10,6 +10,7 @@ from pathlib import Path
 import jinja2
 
 from kiln.bootstrap.artifacts import bundle_artifacts
+from kiln.bootstrap.checks import check_pattern, check_quotable
 from kiln.bootstrap.cluster_env import CLUSTER_ENV_PATH, cluster_env_text
 from kiln.bootstrap.config import BootstrapConfig
 from kiln.bootstrap.readiness import BootReadiness, boot_readiness
@@ -296,26 +297,14 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
     return sorted(env.items())
 
 
-def check_quotable(name: str, value: str) -> None:
-    """Raise ValueError unless VALUE means itself inside single quotes: no quote, no control character.
-
-    bundle.env is read by load_env_file (which executes nothing) and may be sourced by bash; both take
-    NAME='value' literally only when the value holds neither.
-    """
-    if not isinstance(value, str) or "'" in value or not value.isprintable():
-        raise ValueError(f"{name}: got {value!r}, allowed: printable text, no single quotes or newlines")
-
-
 def _nccl_environment(config: BootstrapConfig, name: str) -> list[tuple[str, str]]:
     versions = SoftwareVersions(aws_ofi_nccl=config.software.aws_ofi_nccl, libfabric=config.software.libfabric)
     environment = preset_environment(name, versions=versions, fork_enomem=config.fork_enomem, overrides=config.nccl_env)
     for key, value in environment.items():
         # nccl.env is read unquoted (docker --env-file, enroot) and profile.sh by login shells: both sides must
         # mean the same to a shell as to docker, so they are plain (matched whole: no trailing newline either).
-        if ENV_NAME.fullmatch(key) is None:
-            raise ValueError(f"nccl_env variable name: got {key!r}, allowed: {ENV_NAME_RULE}")
-        if ENV_VALUE.fullmatch(value) is None:
-            raise ValueError(f"nccl_env {key}: got {value!r}, allowed: {ENV_VALUE_RULE}")
+        check_pattern("nccl_env variable name", key, ENV_NAME, ENV_NAME_RULE)
+        check_pattern(f"nccl_env {key}", value, ENV_VALUE, ENV_VALUE_RULE)
     return sorted(environment.items())
 
 

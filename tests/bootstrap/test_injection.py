@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from kiln.bootstrap.artifacts import artifact_table
+from kiln.bootstrap.checks import check_quotable
 from kiln.bootstrap.cluster_env import check_cluster_env, cluster_env_text
 from kiln.bootstrap.config import NodeGroup, SoftwarePins
 from kiln.bootstrap.local_target import LocalCluster
-from kiln.bootstrap.render import check_quotable, render_bundle
+from kiln.bootstrap.render import render_bundle
 from kiln.catalog.names import ARTIFACT_NAMES
 from kiln.spec import parse_spec
 from kiln.stacks.bootstrap_config import config_from_spec
