@@ -31,6 +31,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="local target: controller gets the first address, nodes the next (default: %(default)s)",
     )
     render.set_defaults(func=run_render)
+    lock = commands.add_parser(
+        "lock",
+        help="download once the files whose publisher gives no digest and write their sha256 to the spec's lock file",
+    )
+    lock.add_argument("--spec", required=True, help="cluster spec (YAML) whose software.lock_file to write")
+    lock.add_argument(
+        "--refresh",
+        action="store_true",
+        help="download every locked file again and stop if any digest changed (default: keep locked entries)",
+    )
+    lock.set_defaults(func=run_lock)
 
 
 def role_summary(bundle_dir: Path) -> list[str]:
@@ -73,4 +84,45 @@ def run_render(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     for reason in bundle.readiness.reasons():
         print(f"warning: {reason}", file=sys.stderr)
+    return 0
+
+
+def run_lock(args: argparse.Namespace) -> int:
+    """Write the lock file of --spec: 0 written, 1 a download failed or a digest changed, 2 bad spec."""
+    from kiln.bootstrap.artifacts import lockable_artifacts
+    from kiln.bootstrap.lock import LockError, lock_text, plan_lock, read_lock
+    from kiln.safe_output import UnsafeOutput, write_file_atomically
+    from kiln.spec import SpecError, load_spec
+    from kiln.stacks.bootstrap_config import config_from_spec
+
+    try:
+        spec = load_spec(args.spec)
+        path = spec.lock_path
+        if path is None:
+            print(
+                f"{args.spec}: software.lock_file: not set; add lock_file: {Path(args.spec).stem}.lock.json under software "
+                "so the lock has a place the spec names",
+                file=sys.stderr,
+            )
+            return 2
+        existing = read_lock(path) if path.exists() else ()
+        needed = lockable_artifacts(config_from_spec(spec))
+    except SpecError as error:
+        print("\n".join(error.lines_out()), file=sys.stderr)
+        return 2
+    except (LockError, ValueError) as error:
+        print(f"kiln bootstrap lock: {error}", file=sys.stderr)
+        return 2
+    try:
+        plan = plan_lock(needed, existing, refresh=args.refresh)
+        write_file_atomically(path, lock_text(plan.entries), what="lock file")
+    except UnsafeOutput as error:
+        print(f"kiln bootstrap lock: {error}", file=sys.stderr)
+        return 2
+    except LockError as error:
+        print(f"kiln bootstrap lock: {error}", file=sys.stderr)
+        return 1
+    for note in plan.notes:
+        print(note, file=sys.stderr)
+    print(path)
     return 0

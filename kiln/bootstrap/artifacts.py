@@ -1,4 +1,4 @@
-"""Resolve which pinned downloads a bundle needs, with their URLs and sha256 digests."""
+"""What a bundle's nodes install from where: signed package repositories and pinned file downloads."""
 
 from __future__ import annotations
 
@@ -16,73 +16,145 @@ ARTIFACTS_PATH = Path(__file__).parent / "artifacts.json"
 _ARCH = {"x86_64": "x86_64", "arm64": "aarch64"}
 _DEB_ARCH = {"x86_64": "amd64", "arm64": "arm64"}
 _REPO_ARCH = {"x86_64": "x86_64", "arm64": "sbsa"}
+_CODENAME = {"ubuntu2204": "jammy", "ubuntu2404": "noble", "debian12": "bookworm"}
+
+
+def _variable_prefix(kind: str, name: str) -> str:
+    return f"KILN_{kind}_" + name.upper().replace("-", "_")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Artifact:
-    """One download of one bundle: where from, which version, which digest ('' when none is known)."""
+    """One file download of one bundle: where from, which version, which digest ('' when none is known)."""
 
     name: str
     version: str
     url: str
     sha256: str
+    # True when the digest is the publisher's (artifacts.json); False when it comes from the lock or is missing.
+    published: bool
 
     @property
     def variable_prefix(self) -> str:
-        return "KILN_ARTIFACT_" + self.name.upper().replace("-", "_")
+        return _variable_prefix("ARTIFACT", self.name)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Repository:
+    """One vendor package repository of one bundle, trusted only through the signing key's pinned fingerprint."""
+
+    name: str
+    key_url: str
+    fingerprint: str
+    # apt: "URI SUITE [COMPONENT...]" after `deb [signed-by=...]`; dnf: the baseurl. The other one is ''.
+    apt_source: str
+    baseurl: str
+
+    @property
+    def variable_prefix(self) -> str:
+        return _variable_prefix("REPO", self.name)
+
+    def bundle_env(self) -> dict[str, str]:
+        """Return the bundle.env values the node's add_signed_repository reads."""
+        prefix = self.variable_prefix
+        return {
+            f"{prefix}_KEY_URL": self.key_url,
+            f"{prefix}_FINGERPRINT": self.fingerprint,
+            f"{prefix}_APT_SOURCE": self.apt_source,
+            f"{prefix}_BASEURL": self.baseurl,
+        }
 
 
 @lru_cache(maxsize=1)
+def _table() -> dict[str, Any]:
+    return json.loads(ARTIFACTS_PATH.read_text())
+
+
 def artifact_table() -> dict[str, dict[str, Any]]:
-    """Return artifacts.json keyed by artifact name."""
-    return {entry["name"]: entry for entry in json.loads(ARTIFACTS_PATH.read_text())["artifacts"]}
+    """Return the file downloads of artifacts.json keyed by name."""
+    return {entry["name"]: entry for entry in _table()["files"]}
 
 
-def needed_artifacts(config: BootstrapConfig) -> tuple[str, ...]:
-    """Return the names of the artifacts the install steps of CONFIG may download."""
+def repository_table() -> dict[str, dict[str, Any]]:
+    """Return the package repositories of artifacts.json keyed by name."""
+    return {entry["name"]: entry for entry in _table()["repositories"]}
+
+
+def _wanted(config: BootstrapConfig) -> dict[str, bool]:
+    """Return, for every repository and file by name, whether CONFIG's install steps use it."""
     if config.target == "local":
-        return ()
+        return {}
     facts = [instance_type(name) for name in config.instance_types]
     pins = config.software
     gpus = any(f.gpu_count for f in facts)
+    neuron = any(f.neuron_count for f in facts)
     apt = config.os.startswith("ubuntu")
-    wanted = {
-        "nvidia-driver": gpus and pins.nvidia_driver,
-        "cuda-keyring": gpus and apt and pins.nvidia_driver and any(f.nvswitch for f in facts),
-        "cuda-rpm-key": gpus and not apt and pins.nvidia_driver and any(f.nvswitch for f in facts),
-        "efa-installer": any(f.efa_supported for f in facts) and pins.efa_installer,
-        "nccl": gpus and pins.nccl,
-        "fsx-lustre-client-key": config.lustre and apt,
-        "enroot-deb": config.containers and config.runs_slurm and apt and pins.enroot,
-        "enroot-caps-deb": config.containers and config.runs_slurm and apt and pins.enroot,
-        "enroot-rpm": config.containers and config.runs_slurm and not apt and pins.enroot,
-        "enroot-caps-rpm": config.containers and config.runs_slurm and not apt and pins.enroot,
-        "pyxis": config.containers and config.runs_slurm and pins.pyxis,
-        "nvidia-container-toolkit-key": config.containers and gpus and pins.nvidia_container_toolkit,
+    slurm_containers = config.containers and config.runs_slurm
+    return {
+        "cuda": gpus and bool(pins.nvidia_driver or pins.nccl),
+        "neuron": neuron and bool(pins.neuron),
+        "fsx-lustre": config.lustre and apt,
+        "nvidia-container-toolkit": config.containers and gpus and bool(pins.nvidia_container_toolkit),
+        "efa-installer": any(f.efa_supported for f in facts) and bool(pins.efa_installer),
+        "enroot-deb": slurm_containers and apt and bool(pins.enroot),
+        "enroot-caps-deb": slurm_containers and apt and bool(pins.enroot),
+        "enroot-rpm": slurm_containers and not apt and bool(pins.enroot),
+        "enroot-caps-rpm": slurm_containers and not apt and bool(pins.enroot),
+        "pyxis": slurm_containers and bool(pins.pyxis),
     }
-    return tuple(name for name in artifact_table() if wanted.get(name))
 
 
-def resolve_artifact(config: BootstrapConfig, name: str) -> Artifact:
-    """Return artifact NAME with its URL filled in for CONFIG and its digest (spec first, then artifacts.json)."""
-    entry = artifact_table()[name]
-    version = entry.get("version") or getattr(config.software, entry["version_from"])
-    if not version:
-        raise ValueError(f"artifact {name}: software.{entry['version_from']} is not pinned")
-    if "{nccl_cuda}" in entry["url"] and not config.software.nccl_cuda:
-        raise ValueError(f"artifact {name}: software.nccl_cuda (the CUDA version of the NCCL build) is not pinned")
-    url = entry["url"].format(
+def _fill(template: str, config: BootstrapConfig, version: str = "") -> str:
+    return template.format(
         version=version,
         arch=_ARCH[config.architecture],
         deb_arch=_DEB_ARCH[config.architecture],
         repo_arch=_REPO_ARCH[config.architecture],
         os=config.os,
-        nccl_cuda=config.software.nccl_cuda or "",
+        codename=_CODENAME.get(config.os, ""),
     )
+
+
+def resolve_artifact(config: BootstrapConfig, name: str) -> Artifact:
+    """Return file NAME with its URL filled in for CONFIG and its digest (published first, then the lock)."""
+    entry = artifact_table()[name]
+    version = getattr(config.software, entry["version_from"])
+    if not version:
+        raise ValueError(f"artifact {name}: software.{entry['version_from']} is not pinned")
+    url = _fill(entry["url"], config, version)
     published = entry["sha256"].get(version, "")
-    return Artifact(name=name, version=version, url=url, sha256=config.checksums.get(name) or published)
+    digest = published or config.locked.get(url, "")
+    return Artifact(name=name, version=version, url=url, sha256=digest, published=bool(published))
+
+
+def resolve_repository(config: BootstrapConfig, name: str) -> Repository:
+    """Return repository NAME as CONFIG's image OS reaches it: apt on Ubuntu, dnf on Amazon Linux."""
+    entry = repository_table()[name]
+    manager = "apt" if config.os.startswith("ubuntu") else "dnf"
+    if manager not in entry:
+        raise ValueError(f"repository {name}: has no {manager} form for {config.os}")
+    form = entry[manager]
+    return Repository(
+        name=name,
+        key_url=_fill(form["key_url"], config),
+        fingerprint=form["fingerprint"],
+        apt_source=_fill(form["source"], config) if manager == "apt" else "",
+        baseurl=_fill(form["baseurl"], config) if manager == "dnf" else "",
+    )
 
 
 def bundle_artifacts(config: BootstrapConfig) -> tuple[Artifact, ...]:
-    """Return every artifact CONFIG's install steps may download, resolved."""
-    return tuple(resolve_artifact(config, name) for name in needed_artifacts(config))
+    """Return every file CONFIG's install steps may download, resolved."""
+    wanted = _wanted(config)
+    return tuple(resolve_artifact(config, name) for name in artifact_table() if wanted.get(name))
+
+
+def lockable_artifacts(config: BootstrapConfig) -> tuple[Artifact, ...]:
+    """Return the files CONFIG's nodes download whose publisher gives no digest: the lock's business."""
+    return tuple(artifact for artifact in bundle_artifacts(config) if not artifact.published)
+
+
+def bundle_repositories(config: BootstrapConfig) -> tuple[Repository, ...]:
+    """Return every package repository CONFIG's install steps may add, resolved."""
+    wanted = _wanted(config)
+    return tuple(resolve_repository(config, name) for name in repository_table() if wanted.get(name))

@@ -9,7 +9,6 @@ from kiln.bootstrap.checks import check_choice, check_node_path, check_pattern, 
 from kiln.bootstrap.local_target import LocalCluster
 from kiln.catalog import UnknownInstanceType, instance_type
 from kiln.catalog.names import (
-    ARTIFACT_NAMES,
     ENV_NAME,
     ENV_NAME_RULE,
     ENV_VALUE,
@@ -29,6 +28,7 @@ CONTAINER_RUNTIMES = ("docker", "containerd")
 # Every string below reaches a node's files; each is matched whole (fullmatch), ASCII only.
 _USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 _VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.+_~-]*")
+_HTTPS_URL = re.compile(r"https://[!#-&(-~]+")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,8 +37,10 @@ class SoftwarePins:
 
     nvidia_driver: str | None = None
     efa_installer: str | None = None
+    # NCCL from NVIDIA's CUDA repository, as its package version: 2.27.3-1+cuda12.9.
     nccl: str | None = None
-    nccl_cuda: str | None = None
+    # The AWS Neuron SDK release whose driver, runtime, collectives and tools Neuron nodes install.
+    neuron: str | None = None
     aws_ofi_nccl: str | None = None
     libfabric: str | None = None
     slurm: str | None = None
@@ -97,8 +99,9 @@ class BootstrapConfig:
     service_instance_types: tuple[str, ...] = ()
     groups: tuple[NodeGroup, ...] = ()
     software: SoftwarePins = field(default_factory=SoftwarePins)
-    # Artifact name -> sha256; wins over artifacts.json. Downloads without a sha256 are refused.
-    checksums: dict[str, str] = field(default_factory=dict)
+    # Download URL -> sha256 from the spec's lock file, for files whose publisher gives no digest. A download
+    # with no digest (published or locked) is refused on the node.
+    locked: dict[str, str] = field(default_factory=dict)
     # enroot/pyxis and a container runtime on cloud targets; the local target never installs them.
     containers: bool = True
     # Docker for Slurm targets; EKS nodes run containerd from the EKS image.
@@ -146,9 +149,9 @@ class BootstrapConfig:
                 raise ValueError(
                     f"{name}: architecture {self.architecture!r} not offered (it has {', '.join(facts.architectures)})"
                 )
-        for artifact, digest in self.checksums.items():
-            check_choice("checksums artifact", artifact, ARTIFACT_NAMES)
-            check_pattern(f"checksums.{artifact}", digest, SHA256, SHA256_RULE)
+        for url, digest in self.locked.items():
+            check_pattern("locked URL", url, _HTTPS_URL, "an https:// URL of printable ASCII without quotes")
+            check_pattern(f"locked {url}", digest, SHA256, SHA256_RULE)
         for name, value in self.nccl_env.items():
             check_pattern("nccl_env variable name", name, ENV_NAME, ENV_NAME_RULE)
             check_pattern(f"nccl_env {name}", value, ENV_VALUE, ENV_VALUE_RULE)

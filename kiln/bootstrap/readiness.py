@@ -9,6 +9,8 @@ from kiln.bootstrap.config import BootstrapConfig
 
 # The one flag of `kiln validate` and `kiln report` that accepts nodes which would not boot.
 ACCEPT_UNREADY = "--accept-unready"
+# What makes an unverifiable download verifiable, when the caller knows no better (no spec path).
+LOCK_REMEDY = "lock them with `kiln bootstrap lock --spec SPEC` on a machine with internet"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,25 +19,28 @@ class BootReadiness:
 
     target: str
     unverifiable: tuple[Artifact, ...]
+    # The one step that makes every unverifiable download verifiable.
+    remedy: str = LOCK_REMEDY
 
     @property
     def ready(self) -> bool:
         return not self.unverifiable
 
     def reasons(self) -> list[str]:
-        """Return one line per refused download: which step, which file, and what makes it verifiable."""
-        lines = []
-        for artifact in self.unverifiable:
-            step = artifact_table()[artifact.name]["used_by"].split(" ", 1)[0]
-            lines.append(
-                f"not boot-ready: {step} on {self.target} nodes would refuse {artifact.name} {artifact.version} "
-                f"(no sha256 known for that version): set software.checksums.{artifact.name}"
-            )
-        return lines
+        """Return one line naming the refused downloads, their steps, and the single step that fixes them."""
+        if self.ready:
+            return []
+        files = ", ".join(f"{a.name} {a.version}" for a in self.unverifiable)
+        steps = ", ".join(dict.fromkeys(artifact_table()[a.name]["used_by"] for a in self.unverifiable))
+        return [
+            f"not boot-ready: {self.target} nodes would refuse {files} ({steps}; no published sha256): {self.remedy}"
+        ]
 
 
-def boot_readiness(config: BootstrapConfig) -> BootReadiness:
-    """Return whether CONFIG's nodes would boot: every download they make must have a digest to check."""
+def boot_readiness(config: BootstrapConfig, *, remedy: str = LOCK_REMEDY) -> BootReadiness:
+    """Return whether CONFIG's nodes would boot: every file they download must have a digest to check."""
     return BootReadiness(
-        target=config.target, unverifiable=tuple(a for a in bundle_artifacts(config) if not a.sha256)
+        target=config.target,
+        unverifiable=tuple(a for a in bundle_artifacts(config) if not a.sha256),
+        remedy=remedy,
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jinja2
 
-from kiln.bootstrap.artifacts import bundle_artifacts
+from kiln.bootstrap.artifacts import bundle_artifacts, bundle_repositories
 from kiln.bootstrap.checks import check_pattern, check_quotable
 from kiln.bootstrap.cluster_env import CLUSTER_ENV_PATH, cluster_env_text
 from kiln.bootstrap.config import BootstrapConfig
@@ -18,6 +18,7 @@ from kiln.bootstrap.steps import NODE_CONTEXT, Step, declared_steps
 from kiln.bootstrap.wheel import build_wheel
 from kiln.catalog import SoftwareVersions, instance_type, preset_environment
 from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE, ENV_VALUE, ENV_VALUE_RULE
+from kiln.catalog.neuron import neuron_packages
 from kiln.safe_output import replaced_directory
 
 PACKAGE_DIR = Path(__file__).parent
@@ -27,9 +28,9 @@ TEMPLATES_DIR = PACKAGE_DIR / "templates"
 PYXIS_PREFIX = "/usr/local"
 SCRATCH_DIR = "/scratch"
 
-_GPU_STEPS = ("install_nvidia_driver", "install_efa", "install_nccl")
+_ACCELERATOR_STEPS = ("install_nvidia_driver", "install_neuron", "install_efa", "install_nccl")
 _CLOUD_INSTALL = (
-    *_GPU_STEPS,
+    *_ACCELERATOR_STEPS,
     "install_lustre_client",
     "install_enroot",
     "install_pyxis",
@@ -39,6 +40,7 @@ _CLOUD_INSTALL = (
 _CLOUD_CONFIGURE = (
     "configure_users",
     "configure_kernel",
+    "configure_accelerators",
     "configure_fsx",
     "configure_container_storage",
     "configure_training_env",
@@ -104,10 +106,11 @@ PROFILES: dict[str, TargetProfile] = {
         how_it_runs="run from the EKS node group's user data before the node joins",
         default_role="worker",
         # Pods bring the launcher; FSx comes through the CSI driver.
-        install_steps=(*_GPU_STEPS, "install_lustre_client", "install_container_runtime"),
+        install_steps=(*_ACCELERATOR_STEPS, "install_lustre_client", "install_container_runtime"),
         configure_steps=(
             "configure_users",
             "configure_kernel",
+            "configure_accelerators",
             "configure_container_storage",
             "configure_training_env",
         ),
@@ -144,7 +147,8 @@ class SlurmLayout:
     slurmd_port: int
     user: str
     munge_socket: str
-    gpus: bool
+    # Slurm GRES kinds of the cluster's nodes: gpu, neuron.
+    gres_types: tuple[str, ...]
     plugstack: bool
 
     @property
@@ -188,7 +192,8 @@ def slurm_layout(config: BootstrapConfig) -> SlurmLayout | None:
     profile = PROFILES[config.target]
     if profile.slurm_config is None:
         return None
-    gpus = any(instance_type(name).gpu_count for name in config.instance_types)
+    facts = [instance_type(name) for name in config.instance_types]
+    gres_types = tuple(kind for kind in ("gpu", "neuron") if any(getattr(f, f"{kind}_count") for f in facts))
     plugstack = config.containers and config.target != "local" and bool(config.software.pyxis)
     if config.target == "local":
         local = config.local
@@ -205,7 +210,7 @@ def slurm_layout(config: BootstrapConfig) -> SlurmLayout | None:
             slurmd_port=local.slurmd_port,
             user="root",
             munge_socket=f"{root}/run/munge/munge.socket.2",
-            gpus=False,
+            gres_types=(),
             plugstack=False,
         )
     if config.target == "pcs":
@@ -226,7 +231,7 @@ def slurm_layout(config: BootstrapConfig) -> SlurmLayout | None:
         slurmd_port=6818,
         user="slurm",
         munge_socket="",
-        gpus=gpus,
+        gres_types=gres_types,
         plugstack=plugstack,
     )
 
@@ -265,6 +270,8 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         "KILN_NVIDIA_DRIVER_VERSION": pins.nvidia_driver or "",
         "KILN_EFA_INSTALLER_VERSION": pins.efa_installer or "",
         "KILN_NCCL_VERSION": pins.nccl or "",
+        "KILN_NEURON_VERSION": pins.neuron or "",
+        "KILN_NEURON_PACKAGES": _neuron_packages(config),
         "KILN_ENROOT_VERSION": (pins.enroot or "") if slurm_target else "",
         "KILN_PYXIS_VERSION": (pins.pyxis or "") if slurm_target else "",
         "KILN_PYXIS_PREFIX": PYXIS_PREFIX,
@@ -288,6 +295,8 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         "KILN_LAUNCHER_WHEEL": wheel[0],
         "KILN_LAUNCHER_WHEEL_SHA256": wheel[1],
     }
+    for repository in bundle_repositories(config):
+        env.update(repository.bundle_env())
     for artifact in bundle_artifacts(config):
         env[f"{artifact.variable_prefix}_URL"] = artifact.url
         env[f"{artifact.variable_prefix}_VERSION"] = artifact.version
@@ -295,6 +304,13 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
     for name, value in env.items():
         check_quotable(name, value)
     return sorted(env.items())
+
+
+def _neuron_packages(config: BootstrapConfig) -> str:
+    """Return NAME:VERSION pairs of the pinned Neuron release, where a node of CONFIG has Neuron devices."""
+    if not config.software.neuron or not any(instance_type(name).neuron_count for name in config.instance_types):
+        return ""
+    return " ".join(f"{name}:{version}" for name, version in neuron_packages(config.software.neuron).items())
 
 
 def _nccl_environment(config: BootstrapConfig, name: str) -> list[tuple[str, str]]:
@@ -386,7 +402,7 @@ def _render_into(config: BootstrapConfig, layout: SlurmLayout | None, out: Path)
         _write(folder / "facts.env", env.get_template("facts.env.j2").render(facts=facts))
         _write(folder / "nccl.env", env.get_template("nccl.env.j2").render(environment=environment, instance=name))
         _write(folder / "profile.sh", env.get_template("profile.sh.j2").render(environment=environment, instance=name))
-        if facts.gpu_count:
+        if facts.gpu_count or facts.neuron_count:
             _write(folder / "gres.conf", env.get_template("gres.conf.j2").render(facts=facts))
     if layout is not None:
         _render_slurm(config, layout, out, env)

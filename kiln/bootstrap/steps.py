@@ -29,6 +29,7 @@ STEPS: dict[str, Step] = {
     step.name: step
     for step in (
         Step(name="install_nvidia_driver", phase="install"),
+        Step(name="install_neuron", phase="install"),
         Step(name="install_efa", phase="install"),
         Step(name="install_nccl", phase="install"),
         Step(name="install_lustre_client", phase="install"),
@@ -40,6 +41,7 @@ STEPS: dict[str, Step] = {
         Step(name="install_launcher", phase="install"),
         Step(name="configure_users", phase="configure"),
         Step(name="configure_kernel", phase="configure"),
+        Step(name="configure_accelerators", phase="configure"),
         Step(name="configure_fsx", phase="configure"),
         Step(name="configure_container_storage", phase="configure"),
         Step(name="configure_munge", phase="configure"),

@@ -49,23 +49,13 @@ VERSION_RULE = "a version such as 1.41.0"
 SHA256 = re.compile(r"[0-9a-f]{64}")
 SHA256_RULE = "64 lowercase hex digits of sha256"
 
-# The downloads a node bootstrap may make, by name: the keys software.checksums may give a digest for.
-# Kept here, beside the names the spec checks, because kiln.spec may not import kiln.bootstrap; it must list
-# exactly the names of kiln/bootstrap/artifacts.json (tests/bootstrap/test_injection.py checks).
-ARTIFACT_NAMES = (
-    "nvidia-driver",
-    "cuda-keyring",
-    "cuda-rpm-key",
-    "efa-installer",
-    "nccl",
-    "fsx-lustre-client-key",
-    "enroot-deb",
-    "enroot-caps-deb",
-    "enroot-rpm",
-    "enroot-caps-rpm",
-    "pyxis",
-    "nvidia-container-toolkit-key",
-)
+# NCCL as NVIDIA's CUDA repositories version it (the same string for apt and dnf): 2.27.3-1+cuda12.9.
+NCCL_VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\+cuda[0-9]+\.[0-9]+")
+NCCL_VERSION_RULE = "an NCCL package version such as 2.27.3-1+cuda12.9"
+
+# A lock file named by a spec: a relative path below the spec's directory, ending in .json.
+LOCK_FILE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9._-]*/)*[A-Za-z0-9_][A-Za-z0-9._-]*\.json")
+LOCK_FILE_RULE = "a relative path of letters, digits and . _ - ending in .json, below the spec's directory"
 
 # Region and availability zone names: their shape (the region must also be one of known_regions()).
 REGION = re.compile(r"[a-z]{2,4}(?:-[a-z]+){1,3}-[0-9]{1,2}")

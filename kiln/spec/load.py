@@ -43,4 +43,6 @@ def _rules_despite(data: dict, exc: ValidationError, shape: list[Problem]) -> li
 def load_spec(path: str | FsPath) -> ClusterSpec:
     """Read, parse and validate the spec file at PATH."""
     data, lines = read_spec_file(FsPath(path))
-    return parse_spec(data, str(path), lines)
+    spec = parse_spec(data, str(path), lines)
+    spec._source_dir = FsPath(path).parent
+    return spec

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from kiln.catalog.capacity import CapacityType
 from kiln.catalog.limits import ROOT_VOLUME_MAX_GIB, ROOT_VOLUME_MIN_GIB
@@ -12,6 +13,10 @@ from kiln.catalog.names import (
     AVAILABILITY_ZONE,
     CLUSTER_NAME,
     CLUSTER_NAME_RULE,
+    LOCK_FILE,
+    LOCK_FILE_RULE,
+    NCCL_VERSION,
+    NCCL_VERSION_RULE,
     NODE_GROUP_NAME,
     NODE_GROUP_NAME_RULE,
     REGION,
@@ -29,6 +34,8 @@ VPC_ID_PATTERN = r"^vpc-([0-9a-f]{8}|[0-9a-f]{17})$"
 SUBNET_ID_PATTERN = r"^subnet-([0-9a-f]{8}|[0-9a-f]{17})$"
 AMI_ID_PATTERN = r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$"
 VERSION_PATTERN = f"^{VERSION.pattern}$"
+NCCL_PATTERN = f"^{NCCL_VERSION.pattern}$"
+LOCK_FILE_PATTERN = f"^{LOCK_FILE.pattern}$"
 
 # What each pattern means, for error messages.
 PATTERN_RULES = {
@@ -40,6 +47,8 @@ PATTERN_RULES = {
     SUBNET_ID_PATTERN: "a subnet id such as subnet-0123456789abcdef0",
     AMI_ID_PATTERN: "an AMI id such as ami-0123456789abcdef0",
     VERSION_PATTERN: VERSION_RULE,
+    NCCL_PATTERN: NCCL_VERSION_RULE,
+    LOCK_FILE_PATTERN: LOCK_FILE_RULE,
 }
 
 
@@ -159,17 +168,40 @@ class Compute(SpecModel):
 
 
 class Software(SpecModel):
-    """Pinned versions the bootstrap installs."""
+    """Pinned versions the bootstrap installs, and the lock file of downloads without a published digest."""
 
-    efa_installer: str = Field("1.41.0", pattern=VERSION_PATTERN)
-    nvidia_driver: str = Field("570.172.08", pattern=VERSION_PATTERN)
+    efa_installer: str = Field(
+        "1.41.0", pattern=VERSION_PATTERN, description="EFA installer; versions with an AWS digest need no lock."
+    )
+    nvidia_driver: str = Field(
+        "570.172.08",
+        pattern=VERSION_PATTERN,
+        description="NVIDIA data center driver from NVIDIA's CUDA repository (Slurm backends; EKS images bring "
+        "their own).",
+    )
+    nccl: str | None = Field(
+        None,
+        pattern=NCCL_PATTERN,
+        description="NCCL from NVIDIA's CUDA repository as its package version, e.g. 2.27.3-1+cuda12.9; "
+        "unset: the framework or container brings its own.",
+    )
+    nvidia_container_toolkit: str = Field(
+        "1.17.8", pattern=VERSION_PATTERN, description="NVIDIA container toolkit on GPU nodes with containers."
+    )
+    neuron: str = Field(
+        "2.32.0",
+        pattern=VERSION_PATTERN,
+        description="AWS Neuron SDK release for Trainium/Inferentia nodes (Slurm backends; EKS images bring theirs).",
+    )
     slurm: str = Field("24.11", pattern=VERSION_PATTERN)
     enroot: str = Field("3.5.0", pattern=VERSION_PATTERN)
     pyxis: str = Field("0.20.0", pattern=VERSION_PATTERN)
     containers: bool = Field(True, description="enroot + pyxis (Slurm) or the container toolkit (EKS).")
-    checksums: dict[str, str] = Field(
-        default_factory=dict,
-        description="sha256 per downloaded artifact (the names in kiln/bootstrap/artifacts.json), overriding kiln's.",
+    lock_file: str | None = Field(
+        None,
+        pattern=LOCK_FILE_PATTERN,
+        description="Lock file beside the spec (relative path ending .json) with the sha256 of downloads that have "
+        "no published digest (enroot, pyxis); `kiln bootstrap lock --spec SPEC` writes it.",
     )
 
 
@@ -194,6 +226,10 @@ class Ci(SpecModel):
 class ClusterSpec(SpecModel):
     """A whole kiln cluster, version 1."""
 
+    # The directory of the file the spec was loaded from (load_spec sets it): relative paths in the spec
+    # (software.lock_file) are below it. None for a spec built in code: the current directory.
+    _source_dir: Path | None = PrivateAttr(None)
+
     name: str = Field(pattern=NAME_PATTERN, description="Prefixes resource names.")
     region: str | None = Field(None, pattern=REGION_PATTERN, description="Omit for env-agnostic stacks.")
     availability_zone: str | None = Field(
@@ -210,6 +246,13 @@ class ClusterSpec(SpecModel):
         description="Tags for every resource: at most 45, keys 1-128 and values 0-256 of letters, digits, spaces "
         "and _ . : / = + - @; no aws: or kiln: keys.",
     )
+
+    @property
+    def lock_path(self) -> Path | None:
+        """Return where software.lock_file is, or None when the spec names no lock file."""
+        if self.software.lock_file is None:
+            return None
+        return (self._source_dir or Path()) / self.software.lock_file
 
     @property
     def effective_orchestrator(self) -> str | None:

@@ -42,7 +42,6 @@ from kiln.catalog.limits import (
     is_lustre_storage,
 )
 from kiln.catalog.names import (
-    ARTIFACT_NAMES,
     BUCKET_NAME_RULE,
     ENV_NAME,
     ENV_NAME_RULE,
@@ -51,8 +50,6 @@ from kiln.catalog.names import (
     HYPERPOD_TYPE_PREFIX,
     NODE_PATH,
     NODE_PATH_RULE,
-    SHA256,
-    SHA256_RULE,
     TAG_RULE,
     ec2_type_name,
     is_bucket_name,
@@ -62,6 +59,7 @@ from kiln.catalog.names import (
     matches,
 )
 from kiln.catalog.nccl import forbidden_variable
+from kiln.catalog.neuron import known_neuron_releases
 from kiln.spec.models import ClusterSpec, Lustre
 from kiln.spec.problems import Path, Problem, dotted, shown
 
@@ -459,15 +457,14 @@ def kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
 
 
 def software(spec: ClusterSpec) -> Iterator[Problem]:
-    """Checksum overrides name a download kiln makes and give its sha256 hex digest."""
-    for artifact, digest in spec.software.checksums.items():
-        path = ("software", "checksums", key_part(artifact))
-        if artifact not in ARTIFACT_NAMES:
-            close = difflib.get_close_matches(artifact, ARTIFACT_NAMES, n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]!r}?" if close else f" (allowed: {', '.join(ARTIFACT_NAMES)})"
-            yield _p(path, f"is not a download kiln makes (got key {shown(artifact)}){hint}")
-        elif not matches(SHA256, digest):
-            yield _p(path, f"must be {SHA256_RULE} (got {shown(digest)})")
+    """The Neuron release is one whose packages kiln knows."""
+    release = spec.software.neuron
+    if release not in known_neuron_releases():
+        yield _p(
+            ("software", "neuron"),
+            f"is not a Neuron SDK release kiln knows the packages of (got {shown(release)}; "
+            f"allowed: {', '.join(known_neuron_releases())})",
+        )
 
 
 def launcher(spec: ClusterSpec) -> Iterator[Problem]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kiln.bootstrap.checks import check_choice
 from kiln.bootstrap.config import ARCHITECTURES, TARGETS, BootstrapConfig, NodeGroup, SoftwarePins
 from kiln.bootstrap.local_target import LocalCluster
+from kiln.bootstrap.lock import LockError, locked_digests, read_lock
 from kiln.bootstrap.readiness import BootReadiness, boot_readiness
 from kiln.catalog import instance_type
 from kiln.catalog.names import ec2_type_name
@@ -30,7 +33,7 @@ def config_from_spec(
     check_choice("target", target, TARGETS)
     software = spec.software
     common = {
-        "checksums": dict(software.checksums),
+        "locked": spec_lock(spec),
         "nccl_env": dict(spec.launcher.nccl_env),
         "checkpoint_dir": spec.launcher.checkpoint_dir,
     }
@@ -60,8 +63,12 @@ def config_from_spec(
         service_instance_types=service,
         groups=groups,
         software=SoftwarePins(
-            nvidia_driver=software.nvidia_driver,
+            # EKS's accelerated images (AL2023 NVIDIA and Neuron) bring their drivers; kiln adds none over them.
+            nvidia_driver=None if target == "eks" else software.nvidia_driver,
+            neuron=None if target == "eks" else software.neuron,
             efa_installer=software.efa_installer,
+            nccl=software.nccl,
+            nvidia_container_toolkit=software.nvidia_container_toolkit,
             slurm=software.slurm,
             enroot=software.enroot,
             pyxis=software.pyxis,
@@ -73,11 +80,29 @@ def config_from_spec(
     )
 
 
+def spec_lock(spec: ClusterSpec) -> dict[str, str]:
+    """Return URL -> sha256 from the spec's lock file; none when it names none or the file is not written yet."""
+    path = spec.lock_path
+    if path is None or not path.exists():
+        return {}
+    return locked_digests(read_lock(path))
+
+
+def lock_remedy(spec: ClusterSpec, path: str) -> str:
+    """Return the one step that makes the downloads of the spec at PATH verifiable."""
+    command = f"run `kiln bootstrap lock --spec {path}` on a machine with internet"
+    if spec.lock_path is None:
+        return f"add lock_file: {Path(path).stem}.lock.json under software, then {command}"
+    return f"{command} (it writes {spec.lock_path})"
+
+
 def load_and_judge(path: str) -> tuple[ClusterSpec, BootReadiness]:
     """Load the spec at PATH and judge its nodes; every failure is a SpecError naming the file."""
     spec = load_spec(path)
     try:
-        return spec, boot_readiness(config_from_spec(spec))
+        return spec, boot_readiness(config_from_spec(spec), remedy=lock_remedy(spec, path))
+    except LockError as exc:
+        raise SpecError(str(path), [Problem(path=("software", "lock_file"), message=str(exc))]) from None
     except ValueError as exc:
         problem = Problem(path=("compute",), message=f"the node bootstrap cannot be built: {exc}")
         raise SpecError(str(path), [problem]) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gzip
 import hashlib
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from kiln.bootstrap.artifacts import bundle_artifacts, repository_table
 from kiln.bootstrap.config import BootstrapConfig, ClusterUser, NodeGroup, SoftwarePins
 from kiln.bootstrap.render import render_bundle
 
@@ -45,6 +47,7 @@ SHIMMED = (
     "nvidia-ctk",
     "scontrol",
     "chown",
+    "gpg",
 )
 # Calls that change a system: a second run of an idempotent step makes none of them.
 MUTATING = (
@@ -68,8 +71,8 @@ MUTATING = (
 PINS = SoftwarePins(
     nvidia_driver="570.172.08",
     efa_installer="1.43.2",
-    nccl="2.27.3",
-    nccl_cuda="12.9",
+    nccl="2.27.3-1+cuda12.9",
+    neuron="2.32.0",
     slurm="24.11",
     enroot="3.5.0",
     pyxis="0.20.0",
@@ -92,20 +95,15 @@ def _tar_gz(members: dict[str, tuple[str, int]]) -> bytes:
     return buffer.getvalue()
 
 
-def _tar_xz(members: dict[str, str]) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:xz") as archive:
-        for name, text in members.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
+def stand_in_key(repository: str, manager: str = "apt") -> bytes:
+    """Return the stand-in signing key of REPOSITORY: the gpg shim reads the fingerprint kiln pins from it."""
+    fingerprint = repository_table()[repository][manager]["fingerprint"]
+    return f"stand-in key of {repository}\nFINGERPRINT={fingerprint}\n".encode()
 
 
 @functools.cache
 def payloads() -> dict[str, tuple[str, bytes]]:
-    """Return artifact name -> (downloaded file name, content) standing in for the real downloads."""
+    """Return artifact or repository name -> (downloaded file name, content) standing in for the real downloads."""
     efa_script = (
         '#!/bin/sh\necho "efa-installer $*" >>"$SHIM_LOG"\n'
         'mkdir -p "$KILN_ROOT/opt/amazon/ofi-nccl/lib"\n'
@@ -113,43 +111,46 @@ def payloads() -> dict[str, tuple[str, bytes]]:
         'echo "# EFA installer version: 1.43.2" >"$KILN_ROOT/opt/amazon/efa_installed_packages"\n'
     )
     return {
-        "nvidia-driver": (
-            "NVIDIA-Linux-x86_64-570.172.08.run",
-            b'#!/bin/sh\necho "nvidia-installer $*" >>"$SHIM_LOG"\n',
-        ),
-        "cuda-keyring": ("cuda-keyring_1.1-1_all.deb", b"keyring"),
+        "cuda": ("3bf863cc.pub", stand_in_key("cuda")),
+        "cuda-dnf": ("D42D0685.pub", stand_in_key("cuda", "dnf")),
+        "neuron": ("GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB", stand_in_key("neuron")),
+        "fsx-lustre": ("fsx-ubuntu-public-key.asc", stand_in_key("fsx-lustre")),
+        "nvidia-container-toolkit": ("gpgkey", stand_in_key("nvidia-container-toolkit")),
         "efa-installer": (
             "aws-efa-installer-1.43.2.tar.gz",
             _tar_gz({"aws-efa-installer/efa_installer.sh": (efa_script, 0o755)}),
         ),
-        "nccl": ("nccl_2.27.3-1+cuda12.9_x86_64.txz", _tar_xz({"nccl/lib/libnccl.so.2": "lib"})),
-        "fsx-lustre-client-key": ("fsx-ubuntu-public-key.asc", b"key"),
         "enroot-deb": ("enroot_3.5.0-1_amd64.deb", b"enroot"),
         "enroot-caps-deb": ("enroot+caps_3.5.0-1_amd64.deb", b"caps"),
+        "enroot-rpm": ("enroot-3.5.0-1.el8.x86_64.rpm", b"enroot rpm"),
+        "enroot-caps-rpm": ("enroot+caps-3.5.0-1.el8.x86_64.rpm", b"caps rpm"),
         "pyxis": ("v0.20.0.tar.gz", _tar_gz({"pyxis-0.20.0/Makefile": ("all:\n", 0o644)})),
-        "nvidia-container-toolkit-key": ("gpgkey", b"toolkit key"),
     }
 
 
-def checksums() -> dict[str, str]:
-    return {name: hashlib.sha256(data).hexdigest() for name, (_, data) in payloads().items()}
+def lock_for(config: BootstrapConfig) -> dict[str, str]:
+    """Return URL -> sha256 of the stand-in payloads for every file CONFIG's nodes download: what a lock gives."""
+    by_file = {file_name: hashlib.sha256(data).hexdigest() for file_name, data in payloads().values()}
+    return {artifact.url: by_file[artifact.url.rsplit("/", 1)[1]] for artifact in bundle_artifacts(config)}
 
 
 def pcs_config(**changes) -> BootstrapConfig:
-    """A p5 PCS cluster that exercises every cloud step."""
+    """A p5 PCS cluster that exercises every cloud step, with every download locked to the stand-in payloads."""
     settings = {
         "target": "pcs",
         "groups": (NodeGroup(name="gpu", instance_type="p5.48xlarge", max_count=2),),
         "service_instance_types": ("m5.8xlarge",),
         "software": PINS,
-        "checksums": checksums(),
         "lustre": True,
         "hugepages_2m": 5128,
         "users": (ClusterUser(name="alice", uid=2001),),
         "nccl_env": {"NCCL_DEBUG": "WARN"},
     }
     settings.update(changes)
-    return BootstrapConfig(**settings)
+    config = BootstrapConfig(**settings)
+    if "locked" in changes:
+        return config
+    return dataclasses.replace(config, locked=lock_for(config))
 
 
 CLUSTER_ENV = {
@@ -228,6 +229,7 @@ def make_node(
     (root / "dev/nvme1n1").write_text("")
     (by_id / "nvme-Amazon_EC2_NVMe_Instance_Storage_AWS1").symlink_to(root / "dev/nvme1n1")
     (by_id / "nvme-Amazon_EC2_NVMe_Instance_Storage_AWS1_1").symlink_to(root / "dev/nvme1n1")
+    (root / "etc/apt").mkdir(parents=True)
     # The plugin the EFA installer leaves, so install_nccl can run on its own.
     plugin = root / "opt/amazon/ofi-nccl/lib/libnccl-net.so"
     plugin.parent.mkdir(parents=True)

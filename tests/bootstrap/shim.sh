@@ -27,8 +27,14 @@ record_packages() {
         IFS=_ read -r base version _ <<<"$(basename "$arg")"
         echo "$version" >"$state/pkgs/$base" ;;
       *.rpm) base="$(basename "$arg")"; echo 1 >"$state/pkgs/${base%%-[0-9]*}" ;;
-      *=*) echo "${arg#*=}" >"$state/pkgs/${arg%%=*}" ;;
-      *) echo 1.0 >"$state/pkgs/${arg}" ;;
+      *=*) version="${arg#*=}" && echo "${version%"*"}" >"$state/pkgs/${arg%%=*}" ;;
+      *)
+        # dnf takes name-version: the name ends before the first dash followed by a digit.
+        if [[ "$name" == dnf && "$arg" =~ ^([^-]+(-[^0-9][^-]*)*)-([0-9].*)$ ]]; then
+          version="${BASH_REMATCH[3]}" && echo "${version%"*"}" >"$state/pkgs/${BASH_REMATCH[1]}"
+        else
+          echo 1.0 >"$state/pkgs/${arg}"
+        fi ;;
     esac
   done
 }
@@ -111,5 +117,31 @@ case "$name" in
     done
     mkdir -p "${destdir}${prefix}/lib/slurm"
     touch "${destdir}${prefix}/lib/slurm/spank_pyxis.so" ;;
+  gpg)
+    # Keys are stand-ins whose FINGERPRINT= line says which key they are (tests/bootstrap/conftest.py).
+    home="" import="" export="" list=0 armor=0
+    while (($# > 0)); do
+      case "$1" in
+        --homedir) home="$2"; shift ;;
+        --import) import="$2"; shift ;;
+        --export) export="$2"; shift ;;
+        --list-keys) list=1 ;;
+        --armor) armor=1 ;;
+      esac
+      shift
+    done
+    if [[ -n "$import" ]]; then
+      grep -q '^FINGERPRINT=' "$import" || exit 2
+      cat "$import" >>"$home/shim-keys"
+    elif ((list)); then
+      while IFS='=' read -r key value; do
+        if [[ "$key" == FINGERPRINT ]]; then
+          printf 'pub:-:255:22:%s:1700000000:::-:::scESC:\nfpr:::::::::%s:\n' "${value: -16}" "$value"
+        fi
+      done <"$home/shim-keys"
+    elif [[ -n "$export" ]]; then
+      grep -qx "FINGERPRINT=$export" "$home/shim-keys" || exit 2
+      printf 'key %s armor %s\n' "$export" "$armor"
+    fi ;;
   *) exit 0 ;;
 esac

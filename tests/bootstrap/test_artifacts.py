@@ -1,15 +1,28 @@
-"""Pinned downloads: digests belong to one version; the spec's checksums win."""
+"""Where packages and files come from: signed repositories with pinned fingerprints, digests per version."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
 
-from kiln.bootstrap.artifacts import resolve_artifact
+import pytest
+
+from kiln.bootstrap.artifacts import (
+    artifact_table,
+    bundle_repositories,
+    lockable_artifacts,
+    repository_table,
+    resolve_artifact,
+    resolve_repository,
+)
+from kiln.bootstrap.config import NodeGroup
 from kiln.spec import load_spec
 from kiln.stacks.bootstrap_config import config_from_spec
+from tests.bootstrap.conftest import pcs_config
 from tests.conftest import ROOT
 
 EFA_1_41_0_SHA256 = "3506354cdfbe31ff552fe75f5d0d9bb7efd29cf79bd99457347d29c751c38f9f"
+FINGERPRINT = re.compile(r"[0-9A-F]{40}")
 
 
 def _pcs_config():
@@ -20,15 +33,72 @@ def test_default_efa_installer_has_its_published_digest() -> None:
     artifact = resolve_artifact(_pcs_config(), "efa-installer")
     assert artifact.version == "1.41.0"
     assert artifact.url.endswith("/aws-efa-installer-1.41.0.tar.gz")
-    assert artifact.sha256 == EFA_1_41_0_SHA256
+    assert artifact.sha256 == EFA_1_41_0_SHA256 and artifact.published
 
 
-def test_another_version_does_not_inherit_that_digest() -> None:
+def test_another_version_does_not_inherit_that_digest_and_needs_the_lock() -> None:
     config = _pcs_config()
     newer = dataclasses.replace(config, software=dataclasses.replace(config.software, efa_installer="1.47.0"))
-    assert resolve_artifact(newer, "efa-installer").sha256 == ""
+    artifact = resolve_artifact(newer, "efa-installer")
+    assert artifact.sha256 == "" and not artifact.published
+    assert artifact in lockable_artifacts(newer)
 
 
-def test_spec_checksum_overrides_the_published_one() -> None:
-    config = dataclasses.replace(_pcs_config(), checksums={"efa-installer": "a" * 64})
-    assert resolve_artifact(config, "efa-installer").sha256 == "a" * 64
+def test_a_locked_digest_applies_to_its_exact_url_only() -> None:
+    config = _pcs_config()
+    url = resolve_artifact(config, "pyxis").url
+    locked = dataclasses.replace(config, locked={url: "a" * 64, url + "x": "b" * 64})
+    assert resolve_artifact(locked, "pyxis").sha256 == "a" * 64
+    assert not resolve_artifact(locked, "pyxis").published
+
+
+def test_a_published_digest_wins_over_a_locked_one() -> None:
+    config = _pcs_config()
+    url = resolve_artifact(config, "efa-installer").url
+    assert resolve_artifact(dataclasses.replace(config, locked={url: "c" * 64}), "efa-installer").sha256 == (
+        EFA_1_41_0_SHA256
+    )
+
+
+def test_every_repository_pins_a_full_fingerprint_and_says_where_it_came_from() -> None:
+    for name, entry in repository_table().items():
+        forms = [entry[manager] for manager in ("apt", "dnf") if manager in entry]
+        assert forms, name
+        for form in forms:
+            assert FINGERPRINT.fullmatch(form["fingerprint"]), name
+            assert form["key_url"].startswith("https://") and form["fingerprint_source"], name
+
+
+def test_every_file_says_where_its_digest_comes_from() -> None:
+    for name, entry in artifact_table().items():
+        assert entry["sha256_source"] and entry["used_by"].startswith("install_"), name
+        assert all(re.fullmatch(r"[0-9a-f]{64}", digest) for digest in entry["sha256"].values()), name
+
+
+@pytest.mark.parametrize(
+    ("os", "key", "where"),
+    [
+        ("ubuntu2204", "compute/cuda/repos/ubuntu2204/x86_64/3bf863cc.pub", "compute/cuda/repos/ubuntu2204/x86_64/ /"),
+        ("ubuntu2404", "compute/cuda/repos/ubuntu2404/x86_64/3bf863cc.pub", "compute/cuda/repos/ubuntu2404/x86_64/ /"),
+        ("al2023", "compute/cuda/repos/amzn2023/x86_64/D42D0685.pub", "compute/cuda/repos/amzn2023/x86_64"),
+    ],
+)
+def test_the_cuda_repository_follows_the_image(os: str, key: str, where: str) -> None:
+    repository = resolve_repository(pcs_config(os=os), "cuda")
+    assert repository.key_url == f"https://developer.download.nvidia.com/{key}"
+    assert (repository.apt_source or repository.baseurl).endswith(where)
+    expected = "610C7B14E068A878070DA4E99CD0A493D42D0685" if os == "al2023" else (
+        "EB693B3035CD5710E231E123A4B469963BF863CC"
+    )
+    assert repository.fingerprint == expected
+
+
+def test_repositories_are_added_only_where_the_nodes_use_them() -> None:
+    assert [r.name for r in bundle_repositories(pcs_config())] == ["cuda", "fsx-lustre", "nvidia-container-toolkit"]
+    trn1 = pcs_config(groups=(NodeGroup(name="trn", instance_type="trn1.32xlarge"),), lustre=False)
+    assert [r.name for r in bundle_repositories(trn1)] == ["neuron"]
+    neuron = resolve_repository(trn1, "neuron")
+    assert neuron.apt_source == "https://apt.repos.neuron.amazonaws.com jammy main"
+    assert neuron.fingerprint == "00FA2C1079260870A76D2C285749CAD8646D9185"
+    # Amazon Linux 2023 has lustre-client in its own signed repositories.
+    assert "fsx-lustre" not in [r.name for r in bundle_repositories(pcs_config(os="al2023"))]

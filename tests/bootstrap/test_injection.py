@@ -13,13 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from kiln.bootstrap.artifacts import artifact_table
 from kiln.bootstrap.checks import check_quotable
 from kiln.bootstrap.cluster_env import check_cluster_env, cluster_env_text
 from kiln.bootstrap.config import NodeGroup, SoftwarePins
 from kiln.bootstrap.local_target import LocalCluster
 from kiln.bootstrap.render import render_bundle
-from kiln.catalog.names import ARTIFACT_NAMES
 from kiln.spec import parse_spec
 from kiln.stacks.bootstrap_config import config_from_spec
 from tests.bootstrap.conftest import CLUSTER_ENV, make_node, pcs_config
@@ -101,10 +99,6 @@ def written_values(file: Path) -> dict[str, str]:
     return values
 
 
-def test_artifact_names_of_the_catalog_are_those_of_artifacts_json() -> None:
-    assert tuple(artifact_table()) == ARTIFACT_NAMES
-
-
 @pytest.mark.parametrize("target", TARGETS)
 def test_sourcing_every_env_file_runs_nothing_and_gives_back_every_value(
     bundles: dict[str, Path], target: str, tmp_path: Path
@@ -170,8 +164,9 @@ def test_launcher_env_stays_inert_even_for_a_value_no_check_let_through(
         ({"nccl_env": {"NCCL_PROTO\n": "simple"}}, "nccl_env variable name: got"),
         ({"nccl_env": {"NCCL_DEBUG": "INFO\n"}}, "nccl_env NCCL_DEBUG: got"),
         ({"nccl_env": {"NCCL_DEBUG": "INFO;id"}}, "nccl_env NCCL_DEBUG: got"),
-        ({"checksums": {"nccl\n": "a" * 64}}, "checksums artifact: got"),
-        ({"checksums": {"nccl": "a" * 64 + "\n"}}, "checksums.nccl: got"),
+        ({"locked": {"https://example.com/x'y": "a" * 64}}, "locked URL: got"),
+        ({"locked": {"https://example.com/x\n": "a" * 64}}, "locked URL: got"),
+        ({"locked": {"https://example.com/x": "a" * 64 + "\n"}}, "locked https://example.com/x: got"),
         ({"groups": (NodeGroup(name="gpu", instance_type="p5.48xlarge\n"),)}, "unknown instance type"),
         ({"software": {"enroot": "3.5.0\n"}}, "software.enroot: got"),
         ({"software": {"slurm": "24.11;id"}}, "software.slurm: got"),

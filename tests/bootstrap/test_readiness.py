@@ -1,4 +1,4 @@
-"""Boot readiness: a node is ready only when every download it makes has a digest to check."""
+"""Boot readiness: a node is ready only when every file it downloads has a digest to check."""
 
 from __future__ import annotations
 
@@ -10,22 +10,22 @@ from tests.bootstrap.conftest import pcs_config
 from tests.bootstrap.test_render import local_config
 
 
-def test_a_download_without_a_digest_makes_the_target_not_ready_and_names_the_step():
-    config = pcs_config(checksums={})
-    readiness = boot_readiness(config)
+def test_files_without_a_digest_make_the_target_not_ready_in_one_line_with_the_one_step():
+    config = pcs_config(locked={})
+    readiness = boot_readiness(config, remedy="run the lock")
     missing = {a.name for a in bundle_artifacts(config) if not a.sha256}
-    assert missing and not readiness.ready
-    assert {a.name for a in readiness.unverifiable} == missing
-    for artifact, reason in zip(readiness.unverifiable, readiness.reasons(), strict=True):
-        assert reason.startswith("not boot-ready: install_")
-        assert f"would refuse {artifact.name} {artifact.version}" in reason
-        assert reason.endswith(f"set software.checksums.{artifact.name}")
+    assert missing == {"efa-installer", "enroot-deb", "enroot-caps-deb", "pyxis"}
+    assert not readiness.ready and {a.name for a in readiness.unverifiable} == missing
+    [reason] = readiness.reasons()
+    assert reason.startswith("not boot-ready: pcs nodes would refuse efa-installer 1.43.2, enroot-deb 3.5.0, ")
+    assert "(install_efa, install_enroot, install_pyxis; no published sha256)" in reason
+    assert reason.endswith(": run the lock")
 
 
-def test_digests_from_the_spec_make_it_ready():
-    config = pcs_config(checksums={})
-    sums = {a.name: "b" * 64 for a in bundle_artifacts(config) if not a.sha256}
-    ready = boot_readiness(dataclasses.replace(config, checksums=sums))
+def test_locked_digests_make_it_ready():
+    config = pcs_config(locked={})
+    locked = {a.url: "b" * 64 for a in bundle_artifacts(config) if not a.sha256}
+    ready = boot_readiness(dataclasses.replace(config, locked=locked))
     assert ready.ready and ready.reasons() == []
 
 

@@ -172,7 +172,7 @@ def test_rdmav_override_is_refused(tmp_path):
         ({"target": "slurm"}, "target: got 'slurm', allowed: pcs"),
         ({"os": "debian12"}, "os: got 'debian12' for target 'pcs'"),
         ({"groups": (NodeGroup(name="gpu", instance_type="p9.huge"),)}, "unknown instance type 'p9.huge'"),
-        ({"checksums": {"efa-installer": "abc"}}, "checksums.efa-installer: got 'abc'"),
+        ({"locked": {"https://x.example/a": "abc"}}, "locked https://x.example/a: got 'abc'"),
         ({"fork_enomem": True, "hugepages_2m": 128}, "must be unset with fork_enomem"),
         ({"groups": ()}, "groups: got none for target 'pcs'"),
     ],

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kiln.bootstrap.render import render_bundle
-from tests.bootstrap.conftest import checksums, make_node, pcs_config
+from tests.bootstrap.conftest import make_node, pcs_config
 
 # Every step of the PCS bundle that changes something on a fresh p5 node.
 ACTIVE_STEPS = (
@@ -18,6 +18,7 @@ ACTIVE_STEPS = (
     "install_container_runtime",
     "configure_users",
     "configure_kernel",
+    "configure_accelerators",
     "configure_fsx",
     "configure_container_storage",
     "configure_training_env",
@@ -59,13 +60,21 @@ def test_launcher_installs_into_its_own_venv_once(node):
     assert node.mutating_calls(since=calls) == []
 
 
-def test_driver_step_installs_fabric_manager_on_nvswitch_types(node):
+def test_driver_step_installs_the_pinned_driver_and_fabric_manager_from_the_signed_cuda_repository(node):
     assert node.run("install_nvidia_driver").returncode == 0
-    calls = "\n".join(node.calls())
-    assert "nvidia-installer --silent --no-questions --ui=none --dkms" in calls
-    assert "nvidia-fabricmanager-570=570.172.08-1" in calls
-
-
+    calls = node.calls()
+    assert "curl -fsSL --connect-timeout 10 --max-time 1800 -o" in next(c for c in calls if "3bf863cc.pub" in c)
+    assert any(c.endswith("https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/3bf863cc.pub") for c in calls)
+    assert (node.root / "etc/apt/sources.list.d/kiln-cuda.list").read_text() == (
+        "deb [signed-by=/etc/apt/keyrings/kiln-cuda.gpg] "
+        "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/ /\n"
+    )
+    assert "EB693B3035CD5710E231E123A4B469963BF863CC" in (node.root / "etc/apt/keyrings/kiln-cuda.gpg").read_text()
+    assert (node.root / "etc/apt/preferences.d/kiln-nvidia-driver").read_text() == (
+        "Package: *nvidia* libnvidia-* libxnvctrl*\nPin: version 570.172.08-*\nPin-Priority: 1001\n"
+    )
+    installs = [c for c in calls if c.startswith("apt-get") and " install " in c]
+    assert installs[-1].endswith("install --no-install-recommends nvidia-driver-570-open nvidia-fabricmanager-570=570.172.08-1")
 def test_download_that_fails_twice_then_succeeds_passes(node):
     node.set_state("curl-failures", "2")
     result = node.run("install_efa")
@@ -86,15 +95,13 @@ def test_permanent_download_failure_names_the_step_and_the_log(node):
     assert sum(c.startswith("curl") for c in node.calls()) == 3
 
 
-def test_download_without_checksum_is_refused(tmp_path):
-    sums = checksums()
-    del sums["efa-installer"]
-    bundle = render_bundle(pcs_config(checksums=sums), tmp_path / "bundle").directory
+def test_download_without_a_digest_is_refused_and_names_the_lock(tmp_path):
+    bundle = render_bundle(pcs_config(locked={}), tmp_path / "bundle").directory
     node = make_node(tmp_path / "node", bundle)
     result = node.run("install_efa")
     assert result.returncode != 0
     assert "artifact efa-installer 1.43.2" in result.stderr
-    assert "software.checksums.efa-installer" in result.stderr
+    assert "kiln bootstrap lock --spec SPEC" in result.stderr
     assert not any(c.startswith("curl") for c in node.calls())
 
 
@@ -211,7 +218,7 @@ def test_baked_image_then_offline_boot(node):
     baked = node.run("--phase", "bake", entry="pcs-user-data.sh", KILN_INSTANCE_TYPE="p5.48xlarge")
     assert baked.returncode == 0, baked.stderr
     assert (node.root / "etc/kiln/baked").read_text() == "pcs\n"
-    assert "nvidia-installer --silent --no-questions --ui=none --dkms" in node.calls()
+    assert any(c.endswith(" nvidia-driver-570-open nvidia-fabricmanager-570=570.172.08-1") for c in node.calls())
     from tests.bootstrap.conftest import CLUSTER_ENV
 
     (node.root / "etc/kiln/cluster.env").write_text("".join(f"{k}='{v}'\n" for k, v in CLUSTER_ENV.items()))

@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel
 
 from kiln.catalog import limits
-from kiln.catalog.names import ARTIFACT_NAMES, known_regions
+from kiln.catalog.names import known_regions
 from kiln.cli import main
 from kiln.spec import ClusterSpec, SpecError, parse_spec
 from kiln.spec.models import PATTERN_RULES
@@ -46,7 +46,7 @@ VALID = {
         ],
         "image": {"ami_id": "ami-0123456789abcdef0"},
     },
-    "software": {"checksums": {"efa-installer": "a" * 64}},
+    "software": {"lock_file": "valid.lock.json", "nccl": "2.27.3-1+cuda12.9"},
     "launcher": {"checkpoint_dir": "/fsx/checkpoints", "nccl_env": {"NCCL_DEBUG": "WARN"}},
     "tags": {"team": "ml"},
 }
@@ -131,10 +131,12 @@ FIELDS: list[tuple[str, Callable[[str], dict], str]] = [
             ("slurm", "24.11"),
             ("enroot", "3.5.0"),
             ("pyxis", "0.20.0"),
+            ("neuron", "2.32.0"),
+            ("nvidia_container_toolkit", "1.17.8"),
+            ("nccl", "2.27.3-1+cuda12.9"),
+            ("lock_file", "valid.lock.json"),
         )
     ),
-    ("checksums-key", _key("software.checksums", "efa-installer", "a" * 64), "software.checksums."),
-    ("checksums-value", _value("software.checksums.efa-installer", "a" * 64), "software.checksums.efa-installer"),
     ("group-name", _value("compute.groups.0.name", "gpu"), "compute.groups[0].name"),
     ("group-instance-type", _value("compute.groups.0.instance_type", "p5.48xlarge"), "compute.groups[0].instance_type"),
     ("head-instance-type", _value("compute.head_node.instance_type", "m5.8xlarge"), "compute.head_node.instance_type"),
@@ -202,6 +204,8 @@ EXAMPLES = {
     "vpc_id": "vpc-0123456789abcdef0",
     "private_subnet_id": "subnet-0123456789abcdef0",
     "ami_id": "ami-0123456789abcdef0",
+    "nccl": "2.27.3-1+cuda12.9",
+    "lock_file": "cluster.lock.json",
 }
 
 
@@ -246,15 +250,13 @@ def test_pydantic_patterns_refuse_a_trailing_newline_and_foreign_digits(path, pa
     [
         ("tags", "tags", "team\n", "tags.'team\\n': tag keys may hold"),
         ("nccl", "launcher.nccl_env", "NCCL_PROTO\n", "launcher.nccl_env.'NCCL_PROTO\\n': is not a valid variable"),
-        ("checksums", "software.checksums", "nccl\n", "software.checksums.'nccl\\n': is not a download kiln makes"),
     ],
 )
 def test_a_hostile_key_is_shown_escaped_on_its_line(
     tmp_path: Path, capsys: pytest.CaptureFixture, where: str, mapping: str, hostile_key: str, words: str
 ) -> None:
     spec = copy.deepcopy(VALID)
-    value = "a" * 64 if where == "checksums" else "v"
-    _set(spec, mapping, {hostile_key: value})
+    _set(spec, mapping, {hostile_key: "v"})
     code, lines, everything = _validate(tmp_path, spec, capsys)
     assert code == 2 and len(lines) == 1, lines
     assert words in lines[0]
@@ -410,7 +412,7 @@ AT_THE_LIMIT = {
     "eks-on-docker-range": edge(("network", {"vpc_cidr": "172.17.0.0/16"}), compute=eks(group())),
     "ttl-max": edge(("ci", {"ttl_hours": limits.MAX_TTL_HOURS})),
     "newest-partition": edge(("region", "eusc-de-east-1"), ("availability_zone", "eusc-de-east-1a")),
-    "every-artifact-name": edge(("software", {"checksums": dict.fromkeys(ARTIFACT_NAMES, "b" * 64)})),
+    "lock-file-in-a-folder": edge(("software", {"lock_file": "locks/cluster.lock.json"})),
     "hyperpod-sagemaker-names": edge(
         compute=hyperpod(
             group(instance_type="ml.p5.48xlarge", min_count=2), head_node={"instance_type": "ml.m5.8xlarge"}
@@ -473,12 +475,8 @@ PAST_THE_LIMIT = [
     ("vpc-on-docker", edge(("network", {"vpc_cidr": "172.17.0.0/16"})), "network.vpc_cidr", "Docker"),
     ("ttl-above", edge(("ci", {"ttl_hours": limits.MAX_TTL_HOURS + 0.5})), "ci.ttl_hours", "at most 720"),
     ("region-unknown", edge(("region", "us-east-9"), ("availability_zone", "us-east-9a")), "region", "AWS region"),
-    (
-        "checksum-unknown",
-        edge(("software", {"checksums": {"nvidia-drivers": "b" * 64}})),
-        "software.checksums.nvidia-drivers",
-        "did you mean 'nvidia-driver'",
-    ),
+    ("neuron-unknown", edge(("software", {"neuron": "2.99.0"})), "software.neuron", "Neuron SDK release kiln knows"),
+    ("lock-file-above", edge(("software", {"lock_file": "../cluster.lock.json"})), "software.lock_file", ".json"),
     ("pcs-login-group", edge(("compute.groups.0.name", "login")), "compute.groups[0].name", "PCS login node group"),
     ("eks-system-group", edge(compute=eks(group(name="system"))), "compute.groups[0].name", "cluster services"),
     (

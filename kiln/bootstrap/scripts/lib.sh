@@ -170,7 +170,7 @@ wait_for_package_locks() {
   done
 }
 
-# True when package $1 is installed; with $2, only when that version is.
+# True when package $1 is installed; with $2, only when that version is ($2 may end in * to match any suffix).
 package_installed() {
   local name="$1" want="${2:-}" have
   if [[ "$KILN_PKG" == apt ]]; then
@@ -180,7 +180,11 @@ package_installed() {
   else
     have="$(rpm -q --qf '%{VERSION}-%{RELEASE}' "$name" 2>/dev/null)" || return 1
   fi
-  [[ -z "$want" || "$have" == "$want" || "$have" == "$want"-* ]]
+  if [[ "$want" == *"*" ]]; then
+    [[ "$have" == "${want%"*"}"* ]]
+  else
+    [[ -z "$want" || "$have" == "$want" || "$have" == "$want"-* ]]
+  fi
 }
 
 apt_get() {
@@ -300,7 +304,7 @@ fetch_artifact() {
   version="${!version_var:-}"
   [[ -n "$url" ]] || die "artifact ${name} is not part of this bundle (no ${url_var})"
   if [[ -z "$sha" ]]; then
-    die "artifact ${name} ${version} (${url}) has no sha256: set software.checksums.${name} in the spec; refusing to download it unverified"
+    die "artifact ${name} ${version} (${url}) has no sha256: lock it with \`kiln bootstrap lock --spec SPEC\` and deploy again; refusing to download it unverified"
   fi
   if is_baked; then
     die "artifact ${name}: this image is baked, so the bootstrap downloads nothing; bake it into the image instead"
@@ -323,6 +327,101 @@ fetch_artifact() {
   fi
   # shellcheck disable=SC2034 # read by the steps
   KILN_FETCHED="$dest"
+}
+
+# Print the fingerprint of every primary key in GnuPG home $1, one a line.
+primary_fingerprints() {
+  gpg --batch --homedir "$1" --with-colons --list-keys 2>/dev/null |
+    awk -F: '$1 == "pub" { primary = 1; next } $1 == "fpr" && primary { print $10; primary = 0 }'
+}
+
+# Add vendor package repository $1 (KILN_REPO_<NAME>_* in bundle.env) to apt or dnf. Its signing key is
+# downloaded and accepted only when it carries the fingerprint kiln pins; then only that key is installed,
+# so the package manager checks every package of the repository against it.
+add_signed_repository() {
+  local name="$1" prefix key_url fingerprint apt_source baseurl home found keyring var
+  prefix="KILN_REPO_${name^^}"
+  prefix="${prefix//-/_}"
+  var="${prefix}_KEY_URL" && key_url="${!var:-}"
+  var="${prefix}_FINGERPRINT" && fingerprint="${!var:-}"
+  var="${prefix}_APT_SOURCE" && apt_source="${!var:-}"
+  var="${prefix}_BASEURL" && baseurl="${!var:-}"
+  [[ -n "$key_url" && -n "$fingerprint" ]] || die "repository ${name} is not part of this bundle (no ${prefix}_KEY_URL)"
+  # Under /run: one boot adds each repository once, however many steps use it.
+  if [[ -f "$(root_path "/run/kiln/repository-${name}")" ]]; then
+    return 0
+  fi
+  if is_baked; then
+    die "repository ${name}: this image is baked, so the bootstrap adds no repository; bake the packages into the image"
+  fi
+  command -v gpg >/dev/null || die "gpg is needed to check the ${name} repository key and is not installed"
+  home="$(mktemp -d)"
+  log "fetching the ${name} repository key from ${key_url}"
+  if ! retry "$KILN_RETRY_ATTEMPTS" download "$key_url" "${home}/key"; then
+    rm -rf "$home"
+    die "download of the ${name} repository key failed: ${key_url}"
+  fi
+  if ! gpg --batch --quiet --homedir "$home" --import "${home}/key" >>"$KILN_LOG" 2>&1; then
+    rm -rf "$home"
+    die "repository ${name}: ${key_url} is not an OpenPGP key; refusing the repository"
+  fi
+  found="$(primary_fingerprints "$home")"
+  if ! grep -qxF "$fingerprint" <<<"$found"; then
+    rm -rf "$home"
+    die "repository ${name}: the key at ${key_url} has fingerprint ${found//$'\n'/ } but kiln pins ${fingerprint}; refusing the repository"
+  fi
+  log "repository ${name}: key fingerprint ${fingerprint} matches the pin"
+  if [[ "$KILN_PKG" == apt ]]; then
+    keyring="/etc/apt/keyrings/kiln-${name}.gpg"
+    gpg --batch --homedir "$home" --export "$fingerprint" | write_file "$(root_path "$keyring")"
+    write_file "$(root_path "/etc/apt/sources.list.d/kiln-${name}.list")" <<<"deb [signed-by=${keyring}] ${apt_source}"
+  else
+    keyring="/etc/pki/rpm-gpg/RPM-GPG-KEY-kiln-${name}"
+    gpg --batch --homedir "$home" --armor --export "$fingerprint" | write_file "$(root_path "$keyring")"
+    write_file "$(root_path "/etc/yum.repos.d/kiln-${name}.repo")" <<REPO
+[kiln-${name}]
+name=kiln: ${name}
+baseurl=${baseurl}
+enabled=1
+gpgcheck=1
+gpgkey=file://${keyring}
+REPO
+  fi
+  rm -rf "$home"
+  refresh_package_index
+  mkdir -p "$(root_path /run/kiln)"
+  touch "$(root_path "/run/kiln/repository-${name}")"
+}
+
+# Install the headers and tools that DKMS kernel modules (NVIDIA, Neuron) build with.
+install_kernel_build_packages() {
+  local kernel
+  kernel="$(uname -r)"
+  if [[ "$KILN_PKG" == apt ]]; then
+    ensure_packages "linux-headers-${kernel}" dkms gcc make
+  else
+    ensure_packages "kernel-devel-${kernel}" "kernel-headers-${kernel}" dkms gcc make
+  fi
+}
+
+# Hold every package whose name matches a glob of $2 (space-separated) at version $3 (apt: a glob such as
+# 570.172.08-*), in preferences file kiln-$1, so dependencies resolve to the pinned release too. apt only:
+# dnf takes name-version for each package.
+pin_apt_versions() {
+  write_file "$(root_path "/etc/apt/preferences.d/kiln-$1")" <<PIN
+Package: $2
+Pin: version $3
+Pin-Priority: 1001
+PIN
+}
+
+# Print the package manager's spelling of package $1 at version $2: name=version (apt), name-version (dnf).
+pinned_package() {
+  if [[ "$KILN_PKG" == apt ]]; then
+    printf '%s=%s\n' "$1" "$2"
+  else
+    printf '%s-%s\n' "$1" "$2"
+  fi
 }
 
 # Print the value of an IMDSv2 metadata path (token first; IMDSv1 is never used).

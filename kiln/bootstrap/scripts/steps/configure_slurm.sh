@@ -39,6 +39,8 @@ write_dynamic_node_unit() {
   local features="Feature=${KILN_NODE_GROUP:-default}"
   if ((KILN_GPU_COUNT > 0)); then
     features+=" Gres=gpu:${KILN_GPU_COUNT}"
+  elif ((KILN_NEURON_COUNT > 0)); then
+    features+=" Gres=neuron:${KILN_NEURON_COUNT}"
   fi
   write_file "$(root_path /etc/systemd/system/slurmd.service.d/kiln.conf)" <<UNIT
 [Service]

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# NCCL and aws-ofi-nccl: the plugin comes with the EFA installer; NCCL itself only
-# when pinned (frameworks and containers otherwise bring their own).
+# NCCL and aws-ofi-nccl: the plugin comes with the EFA installer; NCCL itself only when pinned
+# (frameworks and containers otherwise bring their own), from NVIDIA's signed CUDA repository.
 
 # Print the library directory of the aws-ofi-nccl plugin the EFA installer left, if any.
 ofi_nccl_libdir() {
@@ -14,7 +14,7 @@ ofi_nccl_libdir() {
 }
 
 install_nccl() {
-  local want="${KILN_NCCL_VERSION:-}" plugin_dir target
+  local want="${KILN_NCCL_VERSION:-}" plugin_dir runtime devel
   if ((KILN_GPU_COUNT == 0)); then
     skip "no GPUs on ${KILN_INSTANCE_TYPE}"
     return 0
@@ -33,17 +33,15 @@ install_nccl() {
     skip "software.nccl is not pinned: NCCL comes with the framework or container"
     return 0
   fi
-  if already_installed nccl "$want"; then
+  if [[ "$KILN_PKG" == apt ]]; then
+    runtime=libnccl2 devel=libnccl-dev
+  else
+    runtime=libnccl devel=libnccl-devel
+  fi
+  if package_installed "$runtime" "$want" && package_installed "$devel" "$want"; then
     skip "NCCL ${want} is installed"
     return 0
   fi
-  fetch_artifact nccl
-  target="$(root_path "/opt/nccl/${want}")"
-  rm -rf "$target"
-  mkdir -p "$target"
-  tar -xJf "$KILN_FETCHED" -C "$target" --strip-components=1
-  ln -sfn "/opt/nccl/${want}" "$(root_path /opt/nccl/current)"
-  write_file "$(root_path /etc/ld.so.conf.d/kiln-nccl.conf)" <<<"/opt/nccl/current/lib"
-  ldconfig
-  record_installed nccl "$want"
+  add_signed_repository cuda
+  install_packages "$(pinned_package "$runtime" "$want")" "$(pinned_package "$devel" "$want")"
 }

@@ -1,6 +1,8 @@
 # shellcheck shell=bash
-# NVIDIA driver from its pinned runfile, plus fabric manager on NVSwitch types
-# (whose version must equal the driver's, or the GPUs stay unusable).
+# NVIDIA data center driver (open kernel modules, DKMS) and its persistence daemon from NVIDIA's signed CUDA
+# repository, every package held at the pinned driver version; on NVSwitch types also fabric manager, whose
+# version must equal the driver's or the GPUs stay unusable, and on NVLink 5 NVSwitch types (HGX B200/B300)
+# the NVLink subnet manager that fabric manager starts.
 
 # Print the loaded driver's version, else the one kiln recorded.
 nvidia_driver_version() {
@@ -13,47 +15,40 @@ nvidia_driver_version() {
   fi
 }
 
-install_kernel_build_packages() {
-  local kernel
-  kernel="$(uname -r)"
-  if [[ "$KILN_PKG" == apt ]]; then
-    ensure_packages "linux-headers-${kernel}" dkms gcc make
+# Print the fabric manager package of driver branch $1: NVIDIA dropped the branch from the name in 580.
+fabric_manager_package() {
+  if (($1 >= 580)); then
+    printf 'nvidia-fabricmanager\n'
+  elif [[ "$KILN_PKG" == apt ]]; then
+    printf 'nvidia-fabricmanager-%s\n' "$1"
   else
-    ensure_packages "kernel-devel-${kernel}" "kernel-headers-${kernel}" gcc make
+    printf 'nvidia-fabric-manager\n'
   fi
 }
 
-install_fabric_manager() {
-  local version="$1" branch="${1%%.*}"
-  if already_installed fabric-manager "$version"; then
-    skip "fabric manager ${version} is installed"
-    return 0
-  fi
+# Print the packages (pinned to driver version $1) this node needs from the CUDA repository, one a line.
+nvidia_driver_packages() {
+  local want="$1" branch="${1%%.*}"
   if [[ "$KILN_PKG" == apt ]]; then
-    fetch_artifact cuda-keyring
-    install_packages "$KILN_FETCHED"
-    refresh_package_index
-    install_packages "nvidia-fabricmanager-${branch}=${version}-1"
+    # The driver's packages (-0ubuntu1) follow the preferences pin; fabric manager is -1 in NVIDIA's repository.
+    printf '%s\n' "nvidia-driver-${branch}-open"
+    if ((KILN_NVSWITCH == 1)); then
+      printf '%s=%s-1\n' "$(fabric_manager_package "$branch")" "$want"
+    fi
   else
-    fetch_artifact cuda-rpm-key
-    install -D -m 0644 "$KILN_FETCHED" "$(root_path /etc/pki/rpm-gpg/RPM-GPG-KEY-NVIDIA-CUDA)"
-    write_file "$(root_path /etc/yum.repos.d/kiln-cuda.repo)" <<REPO
-[kiln-cuda]
-name=NVIDIA CUDA (fabric manager)
-baseurl=https://developer.download.nvidia.com/compute/cuda/repos/amzn2023/${KILN_REPO_ARCH}
-enabled=1
-gpgcheck=1
-gpgkey=file:///etc/pki/rpm-gpg/RPM-GPG-KEY-NVIDIA-CUDA
-REPO
-    refresh_package_index
-    install_packages "nvidia-fabric-manager-${version}"
+    printf '%s\n' "nvidia-open-${want}" "kmod-nvidia-open-dkms-${want}" "nvidia-persistenced-${want}"
+    if ((KILN_NVSWITCH == 1)); then
+      printf '%s-%s\n' "$(fabric_manager_package "$branch")" "$want"
+    fi
   fi
-  systemctl enable nvidia-fabricmanager
-  record_installed fabric-manager "$version"
+  if ((KILN_NVLSM == 1)); then
+    # NVLSM is versioned by date, not by driver: the signed repository's current one.
+    printf 'nvlsm\n'
+  fi
 }
 
 install_nvidia_driver() {
-  local want="${KILN_NVIDIA_DRIVER_VERSION:-}" have
+  local want="${KILN_NVIDIA_DRIVER_VERSION:-}" have fabric_manager
   if ((KILN_GPU_COUNT == 0)); then
     skip "no NVIDIA GPUs on ${KILN_INSTANCE_TYPE}"
     return 0
@@ -63,21 +58,19 @@ install_nvidia_driver() {
     return 0
   fi
   have="$(nvidia_driver_version)"
-  if [[ "$have" == "$want" ]]; then
+  fabric_manager="$(fabric_manager_package "${want%%.*}")"
+  if [[ "$have" == "$want" ]] && { ((KILN_NVSWITCH == 0)) || package_installed "$fabric_manager" "$want"; }; then
     skip "NVIDIA driver ${want} is installed"
-  else
-    log "installing NVIDIA driver ${want} (found: ${have:-none})"
-    install_kernel_build_packages
-    fetch_artifact nvidia-driver
-    local -a flags=(--silent --no-questions --ui=none)
-    # DKMS rebuilds the module on kernel updates; AL2023 has no dkms package.
-    if [[ "$KILN_PKG" == apt ]]; then
-      flags+=(--dkms)
-    fi
-    sh "$KILN_FETCHED" "${flags[@]}"
-    record_installed nvidia-driver "$want"
+    return 0
   fi
-  if ((KILN_NVSWITCH == 1)); then
-    install_fabric_manager "$want"
+  log "installing NVIDIA driver ${want} (found: ${have:-none})"
+  install_kernel_build_packages
+  add_signed_repository cuda
+  if [[ "$KILN_PKG" == apt ]]; then
+    pin_apt_versions nvidia-driver "*nvidia* libnvidia-* libxnvctrl*" "${want}-*"
   fi
+  local -a packages
+  mapfile -t packages < <(nvidia_driver_packages "$want")
+  install_packages "${packages[@]}"
+  record_installed nvidia-driver "$want"
 }

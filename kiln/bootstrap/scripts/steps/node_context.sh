@@ -80,8 +80,9 @@ resolve_instance() {
     # slurmctld starts only on the host its SlurmctldHost names.
     KILN_SLURM_CONTROLLER_HOST="${KILN_SLURM_CONTROLLER_HOST:-$(hostname -s)}"
     export KILN_SLURM_CONTROLLER_HOST
-    KILN_INSTANCE_TYPE=local KILN_GPU_COUNT=0 KILN_EFA_COUNT=0 KILN_NVSWITCH=0 KILN_INSTANCE_STORAGE_GB=0
-    export KILN_INSTANCE_TYPE KILN_GPU_COUNT KILN_EFA_COUNT KILN_NVSWITCH KILN_INSTANCE_STORAGE_GB
+    KILN_INSTANCE_TYPE=local KILN_GPU_COUNT=0 KILN_NEURON_COUNT=0 KILN_EFA_COUNT=0 KILN_NVSWITCH=0
+    KILN_INSTANCE_STORAGE_GB=0
+    export KILN_INSTANCE_TYPE KILN_GPU_COUNT KILN_NEURON_COUNT KILN_EFA_COUNT KILN_NVSWITCH KILN_INSTANCE_STORAGE_GB
     return 0
   fi
   if [[ -z "${KILN_INSTANCE_TYPE:-}" ]]; then
@@ -130,5 +131,5 @@ node_context() {
     baked=yes
   fi
   log "target ${KILN_TARGET}, role ${KILN_NODE_ROLE}, os ${KILN_OS}, instance ${KILN_INSTANCE_TYPE}," \
-    "gpus ${KILN_GPU_COUNT}, efa ${KILN_EFA_COUNT}, baked ${baked}"
+    "gpus ${KILN_GPU_COUNT}, neuron devices ${KILN_NEURON_COUNT}, efa ${KILN_EFA_COUNT}, baked ${baked}"
 }

@@ -1,0 +1,154 @@
+"""The lock file: sha256 of the downloads whose publisher gives no digest, computed once, enforced by nodes.
+
+`kiln bootstrap lock --spec cluster.yaml` downloads each such file once, on a machine with internet, and writes
+the lock the spec names (software.lock_file). Synthesis renders the locked digests into the bundle, and a node
+refuses a file whose sha256 differs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kiln.bootstrap.artifacts import Artifact, artifact_table
+from kiln.catalog.names import SHA256, VERSION
+
+LOCK_FORMAT = 1
+MAX_LOCK_BYTES = 1024 * 1024
+# Far above any file kiln locks (enroot packages and the pyxis source are well under 10 MB).
+MAX_DOWNLOAD_BYTES = 2 * 1024**3
+DOWNLOAD_TIMEOUT_SECONDS = 60
+_CHUNK = 1024 * 1024
+_ABOUT = (
+    "sha256 of the node downloads whose publisher gives no digest, written by `kiln bootstrap lock`; "
+    "nodes refuse a file whose digest differs. Rerun the command after changing a pinned version."
+)
+
+
+class LockError(ValueError):
+    """A lock file kiln cannot use, or a download that cannot be locked."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockedFile:
+    """One locked download: the exact URL and the digest of the bytes it served."""
+
+    name: str
+    version: str
+    url: str
+    sha256: str
+    size_bytes: int
+
+
+def _entry(path: Path, number: int, raw: Any) -> LockedFile:
+    where = f"{path}: artifacts[{number}]"
+    if not isinstance(raw, dict) or set(raw) != {"name", "version", "url", "sha256", "size_bytes"}:
+        raise LockError(f"{where}: must have exactly name, version, url, sha256, size_bytes")
+    entry = LockedFile(**raw)
+    if entry.name not in artifact_table():
+        raise LockError(f"{where}: name: got {entry.name!r}, allowed: {', '.join(artifact_table())}")
+    if not isinstance(entry.version, str) or not VERSION.fullmatch(entry.version):
+        raise LockError(f"{where}: version: got {entry.version!r}, allowed: a version such as 1.2.3")
+    if not isinstance(entry.url, str) or not entry.url.startswith("https://") or not entry.url.isprintable():
+        raise LockError(f"{where}: url: got {entry.url!r}, allowed: an https:// URL")
+    if not isinstance(entry.sha256, str) or not SHA256.fullmatch(entry.sha256):
+        raise LockError(f"{where}: sha256: got {entry.sha256!r}, allowed: 64 lowercase hex digits")
+    if isinstance(entry.size_bytes, bool) or not isinstance(entry.size_bytes, int) or entry.size_bytes < 0:
+        raise LockError(f"{where}: size_bytes: got {entry.size_bytes!r}, allowed: an integer >= 0")
+    return entry
+
+
+def read_lock(path: Path) -> tuple[LockedFile, ...]:
+    """Return the entries of the lock file at PATH; raise LockError naming the file and what is wrong."""
+    if not path.is_file():
+        raise LockError(f"{path}: not a regular file")
+    if path.stat().st_size > MAX_LOCK_BYTES:
+        raise LockError(f"{path}: larger than {MAX_LOCK_BYTES} bytes; a lock holds a few entries")
+    try:
+        data = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise LockError(f"{path}: not JSON ({error})") from None
+    shaped = isinstance(data, dict) and data.get("kiln_lock") == LOCK_FORMAT
+    if not shaped or not isinstance(data.get("artifacts"), list):
+        raise LockError(f"{path}: not a kiln lock (format {LOCK_FORMAT}: kiln_lock, about, artifacts)")
+    entries = tuple(_entry(path, number, raw) for number, raw in enumerate(data["artifacts"]))
+    urls = [entry.url for entry in entries]
+    if len(set(urls)) != len(urls):
+        raise LockError(f"{path}: a URL is locked twice")
+    return entries
+
+
+def locked_digests(entries: Iterable[LockedFile]) -> dict[str, str]:
+    """Return URL -> sha256 of ENTRIES, the form a BootstrapConfig takes."""
+    return {entry.url: entry.sha256 for entry in entries}
+
+
+def lock_text(entries: Iterable[LockedFile]) -> str:
+    """Return the lock file for ENTRIES, sorted so that the same lock is the same text."""
+    ordered = sorted(entries, key=lambda entry: (entry.name, entry.url))
+    document = {"kiln_lock": LOCK_FORMAT, "about": _ABOUT, "artifacts": [asdict(entry) for entry in ordered]}
+    return json.dumps(document, indent=2) + "\n"
+
+
+def download_digest(url: str, *, timeout: float = DOWNLOAD_TIMEOUT_SECONDS) -> tuple[str, int]:
+    """Download URL once, streaming, and return its sha256 and size; raise LockError on any failure."""
+    digest, size = hashlib.sha256(), 0
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - URLs come from artifacts.json
+            while chunk := response.read(_CHUNK):
+                size += len(chunk)
+                if size > MAX_DOWNLOAD_BYTES:
+                    raise LockError(f"{url}: larger than {MAX_DOWNLOAD_BYTES} bytes; refusing to lock it")
+                digest.update(chunk)
+    except LockError:
+        raise
+    except (OSError, ValueError) as error:
+        raise LockError(f"{url}: download failed ({error})") from None
+    return digest.hexdigest(), size
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockPlan:
+    """The lock to write and what happened to each entry (kept, downloaded, dropped)."""
+
+    entries: tuple[LockedFile, ...]
+    notes: tuple[str, ...]
+
+
+def plan_lock(
+    needed: Iterable[Artifact],
+    existing: Iterable[LockedFile],
+    *,
+    refresh: bool = False,
+    fetch: Callable[[str], tuple[str, int]] = download_digest,
+) -> LockPlan:
+    """Return the lock for NEEDED: kept entries reused, the rest downloaded once; REFRESH downloads all again.
+
+    A refreshed file whose digest differs from the lock's raises LockError: the publisher changed bytes that
+    were already trusted, which a person must look at.
+    """
+    known = {entry.url: entry for entry in existing}
+    entries, notes = [], []
+    for artifact in needed:
+        old = known.pop(artifact.url, None)
+        if old is not None and not refresh:
+            entries.append(old)
+            notes.append(f"{artifact.name} {artifact.version}: kept {old.sha256}")
+            continue
+        sha256, size = fetch(artifact.url)
+        if old is not None and old.sha256 != sha256:
+            raise LockError(
+                f"{artifact.url}: sha256 is now {sha256}, the lock has {old.sha256}: the published file changed; "
+                "find out why before trusting it (the lock is unchanged)"
+            )
+        entries.append(
+            LockedFile(name=artifact.name, version=artifact.version, url=artifact.url, sha256=sha256, size_bytes=size)
+        )
+        notes.append(f"{artifact.name} {artifact.version}: {sha256} ({size} bytes from {artifact.url})")
+    notes.extend(f"{entry.name} {entry.version}: dropped (no longer needed)" for entry in known.values())
+    return LockPlan(entries=tuple(entries), notes=tuple(notes))
