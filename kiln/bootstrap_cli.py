@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -65,7 +66,7 @@ def role_summary(bundle_dir: Path) -> list[str]:
 def run_render(args: argparse.Namespace) -> int:
     """Render the bundle for --target from --spec into --out; return the exit code."""
     from kiln.spec import SpecError, load_spec
-    from kiln.stacks.bootstrap_config import config_from_spec
+    from kiln.stacks.bootstrap_config import config_from_spec, lock_remedy
 
     try:
         spec = load_spec(args.spec)
@@ -82,7 +83,8 @@ def run_render(args: argparse.Namespace) -> int:
     print(f"{bundle.directory}/{bundle.entry_point}")
     for line in role_summary(bundle.directory):
         print(line, file=sys.stderr)
-    for reason in bundle.readiness.reasons():
+    readiness = dataclasses.replace(bundle.readiness, remedy=lock_remedy(spec, args.spec))
+    for reason in readiness.reasons():
         print(f"warning: {reason}", file=sys.stderr)
     return 0
 
@@ -100,8 +102,8 @@ def run_lock(args: argparse.Namespace) -> int:
         path = spec.lock_path
         if path is None:
             print(
-                f"{args.spec}: software.lock_file: not set; add lock_file: {Path(args.spec).stem}.lock.json under software "
-                "so the lock has a place the spec names",
+                f"{args.spec}: software.lock_file: not set; add lock_file: {Path(args.spec).stem}.lock.json "
+                "under software so the lock has a place the spec names",
                 file=sys.stderr,
             )
             return 2

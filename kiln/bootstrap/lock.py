@@ -125,13 +125,14 @@ def plan_lock(
     existing: Iterable[LockedFile],
     *,
     refresh: bool = False,
-    fetch: Callable[[str], tuple[str, int]] = download_digest,
+    fetch: Callable[[str], tuple[str, int]] | None = None,
 ) -> LockPlan:
     """Return the lock for NEEDED: kept entries reused, the rest downloaded once; REFRESH downloads all again.
 
     A refreshed file whose digest differs from the lock's raises LockError: the publisher changed bytes that
     were already trusted, which a person must look at.
     """
+    fetch = fetch or download_digest
     known = {entry.url: entry for entry in existing}
     entries, notes = [], []
     for artifact in needed:

@@ -21,6 +21,16 @@ PCIE = "pcie"
 NVLINK = "nvlink"
 NVSWITCH = "nvswitch"
 UNKNOWN = "unknown"
+GPU_INTERCONNECTS = (SINGLE_GPU, PCIE, NVLINK, NVSWITCH, UNKNOWN)
+# Values of InstanceType.accelerator_kind.
+ACCELERATOR_KINDS = ("gpu", "neuron")
+
+# Logical NeuronCore configuration (LNC, NEURON_LOGICAL_NC_CONFIG): from NeuronCore-v3 (Trainium2) on, the Neuron
+# runtime accepts 1 or 2 physical cores per logical core and groups them in pairs unless told otherwise; older cores
+# are exposed one by one. Keyed on EC2's CoreInfo.Version so a newer generation needs no listing. Source: AWS Neuron
+# docs, "Logical NeuronCore configuration" (github.com/aws-neuron/aws-neuron-sdk, about-neuron/arch/neuron-features/
+# logical-neuroncore-config.rst) and the compiler's error page NCC_EVRF066 (its LNC default is 2 on Trn2 and later).
+LNC_FIRST_CORE_VERSION = 3
 
 
 class UnknownInstanceType(KeyError):
@@ -46,6 +56,20 @@ class Accelerator:
     count: int  # devices the guest sees
     memory_mib: int
     fraction: float = 1.0  # share of one physical GPU per device: below 1 on fractional-GPU types (g6f)
+    core_count: int | None = None  # physical NeuronCores per Neuron device (EC2 CoreInfo.Count); None on GPUs
+    core_version: int | None = None  # NeuronCore generation (EC2 CoreInfo.Version: 3 is Trainium2's v3)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogicalCoreConfig:
+    """The logical NeuronCore configurations (LNC) a Neuron device accepts, and the runtime's default."""
+
+    default: int
+    allowed: tuple[int, ...]
+
+
+PAIRED_CORES = LogicalCoreConfig(default=2, allowed=(1, 2))
+SINGLE_CORES = LogicalCoreConfig(default=1, allowed=(1,))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +121,29 @@ class InstanceType:
     @property
     def neuron_count(self) -> int:
         return self.accelerator.count if self.accelerator and self.accelerator.kind == "neuron" else 0
+
+    @property
+    def neuron_core_count(self) -> int:
+        """Physical NeuronCores of the instance (0 without Neuron devices)."""
+        return self.neuron_count * (self.accelerator.core_count or 0) if self.neuron_count else 0
+
+    @property
+    def lnc(self) -> LogicalCoreConfig | None:
+        """Return the LNC settings the Neuron runtime accepts here (None without Neuron devices)."""
+        if not self.neuron_count:
+            return None
+        return PAIRED_CORES if (self.accelerator.core_version or 0) >= LNC_FIRST_CORE_VERSION else SINGLE_CORES
+
+    def logical_neuron_cores(self, lnc: int | None = None) -> int:
+        """Return the NeuronCores the runtime exposes under LNC (None: its default); ValueError if not accepted."""
+        config = self.lnc
+        if config is None:
+            raise ValueError(f"{self.name} has no Neuron devices")
+        setting = config.default if lnc is None else lnc
+        if setting not in config.allowed:
+            allowed = " or ".join(str(a) for a in config.allowed)
+            raise ValueError(f"LNC {setting} is not supported by {self.accelerator.name} ({self.name}): {allowed}")
+        return self.neuron_core_count // setting
 
     @property
     def efa_interface_count(self) -> int:

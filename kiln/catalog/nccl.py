@@ -8,9 +8,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from kiln.catalog.facts import DATA_DIR, InstanceType, instance_type
+from kiln.catalog.facts import ACCELERATOR_KINDS, DATA_DIR, GPU_INTERCONNECTS, InstanceType, instance_type
 
 PRESETS_PATH = DATA_DIR / "nccl_presets.json"
+NO_ACCELERATOR = "none"
+# Conditions that name one of a closed set of values (or a list of them): a misspelt value would never match.
+CHOICES = {"accelerator": (*ACCELERATOR_KINDS, NO_ACCELERATOR), "gpu_interconnect": GPU_INTERCONNECTS}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,15 +45,16 @@ def _below(installed: str | None, bound: str) -> bool:
     return installed is not None and version_tuple(installed) < version_tuple(bound)
 
 
-def _one_of(value: Any, want: str | list[str]) -> bool:
-    return value in ([want] if isinstance(want, str) else want)
+def _values(want: str | list[str]) -> list[str]:
+    return [want] if isinstance(want, str) else list(want)
 
 
 def _matches(when: Mapping[str, Any], facts: InstanceType, versions: SoftwareVersions, fork_enomem: bool) -> bool:
     checks = {
         "efa": lambda want: facts.efa_supported == want,
         "device_rdma": lambda want: facts.efa_device_rdma == want,
-        "gpu_interconnect": lambda want: _one_of(facts.gpu_interconnect, want),
+        "accelerator": lambda want: (facts.accelerator_kind or NO_ACCELERATOR) in _values(want),
+        "gpu_interconnect": lambda want: facts.gpu_interconnect in _values(want),
         "aws_ofi_nccl_below": lambda bound: _below(versions.aws_ofi_nccl, bound),
         "libfabric_below": lambda bound: _below(versions.libfabric, bound),
         "fork_enomem": lambda want: fork_enomem == want,
@@ -58,6 +62,10 @@ def _matches(when: Mapping[str, Any], facts: InstanceType, versions: SoftwareVer
     unknown = set(when) - set(checks)
     if unknown:
         raise ValueError(f"nccl preset condition not understood: {sorted(unknown)}; allowed: {sorted(checks)}")
+    for key, allowed in CHOICES.items():
+        wrong = sorted(set(_values(when.get(key, []))) - set(allowed))
+        if wrong:
+            raise ValueError(f"nccl preset condition {key}: {wrong} not understood; allowed: {list(allowed)}")
     return all(checks[key](value) for key, value in when.items())
 
 

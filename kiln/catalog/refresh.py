@@ -107,6 +107,9 @@ def _accelerator(item: dict[str, Any]) -> dict[str, Any] | None:
             "name": device["Name"],
             "count": device["Count"],
             "memory_mib": device["MemoryInfo"]["SizeInMiB"],
+            # Physical NeuronCores per device and their generation (Trainium2: 8 of NeuronCore-v3).
+            "core_count": device["CoreInfo"]["Count"],
+            "core_version": device["CoreInfo"]["Version"],
         }
     return None
 

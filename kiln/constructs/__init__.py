@@ -8,7 +8,13 @@ from kiln.constructs.efa import (
     EfaSecurityGroup,
     EfaSecurityGroupProps,
 )
-from kiln.constructs.eks import EksTrainingCluster, EksTrainingClusterProps, GpuNodeGroup, LustreVolume, SystemNodeGroup
+from kiln.constructs.eks import (
+    AcceleratedNodeGroup,
+    EksTrainingCluster,
+    EksTrainingClusterProps,
+    LustreVolume,
+    SystemNodeGroup,
+)
 from kiln.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from kiln.constructs.launch_template import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
 from kiln.constructs.lustre import (
@@ -25,6 +31,7 @@ from kiln.constructs.parallelcluster import ParallelCluster, ParallelClusterProp
 from kiln.constructs.pcs import PcsCluster, PcsClusterProps, PcsNodeGroup
 
 __all__ = [
+    "AcceleratedNodeGroup",
     "BootstrapAssets",
     "BootstrapAssetsProps",
     "CapacityOption",
@@ -40,7 +47,6 @@ __all__ = [
     "EksTrainingCluster",
     "EksTrainingClusterProps",
     "ExistingNetwork",
-    "GpuNodeGroup",
     "HyperPodCluster",
     "HyperPodClusterProps",
     "HyperPodInstanceGroup",

@@ -1,4 +1,4 @@
-"""EksTrainingCluster: EKS with EFA GPU node groups in one AZ and the add-ons GPU training needs."""
+"""EksTrainingCluster: EKS with EFA GPU and Neuron node groups in one AZ and the add-ons training needs."""
 
 from __future__ import annotations
 
@@ -23,12 +23,14 @@ from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge, acknowledge_wildcards, require, require_in, unresolved
 from kiln.constructs.eks_addons import (
+    ACCELERATOR_KINDS,
     DEFAULT_KUBERNETES_VERSION,
     GPU_PRESENT_LABEL,
     HELM_ADDONS,
     KUBERNETES_RELEASES,
     TRAINING_OPERATOR,
     VPC_CNI_IDENTITY,
+    AcceleratorKind,
     LustreVolumeNames,
     PodIdentity,
     kustomize_job_manifests,
@@ -41,17 +43,48 @@ from kiln.constructs.launch_template import (
     EfaLaunchTemplateProps,
 )
 from kiln.constructs.lustre import ILustreFileSystem
+from kiln.constructs.neuron_addons import (
+    NEURON_DEVICE_PLUGIN,
+    NEURON_SCHEDULER,
+    NEURON_SCHEDULER_NAME,
+    neuron_device_plugin_manifests,
+    neuron_instance_types,
+    neuron_scheduler_manifests,
+)
 from kiln.constructs.node_bootstrap import NodeBootstrap
 
 Endpoint = Literal["private", "public-and-private"]
 ENDPOINTS: tuple[str, ...] = get_args(Endpoint)
-GpuAmiType = Literal["AL2023_x86_64_NVIDIA", "AL2023_ARM_64_NVIDIA"]
-# EKS API names of the images whose NVIDIA driver and EFA host software come preinstalled, by architecture.
-GPU_AMI_TYPES: dict[str, eks.NodegroupAmiType] = {
-    "AL2023_x86_64_NVIDIA": eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
-    "AL2023_ARM_64_NVIDIA": eks.NodegroupAmiType.AL2023_ARM_64_NVIDIA,
+AcceleratedAmiType = Literal["AL2023_x86_64_NVIDIA", "AL2023_ARM_64_NVIDIA", "AL2023_x86_64_NEURON"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceleratedImage:
+    """An EKS-optimized AL2023 accelerated image: its node group AMI type, the accelerators it drives, its CPU."""
+
+    ami_type: eks.NodegroupAmiType
+    accelerator: AcceleratorKind
+    architecture: str
+
+
+# The images whose accelerator driver and EFA host software come preinstalled, by EKS API name: NVIDIA's for the
+# G and P types, Neuron's for inf1, inf2, trn1 and trn2 (EKS User Guide, "Use EKS-optimized accelerated AMIs for GPU
+# instances"). A group's instance type decides among them (kiln's catalog: accelerator kind and architectures).
+ACCELERATED_AMI_TYPES: dict[str, AcceleratedImage] = {
+    "AL2023_x86_64_NVIDIA": AcceleratedImage(
+        ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA, accelerator="gpu", architecture="x86_64"
+    ),
+    "AL2023_ARM_64_NVIDIA": AcceleratedImage(
+        ami_type=eks.NodegroupAmiType.AL2023_ARM_64_NVIDIA, accelerator="gpu", architecture="arm64"
+    ),
+    "AL2023_x86_64_NEURON": AcceleratedImage(
+        ami_type=eks.NodegroupAmiType.AL2023_X86_64_NEURON, accelerator="neuron", architecture="x86_64"
+    ),
 }
-GPU_AMI_ARCHITECTURES = {"AL2023_x86_64_NVIDIA": "x86_64", "AL2023_ARM_64_NVIDIA": "arm64"}
+ACCELERATOR_NAMES = {"gpu": "GPUs", "neuron": "Neuron devices"}
+# Node labels by accelerator: the NVIDIA device plugin's chart selects its nodes by label; kiln's Neuron device plugin
+# selects by instance type (kiln.constructs.neuron_addons), so Neuron nodes need none.
+ACCELERATOR_LABELS: dict[str, Mapping[str, str]] = {"gpu": GPU_PRESENT_LABEL, "neuron": {}}
 # Spot is asked on the node group: EKS refuses launch templates that request spot themselves.
 NODEGROUP_CAPACITY = {
     "ONDEMAND": eks.CapacityType.ON_DEMAND,
@@ -79,16 +112,18 @@ KUBECTL_ECR_POLICIES = ("AmazonEC2ContainerRegistryReadOnly", "AmazonElasticCont
 
 
 @dataclass(frozen=True, kw_only=True)
-class GpuNodeGroup:
-    """One EKS managed node group of GPU instances with EFA, in the cluster's single AZ.
+class AcceleratedNodeGroup:
+    """One EKS managed node group of NVIDIA GPU or AWS Neuron (Trainium, Inferentia) instances with EFA, in one AZ.
 
     name: kiln's name for the group (lowercase, digits, '-'); nodes carry it as label kiln.io/node-group.
-    instance_type: one EC2 type; its EFA interfaces come from kiln's catalog.
+    instance_type: one EC2 type with GPUs or Neuron devices; its accelerators, architectures and EFA interfaces come
+        from kiln's catalog.
     min_count / max_count: scaling bounds; desired_count: nodes at creation, default min_count.
     capacity: on-demand (default), spot, capacity-block or reservation.
     root_volume_gib: encrypted gp3 root volume; default 200.
     placement_group: a cluster placement group for EFA (ec2.IPlacementGroup); default none.
-    ami_type: EKS-optimized AL2023 NVIDIA image, x86_64 (default) or ARM_64.
+    ami_type: an EKS-optimized AL2023 accelerated image; default the one for the instance type's accelerators and
+        architecture (NVIDIA x86_64 or ARM_64, or Neuron x86_64). One for other accelerators is refused.
     labels: further Kubernetes node labels.
     """
 
@@ -100,7 +135,7 @@ class GpuNodeGroup:
     capacity: CapacityOption = field(default_factory=CapacityOption)
     root_volume_gib: int = 200
     placement_group: ec2.IPlacementGroup | None = None
-    ami_type: GpuAmiType = "AL2023_x86_64_NVIDIA"
+    ami_type: AcceleratedAmiType | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -111,23 +146,51 @@ class GpuNodeGroup:
             (self.min_count, self.desired_count, self.max_count),
             "0 <= min_count <= desired_count <= max_count, max_count >= 1",
         )
-        require_in("ami_type", self.ami_type, GPU_AMI_TYPES)
+        kind = self.accelerator_kind
+        require(
+            kind in ACCELERATOR_KINDS,
+            "instance_type",
+            self.instance_type,
+            "a type with NVIDIA GPUs or AWS Neuron devices (Trainium, Inferentia)",
+        )
+        images = self.fitting_ami_types
+        require(bool(images), "instance_type", self.instance_type, "a type an EKS accelerated image supports")
+        if self.ami_type is not None:
+            require_in("ami_type", self.ami_type, ACCELERATED_AMI_TYPES)
+            require(
+                self.ami_type in images,
+                "ami_type",
+                self.ami_type,
+                f"an image for {self.instance_type}'s {ACCELERATOR_NAMES[kind]}: {', '.join(images)}",
+            )
+        require(
+            NODE_GROUP_LABEL not in self.labels, "labels", dict(self.labels), f"no {NODE_GROUP_LABEL} (kiln sets it)"
+        )
+
+    @property
+    def accelerator_kind(self) -> str | None:
+        """Return the instance type's accelerators as kiln's catalog names them: 'gpu', 'neuron' or None."""
         try:
-            architectures = catalog_instance_type(self.instance_type).architectures
+            return catalog_instance_type(self.instance_type).accelerator_kind
         except UnknownInstanceType as error:
             close = f", such as {' or '.join(error.suggestions)}" if error.suggestions else ""
             raise ValueError(
                 f"instance_type: got {self.instance_type!r}; allowed: a type in kiln's catalog{close}"
             ) from error
-        require(
-            GPU_AMI_ARCHITECTURES[self.ami_type] in architectures,
-            "ami_type",
-            self.ami_type,
-            f"an image for {self.instance_type}'s architecture ({', '.join(architectures)})",
-        )
-        require(
-            NODE_GROUP_LABEL not in self.labels, "labels", dict(self.labels), f"no {NODE_GROUP_LABEL} (kiln sets it)"
-        )
+
+    @property
+    def fitting_ami_types(self) -> list[str]:
+        """Return the accelerated images for the instance type's accelerators and architectures, the default first."""
+        architectures = catalog_instance_type(self.instance_type).architectures
+        return [
+            name
+            for name, image in ACCELERATED_AMI_TYPES.items()
+            if image.accelerator == self.accelerator_kind and image.architecture in architectures
+        ]
+
+    @property
+    def effective_ami_type(self) -> str:
+        return self.ami_type or self.fitting_ami_types[0]
 
     @property
     def effective_desired_count(self) -> int:
@@ -193,8 +256,10 @@ class EksTrainingClusterProps:
     vpc: the cluster's VPC.
     node_subnet: the single private subnet (one AZ, with the placement group and FSx) of every node group.
     control_plane_subnets: subnets for the control plane ENIs, at least two AZs; default the VPC's private subnets.
-    efa_security_group: joins every GPU node interface; required when gpu_groups is not empty.
-    gpu_groups: EFA GPU node groups; default none (HyperPod brings its own nodes).
+    efa_security_group: joins every accelerated node's interfaces; required when accelerated_groups is not empty.
+    accelerated_groups: EFA node groups of GPU or Neuron instances; default none (HyperPod brings its own nodes).
+    external_accelerators: the accelerators of nodes that join from elsewhere (HyperPod's instance groups): their
+        device plugins are installed as for the groups'; default none.
     system_nodes: the CPU node group for cluster services; default 2 x m5.xlarge, None for none.
     kubernetes_version: EKS version; default 1.36 (the one with a kubectl layer in kiln's table).
     cluster_name: the EKS name; default: CloudFormation generates one.
@@ -202,8 +267,8 @@ class EksTrainingClusterProps:
     public_access_cidrs: who may reach a public endpoint; required (and never 0.0.0.0/0) for public-and-private.
     admin_role: an IAM role given cluster-admin through an access entry; default none.
     lustre: the kiln file system as PV/PVC; default none (the FSx CSI driver is installed all the same).
-    bootstrap, cluster_env: the bundle GPU nodes run at boot (BootstrapAssets.node_bootstrap for kiln's `eks`
-        bundle), and its deploy-time values.
+    bootstrap, cluster_env: the bundle accelerated nodes run at boot (BootstrapAssets.node_bootstrap for kiln's
+        `eks` bundle), and its deploy-time values.
     security_groups: further groups for every node's primary interface.
     """
 
@@ -211,7 +276,8 @@ class EksTrainingClusterProps:
     node_subnet: ec2.ISubnet
     control_plane_subnets: Sequence[ec2.ISubnet] = ()
     efa_security_group: ec2.ISecurityGroup | None = None
-    gpu_groups: Sequence[GpuNodeGroup] = ()
+    accelerated_groups: Sequence[AcceleratedNodeGroup] = ()
+    external_accelerators: Sequence[AcceleratorKind] = ()
     system_nodes: SystemNodeGroup | None = field(default_factory=SystemNodeGroup)
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     cluster_name: str | None = None
@@ -226,13 +292,23 @@ class EksTrainingClusterProps:
     def __post_init__(self) -> None:
         require_in("kubernetes_version", self.kubernetes_version, KUBERNETES_RELEASES)
         require_in("endpoint", self.endpoint, ENDPOINTS)
-        names = [g.name for g in self.gpu_groups]
-        require(len(set(names)) == len(names), "gpu_groups names", names, "unique names")
+        names = [g.name for g in self.accelerated_groups]
+        require(len(set(names)) == len(names), "accelerated_groups names", names, "unique names")
         require(
-            SYSTEM_NODE_GROUP not in names, "gpu_groups names", names, f"not {SYSTEM_NODE_GROUP!r} (the CPU group's)"
+            SYSTEM_NODE_GROUP not in names,
+            "accelerated_groups names",
+            names,
+            f"not {SYSTEM_NODE_GROUP!r} (the CPU group's)",
         )
-        if self.gpu_groups:
-            require(self.efa_security_group is not None, "efa_security_group", None, "a security group when gpu_groups")
+        for kind in self.external_accelerators:
+            require_in("external_accelerators", kind, ACCELERATOR_KINDS)
+        if self.accelerated_groups:
+            require(
+                self.efa_security_group is not None,
+                "efa_security_group",
+                None,
+                "a security group when accelerated_groups",
+            )
         if self.cluster_name is not None and not unresolved(self.cluster_name):
             require(
                 bool(CLUSTER_NAME.match(self.cluster_name)),
@@ -241,6 +317,11 @@ class EksTrainingClusterProps:
                 "1-100 of A-Z, a-z, 0-9, '-', '_', starting alphanumeric",
             )
         self._check_public_access()
+
+    @property
+    def accelerator_kinds(self) -> frozenset[str]:
+        """Return the accelerators of the cluster's nodes: its groups' and the external ones."""
+        return frozenset({*(g.accelerator_kind for g in self.accelerated_groups), *self.external_accelerators})
 
     def _check_public_access(self) -> None:
         cidrs = list(self.public_access_cidrs)
@@ -262,7 +343,7 @@ class EksTrainingClusterProps:
 
 
 class EksTrainingCluster(Construct):
-    """EKS cluster, EFA GPU node groups, a system node group, and the pinned GPU training add-ons."""
+    """EKS cluster, EFA GPU and Neuron node groups, a system node group, and the pinned training add-ons."""
 
     def __init__(self, scope: Construct, construct_id: str, props: EksTrainingClusterProps) -> None:
         super().__init__(scope, construct_id)
@@ -306,12 +387,14 @@ class EksTrainingCluster(Construct):
         self.system_node_group = self._system_nodes(props.system_nodes) if props.system_nodes else None
         self.launch_templates: dict[str, EfaLaunchTemplate] = {}
         self.node_groups: dict[str, eks.Nodegroup] = {}
-        for group in props.gpu_groups:
-            self.node_groups[group.name] = self._gpu_nodes(group)
+        for group in props.accelerated_groups:
+            self.node_groups[group.name] = self._accelerated_nodes(group)
         for nodegroup in self._all_node_groups():
             # Pod Identity credentials are injected when a pod is created: aws-node must find its association
             # (and the agent) in place before the first node joins, or it falls back to the node role.
             nodegroup.node.add_dependency(self.cni_identity, self.pod_identity_agent)
+        kinds = props.accelerator_kinds
+        # Device plugins only for the accelerators the cluster has; EFA's and the rest always.
         self.addons: dict[str, Construct] = {
             key: self.cluster.add_helm_chart(
                 _pascal(key),
@@ -324,10 +407,21 @@ class EksTrainingCluster(Construct):
                 create_namespace=False,
             )
             for key, addon in HELM_ADDONS.items()
+            if addon.accelerator is None or addon.accelerator in kinds
         }
         self.addons[TRAINING_OPERATOR.name] = self.cluster.add_manifest(
             _pascal(TRAINING_OPERATOR.name), *kustomize_job_manifests(TRAINING_OPERATOR)
         )
+        # The schedulerName of Neuron-aware placement (whole devices, contiguous cores); None without Neuron nodes.
+        self.neuron_scheduler_name: str | None = None
+        if "neuron" in kinds:
+            self.neuron_scheduler_name = NEURON_SCHEDULER_NAME
+            self.addons[NEURON_DEVICE_PLUGIN] = self.cluster.add_manifest(
+                _pascal(NEURON_DEVICE_PLUGIN), *neuron_device_plugin_manifests(neuron_instance_types())
+            )
+            self.addons[NEURON_SCHEDULER] = self.cluster.add_manifest(
+                _pascal(NEURON_SCHEDULER), *neuron_scheduler_manifests(release.kube_scheduler_image)
+            )
         self.lustre_volume = self._lustre_volume(props.lustre) if props.lustre else None
         self._drop_kubectl_ecr_policies()
         self._acknowledge()
@@ -350,7 +444,7 @@ class EksTrainingCluster(Construct):
             description="kiln EKS nodes: join the cluster, image pulls, SSM sessions, bootstrap bundle",
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name) for name in NODE_POLICIES],
         )
-        if self.props.bootstrap is not None and self.props.gpu_groups:
+        if self.props.bootstrap is not None and self.props.accelerated_groups:
             self.props.bootstrap.grant_read(role)
         return role
 
@@ -425,7 +519,7 @@ class EksTrainingCluster(Construct):
             labels={NODE_GROUP_LABEL: SYSTEM_NODE_GROUP},
         )
 
-    def _gpu_nodes(self, group: GpuNodeGroup) -> eks.Nodegroup:
+    def _accelerated_nodes(self, group: AcceleratedNodeGroup) -> eks.Nodegroup:
         props = self.props
         parts = []
         if props.bootstrap is not None:
@@ -450,7 +544,7 @@ class EksTrainingCluster(Construct):
         # The template names the instance type, so the node group must name none.
         return self.cluster.add_nodegroup_capacity(
             hashed_id("NodeGroup", group.name),
-            ami_type=GPU_AMI_TYPES[group.ami_type],
+            ami_type=ACCELERATED_AMI_TYPES[group.effective_ami_type].ami_type,
             capacity_type=NODEGROUP_CAPACITY[group.capacity.purchase_option],
             min_size=group.min_count,
             max_size=group.max_count,
@@ -460,7 +554,7 @@ class EksTrainingCluster(Construct):
             launch_template_spec=eks.LaunchTemplateSpec(
                 id=template.launch_template_id, version=template.latest_version
             ),
-            labels={**GPU_PRESENT_LABEL, **group.labels, NODE_GROUP_LABEL: group.name},
+            labels={**ACCELERATOR_LABELS[group.accelerator_kind], **group.labels, NODE_GROUP_LABEL: group.name},
         )
 
     def _lustre_volume(self, lustre: LustreVolume) -> eks.KubernetesManifest:

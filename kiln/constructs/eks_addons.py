@@ -6,33 +6,48 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
 from constructs import Construct
 
+# The accelerators kiln's nodes carry, named as kiln.catalog's InstanceType.accelerator_kind names them.
+AcceleratorKind = Literal["gpu", "neuron"]
+ACCELERATOR_KINDS: tuple[str, ...] = get_args(AcceleratorKind)
+
 
 @dataclass(frozen=True, kw_only=True)
 class KubernetesRelease:
-    """An EKS Kubernetes version and the kubectl/helm Lambda layer built for it."""
+    """An EKS Kubernetes version, the kubectl/helm Lambda layer built for it, and its kube-scheduler image."""
 
     version: eks.KubernetesVersion
     kubectl_layer: Callable[[Construct, str], lambda_.ILayerVersion]
+    kube_scheduler_image: str
 
 
 # One entry per Kubernetes minor kiln can drive: the kubectl layer must match the control plane
-# (aws-cdk.lambda-layer-kubectl-vNN on PyPI). Add a row together with its layer package.
+# (aws-cdk.lambda-layer-kubectl-vNN on PyPI), and so must the second kube-scheduler that Neuron pods opt into
+# (a scheduler of another minor may not understand the API server's objects). Add a row together with its layer
+# package. The scheduler is the patch release the layer's kubectl comes from (1.36.3); pinned by tag for the
+# reason given at TRAINING_OPERATOR.
 KUBERNETES_RELEASES: dict[str, KubernetesRelease] = {
-    "1.36": KubernetesRelease(version=eks.KubernetesVersion.V1_36, kubectl_layer=KubectlV36Layer),
+    "1.36": KubernetesRelease(
+        version=eks.KubernetesVersion.V1_36,
+        kubectl_layer=KubectlV36Layer,
+        kube_scheduler_image="registry.k8s.io/kube-scheduler:v1.36.3",
+    ),
 }
 DEFAULT_KUBERNETES_VERSION = "1.36"
 
 
 @dataclass(frozen=True, kw_only=True)
 class HelmAddon:
-    """An add-on installed from a Helm repository at a pinned chart version."""
+    """An add-on installed from a Helm repository at a pinned chart version.
+
+    accelerator: install it only on clusters with nodes of this accelerator kind; default None (always).
+    """
 
     chart: str
     repository: str
@@ -40,6 +55,7 @@ class HelmAddon:
     namespace: str
     release: str
     values: Mapping[str, Any] = field(default_factory=dict)
+    accelerator: AcceleratorKind | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +81,7 @@ NVIDIA_DEVICE_PLUGIN = HelmAddon(
     namespace="kube-system",
     release="nvidia-device-plugin",
     values={"tolerations": TOLERATE_EVERYTHING},
+    accelerator="gpu",
 )
 # The eks-charts repository versions this chart with a leading "v".
 EFA_DEVICE_PLUGIN = HelmAddon(
@@ -104,7 +121,8 @@ TRAINING_OPERATOR = KustomizeAddon(
     kubectl_image="registry.k8s.io/kubectl:v1.36.3",
     namespace="kube-system",
 )
-# Every chart comes over HTTPS: CDK's kubectl handler needs no registry credentials (no oci://).
+# Every chart comes over HTTPS: CDK's kubectl handler needs no registry credentials (no oci://). AWS publishes
+# the Neuron components only as an OCI chart, so kiln writes their manifests itself (kiln.constructs.neuron_addons).
 HELM_ADDONS: dict[str, HelmAddon] = {
     "nvidia-device-plugin": NVIDIA_DEVICE_PLUGIN,
     "efa-device-plugin": EFA_DEVICE_PLUGIN,
@@ -122,15 +140,15 @@ class PodIdentity:
 
 
 # Of everything a kiln cluster runs, only the VPC CNI calls AWS (it attaches interfaces and assigns pod
-# addresses), so only its service account gets an AWS identity. The NVIDIA and EFA device plugins talk to the
-# kubelet and read local devices; the FSx CSI driver needs none (above); the training operator and its install
-# Job call no AWS API. Nodes keep IMDS to themselves (hop limit 1): no pod outside the host network reaches the
-# node role either.
+# addresses), so only its service account gets an AWS identity. The NVIDIA, Neuron and EFA device plugins talk to
+# the kubelet and read local devices; the Neuron scheduler extension and the second kube-scheduler talk only to the
+# Kubernetes API; the FSx CSI driver needs none (above); the training operator and its install Job call no AWS API.
+# Nodes keep IMDS to themselves (hop limit 1): no pod outside the host network reaches the node role either.
 VPC_CNI_IDENTITY = PodIdentity(
     namespace="kube-system", service_account="aws-node", managed_policy="AmazonEKS_CNI_Policy"
 )
 
-# GPU nodes carry this label so the NVIDIA plugin's default node affinity selects them without NFD.
+# NVIDIA GPU nodes carry this label so the NVIDIA plugin's default node affinity selects them without NFD.
 GPU_PRESENT_LABEL = {"nvidia.com/gpu.present": "true"}
 FSX_CSI_DRIVER_NAME = "fsx.csi.aws.com"
 # Namespaces every cluster has: never created (or pruned) by kiln.
@@ -142,6 +160,11 @@ BUILTIN_NAMESPACES = ("default", "kube-system")
 INSTALL_TOKEN_SECONDS = 600
 INSTALL_JOB_TTL_SECONDS = 600
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def kiln_labels(name: str) -> dict[str, str]:
+    """Return the labels of an object kiln installs as part of NAME."""
+    return {"app.kubernetes.io/name": name, "app.kubernetes.io/managed-by": "kiln"}
 
 
 def _install_token_volume(name: str) -> dict[str, Any]:
@@ -179,7 +202,7 @@ def kustomize_job_manifests(addon: KustomizeAddon) -> list[dict[str, Any]]:
     kiln's add-ons, where that already amounts to cluster-admin).
     """
     account = f"kiln-install-{addon.name}"
-    labels = {"app.kubernetes.io/name": account, "app.kubernetes.io/managed-by": "kiln"}
+    labels = kiln_labels(account)
     source = "/src"
     api_access = "install-api-access"
     api_mount = {"name": api_access, "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True}

@@ -4,19 +4,22 @@
                 [--min-bytes B] [--max-bytes B] [--warmup N] [--iters N] [--matmul-size N]
 
 Environment screen: torch, CUDA and NCCL versions; accelerators against the
-catalog's count for the instance type; EFA devices in /sys/class/infiniband
-against the catalog's EFA interface count; the aws-ofi-nccl plugin. Then the
-launcher starts one worker per GPU (two on CPU, so the collective has peers)
-for a GPU matmul sanity check, an all-reduce correctness check and an
-all-reduce sweep whose bus bandwidth (nccl-tests formulas) must reach the
-catalog's floor: intra-node for one node, inter-node for several. On an EFA
-type, NCCL_DEBUG=INFO output must show libfabric's efa provider; TCP sockets
-fail loudly.
+catalog's count for the instance type (GPUs as torch sees them; Neuron devices
+as ``neuron-ls --json-output`` lists them, their NeuronCores against the
+processes the launcher starts, and their /dev/neuronN nodes); EFA devices in
+/sys/class/infiniband against the catalog's EFA interface count; the
+aws-ofi-nccl plugin. Then the launcher starts one worker per GPU (two on CPU
+or Neuron nodes, so the collective has peers) for a GPU matmul sanity check,
+an all-reduce correctness check and an all-reduce sweep whose bus bandwidth
+(nccl-tests formulas) must reach the catalog's floor: intra-node for one node,
+inter-node for several. On an EFA GPU type, NCCL_DEBUG=INFO output must show
+libfabric's efa provider; TCP sockets fail loudly. Nothing here runs on the
+Neuron devices themselves: on a Neuron node the GPU checks are not_applicable.
 
 Each check is passed, failed, not_applicable (nothing to check here: no GPU,
-no EFA, unknown instance type) or informational (measured, no floor, e.g. gloo
-on CPU). GPU and EFA checks on a machine without them are not_applicable,
-never passed.
+no Neuron device, no EFA, unknown instance type) or informational (measured,
+no floor, e.g. gloo on CPU). GPU, Neuron and EFA checks on a machine without
+them are not_applicable, never passed.
 
 ``--scope node`` (default, fit for a Slurm prolog) checks this node alone;
 ``--scope job`` joins the job's other nodes through the scheduler, as a
@@ -40,8 +43,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kiln.catalog import InstanceType, UnknownInstanceType, instance_type
-from kiln.launcher import hardware, nccllog
+from kiln.catalog import InstanceType
+from kiln.launcher import hardware, imds, nccllog, neuron
 from kiln.launcher.arguments import SubcommandParser, integer_at_least, positive
 from kiln.launcher.errors import UsageError
 from kiln.launcher.launch import LaunchOptions, execute, prepare
@@ -52,6 +55,8 @@ EXIT_READY, EXIT_NOT_READY = 0, 1
 CPU_PROCESSES = 2
 GPU_SWEEP = {"min_bytes": 1 << 20, "max_bytes": 1 << 30, "warmup": 5, "iters": 20}
 CPU_SWEEP = {"min_bytes": 1 << 10, "max_bytes": 1 << 20, "warmup": 1, "iters": 3}
+# The workers run torch on CPU or CUDA; nothing here drives the Neuron devices.
+NEURON_NOT_MEASURED = "Neuron devices: this check runs on GPUs only (no Neuron compute or collective benchmark)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +78,7 @@ class NodeFacts:
     cuda_available: bool
     nccl_version: str | None
     cuda_devices: int
-    neuron_devices: int
+    neuron: neuron.NeuronScan
     efa_devices: tuple[str, ...]
     ofi_plugin: str | None
 
@@ -108,20 +113,10 @@ def gather_facts() -> NodeFacts:
         cuda_available=available,
         nccl_version=nccl_version(),
         cuda_devices=hardware.cuda_device_count(),
-        neuron_devices=hardware.neuron_device_count(),
+        neuron=neuron.scan(),
         efa_devices=tuple(hardware.efa_devices()),
         ofi_plugin=hardware.ofi_nccl_plugin(),
     )
-
-
-def resolve_instance(name: str | None) -> tuple[InstanceType | None, str | None]:
-    """Return the catalog entry for NAME and, when there is none, why."""
-    if name is None:
-        return None, "no instance type known (KILN_INSTANCE_TYPE unset, IMDS gave none)"
-    try:
-        return instance_type(name), None
-    except UnknownInstanceType as error:
-        return None, str(error)
 
 
 def screen(instance: InstanceType | None, facts: NodeFacts, why_unknown: str | None = None) -> list[CheckResult]:
@@ -139,9 +134,11 @@ def screen(instance: InstanceType | None, facts: NodeFacts, why_unknown: str | N
         results.append(CheckResult(name="cuda", status=FAILED, detail=detail))
         results.append(CheckResult(name="nccl", status=FAILED, detail="no NCCL without CUDA"))
     else:
-        results.append(CheckResult(name="cuda", status=NOT_APPLICABLE, detail="no GPU on this machine"))
-        results.append(CheckResult(name="nccl", status=NOT_APPLICABLE, detail="no GPU on this machine"))
+        detail = f"{label} has Neuron devices, no GPU" if _on_neuron(instance) else "no GPU on this machine"
+        results.append(CheckResult(name="cuda", status=NOT_APPLICABLE, detail=detail))
+        results.append(CheckResult(name="nccl", status=NOT_APPLICABLE, detail=detail))
     results.append(_accelerators(instance, facts, why_unknown))
+    results.extend(_neuron_checks(instance, facts.neuron, why_unknown))
     results.append(_efa_devices(instance, facts, why_unknown))
     results.append(_ofi_plugin(instance, facts, why_unknown))
     return results
@@ -161,7 +158,7 @@ def judge_run(
     on_gpu = result["device"] == "cuda"
     world = result["world_size"]
     nodes = max(1, world // max(1, result["local_world_size"]))
-    results = [_matmul(result, on_gpu)]
+    results = [_matmul(instance, result, on_gpu)]
     correct = result["allreduce_correct"]
     detail = f"{result['backend']} all-reduce over {world} rank(s) on {nodes} node(s)"
     results.append(CheckResult(name="allreduce_correct", status=PASSED if correct else FAILED, detail=detail))
@@ -209,7 +206,7 @@ def run(
             argv=launcher_argv,
             keep_record=False,
         )
-        instance, why_unknown = resolve_instance(plan.instance.name)
+        instance, why_unknown = imds.catalog_entry(plan.instance.name)
         if dry_run:
             print(json.dumps(plan.as_dict(), indent=2, sort_keys=True))
             return EXIT_READY
@@ -256,19 +253,87 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _on_neuron(instance: InstanceType | None) -> bool:
+    return instance is not None and instance.neuron_count > 0
+
+
 def _accelerators(instance: InstanceType | None, facts: NodeFacts, why_unknown: str | None) -> CheckResult:
+    if _on_neuron(instance):
+        return _neuron_devices(instance, facts.neuron)
     if instance and instance.accelerator:
         accelerator = instance.accelerator
-        found = facts.cuda_devices if accelerator.kind == "gpu" else facts.neuron_devices
-        status = PASSED if found == accelerator.count else FAILED
-        detail = f"{found} {accelerator.kind} device(s) visible; {instance.name} has {accelerator.count}"
+        status = PASSED if facts.cuda_devices == accelerator.count else FAILED
+        detail = f"{facts.cuda_devices} {accelerator.kind} device(s) visible; {instance.name} has {accelerator.count}"
         return CheckResult(name="accelerators", status=status, detail=detail)
-    if facts.cuda_devices:
+    seen = ((facts.cuda_devices, "GPU(s) visible"), (len(facts.neuron.devices), "Neuron device(s) listed"))
+    visible = [f"{count} {what}" for count, what in seen if count]
+    if visible:
         reason = f"{instance.name} lists none" if instance else why_unknown
-        detail = f"{facts.cuda_devices} GPU(s) visible; nothing to compare with ({reason})"
+        detail = f"{', '.join(visible)}; nothing to compare with ({reason})"
         return CheckResult(name="accelerators", status=INFORMATIONAL, detail=detail)
-    reason = f"{instance.name} has no accelerators" if instance else f"no GPU here; {why_unknown}"
+    reason = f"{instance.name} has no accelerators" if instance else f"no GPU or Neuron device here; {why_unknown}"
     return CheckResult(name="accelerators", status=NOT_APPLICABLE, detail=reason)
+
+
+def _neuron_devices(instance: InstanceType, scan: neuron.NeuronScan) -> CheckResult:
+    expected = instance.neuron_count
+    if scan.tool is None:
+        searched = ", ".join(("PATH", *neuron.TOOL_DIRS))
+        detail = (
+            f"{neuron.NEURON_LS} not found (searched {searched}): install {neuron.TOOLS_PACKAGE} to count "
+            f"{instance.name}'s {expected} Neuron devices"
+        )
+        return CheckResult(name="accelerators", status=FAILED, detail=detail)
+    if scan.error:
+        return CheckResult(name="accelerators", status=FAILED, detail=scan.error)
+    found = len(scan.devices)
+    status = PASSED if found == expected else FAILED
+    detail = f"{found} neuron device(s) listed by {neuron.NEURON_LS}; {instance.name} has {expected}"
+    return CheckResult(name="accelerators", status=status, detail=detail, data={"tool": scan.tool})
+
+
+def _neuron_checks(
+    instance: InstanceType | None, scan: neuron.NeuronScan, why_unknown: str | None
+) -> list[CheckResult]:
+    """Judge the NeuronCores neuron-ls lists and the /dev/neuronN nodes; not_applicable off Neuron types."""
+    if not _on_neuron(instance):
+        reason = f"{instance.name} has no Neuron devices" if instance else why_unknown
+        return [
+            CheckResult(name="neuron_cores", status=NOT_APPLICABLE, detail=str(reason)),
+            CheckResult(name="neuron_device_nodes", status=NOT_APPLICABLE, detail=str(reason)),
+        ]
+    return [_neuron_cores(instance, scan), _neuron_device_nodes(instance, scan)]
+
+
+def _neuron_cores(instance: InstanceType, scan: neuron.NeuronScan) -> CheckResult:
+    try:
+        expected = neuron.logical_cores(instance, scan.lnc_setting)
+    except UsageError as error:
+        return CheckResult(name="neuron_cores", status=FAILED, detail=str(error))
+    data = {"expected": expected.count, "lnc": expected.lnc}
+    if not scan.devices:
+        detail = f"no {neuron.NEURON_LS} device list to count NeuronCores in; expected {expected.count}"
+        return CheckResult(name="neuron_cores", status=FAILED, detail=detail, data=data)
+    data["listed"] = scan.cores
+    status = PASSED if scan.cores == expected.count else FAILED
+    # Both sides count logical cores: neuron-ls reports them under the LNC in force, as the launcher plans for.
+    detail = (
+        f"{scan.cores} NeuronCore(s) listed by {neuron.NEURON_LS}; kiln-launch starts one process per "
+        f"NeuronCore: {expected.count} ({expected.how})"
+    )
+    reported = sorted({device.lnc for device in scan.devices if device.lnc is not None})
+    if reported and reported != [expected.lnc]:
+        detail += f"; {neuron.NEURON_LS} reports LNC {', '.join(map(str, reported))}"
+    return CheckResult(name="neuron_cores", status=status, detail=detail, data=data)
+
+
+def _neuron_device_nodes(instance: InstanceType, scan: neuron.NeuronScan) -> CheckResult:
+    # The runtime opens /dev/neuronN: a device listed but without its node here (a container started without the
+    # devices passed in, a driver that did not load) cannot run a worker, whatever neuron-ls lists.
+    expected = instance.neuron_count
+    status = PASSED if scan.device_nodes == expected else FAILED
+    detail = f"{scan.device_nodes} /dev/neuronN node(s); {instance.name} has {expected} Neuron devices"
+    return CheckResult(name="neuron_device_nodes", status=status, detail=detail)
 
 
 def _efa_devices(instance: InstanceType | None, facts: NodeFacts, why_unknown: str | None) -> CheckResult:
@@ -287,6 +352,10 @@ def _efa_devices(instance: InstanceType | None, facts: NodeFacts, why_unknown: s
 def _ofi_plugin(instance: InstanceType | None, facts: NodeFacts, why_unknown: str | None) -> CheckResult:
     if instance is None:
         return CheckResult(name="ofi_nccl_plugin", status=NOT_APPLICABLE, detail=f"{why_unknown}")
+    if _on_neuron(instance):
+        # The Neuron collectives reach EFA through the OFI plugin aws-neuronx-collectives ships.
+        detail = f"{instance.name} has Neuron devices: their collectives do not use NCCL or its plugin"
+        return CheckResult(name="ofi_nccl_plugin", status=NOT_APPLICABLE, detail=detail)
     if not (instance.efa_supported and instance.gpu_count):
         detail = f"{instance.name} runs no NCCL over EFA"
         return CheckResult(name="ofi_nccl_plugin", status=NOT_APPLICABLE, detail=detail)
@@ -296,9 +365,10 @@ def _ofi_plugin(instance: InstanceType | None, facts: NodeFacts, why_unknown: st
     return CheckResult(name="ofi_nccl_plugin", status=FAILED, detail=detail)
 
 
-def _matmul(result: dict[str, Any], on_gpu: bool) -> CheckResult:
+def _matmul(instance: InstanceType | None, result: dict[str, Any], on_gpu: bool) -> CheckResult:
     if not on_gpu:
-        return CheckResult(name="matmul", status=NOT_APPLICABLE, detail="no GPU on this machine")
+        detail = NEURON_NOT_MEASURED if _on_neuron(instance) else "no GPU on this machine"
+        return CheckResult(name="matmul", status=NOT_APPLICABLE, detail=detail)
     matmuls = result["matmul"]
     bad = [m for m in matmuls if not m["ok"]]
     worst = max((m["relative_error"] for m in matmuls), default=0.0)
@@ -316,6 +386,10 @@ def _busbw(instance: InstanceType | None, result: dict, on_gpu: bool, world: int
     if world < 2:
         return CheckResult(name="allreduce_busbw", status=NOT_APPLICABLE, detail="one rank: no bus traffic", data=data)
     measured = f"busbw {peak:.3f} GB/s at {largest['nbytes']:,} bytes over {world} ranks"
+    if _on_neuron(instance):
+        # The workers ran gloo on the host CPUs: a figure about TCP between processes, not the Neuron collectives.
+        detail = f"{NEURON_NOT_MEASURED}; gloo on the host CPUs: {measured}"
+        return CheckResult(name="allreduce_busbw", status=NOT_APPLICABLE, detail=detail, data=data)
     if not on_gpu:
         return CheckResult(
             name="allreduce_busbw", status=INFORMATIONAL, detail=f"{measured} (gloo on CPU: no floor)", data=data
@@ -334,6 +408,9 @@ def _busbw(instance: InstanceType | None, result: dict, on_gpu: bool, world: int
 def _transport(
     instance: InstanceType | None, transport: nccllog.Transport | None, on_gpu: bool, debug_note: str | None
 ) -> CheckResult:
+    if _on_neuron(instance):
+        detail = "the Neuron collectives do not use NCCL: no NCCL transport to judge"
+        return CheckResult(name="network_transport", status=NOT_APPLICABLE, detail=detail)
     if not on_gpu:
         return CheckResult(name="network_transport", status=NOT_APPLICABLE, detail="no NCCL on this machine")
     if instance is None or not instance.efa_supported:

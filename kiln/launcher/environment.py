@@ -82,7 +82,7 @@ def scheduler_of(environ: Mapping[str, str]) -> str:
 def detect(
     environ: Mapping[str, str] = os.environ,
     *,
-    gpu_count: Callable[[], int],
+    accelerators: Callable[[], tuple[int, str]],
     nproc_per_node: int | None = None,
     rdzv_port: int | None = None,
     job_id: str | None = None,
@@ -117,8 +117,9 @@ def detect(
     elif hint is not None:
         nproc, sources["nproc_per_node"] = hint
     else:
-        gpus = gpu_count()
-        nproc, sources["nproc_per_node"] = (gpus, "visible CUDA devices") if gpus > 0 else (1, "no GPU: one process")
+        # Asked last: the count of processes this node's GPUs or NeuronCores want, and where it came from.
+        wanted, why = accelerators()
+        nproc, sources["nproc_per_node"] = (wanted, why) if wanted > 0 else (1, f"one process ({why}: none)")
     return LaunchEnvironment(scheduler=kind, nproc_per_node=nproc, sources=sources, **facts)
 
 
@@ -194,7 +195,7 @@ def _kubernetes(environ: Mapping[str, str], port: tuple[int, str] | None) -> dic
     job_id, sources["job_id"] = _pytorchjob_name(environ)
     nproc_hint = None
     nproc = environ.get("PET_NPROC_PER_NODE", "")
-    # "auto" and "gpu" mean one process per GPU, which is the launcher's own default.
+    # "auto" and "gpu" leave the count to the launcher's own default: one process per GPU or NeuronCore.
     if nproc.isdigit() and int(nproc) > 0:
         nproc_hint = (int(nproc), "PET_NPROC_PER_NODE")
     if environ.get("PET_RDZV_ENDPOINT"):

@@ -1,4 +1,4 @@
-"""Look at the node itself: accelerators, EFA devices, the aws-ofi-nccl plugin."""
+"""Look at the node itself: CUDA devices, EFA devices, the aws-ofi-nccl plugin (Neuron devices: neuron.py)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,6 @@ def cuda_device_count() -> int:
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def neuron_device_count(dev: Path = Path("/dev")) -> int:
-    """Return the Neuron devices (/dev/neuronN) on this node."""
-    return sum(1 for entry in dev.glob("neuron*") if entry.name[len("neuron") :].isdigit())
 
 
 def efa_devices(sysfs: Path = INFINIBAND_SYSFS) -> list[str]:

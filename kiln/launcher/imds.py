@@ -1,4 +1,4 @@
-"""Find this node's EC2 instance type: KILN_INSTANCE_TYPE, else IMDSv2."""
+"""Find this node's EC2 instance type (KILN_INSTANCE_TYPE, else IMDSv2) and its catalog entry."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import os
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from kiln.catalog import InstanceType, UnknownInstanceType, instance_type
 
 DEFAULT_ENDPOINT = "http://169.254.169.254"
 TOKEN_TTL_SECONDS = 60
@@ -56,3 +58,13 @@ def query_imds(endpoint: str, timeout: float) -> str:
     if not name:
         raise ValueError("empty instance-type")
     return name
+
+
+def catalog_entry(name: str | None) -> tuple[InstanceType | None, str | None]:
+    """Return the catalog entry for NAME and, when there is none, why."""
+    if name is None:
+        return None, "no instance type known (KILN_INSTANCE_TYPE unset, IMDS gave none)"
+    try:
+        return instance_type(name), None
+    except UnknownInstanceType as error:
+        return None, str(error)

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kiln.catalog import InstanceType
 from kiln.launcher import environment as env_detect
-from kiln.launcher import imds, ncclenv, record, runner
+from kiln.launcher import imds, ncclenv, neuron, record, runner
 from kiln.launcher.hardware import cuda_device_count
 from kiln.launcher.paths import checkpoint_dir
 from kiln.launcher.software import versions
@@ -83,15 +84,16 @@ def prepare(
     # Overrides first: a bad one is a usage error, reported before anything slow happens.
     overrides = ncclenv.parse_overrides(options.nccl_env, environ.get("KILN_NCCL_ENV"))
     ncclenv.check_overrides(overrides)
+    instance = imds.lookup(environ)
+    facts, _ = imds.catalog_entry(instance.name)
     detected = env_detect.detect(
         environ,
-        gpu_count=cuda_device_count,
+        accelerators=lambda: local_accelerators(facts, environ),
         nproc_per_node=options.nproc_per_node,
         rdzv_port=options.rdzv_port,
         job_id=options.job_id,
         scheduler=options.scheduler,
     )
-    instance = imds.lookup(environ)
     nccl = ncclenv.plan(instance.name, environ=environ, overrides=overrides)
     root = checkpoint_dir(environ, options.checkpoint_dir)
     job_dir = root / detected.job_id
@@ -121,6 +123,15 @@ def prepare(
     plan.record = record.new_record(started, argv) | plan.as_dict()
     plan.record["timings"]["prepare_s"] = round(time.time() - started, 4)
     return plan
+
+
+def local_accelerators(facts: InstanceType | None, environ: Mapping[str, str]) -> tuple[int, str]:
+    """Return the processes this node wants: one per NeuronCore on a Neuron type, else per visible GPU; and why."""
+    if facts is not None and facts.neuron_count:
+        # torchrun on Trainium runs one worker per (logical) NeuronCore, not per device.
+        cores = neuron.logical_cores(facts, environ.get(neuron.LNC_VARIABLE))
+        return cores.count, f"NeuronCores: {cores.how}"
+    return cuda_device_count(), "visible CUDA devices"
 
 
 def execute(plan: LaunchPlan, *, environ: MutableMapping[str, str] = os.environ) -> runner.LaunchResult:

@@ -69,8 +69,9 @@ HYPERPOD_RESERVED_GROUPS = ("controller", "login")
 # The names kiln gives the groups it adds itself: PCS's login node group, EKS's CPU node group.
 PCS_LOGIN_GROUP = "login"
 EKS_SYSTEM_GROUP = "system"
-# The image kiln's EKS GPU node groups boot (kiln.constructs.GpuNodeGroup's default ami_type).
-EKS_GPU_IMAGE = ("AL2023_x86_64_NVIDIA", "x86_64")
+# kiln's EKS node groups boot the EKS-optimized accelerated image of their instance type's accelerators
+# (kiln.constructs.AcceleratedNodeGroup): NVIDIA's for GPUs, Neuron's for Trainium and Inferentia; x86_64 here.
+EKS_NODE_ARCHITECTURE = "x86_64"
 BACKEND = ("compute", "backend")
 ORCHESTRATOR = ("compute", "orchestrator")
 # The most nodes one group (or the login nodes) may have per backend; other backends: AWS's 32-bit counts.
@@ -372,12 +373,18 @@ def _group(spec: ClusterSpec, index: int) -> Iterator[Problem]:
         )
     if backend == "hyperpod" and not facts.hyperpod:
         yield _p(kind, f"SageMaker HyperPod does not offer ml.{group.instance_type}", BACKEND)
-    image, arch = EKS_GPU_IMAGE
-    if backend == "eks" and arch not in facts.architectures:
+    if backend == "eks" and facts.accelerator_kind is None:
         yield _p(
             kind,
-            f"EKS GPU node groups boot the {arch} image {image}; {group.instance_type} is "
-            f"{', '.join(facts.architectures)} only",
+            f"EKS node groups need NVIDIA GPUs or AWS Neuron devices (got {group.instance_type}, which has neither); "
+            "cluster services run on kiln's system group",
+            BACKEND,
+        )
+    if backend == "eks" and EKS_NODE_ARCHITECTURE not in facts.architectures:
+        yield _p(
+            kind,
+            f"EKS node groups boot x86_64 images (AL2023_x86_64_NVIDIA or AL2023_x86_64_NEURON); "
+            f"{group.instance_type} is {', '.join(facts.architectures)} only",
             BACKEND,
         )
 

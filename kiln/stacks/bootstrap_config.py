@@ -63,12 +63,13 @@ def config_from_spec(
         service_instance_types=service,
         groups=groups,
         software=SoftwarePins(
-            # EKS's accelerated images (AL2023 NVIDIA and Neuron) bring their drivers; kiln adds none over them.
+            # EKS's accelerated images (AL2023 NVIDIA and Neuron) bring their drivers and container toolkit, and
+            # pods bring their NCCL: kiln installs none of them on EKS nodes.
             nvidia_driver=None if target == "eks" else software.nvidia_driver,
             neuron=None if target == "eks" else software.neuron,
+            nvidia_container_toolkit=None if target == "eks" else software.nvidia_container_toolkit,
+            nccl=None if target == "eks" else software.nccl,
             efa_installer=software.efa_installer,
-            nccl=software.nccl,
-            nvidia_container_toolkit=software.nvidia_container_toolkit,
             slurm=software.slurm,
             enroot=software.enroot,
             pyxis=software.pyxis,

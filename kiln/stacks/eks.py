@@ -1,8 +1,15 @@
-"""spec -> EksTrainingClusterProps: GPU node groups (EKS backend) or a bare cluster for HyperPod's nodes."""
+"""spec -> EksTrainingClusterProps: accelerated node groups (EKS backend) or a bare cluster for HyperPod's nodes."""
 
 from __future__ import annotations
 
-from kiln.constructs import EksTrainingClusterProps, GpuNodeGroup, LustreVolume, NodeBootstrap, SystemNodeGroup
+from kiln.catalog import instance_type
+from kiln.constructs import (
+    AcceleratedNodeGroup,
+    EksTrainingClusterProps,
+    LustreVolume,
+    NodeBootstrap,
+    SystemNodeGroup,
+)
 from kiln.stacks.compute_context import ComputeContext
 
 
@@ -19,18 +26,22 @@ def lustre_volume(context: ComputeContext) -> LustreVolume | None:
 
 
 def eks_props(context: ComputeContext, *, bootstrap: NodeBootstrap | None) -> EksTrainingClusterProps:
-    """Translate the spec into EKS props; BOOTSTRAP None: HyperPod brings the nodes, EKS runs no GPU groups."""
+    """Translate the spec into EKS props; BOOTSTRAP None: HyperPod brings the nodes, EKS runs no node groups."""
     spec, network = context.spec, context.network
-    gpu_nodes = bootstrap is not None
+    own_nodes = bootstrap is not None
+    groups = spec.compute.groups
+    # HyperPod's nodes join the cluster as they are: the device plugins follow their instance types.
+    joining = {instance_type(g.instance_type).accelerator_kind for g in groups} if not own_nodes else set()
     return EksTrainingClusterProps(
         vpc=network.training_vpc.vpc,
         node_subnet=network.training_vpc.compute_subnet,
         efa_security_group=network.efa.security_group,
-        gpu_groups=[GpuNodeGroup(**context.node_group_fields(g)) for g in spec.compute.groups] if gpu_nodes else [],
+        accelerated_groups=[AcceleratedNodeGroup(**context.node_group_fields(g)) for g in groups] if own_nodes else [],
+        external_accelerators=sorted(kind for kind in joining if kind is not None),
         # HyperPod brings the nodes; EKS alone needs a small CPU group for cluster services.
-        system_nodes=SystemNodeGroup() if gpu_nodes else None,
+        system_nodes=SystemNodeGroup() if own_nodes else None,
         cluster_name=spec.name,
         lustre=lustre_volume(context),
         bootstrap=bootstrap,
-        cluster_env=context.cluster_env(mounts_fsx=False) if gpu_nodes else {},
+        cluster_env=context.cluster_env(mounts_fsx=False) if own_nodes else {},
     )

@@ -26,7 +26,9 @@ record_packages() {
       *.deb)
         IFS=_ read -r base version _ <<<"$(basename "$arg")"
         echo "$version" >"$state/pkgs/$base" ;;
-      *.rpm) base="$(basename "$arg")"; echo 1 >"$state/pkgs/${base%%-[0-9]*}" ;;
+      *.rpm)
+        base="$(basename "$arg" .rpm)" && base="${base%.*}"
+        [[ "$base" =~ ^([^-]+(-[^0-9][^-]*)*)-([0-9].*)$ ]] && echo "${BASH_REMATCH[3]}" >"$state/pkgs/${BASH_REMATCH[1]}" ;;
       *=*) version="${arg#*=}" && echo "${version%"*"}" >"$state/pkgs/${arg%%=*}" ;;
       *)
         # dnf takes name-version: the name ends before the first dash followed by a digit.

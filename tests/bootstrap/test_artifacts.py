@@ -87,10 +87,8 @@ def test_the_cuda_repository_follows_the_image(os: str, key: str, where: str) ->
     repository = resolve_repository(pcs_config(os=os), "cuda")
     assert repository.key_url == f"https://developer.download.nvidia.com/{key}"
     assert (repository.apt_source or repository.baseurl).endswith(where)
-    expected = "610C7B14E068A878070DA4E99CD0A493D42D0685" if os == "al2023" else (
-        "EB693B3035CD5710E231E123A4B469963BF863CC"
-    )
-    assert repository.fingerprint == expected
+    nvidia_rpm, nvidia_deb = "610C7B14E068A878070DA4E99CD0A493D42D0685", "EB693B3035CD5710E231E123A4B469963BF863CC"
+    assert repository.fingerprint == (nvidia_rpm if os == "al2023" else nvidia_deb)
 
 
 def test_repositories_are_added_only_where_the_nodes_use_them() -> None:

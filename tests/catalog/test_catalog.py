@@ -98,6 +98,51 @@ def test_accelerator_kinds_and_counts() -> None:
     assert instance_type("m5.8xlarge").accelerator_kind is None
 
 
+# (type, physical NeuronCores per device, NeuronCore generation, default LNC, logical NeuronCores at that default),
+# as DescribeInstanceTypes (CoreInfo) and the Neuron docs' Logical NeuronCore configuration page give them.
+NEURON_CORES = [
+    ("trn1.2xlarge", 2, 2, 1, 2),
+    ("trn1.32xlarge", 2, 2, 1, 32),
+    ("trn1n.32xlarge", 2, 2, 1, 32),
+    ("trn2.3xlarge", 8, 3, 2, 4),
+    ("trn2.48xlarge", 8, 3, 2, 64),
+    ("trn2u.48xlarge", 8, 3, 2, 64),
+    ("inf2.48xlarge", 2, 2, 1, 24),
+    ("inf1.24xlarge", 4, 1, 1, 64),
+]
+
+
+@pytest.mark.parametrize(("name", "cores", "version", "lnc", "logical"), NEURON_CORES, ids=[n[0] for n in NEURON_CORES])
+def test_neuron_cores_per_device_and_the_default_lnc(
+    name: str, cores: int, version: int, lnc: int, logical: int
+) -> None:
+    facts = instance_type(name)
+    assert (facts.accelerator.core_count, facts.accelerator.core_version) == (cores, version)
+    assert facts.neuron_core_count == facts.neuron_count * cores
+    assert (facts.lnc.default, facts.logical_neuron_cores()) == (lnc, logical)
+
+
+def test_only_trainium2_and_later_group_cores() -> None:
+    trn2 = instance_type("trn2.48xlarge")
+    assert trn2.lnc.allowed == (1, 2)
+    assert (trn2.logical_neuron_cores(1), trn2.logical_neuron_cores(2)) == (128, 64)
+    trn1 = instance_type("trn1.32xlarge")
+    assert trn1.lnc.allowed == (1,)
+    with pytest.raises(ValueError, match=r"^LNC 2 is not supported by Trainium \(trn1.32xlarge\): 1$"):
+        trn1.logical_neuron_cores(2)
+    with pytest.raises(ValueError, match=r"LNC 3 is not supported by Trainium2 \(trn2.48xlarge\): 1 or 2"):
+        trn2.logical_neuron_cores(3)
+
+
+def test_gpu_and_cpu_types_have_no_neuroncores() -> None:
+    for name in ["p5.48xlarge", "m5.8xlarge"]:
+        facts = instance_type(name)
+        assert (facts.neuron_core_count, facts.lnc) == (0, None), name
+        with pytest.raises(ValueError, match=f"{name} has no Neuron devices"):
+            facts.logical_neuron_cores()
+    assert instance_type("p5.48xlarge").accelerator.core_count is None
+
+
 def test_nvlink_is_derived_from_the_gpu_model_and_count() -> None:
     single = instance_type("p5.4xlarge")  # one H100: nothing to link, no NVSwitch
     assert (single.nvlink_generation, single.nvswitch, single.gpu_interconnect) == (None, False, "single")
@@ -217,7 +262,14 @@ class TestSelection:
             gpus = [{"Name": "L4", "Manufacturer": "NVIDIA", "Count": 1, "MemoryInfo": {"SizeInMiB": 22888}}]
             item["GpuInfo"] = {"Gpus": gpus}
         if neuron:
-            devices = [{"Name": "Trainium2", "Count": 1, "MemoryInfo": {"SizeInMiB": 98304}}]
+            devices = [
+                {
+                    "Name": "Trainium2",
+                    "Count": 1,
+                    "MemoryInfo": {"SizeInMiB": 98304},
+                    "CoreInfo": {"Count": 8, "Version": 3},
+                }
+            ]
             item["NeuronInfo"] = {"NeuronDevices": devices}
         return item
 
@@ -257,6 +309,13 @@ class TestSelection:
             "kind": "gpu", "manufacturer": "NVIDIA", "name": "L4", "count": 1, "memory_mib": 22888,
         }  # fmt: skip
         assert (g9["efa_supported"], g9["max_efa_interfaces"], g9["efa_only_interfaces"]) == (True, 1, False)
+
+    def test_neuron_devices_keep_their_cores_and_core_generation(self) -> None:
+        trn9 = facts_from([self.item("trn9.xlarge", neuron=True)])["trn9.xlarge"]
+        assert trn9["accelerator"] == {
+            "kind": "neuron", "manufacturer": "AWS", "name": "Trainium2", "count": 1, "memory_mib": 98304,
+            "core_count": 8, "core_version": 3,
+        }  # fmt: skip
 
 
 class TestRefresh:
@@ -390,7 +449,7 @@ class TestPresets:
     def test_old_libfabric_turns_on_device_rdma_only_where_the_hardware_has_it(self) -> None:
         old = SoftwareVersions(libfabric="1.17.0")
         rdma = ["p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge",
-                "trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge", "p5.4xlarge", "p6-b300.48xlarge"]  # fmt: skip
+                "p5.4xlarge", "p6-b300.48xlarge"]  # fmt: skip
         for name in rdma:
             assert preset_environment(name, versions=old)["FI_EFA_USE_DEVICE_RDMA"] == "1", name
             assert "FI_EFA_USE_DEVICE_RDMA" not in preset_environment(name, versions=SoftwareVersions(libfabric="1.18"))
@@ -410,15 +469,44 @@ class TestPresets:
         legacy = {**base, "FI_PROVIDER": "efa", "NCCL_PROTO": "simple"}
         shm = {"NCCL_SHM_USE_CUDA_MEMCPY": "1"}
         for name in ["p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
-                     "p6-b200.48xlarge", "trn1.32xlarge", "trn1n.32xlarge"]:  # fmt: skip
+                     "p6-b200.48xlarge"]:  # fmt: skip
             assert preset_environment(name, versions=old) == {**legacy, "FI_EFA_USE_DEVICE_RDMA": "1"}, name
             assert preset_environment(name, versions=new) == base, name
+        # Trainium: AWS's Neuron EFA settings whatever the software; never NCCL's legacy protocol.
+        neuron = {**base, "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
+        for name in ["trn1.32xlarge", "trn1n.32xlarge"]:
+            assert preset_environment(name, versions=old) == neuron, name
+            assert preset_environment(name, versions=new) == neuron, name
         for name in ["g5.12xlarge", "g5.48xlarge", "g6e.12xlarge", "g6e.48xlarge"]:
             assert preset_environment(name, versions=old) == {**legacy, **shm}, name
             assert preset_environment(name, versions=new) == {**base, **shm}, name
         assert preset_environment("c5n.18xlarge", versions=old) == legacy
         for name in ["c5.xlarge", "c6i.xlarge", "m5.8xlarge", "m6i.2xlarge", "t3.medium"]:
             assert preset_environment(name, versions=old, fork_enomem=True) == base, name
+
+    def test_trainium_with_efa_rdma_gets_the_neuron_efa_environment(self) -> None:
+        neuron = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
+        for name in ["trn1.32xlarge", "trn1n.32xlarge", "trn2.3xlarge", "trn2.48xlarge", "trn2u.48xlarge"]:
+            env = preset_environment(name)
+            assert {key: env.get(key) for key in neuron} == neuron, name
+            assert "NCCL_SHM_USE_CUDA_MEMCPY" not in env, name
+        # No EFA (trn1.2xlarge, inf2) or no device RDMA over it (inf1): single-node or inference, nothing to set.
+        for name in ["trn1.2xlarge", "inf2.48xlarge", "inf1.24xlarge", "inf1.xlarge"]:
+            assert preset_environment(name) == {"NCCL_SOCKET_IFNAME": "^docker,lo,veth"}, name
+
+    def test_nccl_only_rules_skip_neuron_types_and_fork_enomem_does_not(self) -> None:
+        old = SoftwareVersions(aws_ofi_nccl="1.5.0", libfabric="1.16.1")
+        assert "NCCL_PROTO" not in preset_environment("trn2.48xlarge", versions=old)
+        assert preset_environment("inf1.24xlarge", versions=old) == {"NCCL_SOCKET_IFNAME": "^docker,lo,veth"}
+        # EFA types without accelerators (c5n) keep the legacy knobs, as before.
+        assert preset_environment("c5n.18xlarge", versions=old)["NCCL_PROTO"] == "simple"
+        # Huge pages for EFA buffers break fork() whatever the accelerator.
+        assert preset_environment("trn1.32xlarge", fork_enomem=True)["FI_EFA_USE_HUGE_PAGE"] == "0"
+
+    def test_the_neuron_rule_names_its_source(self) -> None:
+        rule = next(r for r in nccl.presets()["rules"] if r["id"] == "neuron-efa")
+        assert rule["when"] == {"accelerator": "neuron", "device_rdma": True}
+        assert "setup-trn1-multi-node-execution" in rule["source"] and "Amazon Linux 2" in rule["why"]
 
     def test_huge_pages_off_only_when_fork_fails(self) -> None:
         assert "FI_EFA_USE_HUGE_PAGE" not in preset_environment("p5.48xlarge")
@@ -440,6 +528,41 @@ class TestPresets:
         monkeypatch.setattr(nccl, "presets", lambda: document)
         with pytest.raises(ValueError, match=r"condition not understood: \['families'\]"):
             preset_environment("p5.48xlarge")
+
+    @pytest.mark.parametrize(
+        ("when", "message"),
+        [
+            ({"efa": False, "accelerator": "nueron"}, r"condition accelerator: \['nueron'\] not understood; allowed: "
+             r"\['gpu', 'neuron', 'none'\]"),
+            ({"gpu_interconnect": ["pcie", "nvlnk"]}, r"condition gpu_interconnect: \['nvlnk'\] not understood"),
+        ],
+    )  # fmt: skip
+    def test_a_value_outside_a_conditions_choices_raises_even_when_another_condition_fails(
+        self, monkeypatch, when, message
+    ) -> None:
+        document = copy.deepcopy(nccl.presets())
+        document["rules"].append({"id": "x", "why": "", "when": when, "env": {"X": "1"}})
+        monkeypatch.setattr(nccl, "presets", lambda: document)
+        with pytest.raises(ValueError, match=message):
+            preset_environment("p5.48xlarge")
+
+    @pytest.mark.parametrize(
+        ("want", "matching"),
+        [
+            ("gpu", {"p5.48xlarge"}),
+            ("neuron", {"trn1.32xlarge"}),
+            ("none", {"m5.8xlarge"}),
+            (["gpu", "none"], {"p5.48xlarge", "m5.8xlarge"}),
+        ],
+    )
+    def test_the_accelerator_condition_matches_the_kind(self, monkeypatch, want, matching) -> None:
+        document = {
+            "forbidden_prefixes": [],
+            "rules": [{"id": "x", "why": "", "when": {"accelerator": want}, "env": {"X": "1"}}],
+        }
+        monkeypatch.setattr(nccl, "presets", lambda: document)
+        names = {"p5.48xlarge", "trn1.32xlarge", "m5.8xlarge"}
+        assert {name for name in names if preset_environment(name) == {"X": "1"}} == matching
 
 
 def test_catalog_imports_only_the_standard_library() -> None:

@@ -1,4 +1,7 @@
-"""EksTrainingCluster: EKS, single-AZ EFA GPU node groups, pinned add-ons, FSx PV/PVC, lint and cdk-nag."""
+"""EksTrainingCluster: EKS, single-AZ EFA GPU node groups, pinned add-ons, FSx PV/PVC, lint and cdk-nag.
+
+Neuron node groups and add-ons: test_eks_neuron.py.
+"""
 
 from __future__ import annotations
 
@@ -27,9 +30,9 @@ from kiln.constructs import (
 )
 from kiln.constructs.eks import (
     KUBECTL_ECR_POLICIES,
+    AcceleratedNodeGroup,
     EksTrainingCluster,
     EksTrainingClusterProps,
-    GpuNodeGroup,
     LustreVolume,
     SystemNodeGroup,
 )
@@ -41,6 +44,7 @@ from kiln.constructs.eks_addons import (
     TRAINING_OPERATOR,
     kustomize_job_manifests,
 )
+from kiln.constructs.neuron_addons import NEURON_DEVICE_PLUGIN, NEURON_SCHEDULER
 from kiln.stacks import new_app
 from kiln.stacks.tidy import DropRedundantDependsOn
 from kiln.synth import lint_template, nag_report
@@ -72,8 +76,8 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
             vpc=net.vpc,
             node_subnet=net.compute_subnet,
             efa_security_group=efa.security_group,
-            gpu_groups=[
-                GpuNodeGroup(
+            accelerated_groups=[
+                AcceleratedNodeGroup(
                     name="p5",
                     instance_type="p5.48xlarge",
                     max_count=4,
@@ -81,7 +85,7 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
                     capacity=CapacityOption(type="capacity-block", reservation_id=RESERVATION),
                     placement_group=placement.placement_group,
                 ),
-                GpuNodeGroup(
+                AcceleratedNodeGroup(
                     name="spot",
                     instance_type="g5.48xlarge",
                     min_count=1,
@@ -89,7 +93,7 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
                     capacity=CapacityOption(type="spot"),
                     placement_group=placement.placement_group,
                 ),
-                GpuNodeGroup(
+                AcceleratedNodeGroup(
                     name="odcr",
                     instance_type="p4d.24xlarge",
                     max_count=2,
@@ -118,6 +122,8 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
             vpc=hp_net.vpc,
             node_subnet=hp_net.compute_subnet,
             system_nodes=None,
+            # HyperPod's p5 workers join with NVIDIA GPUs.
+            external_accelerators=["gpu"],
             cluster_name="llm-hyperpod",
             endpoint="public-and-private",
             public_access_cidrs=["203.0.113.0/24"],
@@ -416,6 +422,15 @@ def test_each_helm_addon_is_installed_at_its_pinned_chart_version(eks, key: str)
     assert json.loads(_props(eks["template"], eks["cluster"].addons[key])["Values"]) == dict(addon.values)
 
 
+def test_gpu_clusters_run_the_nvidia_plugin_and_no_neuron_components(eks) -> None:
+    for template, cluster in _both(eks):
+        assert cluster.props.accelerator_kinds == {"gpu"}
+        assert {"nvidia-device-plugin", "efa-device-plugin"} <= set(cluster.addons)
+        assert not {NEURON_DEVICE_PLUGIN, NEURON_SCHEDULER} & set(cluster.addons)
+        assert cluster.neuron_scheduler_name is None
+        assert "public.ecr.aws/neuron/" not in json.dumps(template.to_json())
+
+
 def test_training_operator_job_applies_the_pinned_release_with_pinned_images(eks) -> None:
     objects = _manifest(eks["template"], eks["cluster"].addons[TRAINING_OPERATOR.name])
     (job,) = [o for o in objects if o["kind"] == "Job"]
@@ -552,8 +567,9 @@ def _base_props(eks: dict) -> dict:
         ({"endpoint": "public-and-private", "public_access_cidrs": ["0.0.0.0/0"]}, "not 0.0.0.0/0"),
         ({"public_access_cidrs": ["203.0.113.0/24"]}, "none with a private endpoint"),
         ({"efa_security_group": None}, "efa_security_group: got None"),
-        ({"gpu_groups": [GpuNodeGroup(name="a", instance_type="p5.48xlarge")] * 2}, "gpu_groups names"),
-        ({"gpu_groups": [GpuNodeGroup(name="system", instance_type="p5.48xlarge")]}, "not 'system'"),
+        ({"accelerated_groups": [AcceleratedNodeGroup(name="a", instance_type="p5.48xlarge")] * 2}, "groups names"),
+        ({"accelerated_groups": [AcceleratedNodeGroup(name="system", instance_type="p5.48xlarge")]}, "not 'system'"),
+        ({"external_accelerators": ["tpu"]}, "external_accelerators: got 'tpu'; allowed: gpu, neuron"),
         ({"cluster_name": "-bad"}, "cluster_name: got '-bad'"),
     ],
 )
@@ -569,14 +585,14 @@ def test_invalid_cluster_props_are_refused(eks, change: dict, message: str) -> N
         ({"min_count": 3, "max_count": 2}, "min_count/desired_count/max_count"),
         ({"desired_count": 5, "max_count": 4}, "min_count/desired_count/max_count"),
         ({"name": "P5"}, "name: got 'P5'"),
-        ({"ami_type": "AL2023_ARM_64_NVIDIA"}, "an image for p5.48xlarge's architecture \\(x86_64\\)"),
+        ({"ami_type": "AL2023_ARM_64_NVIDIA"}, "an image for p5.48xlarge's GPUs: AL2023_x86_64_NVIDIA$"),
         ({"instance_type": "p5.huge"}, "instance_type: got 'p5.huge'; allowed: a type in kiln's catalog"),
         ({"labels": {"kiln.io/node-group": "x"}}, "labels"),
     ],
 )
 def test_invalid_gpu_groups_are_refused(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        GpuNodeGroup(**({"name": "p5", "instance_type": "p5.48xlarge"} | kwargs))
+        AcceleratedNodeGroup(**({"name": "p5", "instance_type": "p5.48xlarge"} | kwargs))
 
 
 def test_invalid_lustre_volumes_and_system_nodes_are_refused(eks) -> None:

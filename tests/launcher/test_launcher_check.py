@@ -13,15 +13,17 @@ from kiln.launcher import hardware
 from kiln.launcher.check import FAILED, INFORMATIONAL, NOT_APPLICABLE, PASSED, NodeFacts, judge_run, overall, screen
 from kiln.launcher.check_worker import matmul_sanity, relative_error
 from kiln.launcher.nccllog import parse
+from kiln.launcher.neuron import NeuronScan
 
 GPU_AND_EFA_CHECKS = {"cuda", "nccl", "accelerators", "efa_devices", "ofi_nccl_plugin"}
+NEURON_CHECKS = {"neuron_cores", "neuron_device_nodes"}
 CPU_NODE = NodeFacts(
     torch_version="2.13.0+cpu",
     cuda_version=None,
     cuda_available=False,
     nccl_version=None,
     cuda_devices=0,
-    neuron_devices=0,
+    neuron=NeuronScan(tool=None),
     efa_devices=(),
     ofi_plugin=None,
 )
@@ -31,7 +33,7 @@ HEALTHY_P5 = NodeFacts(
     cuda_available=True,
     nccl_version="2.27.3",
     cuda_devices=8,
-    neuron_devices=0,
+    neuron=NeuronScan(tool=None),
     efa_devices=tuple(f"rdmap{i}s0" for i in range(32)),
     ofi_plugin="/opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so",
 )
@@ -67,21 +69,25 @@ EFA_LOG = parse(["n:1:1 [0] NCCL INFO Using network Libfabric", "n:1:1 [0] NCCL 
 SOCKET_LOG = parse(["n:1:1 [0] NCCL INFO Using network Socket"])
 
 
-def test_cpu_machine_reports_gpu_and_efa_as_not_applicable():
+def test_cpu_machine_reports_gpu_neuron_and_efa_as_not_applicable():
     statuses = by_name(screen(None, CPU_NODE, "no instance type known"))
-    assert {name: statuses[name] for name in GPU_AND_EFA_CHECKS} == dict.fromkeys(GPU_AND_EFA_CHECKS, NOT_APPLICABLE)
+    checks = GPU_AND_EFA_CHECKS | NEURON_CHECKS
+    assert {name: statuses[name] for name in checks} == dict.fromkeys(checks, NOT_APPLICABLE)
     assert statuses["torch"] == INFORMATIONAL
     assert PASSED not in statuses.values()
 
 
 def test_cpu_instance_type_from_the_catalog_is_not_applicable_too():
     statuses = by_name(screen(instance_type("c6i.xlarge"), CPU_NODE))
-    assert {statuses[name] for name in GPU_AND_EFA_CHECKS} == {NOT_APPLICABLE}
+    assert {statuses[name] for name in GPU_AND_EFA_CHECKS | NEURON_CHECKS} == {NOT_APPLICABLE}
 
 
 def test_healthy_p5_passes_the_screen():
-    statuses = by_name(screen(instance_type("p5.48xlarge"), HEALTHY_P5))
+    results = screen(instance_type("p5.48xlarge"), HEALTHY_P5)
+    statuses = by_name(results)
     assert {statuses[name] for name in GPU_AND_EFA_CHECKS} == {PASSED}
+    assert {statuses[name] for name in NEURON_CHECKS} == {NOT_APPLICABLE}
+    assert next(r for r in results if r.name == "neuron_cores").detail == "p5.48xlarge has no Neuron devices"
 
 
 @pytest.mark.parametrize(
@@ -98,15 +104,6 @@ def test_broken_p5_fails_the_screen(change, failing):
     results = screen(instance_type("p5.48xlarge"), facts)
     assert by_name(results)[failing] == FAILED
     assert overall(results) == 1
-
-
-def test_trainium_counts_neuron_devices():
-    facts = NodeFacts(**{**CPU_NODE.__dict__, "neuron_devices": 16, "efa_devices": tuple("abcdefgh")})
-    statuses = by_name(screen(instance_type("trn1.32xlarge"), facts))
-    assert statuses["accelerators"] == PASSED
-    assert statuses["efa_devices"] == PASSED
-    # No NCCL on Trainium, so no aws-ofi-nccl expectation.
-    assert statuses["ofi_nccl_plugin"] == NOT_APPLICABLE
 
 
 def test_busbw_floor_is_intra_node_for_one_node_and_inter_node_for_several():
@@ -178,7 +175,7 @@ def test_check_on_this_cpu_machine(tmp_path):
     assert report == json.loads(output.read_text()) | {"duration_s": report["duration_s"]}
     assert report["ready"] is True
     statuses = {c["name"]: c["status"] for c in report["checks"]}
-    for name in GPU_AND_EFA_CHECKS | {"matmul", "network_transport"}:
+    for name in GPU_AND_EFA_CHECKS | NEURON_CHECKS | {"matmul", "network_transport"}:
         assert statuses[name] == NOT_APPLICABLE, name
     assert statuses["allreduce_correct"] == PASSED
     assert statuses["allreduce_busbw"] == INFORMATIONAL

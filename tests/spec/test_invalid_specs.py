@@ -421,9 +421,7 @@ DEPENDENT_CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("spec", "fields"), [c[1:] for c in DEPENDENT_CASES], ids=[c[0] for c in DEPENDENT_CASES]
-)
+@pytest.mark.parametrize(("spec", "fields"), [c[1:] for c in DEPENDENT_CASES], ids=[c[0] for c in DEPENDENT_CASES])
 def test_every_independent_problem_and_no_echo_of_an_invalid_field(
     tmp_path: Path, capsys: pytest.CaptureFixture, spec: dict, fields: list[str]
 ) -> None:

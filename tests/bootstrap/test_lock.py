@@ -1,0 +1,198 @@
+"""The lock file: downloaded once over HTTP, hashed, written beside the spec, read back strictly, enforced."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kiln.bootstrap import lock
+from kiln.bootstrap.artifacts import Artifact, lockable_artifacts
+from kiln.bootstrap.lock import LockedFile, LockError, lock_text, plan_lock, read_lock
+from kiln.cli import main
+from kiln.spec import load_spec
+from kiln.stacks.bootstrap_config import config_from_spec, load_and_judge
+from tests.conftest import ROOT
+
+FILES = {
+    "enroot_3.5.0-1_amd64.deb": b"enroot package",
+    "enroot+caps_3.5.0-1_amd64.deb": b"caps",
+    "v0.20.0.tar.gz": b"src",
+}
+
+
+class _Files(http.server.BaseHTTPRequestHandler):
+    """Serve FILES by base name on loopback, as GitHub serves release assets, and count requests."""
+
+    requests: list[str] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server hook's name
+        type(self).requests.append(self.path)
+        body = FILES.get(self.path.rsplit("/", 1)[-1])
+        if body is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    _Files.requests = []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Files)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def via_loopback(server: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Send the lock's downloads to the loopback server, through the real download code."""
+    real = lock.download_digest
+    monkeypatch.setattr(lock, "download_digest", lambda url: real(f"{server}/{url.rsplit('/', 1)[-1]}"))
+    return server
+
+
+def _spec(tmp_path: Path) -> Path:
+    spec = tmp_path / "cluster.yaml"
+    shutil.copy(ROOT / "examples" / "quickstart.yaml", spec)
+    return spec
+
+
+def test_download_digest_streams_and_hashes(server: str) -> None:
+    digest, size = lock.download_digest(f"{server}/v0.20.0.tar.gz")
+    assert (digest, size) == (hashlib.sha256(b"src").hexdigest(), 3)
+
+
+def test_a_failed_download_is_one_lock_error(server: str) -> None:
+    with pytest.raises(LockError, match=r"/missing.deb: download failed \(HTTP Error 404"):
+        lock.download_digest(f"{server}/missing.deb")
+
+
+def test_lock_command_writes_the_spec_lock_and_makes_the_example_boot_ready(
+    tmp_path: Path, via_loopback: str, capsys: pytest.CaptureFixture
+) -> None:
+    spec = _spec(tmp_path)
+    assert not load_and_judge(str(spec))[1].ready
+    assert main(["bootstrap", "lock", "--spec", str(spec)]) == 0
+    out, err = capsys.readouterr()
+    written = tmp_path / "quickstart.lock.json"
+    assert out.strip() == str(written)
+    entries = {entry.name: entry for entry in read_lock(written)}
+    assert set(entries) == {"enroot-deb", "enroot-caps-deb", "pyxis"}
+    assert entries["pyxis"].url == "https://github.com/NVIDIA/pyxis/archive/refs/tags/v0.20.0.tar.gz"
+    assert entries["pyxis"].sha256 == hashlib.sha256(b"src").hexdigest() and entries["pyxis"].size_bytes == 3
+    assert "pyxis 0.20.0: " + hashlib.sha256(b"src").hexdigest() in err
+    assert load_and_judge(str(spec))[1].ready
+    config = config_from_spec(load_spec(spec))
+    assert all(config.locked[a.url] == entries[a.name].sha256 for a in lockable_artifacts(config))
+
+
+def test_a_second_lock_downloads_nothing_and_writes_the_same_text(tmp_path: Path, via_loopback: str) -> None:
+    spec = _spec(tmp_path)
+    assert main(["bootstrap", "lock", "--spec", str(spec)]) == 0
+    first = (tmp_path / "quickstart.lock.json").read_text()
+    requests = len(_Files.requests)
+    assert main(["bootstrap", "lock", "--spec", str(spec)]) == 0
+    assert len(_Files.requests) == requests
+    assert (tmp_path / "quickstart.lock.json").read_text() == first
+
+
+def test_refresh_stops_when_a_published_file_changed_and_keeps_the_lock(
+    tmp_path: Path, via_loopback: str, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = _spec(tmp_path)
+    assert main(["bootstrap", "lock", "--spec", str(spec)]) == 0
+    before = (tmp_path / "quickstart.lock.json").read_text()
+    monkeypatch.setitem(FILES, "v0.20.0.tar.gz", b"changed upstream")
+    capsys.readouterr()
+    assert main(["bootstrap", "lock", "--refresh", "--spec", str(spec)]) == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "v0.20.0.tar.gz: sha256 is now" in line and "the published file changed" in line
+    assert (tmp_path / "quickstart.lock.json").read_text() == before
+
+
+def test_a_download_failure_writes_nothing(tmp_path: Path, via_loopback: str, monkeypatch, capsys) -> None:
+    spec = _spec(tmp_path)
+    monkeypatch.delitem(FILES, "enroot+caps_3.5.0-1_amd64.deb")
+    assert main(["bootstrap", "lock", "--spec", str(spec)]) == 1
+    assert "download failed" in capsys.readouterr().err
+    assert not (tmp_path / "quickstart.lock.json").exists()
+
+
+def test_a_spec_without_a_lock_file_is_told_what_to_add(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    spec = tmp_path / "mine.yaml"
+    spec.write_text(
+        (ROOT / "examples" / "quickstart.yaml").read_text().replace("software: {lock_file: quickstart.lock.json}\n", "")
+    )
+    assert main(["bootstrap", "lock", "--spec", str(spec)]) == 2
+    assert "software.lock_file: not set; add lock_file: mine.lock.json under software" in capsys.readouterr().err
+
+
+def test_plan_keeps_known_entries_downloads_new_ones_and_drops_the_rest() -> None:
+    needed = [
+        Artifact(name="pyxis", version="0.21.0", url="https://x.example/v0.21.0.tar.gz", sha256="", published=False)
+    ]
+    old = LockedFile(
+        name="pyxis", version="0.20.0", url="https://x.example/v0.20.0.tar.gz", sha256="a" * 64, size_bytes=1
+    )
+    plan = plan_lock(needed, [old], fetch=lambda url: ("b" * 64, 7))
+    assert [(e.version, e.sha256, e.size_bytes) for e in plan.entries] == [("0.21.0", "b" * 64, 7)]
+    assert plan.notes[-1] == "pyxis 0.20.0: dropped (no longer needed)"
+
+
+@pytest.mark.parametrize(
+    ("document", "words"),
+    [
+        ("not json", "not JSON"),
+        ('{"kiln_lock": 2, "artifacts": []}', "not a kiln lock"),
+        ('{"kiln_lock": 1, "artifacts": [{"name": "pyxis"}]}', "artifacts[0]: must have exactly"),
+        (
+            {"name": "nvidia-drivers", "version": "1", "url": "https://x/y", "sha256": "a" * 64, "size_bytes": 1},
+            "artifacts[0]: name: got 'nvidia-drivers'",
+        ),
+        ({"name": "pyxis", "version": "1", "url": "http://x/y", "sha256": "a" * 64, "size_bytes": 1}, "url: got"),
+        ({"name": "pyxis", "version": "1", "url": "https://x/y", "sha256": "A" * 64, "size_bytes": 1}, "sha256: got"),
+        ({"name": "pyxis", "version": "1;id", "url": "https://x/y", "sha256": "a" * 64, "size_bytes": 1}, "version"),
+        ({"name": "pyxis", "version": "1", "url": "https://x/y", "sha256": "a" * 64, "size_bytes": True}, "size"),
+    ],
+)
+def test_a_bad_lock_is_refused_with_one_line_naming_the_file(tmp_path: Path, document, words: str) -> None:
+    path = tmp_path / "cluster.lock.json"
+    if isinstance(document, dict):
+        document = json.dumps({"kiln_lock": 1, "about": "", "artifacts": [document]})
+    path.write_text(document)
+    with pytest.raises(LockError, match=words.replace("[", r"\[").replace("(", r"\(")) as caught:
+        read_lock(path)
+    assert str(caught.value).startswith(str(path))
+
+
+def test_a_bad_lock_named_by_a_spec_is_a_spec_error_on_lock_file(tmp_path: Path, capsys) -> None:
+    spec = _spec(tmp_path)
+    (tmp_path / "quickstart.lock.json").write_text("{}")
+    assert main(["validate", str(spec)]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"{spec}:") and "software.lock_file:" in line and "not a kiln lock" in line
+
+
+def test_lock_text_round_trips_sorted() -> None:
+    entries = [
+        LockedFile(name="pyxis", version="0.20.0", url="https://x/p", sha256="a" * 64, size_bytes=1),
+        LockedFile(name="enroot-deb", version="3.5.0", url="https://x/e", sha256="b" * 64, size_bytes=2),
+    ]
+    document = json.loads(lock_text(entries))
+    assert [e["name"] for e in document["artifacts"]] == ["enroot-deb", "pyxis"]
+    assert lock_text(reversed(entries)) == lock_text(entries)
