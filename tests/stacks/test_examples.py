@@ -127,3 +127,19 @@ def test_pinned_cdk_cli_synthesizes_an_example(tmp_path: Path) -> None:
         "llm-pcluster-network.template.json",
         "llm-pcluster-storage.template.json",
     ]
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_example_is_boot_ready_or_names_the_single_step(stem: str) -> None:
+    from kiln.stacks.bootstrap_config import load_and_judge
+
+    path = f"examples/{stem}.yaml"
+    spec, readiness = load_and_judge(path)
+    if readiness.ready:
+        return
+    assert spec.lock_path is not None, "an example that needs a lock names its lock file"
+    [reason] = readiness.reasons()
+    assert reason.endswith(
+        f"run `kiln bootstrap lock --spec {path}` on a machine with internet (it writes examples/{stem}.lock.json)"
+    )
+    assert {a.name for a in readiness.unverifiable} <= {"enroot-deb", "enroot-caps-deb", "pyxis"}
