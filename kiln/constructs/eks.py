@@ -17,13 +17,12 @@ from constructs import Construct
 
 from kiln.bootstrap.fetch import fetch_user_data
 from kiln.catalog import instance_type as catalog_instance_type
-from kiln.catalog.facts import UnknownInstanceType
+from kiln.catalog.facts import ACCELERATOR_KINDS, UnknownInstanceType
 from kiln.catalog.limits import EBS_GP3_MAX_GIB
 from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge, acknowledge_wildcards, require, require_in, unresolved
 from kiln.constructs.eks_addons import (
-    ACCELERATOR_KINDS,
     DEFAULT_KUBERNETES_VERSION,
     GPU_PRESENT_LABEL,
     HELM_ADDONS,

@@ -6,7 +6,7 @@ import hashlib
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
@@ -15,7 +15,6 @@ from constructs import Construct
 
 # The accelerators kiln's nodes carry, named as kiln.catalog's InstanceType.accelerator_kind names them.
 AcceleratorKind = Literal["gpu", "neuron"]
-ACCELERATOR_KINDS: tuple[str, ...] = get_args(AcceleratorKind)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -101,6 +101,37 @@ def _host_path(name: str, path: str) -> dict[str, Any]:
     return {"name": name, "hostPath": {"path": path}}
 
 
+def _system_deployment(
+    name: str,
+    labels: dict[str, str],
+    container: dict[str, Any],
+    *,
+    strategy: dict[str, str] | None = None,
+    volumes: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """Return a one-replica, cluster-critical Deployment of CONTAINER in the Neuron namespace."""
+    pod: dict[str, Any] = {
+        "serviceAccountName": name,
+        "priorityClassName": "system-cluster-critical",
+        "containers": [container],
+    }
+    if volumes:
+        pod["volumes"] = volumes
+    spec: dict[str, Any] = {
+        "replicas": 1,
+        "selector": {"matchLabels": labels},
+        "template": {"metadata": {"labels": labels}, "spec": pod},
+    }
+    if strategy:
+        spec["strategy"] = strategy
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": NEURON_NAMESPACE, "labels": labels},
+        "spec": spec,
+    }
+
+
 def neuron_device_plugin_manifests(instance_types: list[str]) -> list[dict[str, Any]]:
     """Return the Neuron device plugin's account, RBAC and DaemonSet, on nodes of INSTANCE_TYPES.
 
@@ -227,36 +258,18 @@ def _extension_manifests() -> list[dict[str, Any]]:
         _rule(["pods"], ["get", "patch", "update", "list", "watch"]),
         _rule(["bindings", "pods/binding"], ["create"]),
     ]
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": NEURON_NAMESPACE, "labels": labels},
-        "spec": {
-            "replicas": 1,
-            # One extension at a time: two would hand out the same cores.
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                # Placed by EKS's own scheduler (AWS's chart uses the second one): the second scheduler depends on
-                # the extension, so the extension must not depend on it.
-                "spec": {
-                    "serviceAccountName": name,
-                    "priorityClassName": "system-cluster-critical",
-                    "containers": [
-                        {
-                            "name": name,
-                            "image": NEURON_SCHEDULER_EXTENSION_IMAGE,
-                            "imagePullPolicy": "IfNotPresent",
-                            "env": [{"name": "PORT", "value": str(NEURON_SCHEDULER_EXTENSION_PORT)}],
-                            "ports": [{"name": "http", "containerPort": NEURON_SCHEDULER_EXTENSION_PORT}],
-                            "securityContext": RESTRICTED,
-                        }
-                    ],
-                },
-            },
-        },
+    # Placed by EKS's own scheduler (AWS's chart uses the second one): the second scheduler depends on the
+    # extension, so the extension must not depend on it.
+    container = {
+        "name": name,
+        "image": NEURON_SCHEDULER_EXTENSION_IMAGE,
+        "imagePullPolicy": "IfNotPresent",
+        "env": [{"name": "PORT", "value": str(NEURON_SCHEDULER_EXTENSION_PORT)}],
+        "ports": [{"name": "http", "containerPort": NEURON_SCHEDULER_EXTENSION_PORT}],
+        "securityContext": RESTRICTED,
     }
+    # One extension at a time: two would hand out the same cores.
+    deployment = _system_deployment(name, labels, container, strategy={"type": "Recreate"})
     service = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -286,45 +299,28 @@ def _scheduler_manifests(kube_scheduler_image: str) -> list[dict[str, Any]]:
     # every lease and every ConfigMap of the cluster instead; the one ConfigMap a scheduler reads, for delegated
     # authentication, comes with extension-apiserver-authentication-reader.)
     lease = _rule(["leases"], ["get", "update"], group="coordination.k8s.io", names=[name])
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": NEURON_NAMESPACE, "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "serviceAccountName": name,
-                    "priorityClassName": "system-cluster-critical",
-                    "containers": [
-                        {
-                            "name": "kube-scheduler",
-                            "image": kube_scheduler_image,
-                            "imagePullPolicy": "IfNotPresent",
-                            "command": [
-                                "/usr/local/bin/kube-scheduler",
-                                f"--config={SCHEDULER_CONFIG_DIR}/{SCHEDULER_CONFIG_FILE}",
-                            ],
-                            "livenessProbe": {**probe, "initialDelaySeconds": 15},
-                            "readinessProbe": probe,
-                            "resources": {"requests": {"cpu": "100m"}},
-                            # kube-scheduler keeps its self-signed serving certificate in memory: it writes nothing.
-                            "securityContext": {
-                                **RESTRICTED,
-                                "runAsNonRoot": True,
-                                "runAsUser": 65532,
-                                "readOnlyRootFilesystem": True,
-                            },
-                            "volumeMounts": [{"name": "config", "mountPath": SCHEDULER_CONFIG_DIR, "readOnly": True}],
-                        }
-                    ],
-                    "volumes": [{"name": "config", "configMap": {"name": config}}],
-                },
-            },
+    container = {
+        "name": "kube-scheduler",
+        "image": kube_scheduler_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [
+            "/usr/local/bin/kube-scheduler",
+            f"--config={SCHEDULER_CONFIG_DIR}/{SCHEDULER_CONFIG_FILE}",
+        ],
+        "livenessProbe": {**probe, "initialDelaySeconds": 15},
+        "readinessProbe": probe,
+        "resources": {"requests": {"cpu": "100m"}},
+        # kube-scheduler keeps its self-signed serving certificate in memory: it writes nothing.
+        "securityContext": {
+            **RESTRICTED,
+            "runAsNonRoot": True,
+            "runAsUser": 65532,
+            "readOnlyRootFilesystem": True,
         },
+        "volumeMounts": [{"name": "config", "mountPath": SCHEDULER_CONFIG_DIR, "readOnly": True}],
     }
+    volumes = [{"name": "config", "configMap": {"name": config}}]
+    deployment = _system_deployment(name, labels, container, volumes=volumes)
     return [
         _service_account(name),
         _binding("ClusterRoleBinding", f"{name}-as-kube-scheduler", "ClusterRole", "system:kube-scheduler", name),

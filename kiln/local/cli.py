@@ -124,7 +124,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="bring the cluster up (or heal it): bootstrap, network, munged, slurmctld, one slurmd per node",
     )
     up.add_argument("--nodes", type=_positive, help=f"node count (default: {DEFAULT_NODES})")
-    up.add_argument("--spec", help="cluster spec whose name, checksums and NCCL settings the bootstrap uses")
+    up.add_argument("--spec", help="cluster spec whose name and NCCL settings the bootstrap uses")
     up.add_argument("--tag", help=f"prefix of the bridge, namespace and veth names (default: {DEFAULT_TAG})")
     up.add_argument("--subnet", help=f"private IPv4 subnet of the nodes (default: {DEFAULT_SUBNET})")
     up.add_argument("--slurmctld-port", type=_port, help=f"(default: {DEFAULT_SLURMCTLD_PORT})")

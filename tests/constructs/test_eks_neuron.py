@@ -336,3 +336,12 @@ def test_the_image_follows_the_instance_types_accelerators(instance_type: str, a
 def test_an_image_for_other_accelerators_is_refused(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         AcceleratedNodeGroup(name="g", **kwargs)
+
+
+def test_the_accelerator_literal_names_exactly_the_catalog_kinds() -> None:
+    from typing import get_args
+
+    from kiln.catalog.facts import ACCELERATOR_KINDS
+    from kiln.constructs.eks_addons import AcceleratorKind
+
+    assert get_args(AcceleratorKind) == ACCELERATOR_KINDS
