@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +49,19 @@ class Assembly:
             path.name.removesuffix(".template.json"): json.loads(path.read_text())
             for path in sorted(self.outdir.glob("*.template.json"))
         }
+
+
+@contextlib.contextmanager
+def loopback_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve HANDLER on an ephemeral loopback port while the block runs; yield its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def run_app(spec_path: Path, outdir: Path) -> subprocess.Popen:

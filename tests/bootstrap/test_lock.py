@@ -6,7 +6,6 @@ import hashlib
 import http.server
 import json
 import shutil
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,7 +17,7 @@ from kiln.bootstrap.lock import LockedFile, LockError, lock_text, plan_lock, rea
 from kiln.cli import main
 from kiln.spec import load_spec
 from kiln.stacks.bootstrap_config import config_from_spec, load_and_judge
-from tests.conftest import ROOT
+from tests.conftest import ROOT, loopback_server
 
 FILES = {
     "enroot_3.5.0-1_amd64.deb": b"enroot package",
@@ -50,12 +49,8 @@ class _Files(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def server() -> Iterator[str]:
     _Files.requests = []
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Files)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    with loopback_server(_Files) as url:
+        yield url
 
 
 @pytest.fixture

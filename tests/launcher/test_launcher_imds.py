@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import http.server
 import json
-import threading
 
 import pytest
 from launcher_helpers import run_launcher
 
 from kiln.launcher.imds import lookup
+from tests.conftest import loopback_server
 
 
 class FakeImds(http.server.BaseHTTPRequestHandler):
@@ -48,12 +48,8 @@ class FakeImds(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def fake_imds():
     FakeImds.seen = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeImds)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with loopback_server(FakeImds) as url:
+        yield url
 
 
 def test_explicit_variable_wins_without_any_request(fake_imds):
