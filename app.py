@@ -3,12 +3,14 @@
 
 import sys
 
-from kiln.spec import SpecError, load_spec
-from kiln.stacks import NoSpecGiven, build_cluster, new_app, spec_path_from_context
+from kiln.spec import SpecError
+from kiln.stacks import NoSpecGiven, build_cluster, load_and_judge, new_app, spec_path_from_context
 
 app = new_app()
 try:
-    spec = load_spec(spec_path_from_context(app.node.try_get_context("spec")))
+    # Judged as `kiln validate` judges it, so a spec whose nodes' bundle cannot be built (a bad lock file, say)
+    # stops here with its lines; synthesis itself does not refuse nodes that are not yet boot-ready.
+    spec, _ = load_and_judge(str(spec_path_from_context(app.node.try_get_context("spec"))))
 except NoSpecGiven as exc:
     print(exc, file=sys.stderr)
     sys.exit(2)

@@ -95,17 +95,13 @@ def run_lock(args: argparse.Namespace) -> int:
     from kiln.bootstrap.lock import LockError, lock_text, plan_lock, read_lock
     from kiln.safe_output import UnsafeOutput, write_file_atomically
     from kiln.spec import SpecError, load_spec
-    from kiln.stacks.bootstrap_config import config_from_spec
+    from kiln.stacks.bootstrap_config import config_from_spec, lock_remedy
 
     try:
         spec = load_spec(args.spec)
         path = spec.lock_path
         if path is None:
-            print(
-                f"{args.spec}: software.lock_file: not set; add lock_file: {Path(args.spec).stem}.lock.json "
-                "under software so the lock has a place the spec names",
-                file=sys.stderr,
-            )
+            print(f"{args.spec}: software.lock_file: not set; {lock_remedy(spec, args.spec)}", file=sys.stderr)
             return 2
         existing = read_lock(path) if path.exists() else ()
         needed = lockable_artifacts(config_from_spec(spec))

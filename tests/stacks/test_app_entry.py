@@ -50,3 +50,14 @@ def test_without_a_spec_the_app_uses_cluster_yaml_in_the_current_directory(tmp_p
 def test_an_empty_spec_context_is_no_spec(tmp_path: Path) -> None:
     result = _app(tmp_path, {"spec": ""})
     assert result.returncode == 2 and "-c spec=" in _kiln_lines(result.stderr)[0]
+
+
+def test_a_bad_lock_file_stops_the_app_with_one_line_before_synthesis(tmp_path: Path) -> None:
+    spec = (ROOT / "examples" / "quickstart.yaml").read_text()
+    (tmp_path / "cluster.yaml").write_text(spec.replace("quickstart.lock.json", "cluster.lock.json"))
+    (tmp_path / "cluster.lock.json").write_text('{"kiln_lock": 1, "about": "", "artifacts": [{"name": "pyxis"}]}')
+    result = _app(tmp_path)
+    assert result.returncode == 2
+    [line] = _kiln_lines(result.stderr)
+    assert line.startswith("cluster.yaml: software.lock_file: cluster.lock.json: artifacts[0]: must have exactly")
+    assert not (tmp_path / "cdk.out").exists() or not list((tmp_path / "cdk.out").glob("*.template.json"))
