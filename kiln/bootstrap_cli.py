@@ -108,7 +108,7 @@ def run_lock(args: argparse.Namespace) -> int:
     except SpecError as error:
         print("\n".join(error.lines_out()), file=sys.stderr)
         return 2
-    except (LockError, ValueError) as error:
+    except ValueError as error:  # LockError too: a lock kiln cannot read
         print(f"kiln bootstrap lock: {error}", file=sys.stderr)
         return 2
     try:

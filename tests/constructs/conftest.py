@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_s3 as s3
+from aws_cdk.assertions import Template
+from cdk_nag import AwsSolutionsChecks
 from constructs import IConstruct
 
-from kiln.constructs import NodeBootstrap
+from kiln.constructs import (
+    ClusterPlacementGroup,
+    EfaSecurityGroup,
+    EfaSecurityGroupProps,
+    NodeBootstrap,
+    TrainingVpc,
+    TrainingVpcProps,
+)
 from kiln.stacks import new_app
+from kiln.stacks.tidy import DropRedundantDependsOn
 
 ENV = cdk.Environment(account="111111111111", region="us-east-1")
 
@@ -46,3 +60,32 @@ def plain_bootstrap(st: cdk.Stack, entry_point: str = "pcs-user-data.sh") -> Nod
     """Return a bundle as any platform team could stage it: a zip in a bucket, no kiln renderer involved."""
     bucket = s3.Bucket.from_bucket_name(st, "Bundles", "kiln-bundles-111111111111")
     return NodeBootstrap(bucket=bucket, object_key="bundles/node.zip", entry_point=entry_point)
+
+
+@dataclass(frozen=True)
+class EfaNetwork:
+    """What an EFA node group stands on: the VPC, the EFA security group and a cluster placement group."""
+
+    net: TrainingVpc
+    efa: EfaSecurityGroup
+    placement: ClusterPlacementGroup
+
+
+def efa_network(st: cdk.Stack, availability_zone: str) -> EfaNetwork:
+    """Build a training VPC in AVAILABILITY_ZONE with its EFA security group and placement group in ST."""
+    net = TrainingVpc(st, "Vpc", TrainingVpcProps(availability_zone=availability_zone))
+    efa = EfaSecurityGroup(st, "Efa", EfaSecurityGroupProps(vpc=net.vpc))
+    return EfaNetwork(net=net, efa=efa, placement=ClusterPlacementGroup(st, "Placement"))
+
+
+def synth_as_kiln(app: cdk.App, outdir: Path, stacks: list[cdk.Stack]) -> dict[str, Template]:
+    """Synthesize APP with cdk-nag on and kiln's tidying, as kiln's stacks are; return each stack's template."""
+    for each in stacks:
+        # As kiln's stacks do: no DependsOn a Ref or GetAtt already implies (cfn-lint W3005).
+        cdk.Aspects.of(each).add(DropRedundantDependsOn())
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))
+    app.synth()
+    return {
+        each.stack_name: Template.from_json(json.loads((outdir / f"{each.stack_name}.template.json").read_text()))
+        for each in stacks
+    }

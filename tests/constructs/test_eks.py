@@ -15,13 +15,9 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
-from cdk_nag import AwsSolutionsChecks
 
 from kiln.constructs import (
     CapacityOption,
-    ClusterPlacementGroup,
-    EfaSecurityGroup,
-    EfaSecurityGroupProps,
     LustreFileSystem,
     LustreFileSystemAttributes,
     LustreFileSystemProps,
@@ -46,9 +42,8 @@ from kiln.constructs.eks_addons import (
 )
 from kiln.constructs.neuron_addons import NEURON_DEVICE_PLUGIN, NEURON_SCHEDULER
 from kiln.stacks import new_app
-from kiln.stacks.tidy import DropRedundantDependsOn
 from kiln.synth import lint_template, nag_report
-from tests.constructs.conftest import ENV, get_att, logical_id, plain_bootstrap, ref
+from tests.constructs.conftest import ENV, efa_network, get_att, logical_id, plain_bootstrap, ref, synth_as_kiln
 
 REGION = "us-east-1"
 AZ = "us-east-1a"
@@ -61,9 +56,8 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
     outdir = tmp_path_factory.mktemp("eks")
     app = new_app(str(outdir))
     st = cdk.Stack(app, "Eks", env=ENV)
-    net = TrainingVpc(st, "Vpc", TrainingVpcProps(availability_zone=AZ))
-    efa = EfaSecurityGroup(st, "Efa", EfaSecurityGroupProps(vpc=net.vpc))
-    placement = ClusterPlacementGroup(st, "Placement")
+    network = efa_network(st, AZ)
+    net, efa, placement = network.net, network.efa, network.placement
     lustre = LustreFileSystem(st, "Lustre", LustreFileSystemProps(vpc=net.vpc, subnet=net.compute_subnet))
     clients = ec2.SecurityGroup(st, "LustreClients", vpc=net.vpc, description="Lustre clients")
     lustre.allow_from(clients)
@@ -129,11 +123,7 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
             public_access_cidrs=["203.0.113.0/24"],
         ),
     )
-    for each in (st, hp_stack):
-        # As kiln's stacks do: no DependsOn a Ref or GetAtt already implies (cfn-lint W3005).
-        cdk.Aspects.of(each).add(DropRedundantDependsOn())
-    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))
-    app.synth()
+    templates = synth_as_kiln(app, outdir, [st, hp_stack])
     return {
         "outdir": outdir,
         "net": net,
@@ -145,8 +135,8 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "bootstrap": bootstrap,
         "cluster": cluster,
         "orchestrator": orchestrator,
-        "template": Template.from_json(json.loads((outdir / "Eks.template.json").read_text())),
-        "hp_template": Template.from_json(json.loads((outdir / "HyperPodEks.template.json").read_text())),
+        "template": templates["Eks"],
+        "hp_template": templates["HyperPodEks"],
     }
 
 

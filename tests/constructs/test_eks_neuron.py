@@ -9,13 +9,9 @@ from pathlib import Path
 import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
-from cdk_nag import AwsSolutionsChecks
 
 from kiln.constructs import (
     CapacityOption,
-    ClusterPlacementGroup,
-    EfaSecurityGroup,
-    EfaSecurityGroupProps,
     TrainingVpc,
     TrainingVpcProps,
 )
@@ -31,9 +27,8 @@ from kiln.constructs.neuron_addons import (
     scheduler_configuration,
 )
 from kiln.stacks import new_app
-from kiln.stacks.tidy import DropRedundantDependsOn
 from kiln.synth import lint_template, nag_report
-from tests.constructs.conftest import ENV, logical_id, plain_bootstrap
+from tests.constructs.conftest import ENV, efa_network, logical_id, plain_bootstrap, synth_as_kiln
 from tests.constructs.test_eks import _manifest, _props
 
 REGION = "us-east-1"
@@ -48,9 +43,8 @@ def neuron(tmp_path_factory: pytest.TempPathFactory) -> dict:
     outdir = tmp_path_factory.mktemp("eks-neuron")
     app = new_app(str(outdir))
     st = cdk.Stack(app, "Trn", env=ENV)
-    net = TrainingVpc(st, "Vpc", TrainingVpcProps(availability_zone=AZ))
-    efa = EfaSecurityGroup(st, "Efa", EfaSecurityGroupProps(vpc=net.vpc))
-    placement = ClusterPlacementGroup(st, "Placement")
+    network = efa_network(st, AZ)
+    net, efa, placement = network.net, network.efa, network.placement
     cluster = EksTrainingCluster(
         st,
         "Cluster",
@@ -83,17 +77,14 @@ def neuron(tmp_path_factory: pytest.TempPathFactory) -> dict:
             vpc=hp_net.vpc, node_subnet=hp_net.compute_subnet, system_nodes=None, external_accelerators=["neuron"]
         ),
     )
-    for each in (st, hp_stack):
-        cdk.Aspects.of(each).add(DropRedundantDependsOn())
-    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app, verbose=True))
-    app.synth()
+    templates = synth_as_kiln(app, outdir, [st, hp_stack])
     return {
         "outdir": outdir,
         "placement": placement,
         "cluster": cluster,
         "orchestrator": orchestrator,
-        "template": Template.from_json(json.loads((outdir / "Trn.template.json").read_text())),
-        "hp_template": Template.from_json(json.loads((outdir / "HyperPodTrn.template.json").read_text())),
+        "template": templates["Trn"],
+        "hp_template": templates["HyperPodTrn"],
     }
 
 
