@@ -4,7 +4,7 @@
 import sys
 
 from kiln.spec import SpecError
-from kiln.stacks import NoSpecGiven, build_cluster, load_and_judge, new_app, spec_path_from_context
+from kiln.stacks import NoSpecGiven, build_cluster, ci_environment, load_and_judge, new_app, spec_path_from_context
 
 app = new_app()
 try:
@@ -17,5 +17,6 @@ except NoSpecGiven as exc:
 except SpecError as exc:
     print("\n".join(exc.lines_out()), file=sys.stderr)
     sys.exit(2)
-build_cluster(app, spec)
+# A spec with ci.ttl_hours is a short-lived environment of itself: it deploys with its reaper.
+build_cluster(app, spec, ci=ci_environment(spec))
 app.synth()

@@ -13,6 +13,7 @@ import aws_cdk as cdk
 from kiln.safe_output import check_replaceable
 from kiln.spec import ClusterSpec
 from kiln.stacks import build_cluster, new_app
+from kiln.stacks.ci_mode import CiEnvironment
 
 DEFAULT_LINT_REGION = "us-east-1"
 
@@ -61,9 +62,12 @@ def nag_report(outdir: Path) -> NagReport:
     return NagReport(violations=violations, acknowledged=acknowledged, acknowledged_at=acknowledged_at)
 
 
-def synthesize(spec: ClusterSpec, outdir: Path | None = None, *, nag: bool = True) -> tuple[cdk.App, Path]:
-    """Build SPEC's stacks into a fresh app and synthesize them; return the app and assembly dir.
+def synthesize(
+    spec: ClusterSpec, outdir: Path | None = None, *, nag: bool = True, ci: CiEnvironment | None = None
+) -> tuple[cdk.App, Path]:
+    """Build SPEC's stacks (as CI's short-lived environment, if given) into a fresh app and synthesize them.
 
+    Return the app and the assembly dir.
     OUTDIR must be missing, empty or kiln's own (UnsafeOutput otherwise); by default a new temp directory.
     """
     if outdir is None:
@@ -71,7 +75,7 @@ def synthesize(spec: ClusterSpec, outdir: Path | None = None, *, nag: bool = Tru
     else:
         check_replaceable(Path(outdir), "synthesize")
     app = new_app(str(outdir))
-    build_cluster(app, spec, nag=nag)
+    build_cluster(app, spec, nag=nag, ci=ci)
     app.synth()
     return app, outdir
 

@@ -12,7 +12,7 @@ from aws_cdk import aws_iam as iam
 from constructs import IConstruct
 
 from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
-from kiln.constructs.nag_rules import Finding, WildcardGrant, wildcard_action, wildcard_resource
+from kiln.constructs.nag_rules import CheckovSkip, Finding, WildcardGrant, wildcard_action, wildcard_resource
 
 
 def unresolved(value: Any) -> bool:
@@ -162,3 +162,13 @@ def acknowledge_wildcards(construct: IConstruct, grants: Sequence[WildcardGrant]
     """
     require(bool(grants), "grants", grants, "at least one reviewed WildcardGrant")
     cdk.Aspects.of(construct).add(_AcknowledgeReviewedWildcards(grants, places))
+
+
+def skip_checkov(resource: cdk.CfnResource, *skips: CheckovSkip) -> None:
+    """Record on RESOURCE the checkov checks it does not meet (entries of kiln.constructs.nag_rules), with reasons."""
+    for skip in skips:
+        require(bool(skip.reason.strip()), "reason", skip.reason, "a non-empty reason for every checkov skip")
+    metadata = resource.get_metadata("checkov") or {}
+    listed = list(metadata.get("skip", []))
+    listed += [{"id": skip.check, "comment": skip.reason} for skip in skips]
+    resource.add_metadata("checkov", {"skip": listed})

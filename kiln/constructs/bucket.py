@@ -24,6 +24,7 @@ class DataBucketProps:
     noncurrent_version_days: days old object versions are kept; default 30.
     access_logs: write server access logs to a sibling bucket; default True.
     access_log_prefix: where in that bucket the logs go; name it after the bucket's purpose (default data-bucket/).
+    access_log_bucket_name: a fixed name for that bucket; default: CloudFormation generates one.
     """
 
     bucket_name: str | None = None
@@ -32,10 +33,12 @@ class DataBucketProps:
     noncurrent_version_days: int = 30
     access_logs: bool = True
     access_log_prefix: str = "data-bucket/"
+    access_log_bucket_name: str | None = None
 
     def __post_init__(self) -> None:
-        if self.bucket_name is not None and not unresolved(self.bucket_name):
-            require(is_bucket_name(self.bucket_name), "bucket_name", self.bucket_name, BUCKET_NAME_RULE)
+        for field, name in (("bucket_name", self.bucket_name), ("access_log_bucket_name", self.access_log_bucket_name)):
+            if name is not None and not unresolved(name):
+                require(is_bucket_name(name), field, name, BUCKET_NAME_RULE)
         require(
             self.abort_incomplete_upload_days >= 1,
             "abort_incomplete_upload_days",
@@ -66,6 +69,7 @@ class DataBucket(Construct):
             self.access_log_bucket = s3.Bucket(
                 self,
                 "AccessLogs",
+                bucket_name=props.access_log_bucket_name,
                 object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
                 **{k: v for k, v in common.items() if k != "object_ownership"},
             )

@@ -183,3 +183,166 @@ LIFECYCLE_HANDLER_LOGS = Finding(
 LIFECYCLE_HANDLER_RUNTIME = Finding(
     "AwsSolutions-L1", "The BucketDeployment handler's runtime is pinned by aws-cdk-lib and moves with it."
 )
+
+
+# The TTL reaper of a short-lived environment.
+_CFN_ARN = r"arn:(<AWS::Partition>|aws[a-z-]*):cloudformation:(<AWS::Region>|[a-z0-9-]+):(<AWS::AccountId>|[0-9]{{12}})"
+_S3_ARN = r"arn:(<AWS::Partition>|aws[a-z-]*):s3:::"
+REAPER_STACK_ACTIONS = (
+    "cloudformation:DeleteStack",
+    "cloudformation:DescribeStackEvents",
+    "cloudformation:DescribeStacks",
+    "cloudformation:GetTemplate",
+    "cloudformation:ListStackResources",
+)
+REAPER_GRANTS = (
+    WildcardGrant(
+        REAPER_STACK_ACTIONS,
+        _CFN_ARN + r":stack/{environment}-(compute|storage|network|reaper)/\*",
+        "The reaper deletes its environment's stacks, named exactly; the trailing * is the stack id CloudFormation "
+        "adds at creation, unknown at synthesis.",
+    ),
+    WildcardGrant(
+        ("s3:DeleteObject", "s3:DeleteObjectVersion"),
+        _S3_ARN + r"{environment}-(data|data-logs|lifecycle|lifecycle-logs)-(<AWS::AccountId>|[0-9]{{12}})/\*",
+        "The reaper empties its environment's non-retained buckets (named exactly) so their stacks can delete them; "
+        "emptying a bucket means deleting every object in it.",
+    ),
+    WildcardGrant(
+        ("logs:CreateLogStream", "logs:PutLogEvents"),
+        r"{log_group}:\*",
+        "The reaper writes to its own log group only; Lambda names each log stream at run time.",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class CheckovSkip:
+    """One checkov check kiln does not meet on a resource, and why that is acceptable there."""
+
+    check: str
+    reason: str
+
+
+REAPER_CHECKOV_SKIPS = (
+    CheckovSkip(
+        "CKV_AWS_117",
+        "The reaper deletes its environment's VPC, so it must not run inside it; it only calls AWS APIs.",
+    ),
+    CheckovSkip(
+        "CKV_AWS_116",
+        "Only its schedule invokes the reaper, and the schedule's retry policy redelivers a failed invocation; the "
+        "event carries nothing a dead-letter queue would need to keep.",
+    ),
+    CheckovSkip(
+        "CKV_AWS_173",
+        "The reaper's environment variables hold only the names of its environment, stack and schedule.",
+    ),
+)
+REAPER_LOG_CHECKOV_SKIPS = (
+    CheckovSkip(
+        "CKV_AWS_158",
+        "The reaper's log lines name the stacks and buckets it deletes and hold no data; CloudWatch Logs encrypts "
+        "every log group at rest, and a customer-managed key would outlive the environment by its deletion window.",
+    ),
+)
+
+# The CI identity: the role GitHub Actions assumes for `kiln ci` (kiln/constructs/ci_identity.py).
+_CI_PARTITION = r"(<AWS::Partition>|aws[a-z-]*)"
+_CI_ACCOUNT = r"(<AWS::AccountId>|[0-9]{{12}})"
+# An environment of one of the role's cluster names (at most 18 characters): <cluster>-<run>, the run a wildcard.
+_CI_ENVIRONMENT = r"[a-z][a-z0-9-]{{0,17}}-\*"
+CI_IDENTITY_GRANTS = (
+    WildcardGrant(
+        ("sts:AssumeRole",),
+        rf"arn:{_CI_PARTITION}:iam::{_CI_ACCOUNT}:role/cdk-{{qualifier}}-"
+        rf"(deploy|file-publishing|image-publishing|lookup)-role-{_CI_ACCOUNT}-\*",
+        "The CDK CLI deploys an environment through this account's CDK bootstrap roles of the one qualifier; their "
+        "names end in the environment's region, which is not known when the role is made.",
+    ),
+    WildcardGrant(
+        ("cloudformation:ListStacks",),
+        r"\*",
+        "ListStacks takes no resource scope; kiln ci sweep lists stacks to find expired environments.",
+    ),
+    WildcardGrant(
+        ("ssm:GetCommandInvocation", "ssm:ListCommandInvocations"),
+        r"\*",
+        "Run Command results take no resource scope; kiln reads the output of the commands it sent.",
+    ),
+    WildcardGrant(
+        ("ec2:DescribeInstances",),
+        r"\*",
+        "DescribeInstances takes no resource scope; kiln finds an environment's nodes by their kiln:environment tag.",
+    ),
+    WildcardGrant(
+        (
+            "cloudformation:DeleteStack",
+            "cloudformation:DescribeStackEvents",
+            "cloudformation:DescribeStacks",
+            "cloudformation:GetTemplate",
+            "cloudformation:ListStackResources",
+        ),
+        rf"arn:{_CI_PARTITION}:cloudformation:\*:{_CI_ACCOUNT}:stack/{_CI_ENVIRONMENT}/\*",
+        "Stacks of the role's environments only (<cluster>-<run>, in the environment's region; CloudFormation "
+        "appends the stack id); DeleteStack also needs the stack's kiln:environment tag to name an environment of the "
+        "same cluster.",
+    ),
+    WildcardGrant(
+        ("s3:GetBucketTagging", "s3:ListBucket", "s3:ListBucketVersions", "s3:DeleteObject", "s3:DeleteObjectVersion"),
+        rf"arn:{_CI_PARTITION}:s3:::{_CI_ENVIRONMENT}-(data|data-logs|lifecycle|lifecycle-logs)-{_CI_ACCOUNT}(/\*)?",
+        "kiln ci down empties an environment's own four buckets (<env>-data, -data-logs, -lifecycle, -lifecycle-logs, "
+        "each ending in the account id) before deleting its stacks; no other bucket matches.",
+    ),
+    WildcardGrant(
+        ("scheduler:GetSchedule", "scheduler:UpdateSchedule"),
+        rf"arn:{_CI_PARTITION}:scheduler:\*:{_CI_ACCOUNT}:schedule/default/{_CI_ENVIRONMENT}-reaper",
+        "kiln ci extend and down read and move the reaper schedule of the role's environments (<env>-reaper in the "
+        "default group), in the environment's region.",
+    ),
+    WildcardGrant(
+        ("iam:PassRole",),
+        rf"arn:{_CI_PARTITION}:iam::{_CI_ACCOUNT}:role/{_CI_ENVIRONMENT}-reaper-invoke",
+        "UpdateSchedule passes the schedule's own invoke role (<env>-reaper-invoke) again, and only to EventBridge "
+        "Scheduler (iam:PassedToService).",
+    ),
+    WildcardGrant(
+        ("ssm:SendCommand",),
+        rf"arn:{_CI_PARTITION}:ec2:\*:{_CI_ACCOUNT}:instance/\*",
+        "Instance ids are unknown in advance: Run Command reaches only instances whose kiln:environment tag names one "
+        "of the role's environments (aws:ResourceTag condition).",
+    ),
+    WildcardGrant(
+        ("ssm:SendCommand",),
+        rf"arn:{_CI_PARTITION}:ssm:\*::document/AWS-RunShellScript",
+        "AWS's own shell document, the only document the role may run, in the environment's region.",
+    ),
+    WildcardGrant(
+        ("ssm:StartSession",),
+        rf"arn:{_CI_PARTITION}:sagemaker:\*:{_CI_ACCOUNT}:cluster/\*",
+        "Session Manager names a HyperPod node by its cluster's ARN, which holds a service-assigned id, not the "
+        "cluster's name: no pattern can narrow it to the role's environments, so this allows sessions on any HyperPod "
+        "cluster of this account.",
+    ),
+    WildcardGrant(
+        ("pcs:GetCluster", "pcs:ListComputeNodeGroups"),
+        rf"arn:{_CI_PARTITION}:pcs:\*:{_CI_ACCOUNT}:cluster/\*",
+        "Read-only: PCS cluster ARNs hold a service-assigned id, not the name, so any PCS cluster of this account.",
+    ),
+    WildcardGrant(
+        ("sagemaker:DescribeCluster", "sagemaker:ListClusterNodes"),
+        rf"arn:{_CI_PARTITION}:sagemaker:\*:{_CI_ACCOUNT}:cluster/\*",
+        "Read-only: HyperPod cluster ARNs hold a service-assigned id, not the name, so any HyperPod cluster of this "
+        "account.",
+    ),
+    WildcardGrant(
+        ("eks:DescribeCluster", "eks:ListNodegroups"),
+        rf"arn:{_CI_PARTITION}:eks:\*:{_CI_ACCOUNT}:cluster/{_CI_ENVIRONMENT}",
+        "Read-only, on the EKS clusters of the role's environments (named after the environment), in its region.",
+    ),
+    WildcardGrant(
+        ("eks:DescribeNodegroup",),
+        rf"arn:{_CI_PARTITION}:eks:\*:{_CI_ACCOUNT}:nodegroup/{_CI_ENVIRONMENT}/\*/\*",
+        "Read-only, on the node groups of the role's environments' EKS clusters (group names and ids are EKS's).",
+    ),
+)

@@ -31,12 +31,15 @@ class TrainingVpcProps:
     availability_zone: the AZ of compute, FSx and the placement group; default: the region's first AZ.
     existing: import this VPC and subnet instead of creating a VPC.
     flow_log_retention: how long VPC flow logs are kept; default one year.
+    retain_flow_logs: keep the flow log group when the stack is deleted; default True (False for short-lived
+        environments, whose logs go with them).
     """
 
     cidr: str = "10.0.0.0/16"
     availability_zone: str | None = None
     existing: ExistingNetwork | None = None
     flow_log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR
+    retain_flow_logs: bool = True
 
     def __post_init__(self) -> None:
         if self.existing is None and not unresolved(self.cidr):
@@ -114,7 +117,10 @@ class TrainingVpc(Construct):
         )
         vpc.add_gateway_endpoint("S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3)
         log_group = logs.LogGroup(
-            self, "FlowLogs", retention=props.flow_log_retention, removal_policy=RemovalPolicy.RETAIN
+            self,
+            "FlowLogs",
+            retention=props.flow_log_retention,
+            removal_policy=RemovalPolicy.RETAIN if props.retain_flow_logs else RemovalPolicy.DESTROY,
         )
         self._mark_deliberate_az_choice(vpc)
         vpc.add_flow_log(

@@ -492,10 +492,17 @@ def launcher(spec: ClusterSpec) -> Iterator[Problem]:
 
 
 def ci(spec: ClusterSpec) -> Iterator[Problem]:
-    """A TTL is positive and at most 30 days."""
+    """A TTL is positive and at most 30 days, and a short-lived environment names its own buckets."""
     ttl = spec.ci.ttl_hours
     if ttl is not None and not 0 < ttl <= MAX_TTL_HOURS:
         yield _p(("ci", "ttl_hours"), f"must be more than 0 and at most {MAX_TTL_HOURS} (got {ttl})")
+    if ttl is not None and spec.storage.bucket.name is not None:
+        yield _p(
+            ("storage", "bucket", "name"),
+            f"got {spec.storage.bucket.name!r} with ci.ttl_hours: a short-lived environment names its own buckets "
+            "(<name>-data-<account>) so its reaper can empty them; remove storage.bucket.name",
+            ("ci", "ttl_hours"),
+        )
 
 
 def _tag_problem(key: str, value: str) -> str | None:

@@ -8,10 +8,12 @@ from dataclasses import dataclass
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
+from kiln.ci.reaper_code.kiln_reaper.contract import REAPER_PART, TAG_CLUSTER, stack_name
 from kiln.spec import ClusterSpec
+from kiln.stacks.ci_mode import CiEnvironment, environment_spec
 from kiln.stacks.compute import ComputeStack, has_compute
-from kiln.stacks.naming import stack_name
 from kiln.stacks.network import NetworkStack
+from kiln.stacks.reaper import ReaperStack
 from kiln.stacks.storage import StorageStack
 from kiln.stacks.tidy import DropRedundantDependsOn
 
@@ -56,14 +58,15 @@ def new_app(outdir: str | None = None) -> cdk.App:
 
 @dataclass(frozen=True)
 class ClusterStacks:
-    """The stacks built for one spec."""
+    """The stacks built for one spec (or one short-lived environment of it)."""
 
     network: NetworkStack
     storage: StorageStack
     compute: ComputeStack | None
+    reaper: ReaperStack | None = None
 
     def all(self) -> list[cdk.Stack]:
-        return [s for s in (self.network, self.storage, self.compute) if s is not None]
+        return [s for s in (self.reaper, self.network, self.storage, self.compute) if s is not None]
 
 
 def environment(spec: ClusterSpec) -> cdk.Environment | None:
@@ -73,21 +76,33 @@ def environment(spec: ClusterSpec) -> cdk.Environment | None:
     return cdk.Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=spec.region)
 
 
-def build_cluster(app: cdk.App, spec: ClusterSpec, *, nag: bool = True) -> ClusterStacks:
-    """Add the stacks for SPEC to APP and return them."""
+def build_cluster(
+    app: cdk.App, spec: ClusterSpec, *, nag: bool = True, ci: CiEnvironment | None = None
+) -> ClusterStacks:
+    """Add the stacks for SPEC to APP and return them; CI: build it as that short-lived environment."""
+    if ci is not None:
+        spec = environment_spec(spec, ci)
     env = environment(spec)
-    network = NetworkStack(app, stack_name(spec.name, "network"), spec=spec, env=env)
-    storage = StorageStack(app, stack_name(spec.name, "storage"), spec=spec, network=network, env=env)
+    reaper = None
+    if ci is not None and ci.ttl_hours is not None:
+        reaper = ReaperStack(app, stack_name(spec.name, REAPER_PART), ci=ci, env=env)
+    network = NetworkStack(app, stack_name(spec.name, "network"), spec=spec, ci=ci, env=env)
+    if reaper is not None:
+        # Deployed first, so a deploy that fails halfway is still deleted when the TTL ends; deleted last.
+        network.add_stack_dependency(reaper)
+    storage = StorageStack(app, stack_name(spec.name, "storage"), spec=spec, network=network, ci=ci, env=env)
     compute = None
     if has_compute(spec):
         compute = ComputeStack(
-            app, stack_name(spec.name, "compute"), spec=spec, network=network, storage=storage, env=env
+            app, stack_name(spec.name, "compute"), spec=spec, network=network, storage=storage, ci=ci, env=env
         )
-    stacks = ClusterStacks(network=network, storage=storage, compute=compute)
-    for stack in stacks.all():
+    stacks = ClusterStacks(network=network, storage=storage, compute=compute, reaper=reaper)
+    for stack, part in ((reaper, REAPER_PART), (network, "network"), (storage, "storage"), (compute, "compute")):
+        if stack is None:
+            continue
         cdk.Aspects.of(stack).add(DropRedundantDependsOn())
-        cdk.Tags.of(stack).add("kiln:cluster", spec.name)
-        for key, value in spec.tags.items():
+        tags = ci.tags(part) if ci is not None else {TAG_CLUSTER: spec.name}
+        for key, value in (tags | spec.tags).items():
             cdk.Tags.of(stack).add(key, value)
     if nag:
         cdk.Validations.of(app).add_plugins(

@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from kiln.constructs import (
     BootstrapAssets,
     BootstrapAssetsProps,
+    DataBucket,
+    DataBucketProps,
     EksTrainingCluster,
     HyperPodCluster,
     NodeBootstrap,
@@ -18,6 +22,7 @@ from kiln.constructs import (
 )
 from kiln.spec import ClusterSpec
 from kiln.stacks.bootstrap_config import config_from_spec
+from kiln.stacks.ci_mode import CiEnvironment
 from kiln.stacks.compute_context import ComputeContext
 from kiln.stacks.eks import eks_props
 from kiln.stacks.hyperpod import hyperpod_props
@@ -45,6 +50,7 @@ class ComputeStack(cdk.Stack):
         spec: ClusterSpec,
         network: NetworkStack,
         storage: StorageStack,
+        ci: CiEnvironment | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(
@@ -54,8 +60,9 @@ class ComputeStack(cdk.Stack):
             raise ValueError(
                 f"compute.backend: got {spec.compute.backend!r}; allowed here: {', '.join(BACKENDS_WITH_COMPUTE)}"
             )
-        context = ComputeContext(spec=spec, network=network, storage=storage)
+        context = ComputeContext(spec=spec, network=network, storage=storage, ci=ci)
         self.spec = spec
+        self.ci = ci
         self.pcs: PcsCluster | None = None
         self.parallelcluster: ParallelCluster | None = None
         self.hyperpod: HyperPodCluster | None = None
@@ -72,14 +79,53 @@ class ComputeStack(cdk.Stack):
                 self, "ParallelCluster", parallelcluster_props(context, bootstrap=nodes)
             )
         elif backend == "eks":
-            self.eks = EksTrainingCluster(self, "Eks", eks_props(context, bootstrap=nodes))
+            self.eks = EksTrainingCluster(self, "Eks", eks_props(context, bootstrap=nodes, admin_role=self._ci_admin()))
         else:
             if spec.effective_orchestrator == "eks":
-                self.eks = EksTrainingCluster(self, "Eks", eks_props(context, bootstrap=None))
+                self.eks = EksTrainingCluster(
+                    self, "Eks", eks_props(context, bootstrap=None, admin_role=self._ci_admin())
+                )
             eks_cluster = self.eks.cluster if self.eks else None
-            self.hyperpod = HyperPodCluster(
-                self, "HyperPod", hyperpod_props(context, lifecycle=nodes, eks_cluster=eks_cluster)
+            props = hyperpod_props(
+                context, lifecycle=nodes, eks_cluster=eks_cluster, lifecycle_bucket=self._ci_lifecycle_bucket()
             )
+            self.hyperpod = HyperPodCluster(self, "HyperPod", props)
             if self.eks is not None:
                 # HyperPod's nodes join as EKS workers: the CNI's identity must exist before the first one.
                 self.hyperpod.cluster.node.add_dependency(self.eks.cni_identity, self.eks.pod_identity_agent)
+        self._outputs()
+
+    def _ci_admin(self) -> iam.IRole | None:
+        if self.ci is None or self.ci.admin_role_arn is None:
+            return None
+        return iam.Role.from_role_arn(self, "CiAdminRole", self.ci.admin_role_arn, mutable=False)
+
+    def _ci_lifecycle_bucket(self) -> s3.IBucket | None:
+        # A short-lived environment names its buckets, so its reaper may empty them (kiln.stacks.ci_mode).
+        if self.ci is None:
+            return None
+        props = DataBucketProps(
+            bucket_name=self.ci.bucket_name("lifecycle"),
+            access_log_bucket_name=self.ci.bucket_name("lifecycle-logs"),
+            retain=False,
+            access_log_prefix="lifecycle-bucket/",
+        )
+        return DataBucket(self, "LifecycleBucket", props).bucket
+
+    def _outputs(self) -> None:
+        """Name the cluster in outputs with fixed keys: `kiln ci` finds its head node and readiness by them."""
+        values = {
+            "Backend": self.spec.compute.backend,
+            "Orchestrator": self.spec.effective_orchestrator or "none",
+            "ClusterName": self.spec.name,
+        }
+        if self.pcs is not None:
+            values["PcsClusterId"] = self.pcs.cluster.attr_id
+            if self.pcs.login_group is not None:
+                values["PcsLoginNodeGroupId"] = self.pcs.login_group.attr_id
+        if self.hyperpod is not None:
+            values["HyperPodClusterArn"] = self.hyperpod.cluster.attr_cluster_arn
+        if self.eks is not None:
+            values["EksClusterName"] = self.eks.cluster.cluster_name
+        for key, value in values.items():
+            cdk.CfnOutput(self, key, value=value)

@@ -11,6 +11,7 @@ from aws_cdk import aws_ec2 as ec2
 from kiln.constructs import CapacityOption
 from kiln.spec import ClusterSpec
 from kiln.spec.models import ComputeGroup
+from kiln.stacks.ci_mode import CiEnvironment
 from kiln.stacks.network import NetworkStack, wants_placement_group
 from kiln.stacks.storage import StorageStack
 
@@ -20,11 +21,12 @@ MOUNT_POINT = "/fsx"
 
 @dataclass(frozen=True)
 class ComputeContext:
-    """The spec plus the stacks a compute backend builds on."""
+    """The spec plus the stacks a compute backend builds on, and the short-lived environment it is, if one."""
 
     spec: ClusterSpec
     network: NetworkStack
     storage: StorageStack
+    ci: CiEnvironment | None = None
 
     def cluster_env(self, *, mounts_fsx: bool) -> dict[str, str]:
         """Return the deploy-time values nodes read from cluster.env (FSx only where the nodes mount it)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from aws_cdk import aws_iam as iam
+
 from kiln.catalog import instance_type
 from kiln.constructs import (
     AcceleratedNodeGroup,
@@ -25,8 +27,13 @@ def lustre_volume(context: ComputeContext) -> LustreVolume | None:
     )
 
 
-def eks_props(context: ComputeContext, *, bootstrap: NodeBootstrap | None) -> EksTrainingClusterProps:
-    """Translate the spec into EKS props; BOOTSTRAP None: HyperPod brings the nodes, EKS runs no node groups."""
+def eks_props(
+    context: ComputeContext, *, bootstrap: NodeBootstrap | None, admin_role: iam.IRole | None = None
+) -> EksTrainingClusterProps:
+    """Translate the spec into EKS props; BOOTSTRAP None: HyperPod brings the nodes, EKS runs no node groups.
+
+    ADMIN_ROLE: given cluster-admin (a short-lived environment's CI role, so `kiln ci run` reaches the cluster).
+    """
     spec, network = context.spec, context.network
     own_nodes = bootstrap is not None
     groups = spec.compute.groups
@@ -44,4 +51,5 @@ def eks_props(context: ComputeContext, *, bootstrap: NodeBootstrap | None) -> Ek
         lustre=lustre_volume(context),
         bootstrap=bootstrap,
         cluster_env=context.cluster_env(mounts_fsx=False) if own_nodes else {},
+        admin_role=admin_role,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_s3 as s3
 
 from kiln.constructs import HyperPodClusterProps, HyperPodInstanceGroup, NodeBootstrap
 from kiln.spec import ClusterSpec
@@ -61,9 +62,16 @@ def provisioning_parameters(context: ComputeContext, groups: list[HyperPodInstan
 
 
 def hyperpod_props(
-    context: ComputeContext, *, lifecycle: NodeBootstrap, eks_cluster: eks.ICluster | None
+    context: ComputeContext,
+    *,
+    lifecycle: NodeBootstrap,
+    eks_cluster: eks.ICluster | None,
+    lifecycle_bucket: s3.IBucket | None = None,
 ) -> HyperPodClusterProps:
-    """Translate the spec into HyperPod props; EKS_CLUSTER orchestrates when the spec says eks."""
+    """Translate the spec into HyperPod props; EKS_CLUSTER orchestrates when the spec says eks.
+
+    LIFECYCLE_BUCKET: where the lifecycle scripts go; default: a bucket of the cluster's own.
+    """
     spec, network = context.spec, context.network
     groups = hyperpod_groups(spec)
     slurm = spec.effective_orchestrator == "slurm"
@@ -78,4 +86,5 @@ def hyperpod_props(
         provisioning_parameters=provisioning_parameters(context, groups) if slurm else {},
         orchestrator=spec.effective_orchestrator,
         eks_cluster=eks_cluster,
+        lifecycle_bucket=lifecycle_bucket,
     )

@@ -20,6 +20,7 @@ from kiln.constructs import (
 from kiln.constructs.ids import hashed_id
 from kiln.spec import ClusterSpec
 from kiln.spec.models import ComputeGroup
+from kiln.stacks.ci_mode import CiEnvironment
 
 # Backends whose node groups take a placement group kiln makes; ParallelCluster makes its own, and
 # HyperPod places its nodes itself.
@@ -36,7 +37,7 @@ def wants_placement_group(group: ComputeGroup) -> bool:
     return instance_type(group.instance_type).efa_supported and not CAPACITY[group.capacity.type].reserved
 
 
-def vpc_props(spec: ClusterSpec) -> TrainingVpcProps:
+def vpc_props(spec: ClusterSpec, *, retain_flow_logs: bool = True) -> TrainingVpcProps:
     """Translate the spec's network section into TrainingVpc props."""
     net = spec.network
     if net.vpc_id:
@@ -44,15 +45,20 @@ def vpc_props(spec: ClusterSpec) -> TrainingVpcProps:
             vpc_id=net.vpc_id, private_subnet_id=net.private_subnet_id, availability_zone=spec.availability_zone
         )
         return TrainingVpcProps(existing=existing)
-    return TrainingVpcProps(cidr=net.vpc_cidr, availability_zone=spec.availability_zone)
+    return TrainingVpcProps(
+        cidr=net.vpc_cidr, availability_zone=spec.availability_zone, retain_flow_logs=retain_flow_logs
+    )
 
 
 class NetworkStack(cdk.Stack):
     """Where the cluster lives: one subnet/AZ for compute, FSx and EFA."""
 
-    def __init__(self, scope: Construct, construct_id: str, *, spec: ClusterSpec, **kwargs: Any) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, spec: ClusterSpec, ci: CiEnvironment | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(scope, construct_id, description=f"kiln {spec.name}: network (VPC, EFA, placement)", **kwargs)
-        self.training_vpc = TrainingVpc(self, "Vpc", vpc_props(spec))
+        retain_logs = ci is None or ci.retain_data
+        self.training_vpc = TrainingVpc(self, "Vpc", vpc_props(spec, retain_flow_logs=retain_logs))
         self.efa = EfaSecurityGroup(self, "Efa", EfaSecurityGroupProps(vpc=self.training_vpc.vpc))
         self.placement_groups: dict[str, ClusterPlacementGroup] = {
             group.name: ClusterPlacementGroup(self, hashed_id("Placement", group.name))

@@ -10,6 +10,7 @@ from constructs import Construct
 
 from kiln.constructs import DataBucket, DataBucketProps, DataRepositoryLink, LustreFileSystem, LustreFileSystemProps
 from kiln.spec import ClusterSpec
+from kiln.stacks.ci_mode import CiEnvironment
 from kiln.stacks.network import NetworkStack
 
 
@@ -28,11 +29,23 @@ class StorageStack(cdk.Stack):
     """Durable data: the S3 bucket, and Lustre in the compute subnet linked to it."""
 
     def __init__(
-        self, scope: Construct, construct_id: str, *, spec: ClusterSpec, network: NetworkStack, **kwargs: Any
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        spec: ClusterSpec,
+        network: NetworkStack,
+        ci: CiEnvironment | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(scope, construct_id, description=f"kiln {spec.name}: storage (S3, FSx for Lustre)", **kwargs)
         retain = spec.storage.bucket.retain
-        self.bucket = DataBucket(self, "Data", DataBucketProps(bucket_name=spec.storage.bucket.name, retain=retain))
+        names = (
+            {"bucket_name": ci.bucket_name("data"), "access_log_bucket_name": ci.bucket_name("data-logs")}
+            if ci is not None
+            else {"bucket_name": spec.storage.bucket.name}
+        )
+        self.bucket = DataBucket(self, "Data", DataBucketProps(retain=retain, **names))
         self.lustre: LustreFileSystem | None = None
         self.lustre_clients: ec2.SecurityGroup | None = None
         cdk.CfnOutput(self, "BucketName", value=self.bucket.bucket_name)

@@ -1,0 +1,124 @@
+"""Find kiln's short-lived environments by their tags, and which of them are past their time."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from kiln.ci.reaper_code.kiln_reaper.contract import (
+    CREATED_AT_FORMAT,
+    SCHEDULE_GROUP,
+    TAG_CREATED_AT,
+    TAG_ENVIRONMENT,
+    TAG_TTL_HOURS,
+    schedule_name,
+)
+from kiln.ci.reaper_code.kiln_reaper.teardown import error_code, parse_at_expression, tags_of
+
+LIVE_STATUSES = (
+    "CREATE_IN_PROGRESS",
+    "CREATE_FAILED",
+    "CREATE_COMPLETE",
+    "ROLLBACK_IN_PROGRESS",
+    "ROLLBACK_FAILED",
+    "ROLLBACK_COMPLETE",
+    "DELETE_IN_PROGRESS",
+    "DELETE_FAILED",
+    "UPDATE_IN_PROGRESS",
+    "UPDATE_COMPLETE_CLEANUP_IN_PROGRESS",
+    "UPDATE_COMPLETE",
+    "UPDATE_FAILED",
+    "UPDATE_ROLLBACK_IN_PROGRESS",
+    "UPDATE_ROLLBACK_FAILED",
+    "UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS",
+    "UPDATE_ROLLBACK_COMPLETE",
+    "IMPORT_IN_PROGRESS",
+    "IMPORT_COMPLETE",
+    "IMPORT_ROLLBACK_IN_PROGRESS",
+    "IMPORT_ROLLBACK_FAILED",
+    "IMPORT_ROLLBACK_COMPLETE",
+)
+
+
+@dataclass(frozen=True)
+class FoundEnvironment:
+    """One environment kiln's tags name, when it is due, and why then."""
+
+    name: str
+    stacks: tuple[str, ...]
+    created_at: datetime | None
+    due_at: datetime | None
+    due_because: str
+
+    def expired(self, now: datetime) -> bool:
+        return self.due_at is not None and self.due_at <= now
+
+
+def parse_created_at(text: str | None) -> datetime | None:
+    """Return the UTC time of a kiln:created-at tag value, or None when absent or malformed."""
+    if not text:
+        return None
+    try:
+        return datetime.strptime(text, CREATED_AT_FORMAT).replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+def environments_by_tag(cfn: Any) -> dict[str, list[dict]]:
+    """Return every live stack that carries kiln:environment, grouped by that environment."""
+    found: dict[str, list[dict]] = {}
+    for page in cfn.get_paginator("describe_stacks").paginate():
+        for stack in page["Stacks"]:
+            if stack["StackStatus"] not in LIVE_STATUSES:
+                continue
+            environment = tags_of(stack).get(TAG_ENVIRONMENT)
+            if environment:
+                found.setdefault(environment, []).append(stack)
+    return found
+
+
+def scheduled_deletion(scheduler: Any, environment: str) -> datetime | None:
+    """Return when ENVIRONMENT's reaper schedule fires (moved by `kiln ci extend`), or None without one."""
+    try:
+        schedule = scheduler.get_schedule(Name=schedule_name(environment), GroupName=SCHEDULE_GROUP)
+    except ClientError as exc:
+        if error_code(exc) == "ResourceNotFoundException":
+            return None
+        raise
+    return parse_at_expression(schedule.get("ScheduleExpression", ""))
+
+
+def judge(
+    environment: str, stacks: Iterable[dict], *, scheduled: datetime | None, older_than: timedelta
+) -> FoundEnvironment:
+    """Return when ENVIRONMENT is due: its reaper's schedule, else created-at + TTL, else created-at + OLDER_THAN."""
+    stacks = list(stacks)
+    tags: dict[str, str] = {}
+    for stack in stacks:
+        tags |= {k: v for k, v in tags_of(stack).items() if k in (TAG_CREATED_AT, TAG_TTL_HOURS)}
+    created = parse_created_at(tags.get(TAG_CREATED_AT))
+    names = tuple(sorted(s["StackName"] for s in stacks))
+    if scheduled is not None:
+        return FoundEnvironment(environment, names, created, scheduled, "its reaper's schedule")
+    if created is None:
+        return FoundEnvironment(environment, names, None, None, f"no {TAG_CREATED_AT} tag; left alone")
+    ttl = tags.get(TAG_TTL_HOURS)
+    try:
+        hours = float(ttl) if ttl is not None else None
+    except ValueError:
+        hours = None
+    if hours is not None:
+        return FoundEnvironment(environment, names, created, created + timedelta(hours=hours), f"TTL {ttl} h")
+    return FoundEnvironment(environment, names, created, created + older_than, "no TTL; --older-than")
+
+
+def find_environments(cfn: Any, scheduler: Any, *, older_than: timedelta) -> list[FoundEnvironment]:
+    """Return every environment kiln's tags name in this region, with when each is due."""
+    return [
+        judge(name, stacks, scheduled=scheduled_deletion(scheduler, name), older_than=older_than)
+        for name, stacks in sorted(environments_by_tag(cfn).items())
+    ]

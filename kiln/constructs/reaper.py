@@ -1,0 +1,156 @@
+"""EnvironmentReaper: a one-time schedule and a function that delete a short-lived environment when its TTL ends."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import aws_cdk as cdk
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_scheduler as scheduler
+from constructs import Construct
+
+from kiln.catalog.names import CLUSTER_NAME, CLUSTER_NAME_RULE
+from kiln.ci.reaper_code.kiln_reaper.contract import SCHEDULE_GROUP, schedule_name
+from kiln.ci.reaper_code.kiln_reaper.teardown import at_expression
+from kiln.constructs import nag_rules
+from kiln.constructs._checks import acknowledge_wildcards, require, skip_checkov
+
+REAPER_CODE = Path(__file__).resolve().parent.parent / "ci" / "reaper_code"
+HANDLER = "kiln_reaper.handler.main"
+# One invocation's limit; the function reschedules itself when deleting takes longer (EKS, HyperPod, FSx).
+TIMEOUT = cdk.Duration.minutes(15)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnvironmentReaperProps:
+    """Props for EnvironmentReaper.
+
+    environment: the environment's name; its stacks are <environment>-compute, -storage, -network and
+        -reaper (kiln.ci contract), its roles <environment>-reaper and <environment>-reaper-invoke.
+    delete_at: when the environment goes (timezone-aware).
+    bucket_names: the buckets the reaper may empty before their stacks delete them (names, tokens allowed);
+        default none. It empties only those whose stack deletes them and that carry the environment's tag.
+    log_retention: how long the reaper's log lines are kept; default one year.
+    """
+
+    environment: str
+    delete_at: datetime
+    bucket_names: Sequence[str] = ()
+    log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR
+
+    def __post_init__(self) -> None:
+        require(bool(CLUSTER_NAME.fullmatch(self.environment)), "environment", self.environment, CLUSTER_NAME_RULE)
+        require(self.delete_at.tzinfo is not None, "delete_at", self.delete_at, "a timezone-aware time")
+
+
+class EnvironmentReaper(Construct):
+    """Deletes its environment's stacks in order (compute, storage, network), then its own, at delete_at."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: EnvironmentReaperProps) -> None:
+        super().__init__(scope, construct_id)
+        env = props.environment
+        stack = cdk.Stack.of(self)
+        self.schedule_name = schedule_name(env)
+        self.log_group = logs.LogGroup(
+            self, "Logs", retention=props.log_retention, removal_policy=cdk.RemovalPolicy.DESTROY
+        )
+        self.role = iam.Role(
+            self,
+            "Role",
+            role_name=f"{env}-reaper",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"kiln reaper of {env}: deletes its stacks and empties their non-retained buckets",
+        )
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            handler=HANDLER,
+            code=lambda_.Code.from_asset(str(REAPER_CODE), exclude=["__pycache__", "*.pyc"]),
+            role=self.role,
+            timeout=TIMEOUT,
+            memory_size=256,
+            reserved_concurrent_executions=1,
+            log_group=self.log_group,
+            description=f"kiln reaper of {env}",
+            environment={
+                "KILN_ENVIRONMENT": env,
+                "KILN_SCHEDULE_NAME": self.schedule_name,
+                "KILN_REAPER_STACK": stack.stack_name,
+            },
+        )
+        self.invoke_role = iam.Role(
+            self,
+            "InvokeRole",
+            role_name=f"{env}-reaper-invoke",
+            assumed_by=iam.ServicePrincipal(
+                "scheduler.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": stack.account}}
+            ),
+            description=f"EventBridge Scheduler invokes the kiln reaper of {env}",
+        )
+        self.invoke_role.add_to_policy(
+            iam.PolicyStatement(actions=["lambda:InvokeFunction"], resources=[self.function.function_arn])
+        )
+        self.schedule = scheduler.CfnSchedule(
+            self,
+            "Resource",
+            name=self.schedule_name,
+            group_name=SCHEDULE_GROUP,
+            description=f"Delete kiln environment {env} at the end of its TTL",
+            schedule_expression=at_expression(props.delete_at),
+            schedule_expression_timezone="UTC",
+            flexible_time_window=scheduler.CfnSchedule.FlexibleTimeWindowProperty(mode="OFF"),
+            state="ENABLED",
+            target=scheduler.CfnSchedule.TargetProperty(
+                arn=self.function.function_arn,
+                role_arn=self.invoke_role.role_arn,
+                input=json.dumps({"environment": env}),
+                retry_policy=scheduler.CfnSchedule.RetryPolicyProperty(
+                    maximum_event_age_in_seconds=24 * 3600, maximum_retry_attempts=185
+                ),
+            ),
+        )
+        self._grant(props, stack)
+        skip_checkov(self.function.node.default_child, *nag_rules.REAPER_CHECKOV_SKIPS)
+        skip_checkov(self.log_group.node.default_child, *nag_rules.REAPER_LOG_CHECKOV_SKIPS)
+        acknowledge_wildcards(self, nag_rules.REAPER_GRANTS, environment=env, log_group=self.log_group.log_group_arn)
+
+    def _grant(self, props: EnvironmentReaperProps, stack: cdk.Stack) -> None:
+        env = props.environment
+        stacks = [
+            stack.format_arn(service="cloudformation", resource="stack", resource_name=f"{env}-{part}/*")
+            for part in ("compute", "storage", "network", "reaper")
+        ]
+        self.role.add_to_policy(iam.PolicyStatement(actions=list(nag_rules.REAPER_STACK_ACTIONS), resources=stacks))
+        if props.bucket_names:
+            buckets = [f"arn:{stack.partition}:s3:::{name}" for name in props.bucket_names]
+            self.role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["s3:GetBucketTagging", "s3:ListBucket", "s3:ListBucketVersions"], resources=buckets
+                )
+            )
+            self.role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["s3:DeleteObject", "s3:DeleteObjectVersion"], resources=[f"{b}/*" for b in buckets]
+                )
+            )
+        schedule_arn = stack.format_arn(
+            service="scheduler", resource="schedule", resource_name=f"{SCHEDULE_GROUP}/{self.schedule_name}"
+        )
+        self.role.add_to_policy(
+            iam.PolicyStatement(actions=["scheduler:GetSchedule", "scheduler:UpdateSchedule"], resources=[schedule_arn])
+        )
+        self.role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["iam:PassRole"],
+                resources=[self.invoke_role.role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
+            )
+        )
+        self.log_group.grant_write(self.role)

@@ -1,0 +1,100 @@
+"""Short-lived environments: what changes when a spec is deployed by `kiln ci up` or carries ci.ttl_hours."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+import aws_cdk as cdk
+
+from kiln.ci.reaper_code.kiln_reaper.contract import (
+    CREATED_AT_FORMAT,
+    TAG_CLUSTER,
+    TAG_CREATED_AT,
+    TAG_ENVIRONMENT,
+    TAG_PART,
+    TAG_TTL_HOURS,
+)
+from kiln.spec import ClusterSpec
+
+# What each bucket kiln owns is for; an environment's buckets are <environment>-<purpose>-<account>, so the
+# reaper's and the CI role's grants can name them before they exist.
+BUCKET_PURPOSES = ("data", "data-logs", "lifecycle", "lifecycle-logs")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CiEnvironment:
+    """One short-lived environment of a cluster spec.
+
+    name: the environment's name (the stacks' and the backend cluster's); cluster: the spec's own name.
+    created_at: when it was deployed (UTC); ttl_hours: delete it this long after, by its reaper; None: no reaper.
+    retain_data: keep the bucket and a persistent file system on deletion (only when the spec says so).
+    admin_role_arn: an IAM role given cluster-admin on EKS (the CI role, so `kiln ci run` reaches the cluster).
+    """
+
+    name: str
+    cluster: str
+    created_at: datetime
+    ttl_hours: float | None = None
+    retain_data: bool = False
+    admin_role_arn: str | None = None
+
+    @property
+    def delete_at(self) -> datetime | None:
+        """Return when the reaper deletes the environment, or None without a TTL."""
+        if self.ttl_hours is None:
+            return None
+        return self.created_at + timedelta(hours=self.ttl_hours)
+
+    def tags(self, part: str) -> dict[str, str]:
+        """Return the tags every resource of the environment's PART stack carries."""
+        tags = {
+            TAG_CLUSTER: self.cluster,
+            TAG_ENVIRONMENT: self.name,
+            TAG_CREATED_AT: self.created_at.astimezone(timezone.utc).strftime(CREATED_AT_FORMAT),
+            TAG_PART: part,
+        }
+        if self.ttl_hours is not None:
+            tags[TAG_TTL_HOURS] = f"{self.ttl_hours:g}"
+        return tags
+
+    def bucket_name(self, purpose: str) -> str:
+        """Return the name of the environment's PURPOSE bucket (one of BUCKET_PURPOSES), unique per account."""
+        if purpose not in BUCKET_PURPOSES:
+            raise ValueError(f"purpose: got {purpose!r}; allowed: {', '.join(BUCKET_PURPOSES)}")
+        return f"{self.name}-{purpose}-{cdk.Aws.ACCOUNT_ID}"
+
+
+def retains_data(spec: ClusterSpec) -> bool:
+    """Return whether a short-lived environment of SPEC keeps its data: only when the spec sets retain itself."""
+    bucket = spec.storage.bucket
+    return "retain" in bucket.model_fields_set and bucket.retain
+
+
+def ci_environment(
+    spec: ClusterSpec,
+    *,
+    name: str | None = None,
+    created_at: datetime | None = None,
+    ttl_hours: float | None = None,
+    admin_role_arn: str | None = None,
+) -> CiEnvironment | None:
+    """Return the environment SPEC deploys as: one `kiln ci up` NAMEs, else SPEC's own when it sets ci.ttl_hours."""
+    ttl = ttl_hours if ttl_hours is not None else spec.ci.ttl_hours
+    if name is None and ttl is None:
+        return None
+    return CiEnvironment(
+        name=name or spec.name,
+        cluster=spec.name,
+        created_at=created_at or datetime.now(timezone.utc).replace(microsecond=0),
+        ttl_hours=ttl,
+        retain_data=retains_data(spec),
+        admin_role_arn=admin_role_arn,
+    )
+
+
+def environment_spec(spec: ClusterSpec, ci: CiEnvironment) -> ClusterSpec:
+    """Return SPEC as environment CI builds it: CI's name, kiln-named buckets, data kept only when asked."""
+    bucket = spec.storage.bucket.model_copy(update={"name": None, "retain": ci.retain_data})
+    storage = spec.storage.model_copy(update={"bucket": bucket})
+    return spec.model_copy(update={"name": ci.name, "storage": storage})

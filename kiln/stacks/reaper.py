@@ -1,0 +1,33 @@
+"""ReaperStack: a short-lived environment's TTL, deployed first and deleted last."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from constructs import Construct
+
+from kiln.constructs.reaper import EnvironmentReaper, EnvironmentReaperProps
+from kiln.stacks.ci_mode import BUCKET_PURPOSES, CiEnvironment
+
+
+class ReaperStack(cdk.Stack):
+    """The environment's reaper: its schedule fires at the end of the TTL, even when no CI is left to call down."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, ci: CiEnvironment, **kwargs: Any) -> None:
+        if ci.delete_at is None:
+            raise ValueError(f"ci.ttl_hours: environment {ci.name!r} has none; a reaper needs a TTL")
+        super().__init__(
+            scope, construct_id, description=f"kiln {ci.name}: TTL reaper (deletes at {ci.delete_at})", **kwargs
+        )
+        self.reaper = EnvironmentReaper(
+            self,
+            "Reaper",
+            EnvironmentReaperProps(
+                environment=ci.name,
+                delete_at=ci.delete_at,
+                bucket_names=[ci.bucket_name(purpose) for purpose in BUCKET_PURPOSES],
+            ),
+        )
+        cdk.CfnOutput(self, "DeleteAt", value=ci.delete_at.isoformat())
+        cdk.CfnOutput(self, "ScheduleName", value=self.reaper.schedule_name)
