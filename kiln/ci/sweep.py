@@ -11,13 +11,16 @@ from botocore.exceptions import ClientError
 
 from kiln.ci.reaper_code.kiln_reaper.contract import (
     CREATED_AT_FORMAT,
+    DELETE_ORDER,
     SCHEDULE_GROUP,
     TAG_CREATED_AT,
     TAG_ENVIRONMENT,
+    TAG_PART,
     TAG_TTL_HOURS,
     schedule_name,
+    stack_name,
 )
-from kiln.ci.reaper_code.kiln_reaper.teardown import error_code, parse_at_expression, tags_of
+from kiln.ci.reaper_code.kiln_reaper.teardown import describe_stack, error_code, parse_at_expression, tags_of
 
 LIVE_STATUSES = (
     "CREATE_IN_PROGRESS",
@@ -69,15 +72,29 @@ def parse_created_at(text: str | None) -> datetime | None:
 
 
 def environments_by_tag(cfn: Any) -> dict[str, list[dict]]:
-    """Return every live stack that carries kiln:environment, grouped by that environment."""
+    """Return every live stack that carries kiln:environment, grouped by that environment.
+
+    Lists stack names first (ListStacks takes no resource scope) and describes only those named like an
+    environment's part, one by one: the CI role may describe only its own clusters' stacks, and a stack it may
+    not read is not one it may delete.
+    """
+    names = [
+        summary["StackName"]
+        for page in cfn.get_paginator("list_stacks").paginate(StackStatusFilter=list(LIVE_STATUSES))
+        for summary in page["StackSummaries"]
+        if summary["StackName"].rsplit("-", 1)[-1] in DELETE_ORDER
+    ]
     found: dict[str, list[dict]] = {}
-    for page in cfn.get_paginator("describe_stacks").paginate():
-        for stack in page["Stacks"]:
-            if stack["StackStatus"] not in LIVE_STATUSES:
+    for name in sorted(set(names)):
+        try:
+            stack = describe_stack(cfn, name)
+        except ClientError as exc:
+            if error_code(exc) in ("AccessDenied", "AccessDeniedException"):
                 continue
-            environment = tags_of(stack).get(TAG_ENVIRONMENT)
-            if environment:
-                found.setdefault(environment, []).append(stack)
+            raise
+        environment = tags_of(stack).get(TAG_ENVIRONMENT) if stack else None
+        if environment and name == stack_name(environment, tags_of(stack).get(TAG_PART, "")):
+            found.setdefault(environment, []).append(stack)
     return found
 
 

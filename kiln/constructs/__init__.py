@@ -2,6 +2,7 @@
 
 from kiln.constructs.bootstrap_assets import BootstrapAssets, BootstrapAssetsProps
 from kiln.constructs.bucket import DataBucket, DataBucketProps
+from kiln.constructs.ci_identity import GithubDeployIdentity, GithubDeployIdentityProps
 from kiln.constructs.efa import (
     ClusterPlacementGroup,
     ClusterPlacementGroupProps,
@@ -47,6 +48,8 @@ __all__ = [
     "EksTrainingCluster",
     "EksTrainingClusterProps",
     "ExistingNetwork",
+    "GithubDeployIdentity",
+    "GithubDeployIdentityProps",
     "HyperPodCluster",
     "HyperPodClusterProps",
     "HyperPodInstanceGroup",

@@ -64,7 +64,8 @@ def acknowledge(construct: IConstruct, *findings: Finding) -> None:
 def _nag_text(value: Any) -> str:
     """Render a resolved CloudFormation value the way cdk-nag names it in finding ids."""
     if isinstance(value, str):
-        return value
+        # IAM policy variables (${aws:userid}) read as <aws:userid> in finding ids.
+        return re.sub(r"\$\{([^}]+)\}", r"<\1>", value)
     if isinstance(value, dict) and len(value) == 1:
         ((kind, body),) = value.items()
         if kind == "Ref":

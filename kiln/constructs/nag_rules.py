@@ -266,9 +266,10 @@ CI_IDENTITY_GRANTS = (
         "ListStacks takes no resource scope; kiln ci sweep lists stacks to find expired environments.",
     ),
     WildcardGrant(
-        ("ssm:GetCommandInvocation", "ssm:ListCommandInvocations"),
+        ("ssm:CancelCommand", "ssm:GetCommandInvocation", "ssm:ListCommandInvocations"),
         r"\*",
-        "Run Command results take no resource scope; kiln reads the output of the commands it sent.",
+        "Run Command results and cancellation take no resource scope; kiln reads the output of the commands it sent "
+        "and cancels one that outlives its timeout.",
     ),
     WildcardGrant(
         ("ec2:DescribeInstances",),
@@ -315,7 +316,19 @@ CI_IDENTITY_GRANTS = (
     WildcardGrant(
         ("ssm:SendCommand",),
         rf"arn:{_CI_PARTITION}:ssm:\*::document/AWS-RunShellScript",
-        "AWS's own shell document, the only document the role may run, in the environment's region.",
+        "AWS's own shell document, the only Run Command document the role may use, in the environment's region.",
+    ),
+    WildcardGrant(
+        ("ssm:StartSession",),
+        rf"arn:{_CI_PARTITION}:ssm:\*::document/AWS-StartNonInteractiveCommand",
+        "AWS's own non-interactive session document, the only session document the role may use (kiln ci run on "
+        "HyperPod), in the environment's region.",
+    ),
+    WildcardGrant(
+        ("ssm:TerminateSession",),
+        rf"arn:{_CI_PARTITION}:ssm:\*:{_CI_ACCOUNT}:session/<aws:userid>-\*",  # cdk-nag's spelling of ${aws:userid}
+        "kiln ci run ends a HyperPod session that outlives its timeout; the aws:userid variable limits this to the "
+        "role's own sessions.",
     ),
     WildcardGrant(
         ("ssm:StartSession",),

@@ -1,4 +1,4 @@
-"""CiIdentityStack: the GitHub Actions deploy role for `kiln ci`, in a stack of its own, deployed once per repository."""
+"""CiIdentityStack: the GitHub Actions deploy role for `kiln ci`, in a stack of its own, one per repository."""
 
 from __future__ import annotations
 

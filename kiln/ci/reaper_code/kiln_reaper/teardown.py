@@ -178,7 +178,9 @@ def advance(clients: Clients, state: Teardown, *, progress: Callable[[str], None
     state.attempts[name] = state.attempts.get(name, 0) + 1
     progress(f"{name}: deleting{' again' if status == 'DELETE_FAILED' else ''} (was {status})")
     clients.cloudformation.delete_stack(StackName=stack["StackId"])
-    return describe_stack(clients.cloudformation, name) or stack
+    still = describe_stack(clients.cloudformation, name)
+    # Gone at once (nothing slow in it): go on to the next stack without waiting a poll.
+    return still if still is not None else advance(clients, state, progress=progress)
 
 
 def teardown(

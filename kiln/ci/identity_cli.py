@@ -1,0 +1,135 @@
+"""`kiln ci identity`: synthesize the GitHub Actions deploy role for `kiln ci` into a cloud assembly to deploy once."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # CDK loads only when the command runs: `kiln` starts without it.
+    from kiln.constructs.ci_identity import GithubDeployIdentityProps
+
+WHAT = "kiln ci identity"
+LINT_REGION = "us-east-1"
+
+DESCRIPTION = (
+    "Write a cloud assembly holding one IAM role that GitHub Actions assumes through OIDC to run `kiln ci` for the\n"
+    "named clusters (and, unless --existing-provider is given, the account's OIDC provider for GitHub), lint it with\n"
+    "cfn-lint and cdk-nag, and print the command that deploys it. Deploy it once per repository and account, then\n"
+    "give the DeployRoleArn output to aws-actions/configure-aws-credentials as role-to-assume.\n\n"
+    "The role trusts only the workflow runs listed by --branch, --pull-requests and --environment; with none of\n"
+    "them, runs on main. It deploys through the account's CDK bootstrap roles; otherwise it may only read and\n"
+    "delete the stacks, buckets and reaper schedules of <cluster>-<run> environments and run commands on their\n"
+    "nodes (Session Manager cannot tell HyperPod clusters apart by name: sessions reach any in the account)."
+)
+
+
+def props_from_args(args: argparse.Namespace) -> GithubDeployIdentityProps:
+    """Return the identity's props from the parsed ARGS; no --branch, --pull-requests or --environment trusts main."""
+    from kiln.constructs.ci_identity import DEFAULT_CDK_QUALIFIER, GithubDeployIdentityProps
+
+    listed = bool(args.branches or args.pull_requests or args.environments)
+    return GithubDeployIdentityProps(
+        repository=args.repository,
+        cluster_names=tuple(args.clusters),
+        branches=tuple(args.branches or ()) if listed else ("main",),
+        pull_requests=args.pull_requests,
+        environments=tuple(args.environments or ()),
+        existing_provider_arn=args.existing_provider,
+        cdk_qualifier=args.cdk_qualifier or DEFAULT_CDK_QUALIFIER,
+    )
+
+
+def _identity(args: argparse.Namespace) -> int:
+    from kiln.node_runtime import use_pinned_node
+    from kiln.safe_output import UnsafeOutput, check_replaceable, replaced_directory
+
+    out = Path(os.path.abspath(os.path.expanduser(args.out)))
+    try:
+        # Checked before CDK loads: a refusal costs nothing.
+        check_replaceable(out, f"{WHAT} --out")
+    except UnsafeOutput as exc:
+        print(exc, file=sys.stderr)
+        return 2
+
+    use_pinned_node()
+    try:
+        props = props_from_args(args)
+    except ValueError as exc:
+        print(f"{WHAT}: {exc}", file=sys.stderr)
+        return 2
+
+    from kiln.stacks.ci_identity import identity_stack_name, synthesize_identity
+    from kiln.synth import lint_template, nag_report
+
+    try:
+        with replaced_directory(out, what=f"{WHAT} --out") as staging:
+            synthesize_identity(props, staging)
+    except UnsafeOutput as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        # An unacknowledged cdk-nag finding stops synthesis; nothing was written.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"{WHAT}: synthesis failed, nothing written: {first}", file=sys.stderr)
+        return 1
+
+    name = identity_stack_name(props.repository)
+    errors, warnings = lint_template(out / f"{name}.template.json", LINT_REGION)
+    nag = nag_report(out)
+    for line in errors + warnings + nag.violations:
+        print(f"{WHAT}: {line}", file=sys.stderr)
+    print(
+        f"{WHAT}: wrote {out}: stack {name} trusting {', '.join(props.subjects)}; "
+        f"cfn-lint {len(errors)} errors, {len(warnings)} warnings; "
+        f"cdk-nag {len(nag.violations)} open, {len(nag.acknowledged)} acknowledged with reasons"
+    )
+    print(f"npx cdk deploy --app {shlex.quote(str(out))} --require-approval never")
+    return 1 if errors or warnings or nag.violations else 0
+
+
+def register_identity(commands: argparse._SubParsersAction) -> None:
+    """Add the `identity` action to COMMANDS (the subparsers of `kiln ci`)."""
+    identity = commands.add_parser(
+        "identity",
+        help="synthesize the IAM role GitHub Actions assumes (OIDC) to run kiln ci; prints the deploy command",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    identity.add_argument("--repository", required=True, metavar="OWNER/NAME", help="the GitHub repository")
+    identity.add_argument(
+        "--cluster",
+        dest="clusters",
+        action="append",
+        required=True,
+        metavar="NAME",
+        help="a cluster (spec) name whose CI environments the role may manage (repeatable)",
+    )
+    identity.add_argument(
+        "--branch",
+        dest="branches",
+        action="append",
+        metavar="PATTERN",
+        help="trust runs on branches matching PATTERN (* and ? are wildcards; repeatable)",
+    )
+    identity.add_argument("--pull-requests", action="store_true", help="trust pull request runs")
+    identity.add_argument(
+        "--environment",
+        dest="environments",
+        action="append",
+        metavar="ENV",
+        help="trust jobs that use this GitHub deployment environment (repeatable)",
+    )
+    identity.add_argument(
+        "--existing-provider",
+        metavar="ARN",
+        help="reuse the account's OIDC provider for token.actions.githubusercontent.com (default: create it)",
+    )
+    identity.add_argument(
+        "--cdk-qualifier", metavar="Q", help="the qualifier of the account's CDK bootstrap (default: hnb659fds)"
+    )
+    identity.add_argument("--out", required=True, metavar="DIR", help="the directory to write the cloud assembly to")
+    identity.set_defaults(func=_identity)

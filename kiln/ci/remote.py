@@ -1,0 +1,741 @@
+"""Reach a CI environment's cluster: find its head node from the compute stack's outputs and run a command there.
+
+Commands travel through AWS Systems Manager, never SSH:
+
+- EC2 nodes (the PCS login node, the ParallelCluster head node): Run Command with ``AWS-RunShellScript``.
+  GetCommandInvocation keeps only the first 24,000 characters of a command's output and 8,000 of its errors,
+  and AWS documents both as possibly empty until the command ends, so output may arrive in one piece at the end.
+  kiln prints a notice when output was cut; write long output to a file on the shared file system instead.
+- HyperPod nodes: Run Command does not reach them, Session Manager does, at the target
+  ``sagemaker-cluster:<cluster-id>_<instance-group>-<instance-id>``. kiln runs ``aws ssm start-session
+  --document-name AWS-StartNonInteractiveCommand`` as a subprocess (the AWS CLI and the session-manager-plugin
+  must be on PATH, as on GitHub's hosted runners). The agent merges the command's stdout and stderr and the
+  session does not carry its exit code, so kiln wraps the command to print a marker line with ``$?`` and strips
+  that line from what it shows.
+- Kubernetes (EKS, and HyperPod orchestrated by EKS): the command runs here, on the runner, with ``KUBECONFIG``
+  naming a kubeconfig kiln writes from ``eks:DescribeCluster`` (mode 0600) and deletes afterwards.
+
+On a node the command runs as root (Run Command's user, and Session Manager's on HyperPod unless its Run As
+preference names another user), in a login bash in root's home, with Slurm's and kiln's bin directories on PATH.
+kiln does not switch to the image's default user: it differs by image (``ubuntu``, ``ec2-user``), and Slurm
+accepts root's jobs unless ``DisableRootJobs`` is set. Prefix the command with ``runuser -u USER --`` to switch.
+
+Exit codes: the command's own; 124 when it ran out of time (kiln's timeout, or Run Command's execution or
+delivery timeout); 130 when it was cancelled; 255 when a HyperPod session ended without reporting one.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import math
+import os
+import queue
+import re
+import secrets
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TextIO
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+BACKENDS = ("pcs", "parallelcluster", "hyperpod", "eks")
+# Kept equal to kiln.stacks.hyperpod.CONTROLLER_GROUP by the tests (importing it here would import the CDK).
+HYPERPOD_CONTROLLER_GROUP = "controller"
+PCS_NODE_GROUP_TAG = "aws:pcs:compute-node-group-id"
+PARALLELCLUSTER_NAME_TAG = "parallelcluster:cluster-name"
+PARALLELCLUSTER_NODE_TYPE_TAG = "parallelcluster:node-type"
+
+EXIT_TIMED_OUT = 124
+EXIT_CANCELLED = 130
+EXIT_NO_STATUS = 255
+RUN_COMMAND_OUTPUT_LIMIT = 24_000
+RUN_COMMAND_ERROR_LIMIT = 8_000
+# AWS-RunShellScript's executionTimeout: at most 48 hours. kiln's own timeout fires first; this is the backstop.
+MAX_EXECUTION_TIMEOUT_S = 172_800
+EXECUTION_TIMEOUT_MARGIN_S = 60
+TERMINAL_STATUSES = ("Success", "Failed", "TimedOut", "Cancelled")
+ACCESS_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException"}
+THROTTLED = {"Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException"}
+BAD_CREDENTIALS = {"AuthFailure", "ExpiredToken", "ExpiredTokenException", "InvalidClientTokenId", "RequestExpired"}
+# Stacks in these states have no outputs kiln can rely on.
+UNUSABLE_STACK_STATES = ("CREATE_IN_PROGRESS", "CREATE_FAILED", "ROLLBACK", "DELETE")
+
+# Run on the node before the command: Slurm lives outside the default PATH on every backend
+# (/opt/slurm on ParallelCluster and HyperPod, /opt/aws/pcs/scheduler/slurm-VERSION on PCS), and
+# install_launcher.sh links kiln-launch into /usr/local/bin. The login shell adds /etc/profile.d (kiln's NCCL env).
+NODE_PREAMBLE = """\
+export HOME="${HOME:-/root}"
+for kiln_bin in /usr/local/bin /opt/slurm/bin /opt/aws/pcs/scheduler/slurm-*/bin; do
+  if [ -d "$kiln_bin" ]; then PATH="$PATH:$kiln_bin"; fi
+done
+export PATH
+cd "$HOME" 2>/dev/null || cd /
+"""
+_SESSION_BANNER = re.compile(r"^\s*(Starting|Exiting) session with [Ss]essionId: (\S+?)\.?\s*$")
+
+
+class RemoteError(Exception):
+    """A cluster kiln cannot reach or a call AWS refused; str() is one line: what is wrong and what to do."""
+
+
+class Unreachable(RemoteError):
+    """The node to run on does not exist yet or Systems Manager cannot reach it yet; waiting may help."""
+
+
+@dataclass(frozen=True)
+class ClusterHandle:
+    """A CI environment's cluster as the outputs of its ``<environment>-compute`` stack describe it."""
+
+    environment: str
+    region: str
+    outputs: Mapping[str, str] = field(hash=False)
+
+    @classmethod
+    def from_stack(cls, session: Any, environment: str, region: str) -> ClusterHandle:
+        """Read the outputs of ENVIRONMENT's compute stack in REGION with cloudformation:DescribeStacks."""
+        name = compute_stack_name(environment)
+        cloudformation = session.client("cloudformation", region_name=region)
+        try:
+            stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
+        except ClientError as error:
+            if _code(error) == "ValidationError" and "does not exist" in _message(error):
+                raise RemoteError(
+                    f"stack {name} does not exist in {region}: deploy the environment with `kiln ci up` first "
+                    "(or pass the region it was deployed in)"
+                ) from None
+            raise RemoteError(explain(f"cloudformation:DescribeStacks {name}", error)) from None
+        except BotoCoreError as error:
+            raise RemoteError(f"cloudformation:DescribeStacks {name}: {_one_line(str(error))}") from None
+        stack = stacks[0]
+        status = stack.get("StackStatus", "")
+        if any(status.startswith(state) for state in UNUSABLE_STACK_STATES):
+            raise RemoteError(f"stack {name} is {status}: `kiln ci up` must finish deploying it before kiln can use it")
+        outputs = {o["OutputKey"]: o.get("OutputValue", "") for o in stack.get("Outputs", [])}
+        handle = cls(environment=environment, region=region, outputs=outputs)
+        handle.backend  # noqa: B018 - fail here, with the stack named, when the outputs are not kiln's
+        return handle
+
+    @property
+    def stack_name(self) -> str:
+        """Return the compute stack's name."""
+        return compute_stack_name(self.environment)
+
+    def output(self, key: str) -> str:
+        """Return the output KEY of the compute stack; one line naming it when the stack lacks it."""
+        value = self.outputs.get(key, "")
+        if not value:
+            raise RemoteError(
+                f"stack {self.stack_name} has no output {key}: it was deployed by an older kiln or another tool; "
+                "redeploy it with `kiln ci up`"
+            )
+        return value
+
+    @property
+    def backend(self) -> str:
+        """Return the backend: pcs, parallelcluster, hyperpod or eks."""
+        backend = self.output("Backend")
+        if backend not in BACKENDS:
+            raise RemoteError(
+                f"stack {self.stack_name}: output Backend is {backend!r}, kiln knows {', '.join(BACKENDS)}"
+            )
+        return backend
+
+    @property
+    def orchestrator(self) -> str:
+        """Return the orchestrator: slurm, eks or none."""
+        return self.output("Orchestrator")
+
+    @property
+    def cluster_name(self) -> str:
+        """Return the backend's name for the cluster."""
+        return self.output("ClusterName")
+
+    @property
+    def uses_kubernetes(self) -> bool:
+        """Return whether Kubernetes runs the cluster (EKS, or HyperPod orchestrated by EKS)."""
+        return self.backend == "eks" or self.orchestrator == "eks"
+
+    @property
+    def pcs_cluster_id(self) -> str:
+        """Return the AWS PCS cluster id."""
+        return self.output("PcsClusterId")
+
+    @property
+    def pcs_login_node_group_id(self) -> str | None:
+        """Return the PCS login node group's id, or None when the spec has no login nodes."""
+        return self.outputs.get("PcsLoginNodeGroupId") or None
+
+    @property
+    def hyperpod_cluster_arn(self) -> str:
+        """Return the HyperPod cluster's ARN."""
+        return self.output("HyperPodClusterArn")
+
+    @property
+    def hyperpod_cluster_id(self) -> str:
+        """Return the HyperPod cluster id: the last part of its ARN, as Session Manager targets name it."""
+        return self.hyperpod_cluster_arn.rsplit("/", 1)[-1]
+
+    @property
+    def eks_cluster_name(self) -> str:
+        """Return the EKS cluster's name."""
+        return self.output("EksClusterName")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where run_command runs: an EC2 instance, a HyperPod node's session target, or here with a kubeconfig."""
+
+    kind: Literal["ec2", "hyperpod", "kubernetes"]
+    # The instance id, the Session Manager target, or the EKS cluster's name.
+    address: str
+    region: str
+    # What messages call it, e.g. "PCS login node i-0abc".
+    label: str
+
+
+def compute_stack_name(environment: str) -> str:
+    """Return the name of ENVIRONMENT's compute stack."""
+    return f"{environment}-compute"
+
+
+def explain(what: str, error: ClientError) -> str:
+    """Return one line for ERROR raised by the AWS call WHAT: what AWS refused and what to do about it."""
+    code, message = _code(error), _message(error)
+    if code in ACCESS_DENIED:
+        return f"{what} was denied ({code}): allow it for the AWS identity running kiln; AWS said: {message}"
+    if code in THROTTLED:
+        return f"{what} was throttled by AWS ({code}) even after retries: wait a minute and run again"
+    if code in BAD_CREDENTIALS:
+        return f"{what}: AWS rejected the credentials ({code}): refresh them (the CI role, or `aws sso login`)"
+    return f"{what} failed ({code}): {message}"
+
+
+@contextlib.contextmanager
+def aws_call(what: str) -> Iterator[None]:
+    """Turn a botocore error raised in the block into a one-line RemoteError naming the call WHAT."""
+    try:
+        yield
+    except ClientError as error:
+        raise RemoteError(explain(what, error)) from None
+    except BotoCoreError as error:
+        raise RemoteError(f"{what}: {_one_line(str(error))}") from None
+
+
+def find_head(session: Any, cluster: ClusterHandle) -> Target:
+    """Return where CLUSTER runs commands: its login or head node, or this machine for Kubernetes."""
+    if cluster.uses_kubernetes:
+        name = cluster.eks_cluster_name
+        return Target("kubernetes", name, cluster.region, f"EKS cluster {name}")
+    backend = cluster.backend
+    if backend == "pcs":
+        return _pcs_login_node(session, cluster)
+    if backend == "parallelcluster":
+        return _parallelcluster_head_node(session, cluster)
+    return _hyperpod_controller(session, cluster)
+
+
+def run_command(
+    session: Any,
+    target: Target,
+    command: str,
+    *,
+    timeout_s: float,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    poll_s: float = 2.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Run COMMAND on TARGET, streaming its output to OUT and ERR; return its exit code (see the module doc)."""
+    out = sys.stdout if out is None else out
+    err = sys.stderr if err is None else err
+    if target.kind == "ec2":
+        return _run_on_instance(session, target, command, timeout_s, out, err, poll_s, clock, sleep)
+    if target.kind == "hyperpod":
+        return _run_in_session(session, target, command, timeout_s, out, err, poll_s, clock)
+    return _run_with_kubeconfig(session, target, command, timeout_s, out, err, poll_s, clock)
+
+
+# Finding the head node.
+
+
+def _pcs_login_node(session: Any, cluster: ClusterHandle) -> Target:
+    group = cluster.pcs_login_node_group_id
+    if group is None:
+        raise RemoteError(
+            f"{cluster.environment}: the PCS cluster has no login nodes and `kiln ci run` runs commands on one: "
+            "set compute.login_nodes.count to 1 or more in the spec and redeploy with `kiln ci up`"
+        )
+    instance = _running_instance(
+        session,
+        cluster.region,
+        {PCS_NODE_GROUP_TAG: group},
+        f"no running PCS login node in node group {group} yet",
+    )
+    return Target("ec2", instance, cluster.region, f"PCS login node {instance}")
+
+
+def _parallelcluster_head_node(session: Any, cluster: ClusterHandle) -> Target:
+    name = cluster.cluster_name
+    instance = _running_instance(
+        session,
+        cluster.region,
+        {PARALLELCLUSTER_NAME_TAG: name, PARALLELCLUSTER_NODE_TYPE_TAG: "HeadNode"},
+        f"no running head node of ParallelCluster cluster {name} yet",
+    )
+    return Target("ec2", instance, cluster.region, f"ParallelCluster head node {instance}")
+
+
+def _running_instance(session: Any, region: str, tags: Mapping[str, str], missing: str) -> str:
+    """Return the oldest running instance carrying TAGS; Unreachable(MISSING) when there is none."""
+    ec2 = session.client("ec2", region_name=region)
+    filters = [{"Name": f"tag:{key}", "Values": [value]} for key, value in tags.items()]
+    filters.append({"Name": "instance-state-name", "Values": ["running"]})
+    with aws_call("ec2:DescribeInstances"):
+        pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
+        instances = [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
+    if not instances:
+        raise Unreachable(missing)
+    instances.sort(key=lambda i: (str(i.get("LaunchTime", "")), i["InstanceId"]))
+    return instances[0]["InstanceId"]
+
+
+def _hyperpod_controller(session: Any, cluster: ClusterHandle) -> Target:
+    arn, group = cluster.hyperpod_cluster_arn, HYPERPOD_CONTROLLER_GROUP
+    sagemaker = session.client("sagemaker", region_name=cluster.region)
+    with aws_call("sagemaker:ListClusterNodes"):
+        pages = sagemaker.get_paginator("list_cluster_nodes").paginate(ClusterName=arn, InstanceGroupNameContains=group)
+        nodes = [n for page in pages for n in page["ClusterNodeSummaries"]]
+    running = sorted(
+        n["InstanceId"]
+        for n in nodes
+        if n.get("InstanceGroupName") == group and n.get("InstanceStatus", {}).get("Status") == "Running"
+    )
+    if not running:
+        raise Unreachable(f"no running node in HyperPod instance group {group} of {cluster.cluster_name} yet")
+    instance = running[0]
+    address = f"sagemaker-cluster:{cluster.hyperpod_cluster_id}_{group}-{instance}"
+    return Target("hyperpod", address, cluster.region, f"HyperPod controller node {instance}")
+
+
+# Run Command on an EC2 instance.
+
+
+def _run_on_instance(
+    session: Any,
+    target: Target,
+    command: str,
+    timeout_s: float,
+    out: TextIO,
+    err: TextIO,
+    poll_s: float,
+    clock: Callable[[], float],
+    sleep: Callable[[float], None],
+) -> int:
+    ssm = session.client("ssm", region_name=target.region)
+    started = clock()
+    execution_timeout = min(MAX_EXECUTION_TIMEOUT_S, max(1, math.ceil(timeout_s) + EXECUTION_TIMEOUT_MARGIN_S))
+    try:
+        sent = ssm.send_command(
+            InstanceIds=[target.address],
+            DocumentName="AWS-RunShellScript",
+            Comment="kiln ci run",
+            Parameters={"commands": [node_script(command)], "executionTimeout": [str(execution_timeout)]},
+        )
+    except ClientError as error:
+        if _code(error) == "InvalidInstanceId":
+            raise Unreachable(
+                f"{target.label} is not reachable through Systems Manager (yet): its SSM agent must be online, "
+                "with an instance role that allows it (AmazonSSMManagedInstanceCore)"
+            ) from None
+        raise RemoteError(explain("ssm:SendCommand", error)) from None
+    except BotoCoreError as error:
+        raise RemoteError(f"ssm:SendCommand: {_one_line(str(error))}") from None
+    command_id = sent["Command"]["CommandId"]
+    shown = _Shown()
+    while True:
+        sleep(poll_s)
+        invocation = _invocation(ssm, command_id, target.address)
+        if invocation is not None:
+            shown.write(invocation, out, err)
+            if invocation.get("Status") in TERMINAL_STATUSES:
+                shown.notice_if_cut(err)
+                return _exit_code(invocation, target, err)
+        if clock() - started >= timeout_s:
+            _cancel(ssm, command_id, target, err)
+            err.write(f"kiln: {target.label}: the command did not finish within {timeout_s:g} s; cancelled it\n")
+            return EXIT_TIMED_OUT
+
+
+def node_script(command: str) -> str:
+    """Return the shell line that runs COMMAND on a node: a login bash with kiln's preamble."""
+    return f"exec bash -l -c {shlex.quote(NODE_PREAMBLE + command)}"
+
+
+@dataclass
+class _Shown:
+    """How much of an invocation's output and errors has been written already."""
+
+    output: int = 0
+    errors: int = 0
+    cut: bool = False
+
+    def write(self, invocation: Mapping[str, Any], out: TextIO, err: TextIO) -> None:
+        output = invocation.get("StandardOutputContent") or ""
+        errors = invocation.get("StandardErrorContent") or ""
+        if len(output) > self.output:
+            out.write(output[self.output :])
+            out.flush()
+            self.output = len(output)
+        if len(errors) > self.errors:
+            err.write(errors[self.errors :])
+            err.flush()
+            self.errors = len(errors)
+        self.cut = self.output >= RUN_COMMAND_OUTPUT_LIMIT or self.errors >= RUN_COMMAND_ERROR_LIMIT
+
+    def notice_if_cut(self, err: TextIO) -> None:
+        if self.cut:
+            err.write(
+                f"\nkiln: Run Command keeps only the first {RUN_COMMAND_OUTPUT_LIMIT:,} characters of output and "
+                f"{RUN_COMMAND_ERROR_LIMIT:,} of errors, so this output was cut; write long output to a file on the "
+                "shared file system and print its tail\n"
+            )
+
+
+def _invocation(ssm: Any, command_id: str, instance: str) -> Mapping[str, Any] | None:
+    """Return the command's invocation on INSTANCE, or None while Run Command has not created it yet."""
+    try:
+        return ssm.get_command_invocation(CommandId=command_id, InstanceId=instance)
+    except ClientError as error:
+        if _code(error) == "InvocationDoesNotExist":
+            return None
+        raise RemoteError(explain("ssm:GetCommandInvocation", error)) from None
+    except BotoCoreError as error:
+        raise RemoteError(f"ssm:GetCommandInvocation: {_one_line(str(error))}") from None
+
+
+def _exit_code(invocation: Mapping[str, Any], target: Target, err: TextIO) -> int:
+    status, details = invocation["Status"], invocation.get("StatusDetails", "")
+    code = int(invocation.get("ResponseCode", -1))
+    if status == "Success":
+        return max(code, 0)
+    if status == "TimedOut":
+        err.write(f"kiln: {target.label}: Run Command ended the command ({details or status})\n")
+        return EXIT_TIMED_OUT
+    if status == "Cancelled":
+        err.write(f"kiln: {target.label}: the command was cancelled\n")
+        return EXIT_CANCELLED
+    if code > 0:
+        return code
+    # Failed without an exit code: the agent could not run it at all.
+    err.write(f"kiln: {target.label}: Run Command could not run the command ({details or status})\n")
+    return 1
+
+
+def _cancel(ssm: Any, command_id: str, target: Target, err: TextIO) -> None:
+    try:
+        ssm.cancel_command(CommandId=command_id, InstanceIds=[target.address])
+    except (ClientError, BotoCoreError) as error:
+        reason = explain("ssm:CancelCommand", error) if isinstance(error, ClientError) else _one_line(str(error))
+        err.write(f"kiln: {target.label}: could not cancel command {command_id}: {reason}\n")
+
+
+# A Session Manager session to a HyperPod node.
+
+
+def session_command(command: str, marker: str) -> str:
+    """Return the session's command: bash running COMMAND in kiln's preamble, then printing MARKER:$?.
+
+    The agent splits the command into words itself (no shell) and merges stdout and stderr; the script travels
+    base64-encoded so that no quoting of the user's command can break that split.
+    """
+    encoded = base64.b64encode((NODE_PREAMBLE + command).encode()).decode()
+    inner = f'bash -l -c "$(printf %s {encoded} | base64 -d)"; printf "\\n%s:%d\\n" {marker} "$?"'
+    return f"bash -c '{inner}'"
+
+
+def _run_in_session(
+    session: Any,
+    target: Target,
+    command: str,
+    timeout_s: float,
+    out: TextIO,
+    err: TextIO,
+    poll_s: float,
+    clock: Callable[[], float],
+) -> int:
+    marker = f"KILN-EXIT-{secrets.token_hex(8)}"
+    parameters = json.dumps({"command": [session_command(command, marker)]})
+    argv = [
+        "aws",
+        "ssm",
+        "start-session",
+        "--target",
+        target.address,
+        "--document-name",
+        "AWS-StartNonInteractiveCommand",
+        "--parameters",
+        parameters,
+        "--region",
+        target.region,
+    ]
+    filtered = _SessionOutput(marker, out)
+    problems: list[str] = []
+    try:
+        code = _stream(
+            argv,
+            env=_cli_environment(session),
+            on_out=filtered.line,
+            on_err=problems.append,
+            timeout_s=timeout_s,
+            poll_s=poll_s,
+            clock=clock,
+        )
+    except FileNotFoundError:
+        raise RemoteError(
+            "the AWS CLI (`aws`) is not on PATH: HyperPod nodes are reached with `aws ssm start-session`; "
+            "install the AWS CLI v2 and the session-manager-plugin"
+        ) from None
+    filtered.finish()
+    if code is None:
+        _terminate_session(session, target, filtered.session_id)
+        err.write(f"kiln: {target.label}: the command did not finish within {timeout_s:g} s; ended the session\n")
+        return EXIT_TIMED_OUT
+    if filtered.exit_code is not None:
+        return filtered.exit_code
+    said = next((_one_line(p) for p in reversed(problems) if p.strip()), _one_line(filtered.last_line))
+    said = said or f"exit code {code}"
+    if code != 0:
+        failure = f"aws ssm start-session to {target.label} failed: {said}"
+        if "TargetNotConnected" in said:
+            raise Unreachable(failure)
+        raise RemoteError(failure)
+    err.write(f"kiln: {target.label}: the session ended without reporting the command's exit code ({said})\n")
+    return EXIT_NO_STATUS
+
+
+class _SessionOutput:
+    """Session output, line by line: drops the plugin's banners and kiln's marker line, keeps the exit code."""
+
+    def __init__(self, marker: str, out: TextIO) -> None:
+        self._marker = re.compile(rf"^{re.escape(marker)}:(-?\d+)$")
+        self._out = out
+        # The wrapper prints a newline before the marker; a blank line just before it is held back and dropped.
+        self._held: str | None = None
+        self._started = False
+        self.exit_code: int | None = None
+        self.session_id: str | None = None
+        self.last_line = ""
+
+    def line(self, text: str) -> None:
+        text = text.replace("\r\n", "\n").replace("\r", "")
+        banner = _SESSION_BANNER.match(text)
+        if banner:
+            if banner.group(1) == "Starting":
+                self.session_id = banner.group(2)
+            return
+        if self.exit_code is not None:
+            return
+        found = self._marker.match(text.rstrip("\n"))
+        if found:
+            self.exit_code = int(found.group(1))
+            self._held = None
+            return
+        if not self._started and not text.strip():
+            return
+        self._started = True
+        self.last_line = text.strip() or self.last_line
+        if self._held is not None:
+            self._out.write(self._held)
+            self._held = None
+        if text == "\n":
+            self._held = text
+            return
+        self._out.write(text)
+        self._out.flush()
+
+    def finish(self) -> None:
+        if self._held is not None:
+            self._out.write(self._held)
+            self._held = None
+        self._out.flush()
+
+
+def _terminate_session(session: Any, target: Target, session_id: str | None) -> None:
+    # Killing the CLI closes the session's stream; TerminateSession makes the agent stop the command too.
+    if session_id is None:
+        return
+    with contextlib.suppress(ClientError, BotoCoreError):
+        session.client("ssm", region_name=target.region).terminate_session(SessionId=session_id)
+
+
+def _cli_environment(session: Any) -> dict[str, str]:
+    """Return the environment for the AWS CLI: this one, with the boto3 session's profile when it names one."""
+    env = dict(os.environ)
+    profile = getattr(session, "profile_name", None)
+    if profile and profile != "default" and "AWS_ACCESS_KEY_ID" not in env:
+        env["AWS_PROFILE"] = profile
+    return env
+
+
+# Kubernetes: run here with a kubeconfig for the cluster.
+
+
+def _run_with_kubeconfig(
+    session: Any,
+    target: Target,
+    command: str,
+    timeout_s: float,
+    out: TextIO,
+    err: TextIO,
+    poll_s: float,
+    clock: Callable[[], float],
+) -> int:
+    name = target.address
+    eks = session.client("eks", region_name=target.region)
+    with aws_call(f"eks:DescribeCluster {name}"):
+        cluster = eks.describe_cluster(name=name)["cluster"]
+    endpoint = cluster.get("endpoint")
+    authority = (cluster.get("certificateAuthority") or {}).get("data")
+    if not endpoint or not authority:
+        raise Unreachable(f"EKS cluster {name} has no API endpoint yet (status {cluster.get('status', 'unknown')})")
+    env = _cli_environment(session)
+    config = kubeconfig(name, target.region, endpoint, authority, env.get("AWS_PROFILE"))
+    descriptor, path = tempfile.mkstemp(prefix="kiln-kubeconfig-", suffix=".json")
+    try:
+        os.fchmod(descriptor, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            json.dump(config, handle, indent=2)
+        env["KUBECONFIG"] = path
+
+        def write(stream: TextIO) -> Callable[[str], None]:
+            def sink(text: str) -> None:
+                stream.write(text)
+                stream.flush()
+
+            return sink
+
+        code = _stream(
+            ["bash", "-c", command],
+            env=env,
+            on_out=write(out),
+            on_err=write(err),
+            timeout_s=timeout_s,
+            poll_s=poll_s,
+            clock=clock,
+        )
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    if code is None:
+        err.write(f"kiln: the command for {target.label} did not finish within {timeout_s:g} s; stopped it\n")
+        return EXIT_TIMED_OUT
+    return code
+
+
+def kubeconfig(name: str, region: str, endpoint: str, authority: str, profile: str | None = None) -> dict[str, Any]:
+    """Return a kubeconfig (as JSON data) for EKS cluster NAME whose user gets tokens from `aws eks get-token`."""
+    exec_user: dict[str, Any] = {
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "command": "aws",
+        "args": ["eks", "get-token", "--cluster-name", name, "--region", region, "--output", "json"],
+        "interactiveMode": "Never",
+    }
+    if profile:
+        exec_user["env"] = [{"name": "AWS_PROFILE", "value": profile}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": name, "cluster": {"server": endpoint, "certificate-authority-data": authority}}],
+        "users": [{"name": name, "user": {"exec": exec_user}}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+        "current-context": name,
+    }
+
+
+# Subprocesses and errors.
+
+
+def _stream(
+    argv: list[str],
+    *,
+    env: Mapping[str, str],
+    on_out: Callable[[str], Any],
+    on_err: Callable[[str], Any],
+    timeout_s: float,
+    poll_s: float,
+    clock: Callable[[], float],
+) -> int | None:
+    """Run ARGV, handing each line it prints to ON_OUT or ON_ERR; return its exit code, None when it ran out of time."""
+    process = subprocess.Popen(
+        argv,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        start_new_session=True,
+    )
+    lines: queue.Queue[tuple[Callable[[str], Any], str | None]] = queue.Queue()
+
+    def pump(stream: TextIO, sink: Callable[[str], Any]) -> None:
+        for text in stream:
+            lines.put((sink, text))
+        lines.put((sink, None))
+
+    for stream, sink in ((process.stdout, on_out), (process.stderr, on_err)):
+        threading.Thread(target=pump, args=(stream, sink), daemon=True).start()
+    started, open_streams = clock(), 2
+    try:
+        while open_streams:
+            if clock() - started >= timeout_s:
+                _stop(process)
+                return None
+            try:
+                sink, text = lines.get(timeout=poll_s)
+            except queue.Empty:
+                continue
+            if text is None:
+                open_streams -= 1
+            else:
+                sink(text)
+        return process.wait()
+    except BaseException:
+        _stop(process)
+        raise
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    """End PROCESS and everything it started (the AWS CLI starts session-manager-plugin)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=5)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", "Unknown"))
+
+
+def _message(error: ClientError) -> str:
+    return _one_line(str(error.response.get("Error", {}).get("Message", "")))
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."

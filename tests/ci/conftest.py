@@ -1,0 +1,131 @@
+"""Helpers for the `kiln ci` tests: fake credentials, moto, and environments made of tiny stacks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from kiln.ci.reaper_code.kiln_reaper.contract import TAG_CREATED_AT, TAG_ENVIRONMENT, TAG_PART, TAG_TTL_HOURS
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fake credentials and a region, so nothing can reach a real account."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL", "GITHUB_RUN_ID", "CI_PIPELINE_ID", "BUILDKITE_BUILD_ID"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def moto(aws_env: None) -> Iterator[boto3.Session]:
+    """An in-process moto account; yields a session in REGION."""
+    with mock_aws():
+        yield boto3.Session(region_name=REGION)
+
+
+class Recorder:
+    """A boto3 client that records the calls named in WATCHED, in order, and passes everything on."""
+
+    def __init__(self, client: Any, watched: Sequence[str], calls: list[tuple[str, dict]]) -> None:
+        self._client, self._watched, self.calls = client, set(watched), calls
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._client, name)
+        if name not in self._watched:
+            return attribute
+
+        def recorded(**kwargs: Any) -> Any:
+            self.calls.append((name, kwargs))
+            return attribute(**kwargs)
+
+        return recorded
+
+
+def tags(environment: str, part: str, *, created_at: str = "2026-11-23T10:00:00Z", ttl: str | None = "2") -> list[dict]:
+    values = {TAG_ENVIRONMENT: environment, TAG_PART: part, TAG_CREATED_AT: created_at}
+    if ttl is not None:
+        values[TAG_TTL_HOURS] = ttl
+    return [{"Key": k, "Value": v} for k, v in values.items()]
+
+
+def bucket_resource(name: str, environment: str | None, *, retain: bool = False, versioned: bool = True) -> dict:
+    properties: dict[str, Any] = {"BucketName": name}
+    if environment is not None:
+        properties["Tags"] = [{"Key": TAG_ENVIRONMENT, "Value": environment}]
+    if versioned:
+        properties["VersioningConfiguration"] = {"Status": "Enabled"}
+    return {"Type": "AWS::S3::Bucket", "DeletionPolicy": "Retain" if retain else "Delete", "Properties": properties}
+
+
+def make_stack(
+    session: boto3.Session,
+    name: str,
+    stack_tags: list[dict],
+    resources: dict | None = None,
+    outputs: dict[str, str] | None = None,
+) -> None:
+    """Create a small real stack in moto: a wait-condition handle, RESOURCES, and literal OUTPUTS."""
+    template: dict[str, Any] = {
+        "Resources": {"Marker": {"Type": "AWS::CloudFormation::WaitConditionHandle"}, **(resources or {})}
+    }
+    if outputs:
+        template["Outputs"] = {key: {"Value": value} for key, value in outputs.items()}
+    session.client("cloudformation").create_stack(StackName=name, TemplateBody=json.dumps(template), Tags=stack_tags)
+
+
+def make_environment(session: boto3.Session, environment: str, **tag_options: Any) -> dict[str, str]:
+    """Create ENVIRONMENT's four stacks as `kiln ci up` leaves them; return its bucket names by purpose."""
+    buckets = {purpose: f"{environment}-{purpose}-{ACCOUNT}" for purpose in ("data", "data-logs")}
+    make_stack(session, f"{environment}-reaper", tags(environment, "reaper", **tag_options))
+    make_stack(session, f"{environment}-network", tags(environment, "network", **tag_options))
+    make_stack(
+        session,
+        f"{environment}-storage",
+        tags(environment, "storage", **tag_options),
+        {
+            "Data": bucket_resource(buckets["data"], environment),
+            "Logs": bucket_resource(buckets["data-logs"], environment),
+        },
+    )
+    make_stack(
+        session,
+        f"{environment}-compute",
+        tags(environment, "compute", **tag_options),
+        outputs={"Backend": "pcs", "Orchestrator": "slurm", "ClusterName": environment},
+    )
+    return buckets
+
+
+def put_versions(session: boto3.Session, bucket: str, count: int = 3) -> None:
+    """Write COUNT versions of one key and a delete marker, as a versioned data bucket collects them."""
+    s3 = session.client("s3")
+    # moto's CloudFormation does not apply VersioningConfiguration; S3 itself does.
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    for i in range(count):
+        s3.put_object(Bucket=bucket, Key="checkpoints/step-1.pt", Body=f"v{i}".encode())
+    s3.delete_object(Bucket=bucket, Key="checkpoints/step-1.pt")
+
+
+def live_stacks(session: boto3.Session) -> set[str]:
+    cfn = session.client("cloudformation")
+    return {s["StackName"] for s in cfn.describe_stacks()["Stacks"] if s["StackStatus"] != "DELETE_COMPLETE"}
+
+
+def object_count(session: boto3.Session, bucket: str) -> int:
+    page = session.client("s3").list_object_versions(Bucket=bucket)
+    return len(page.get("Versions", [])) + len(page.get("DeleteMarkers", []))

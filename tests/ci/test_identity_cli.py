@@ -1,0 +1,134 @@
+"""`kiln ci identity`, run in-process: a linted cloud assembly and the deploy command, or one line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kiln.ci.identity_cli import props_from_args, register_identity
+from kiln.safe_output import MARKER
+from kiln.synth import lint_template
+
+STACK = "kiln-ci-identity-octo-org-kiln"
+
+
+def parser() -> argparse.ArgumentParser:
+    """`kiln ci` as the lead's kiln/ci/cli.py builds it, reduced to the identity action."""
+    top = argparse.ArgumentParser(prog="kiln ci")
+    register_identity(top.add_subparsers(dest="ci_command", required=True, metavar="ACTION"))
+    return top
+
+
+@dataclass(frozen=True)
+class Run:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def run(*argv: str) -> Run:
+    """Run `kiln ci ARGV...` in this process and capture what it prints."""
+    out, err = io.StringIO(), io.StringIO()
+    args = parser().parse_args(argv)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = int(args.func(args))
+    return Run(code, out.getvalue(), err.getvalue())
+
+
+def _identity_args(out: Path, *extra: str) -> list[str]:
+    return ["identity", "--repository", "octo-org/kiln", "--cluster", "ci-smoke", "--out", str(out), *extra]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Run]:
+    out = tmp_path_factory.mktemp("identity") / "assembly"
+    return out, run(*_identity_args(out, "--environment", "ci", "--cluster", "llm"))
+
+
+def test_writes_a_clean_assembly_and_prints_the_deploy_command(written: tuple[Path, Run]) -> None:
+    out, result = written
+    assert result.code == 0, result.stderr
+    assert result.stderr == ""
+    summary, deploy = result.stdout.splitlines()
+    assert summary.startswith(
+        f"kiln ci identity: wrote {out}: stack {STACK} trusting repo:octo-org/kiln:environment:ci;"
+    )
+    assert "cfn-lint 0 errors, 0 warnings; cdk-nag 0 open" in summary
+    assert deploy == f"npx cdk deploy --app {out} --require-approval never"
+    assert (out / f"{STACK}.template.json").is_file() and (out / MARKER).is_file()
+
+
+def test_the_template_passes_cfn_lint_and_trusts_only_what_was_listed(written: tuple[Path, Run]) -> None:
+    out, _ = written
+    template_path = out / f"{STACK}.template.json"
+    assert lint_template(template_path, "us-east-1") == ([], [])
+    template = json.loads(template_path.read_text())
+    (role,) = (r for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Role")
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    # Only the environment was listed: runs on main are not trusted.
+    assert statement["Condition"]["StringLike"] == {
+        "token.actions.githubusercontent.com:sub": ["repo:octo-org/kiln:environment:ci"]
+    }
+    assert template["Outputs"]["DeployRoleArn"]["Value"]["Fn::GetAtt"][1] == "Arn"
+
+
+def test_rewrites_its_own_assembly(written: tuple[Path, Run]) -> None:
+    out, _ = written
+    again = run(*_identity_args(out, "--branch", "main"))
+    assert again.code == 0, again.stderr
+    assert "trusting repo:octo-org/kiln:ref:refs/heads/main;" in again.stdout
+
+
+def test_refuses_a_non_empty_directory_kiln_did_not_make(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine\n")
+    result = run(*_identity_args(tmp_path))
+    assert result.code == 2 and result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1
+    assert result.stderr.startswith(f"kiln ci identity --out: refusing {tmp_path}: it is not empty")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--repository", "octo-org"], "kiln ci identity: repository: got 'octo-org'; allowed: OWNER/NAME"),
+        (["--repository", "o/r", "--cluster", "Bad_Name"], "kiln ci identity: cluster_names: got 'Bad_Name'"),
+        (["--repository", "o/r", "--branch", "refs/heads/x"], "kiln ci identity: branches: got 'refs/heads/x'"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, flags: list[str], message: str) -> None:
+    out = tmp_path / "assembly"
+    argv = ["identity", "--cluster", "ci", "--out", str(out), *flags]
+    result = run(*argv)
+    assert result.code == 2 and result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(message)
+    assert not out.exists()
+
+
+def test_main_is_trusted_only_when_no_run_is_listed() -> None:
+    def subjects(*flags: str) -> tuple[str, ...]:
+        args = parser().parse_args(["identity", "--repository", "o/r", "--cluster", "ci", "--out", "x", *flags])
+        return props_from_args(args).subjects
+
+    assert subjects() == ("repo:o/r:ref:refs/heads/main",)
+    assert subjects("--pull-requests") == ("repo:o/r:pull_request",)
+    assert subjects("--branch", "dev", "--environment", "ci") == (
+        "repo:o/r:ref:refs/heads/dev",
+        "repo:o/r:environment:ci",
+    )
+
+
+def test_kiln_ci_identity_is_wired_into_the_kiln_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kiln.cli import main
+
+    (tmp_path / "notes.txt").write_text("mine\n")
+    assert main(["ci", *_identity_args(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("kiln ci identity --out: refusing")
+    assert len(captured.err.splitlines()) == 1

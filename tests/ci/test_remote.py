@@ -1,0 +1,521 @@
+"""kiln.ci.remote against moto (CloudFormation outputs are stubbed: moto's CloudFormation needs extras) and Stubber."""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import ANY, Stubber
+
+from kiln.ci import remote
+from kiln.ci.remote import ClusterHandle, RemoteError, Target, Unreachable, find_head, run_command
+from tests.ci.conftest import ACCOUNT, REGION, make_stack, tags
+from tests.conftest import ROOT
+
+AMI = "ami-12345678"  # moto runs any image id; listing its catalog takes seconds
+COMMAND_ID = "11111111-2222-3333-4444-555555555555"
+
+
+@pytest.fixture(autouse=True)
+def no_aws_config(aws_env: None, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Fake credentials (conftest's aws_env) and no user AWS config files, so nothing can reach a real account."""
+    empty = tmp_path_factory.mktemp("aws-config")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
+
+
+class FakeSession:
+    """A boto3 session whose client for a service can be replaced (by a Stubber's), the rest real (moto)."""
+
+    profile_name = "default"
+
+    def __init__(self, base: boto3.Session | None = None, **clients: Any) -> None:
+        self.base = base or boto3.Session(region_name=REGION)
+        self.clients = clients
+
+    def client(self, service: str, region_name: str | None = None) -> Any:
+        return self.clients.get(service) or self.base.client(service, region_name=region_name)
+
+
+class Clock:
+    """A clock that moves only when something sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+class CommandWith:
+    """Matches Run Command parameters whose script contains TEXT (for Stubber's expected_params)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, dict) and any(self.text in line for line in other.get("commands", []))
+
+    def __repr__(self) -> str:
+        return f"CommandWith({self.text!r})"
+
+
+def handle(**outputs: str) -> ClusterHandle:
+    return ClusterHandle(environment="ci-42", region=REGION, outputs=outputs)
+
+
+def stubbed(service: str) -> tuple[Any, Stubber]:
+    client = boto3.client(service, region_name=REGION)
+    return client, Stubber(client)
+
+
+def launch(tags: dict[str, str], *, state: str = "running") -> str:
+    ec2 = boto3.client("ec2", region_name=REGION)
+    instance = ec2.run_instances(
+        ImageId=AMI,
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+    )["Instances"][0]["InstanceId"]
+    if state == "stopped":
+        ec2.stop_instances(InstanceIds=[instance])
+    return instance
+
+
+def expect_invocation(stub: Stubber, status: str, stdout: str = "", stderr: str = "", code: int = -1) -> None:
+    response = {
+        "CommandId": COMMAND_ID,
+        "InstanceId": "i-0123456789abcdef0",
+        "Status": status,
+        "StatusDetails": status,
+        "ResponseCode": code,
+        "StandardOutputContent": stdout,
+        "StandardErrorContent": stderr,
+    }
+    stub.add_response("get_command_invocation", response, {"CommandId": COMMAND_ID, "InstanceId": ANY})
+
+
+def expect_send(stub: Stubber, text: str = "") -> None:
+    expected = {
+        "InstanceIds": ["i-0123456789abcdef0"],
+        "DocumentName": "AWS-RunShellScript",
+        "Comment": ANY,
+        "Parameters": CommandWith(text) if text else ANY,
+    }
+    stub.add_response("send_command", {"Command": {"CommandId": COMMAND_ID}}, expected)
+
+
+EC2_TARGET = Target("ec2", "i-0123456789abcdef0", REGION, "PCS login node i-0123456789abcdef0")
+
+
+# The compute stack's outputs.
+
+
+def test_outputs_are_read_from_the_compute_stack(moto: boto3.Session) -> None:
+    outputs = {"Backend": "hyperpod", "Orchestrator": "slurm", "ClusterName": "ci-42", "HyperPodClusterArn": "x/abc"}
+    make_stack(moto, "ci-42-compute", tags("ci-42", "compute"), outputs=outputs)
+    cluster = ClusterHandle.from_stack(moto, "ci-42", REGION)
+    assert cluster.outputs == outputs
+    assert (cluster.backend, cluster.orchestrator, cluster.cluster_name) == ("hyperpod", "slurm", "ci-42")
+    assert cluster.hyperpod_cluster_id == "abc" and not cluster.uses_kubernetes
+
+
+def test_a_missing_stack_says_to_deploy_first(moto: boto3.Session) -> None:
+    with pytest.raises(RemoteError) as raised:
+        ClusterHandle.from_stack(moto, "ci-42", REGION)
+    assert str(raised.value) == (
+        f"stack ci-42-compute does not exist in {REGION}: deploy the environment with `kiln ci up` first "
+        "(or pass the region it was deployed in)"
+    )
+
+
+def test_a_stack_without_kiln_outputs_is_named(moto: boto3.Session) -> None:
+    make_stack(moto, "ci-42-compute", tags("ci-42", "compute"), outputs={"Something": "else"})
+    with pytest.raises(
+        RemoteError, match=r"^stack ci-42-compute has no output Backend: .*redeploy it with `kiln ci up`$"
+    ):
+        ClusterHandle.from_stack(moto, "ci-42", REGION)
+
+
+def test_a_missing_output_names_the_stack_and_the_output() -> None:
+    with pytest.raises(RemoteError, match=r"stack ci-42-compute has no output ClusterName: .* `kiln ci up`"):
+        _ = handle(Backend="parallelcluster").cluster_name
+
+
+# Finding the head node.
+
+
+def test_pcs_runs_on_a_running_login_node_of_the_login_group(moto: boto3.Session) -> None:
+    launch({remote.PCS_NODE_GROUP_TAG: "pcs_login"}, state="stopped")
+    launch({remote.PCS_NODE_GROUP_TAG: "pcs_gpu"})
+    login = launch({remote.PCS_NODE_GROUP_TAG: "pcs_login"})
+    cluster = handle(Backend="pcs", Orchestrator="slurm", PcsClusterId="pcs_c", PcsLoginNodeGroupId="pcs_login")
+    assert find_head(moto, cluster) == Target("ec2", login, REGION, f"PCS login node {login}")
+
+
+def test_pcs_without_login_nodes_says_the_spec_needs_them(moto: boto3.Session) -> None:
+    cluster = handle(Backend="pcs", Orchestrator="slurm", PcsClusterId="pcs_c")
+    with pytest.raises(RemoteError) as raised:
+        find_head(moto, cluster)
+    assert not isinstance(raised.value, Unreachable)
+    assert "compute.login_nodes.count to 1 or more" in str(raised.value) and "`kiln ci up`" in str(raised.value)
+
+
+def test_a_login_group_without_running_nodes_is_unreachable_for_now(moto: boto3.Session) -> None:
+    cluster = handle(Backend="pcs", Orchestrator="slurm", PcsClusterId="pcs_c", PcsLoginNodeGroupId="pcs_login")
+    with pytest.raises(Unreachable, match="no running PCS login node in node group pcs_login yet"):
+        find_head(moto, cluster)
+
+
+def test_parallelcluster_runs_on_its_head_node(moto: boto3.Session) -> None:
+    launch({remote.PARALLELCLUSTER_NAME_TAG: "ci-42", remote.PARALLELCLUSTER_NODE_TYPE_TAG: "Compute"})
+    launch({remote.PARALLELCLUSTER_NAME_TAG: "other", remote.PARALLELCLUSTER_NODE_TYPE_TAG: "HeadNode"})
+    head = launch({remote.PARALLELCLUSTER_NAME_TAG: "ci-42", remote.PARALLELCLUSTER_NODE_TYPE_TAG: "HeadNode"})
+    cluster = handle(Backend="parallelcluster", Orchestrator="slurm", ClusterName="ci-42")
+    assert find_head(moto, cluster).address == head
+
+
+def test_hyperpod_runs_on_the_controller_through_its_session_target(moto: boto3.Session) -> None:
+    sagemaker = boto3.client("sagemaker", region_name=REGION)
+
+    def group(name: str, count: int) -> dict[str, Any]:
+        return {
+            "InstanceGroupName": name,
+            "InstanceType": "ml.m5.xlarge",
+            "InstanceCount": count,
+            "LifeCycleConfig": {"SourceS3Uri": "s3://sagemaker-lifecycle/kiln", "OnCreate": "on_create.sh"},
+            "ExecutionRole": f"arn:aws:iam::{ACCOUNT}:role/hyperpod",
+            "ThreadsPerCore": 1,
+        }
+
+    arn = sagemaker.create_cluster(
+        ClusterName="ci-42",
+        InstanceGroups=[group("gpu", 2), group("controller", 1)],
+        VpcConfig={"SecurityGroupIds": ["sg-12345678"], "Subnets": ["subnet-12345678"]},
+    )["ClusterArn"]
+    cluster = handle(Backend="hyperpod", Orchestrator="slurm", ClusterName="ci-42", HyperPodClusterArn=arn)
+    head = find_head(moto, cluster)
+    cluster_id = arn.rsplit("/", 1)[-1]
+    assert head.kind == "hyperpod"
+    assert head.address == f"sagemaker-cluster:{cluster_id}_controller-controller-0"
+
+
+def test_kubernetes_clusters_run_here() -> None:
+    for outputs in (
+        {"Backend": "eks", "Orchestrator": "eks", "EksClusterName": "ci-42"},
+        {"Backend": "hyperpod", "Orchestrator": "eks", "EksClusterName": "ci-42", "HyperPodClusterArn": "x/abc"},
+    ):
+        assert find_head(FakeSession(), handle(**outputs)) == Target("kubernetes", "ci-42", REGION, "EKS cluster ci-42")
+
+
+def test_access_denied_is_one_line_naming_the_call() -> None:
+    client, stub = stubbed("ec2")
+    stub.add_client_error(
+        "describe_instances",
+        "UnauthorizedOperation",
+        "You are not authorized to perform this operation.\nEncoded authorization failure message: abc",
+        http_status_code=403,
+    )
+    cluster = handle(Backend="parallelcluster", Orchestrator="slurm", ClusterName="ci-42")
+    with stub, pytest.raises(RemoteError) as raised:
+        find_head(FakeSession(ec2=client), cluster)
+    message = str(raised.value)
+    assert message.startswith("ec2:DescribeInstances was denied (UnauthorizedOperation): allow it")
+    assert "\n" not in message
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__
+
+
+def test_the_kiln_names_match_the_stacks_that_create_them() -> None:
+    # remote.py and ready.py must not import the CDK, so they repeat these names; keep them equal.
+    def constant(path: Path, name: str) -> str:
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
+                return ast.literal_eval(node.value)
+        raise AssertionError(f"{name} not in {path}")
+
+    from kiln.ci import ready
+
+    assert constant(ROOT / "kiln/stacks/hyperpod.py", "CONTROLLER_GROUP") == remote.HYPERPOD_CONTROLLER_GROUP
+    assert constant(ROOT / "kiln/constructs/eks.py", "NODE_GROUP_LABEL") == ready.NODE_GROUP_LABEL
+    assert "/usr/local/bin/kiln-launch" in (ROOT / "kiln/bootstrap/scripts/steps/install_launcher.sh").read_text()
+
+
+def test_remote_and_ready_import_neither_the_cdk_nor_pydantic() -> None:
+    # `kiln ci run` must work without synthesizing anything: boto3, botocore and the standard library only.
+    from tests.test_layers import imports_of
+
+    heavy = ("aws_cdk", "constructs", "cdk_nag", "jsii", "pydantic", "yaml", "jinja2")
+    found = {
+        f"{name}: {module}"
+        for name in ("remote.py", "ready.py")
+        for module in imports_of(ROOT / "kiln" / "ci" / name)
+        if module.split(".")[0] in heavy or (module.startswith("kiln.") and module != "kiln.ci.remote")
+    }
+    assert found == set()
+
+
+# Run Command on an EC2 node.
+
+
+def test_output_arriving_over_three_polls_is_printed_once_in_order() -> None:
+    client, stub = stubbed("ssm")
+    expect_send(stub, "python train.py")
+    stub.add_client_error("get_command_invocation", "InvocationDoesNotExist")
+    expect_invocation(stub, "InProgress", "step 1\n")
+    expect_invocation(stub, "InProgress", "step 1\nstep 2\n", "warn A\n")
+    expect_invocation(stub, "Success", "step 1\nstep 2\nstep 3\n", "warn A\n", code=0)
+    out, err, clock = io.StringIO(), io.StringIO(), Clock()
+    with stub:
+        code = run_command(
+            FakeSession(ssm=client),
+            EC2_TARGET,
+            "python train.py",
+            timeout_s=600,
+            out=out,
+            err=err,
+            clock=clock,
+            sleep=clock.sleep,
+        )
+        stub.assert_no_pending_responses()
+    assert (code, out.getvalue(), err.getvalue()) == (0, "step 1\nstep 2\nstep 3\n", "warn A\n")
+    assert clock.slept == [2.0] * 4
+
+
+def test_a_failing_command_returns_its_exit_code() -> None:
+    client, stub = stubbed("ssm")
+    expect_send(stub)
+    expect_invocation(stub, "Failed", "", "no such file\n", code=3)
+    out, err, clock = io.StringIO(), io.StringIO(), Clock()
+    with stub:
+        code = run_command(
+            FakeSession(ssm=client), EC2_TARGET, "false", timeout_s=60, out=out, err=err, clock=clock, sleep=clock.sleep
+        )
+    assert (code, err.getvalue()) == (3, "no such file\n")
+
+
+@pytest.mark.parametrize(
+    ("status", "code"), [("TimedOut", remote.EXIT_TIMED_OUT), ("Cancelled", remote.EXIT_CANCELLED)]
+)
+def test_run_command_endings_map_to_documented_codes(status: str, code: int) -> None:
+    client, stub = stubbed("ssm")
+    expect_send(stub)
+    expect_invocation(stub, status)
+    err, clock = io.StringIO(), Clock()
+    with stub:
+        got = run_command(
+            FakeSession(ssm=client),
+            EC2_TARGET,
+            "sleep 1",
+            timeout_s=60,
+            out=io.StringIO(),
+            err=err,
+            clock=clock,
+            sleep=clock.sleep,
+        )
+    assert got == code and err.getvalue().startswith("kiln: PCS login node")
+
+
+def test_the_timeout_cancels_the_command_and_returns_124() -> None:
+    client, stub = stubbed("ssm")
+    expect_send(stub)
+    for _ in range(3):
+        expect_invocation(stub, "InProgress", "still going\n")
+    stub.add_response("cancel_command", {}, {"CommandId": COMMAND_ID, "InstanceIds": ["i-0123456789abcdef0"]})
+    out, err, clock = io.StringIO(), io.StringIO(), Clock()
+    with stub:
+        code = run_command(
+            FakeSession(ssm=client),
+            EC2_TARGET,
+            "sleep 1000",
+            timeout_s=5,
+            out=out,
+            err=err,
+            clock=clock,
+            sleep=clock.sleep,
+        )
+        stub.assert_no_pending_responses()
+    assert code == 124 and out.getvalue() == "still going\n"
+    assert (
+        err.getvalue()
+        == "kiln: PCS login node i-0123456789abcdef0: the command did not finish within 5 s; cancelled it\n"
+    )
+
+
+def test_output_cut_by_run_command_gets_a_notice() -> None:
+    client, stub = stubbed("ssm")
+    expect_send(stub)
+    expect_invocation(stub, "Success", "x" * remote.RUN_COMMAND_OUTPUT_LIMIT, code=0)
+    err, clock = io.StringIO(), Clock()
+    with stub:
+        run_command(
+            FakeSession(ssm=client),
+            EC2_TARGET,
+            "yes",
+            timeout_s=60,
+            out=io.StringIO(),
+            err=err,
+            clock=clock,
+            sleep=clock.sleep,
+        )
+    assert "keeps only the first 24,000 characters of output" in err.getvalue()
+
+
+def test_an_instance_unknown_to_systems_manager_is_unreachable() -> None:
+    client, stub = stubbed("ssm")
+    stub.add_client_error("send_command", "InvalidInstanceId", "Instances not in a valid state for account")
+    with stub, pytest.raises(Unreachable, match="not reachable through Systems Manager"):
+        run_command(FakeSession(ssm=client), EC2_TARGET, "true", timeout_s=60, sleep=Clock().sleep)
+
+
+def test_the_node_script_runs_the_command_in_bash_and_keeps_its_exit_code() -> None:
+    command = "set -u; printf '%s\\n' \"it's $((6 * 7))\"; exit 4"
+    done = subprocess.run(["sh", "-c", remote.node_script(command)], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.splitlines()[-1]) == (4, "it's 42")
+
+
+# HyperPod: Session Manager through the AWS CLI.
+
+FAKE_AWS = """\
+#!{python}
+# The AWS CLI's start-session as the SSM agent runs a NonInteractiveCommands session: split the command into
+# words without a shell, run it with stderr merged into stdout, print the plugin's banners, exit 0.
+import json, shlex, subprocess, sys
+args = sys.argv[1:]
+with open({record!r}, "w") as record:
+    json.dump(args, record)
+command = json.loads(args[args.index("--parameters") + 1])["command"][0]
+print("\\nStarting session with SessionId: kiln-test-0123\\n", flush=True)
+subprocess.run(shlex.split(command), stderr=subprocess.STDOUT)
+print("\\n\\nExiting session with sessionId: kiln-test-0123.\\n", flush=True)
+"""
+
+
+@pytest.fixture
+def fake_aws(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Put a fake `aws` first on PATH; return where it records its arguments."""
+    bin_dir, record = tmp_path / "bin", tmp_path / "aws-args.json"
+    bin_dir.mkdir()
+    script = bin_dir / "aws"
+    script.write_text(FAKE_AWS.format(python=sys.executable, record=str(record)))
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return record
+
+
+HYPERPOD_TARGET = Target("hyperpod", "sagemaker-cluster:abc123_controller-i-0abc", REGION, "HyperPod controller")
+
+
+def test_hyperpod_commands_keep_their_exit_code_and_lose_the_marker(fake_aws: Path) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    command = 'echo one; echo two >&2; echo; echo "it\'s three"; exit 3'
+    code = run_command(FakeSession(), HYPERPOD_TARGET, command, timeout_s=60, out=out, err=err, poll_s=0.1)
+    assert code == 3
+    assert out.getvalue() == "one\ntwo\n\nit's three\n"
+    assert err.getvalue() == ""
+    args = json.loads(fake_aws.read_text())
+    assert args[:7] == [
+        "ssm",
+        "start-session",
+        "--target",
+        "sagemaker-cluster:abc123_controller-i-0abc",
+        "--document-name",
+        "AWS-StartNonInteractiveCommand",
+        "--parameters",
+    ]
+    assert args[8:] == ["--region", REGION]
+
+
+def test_hyperpod_output_without_a_final_newline_is_kept(fake_aws: Path) -> None:
+    out = io.StringIO()
+    code = run_command(
+        FakeSession(), HYPERPOD_TARGET, "printf done", timeout_s=60, out=out, err=io.StringIO(), poll_s=0.1
+    )
+    assert (code, out.getvalue()) == (0, "done\n")
+
+
+def test_a_hyperpod_command_out_of_time_ends_its_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "aws"
+    script.write_text(
+        "#!/bin/sh\necho 'Starting session with SessionId: kiln-test-0123'\necho working\nexec sleep 30\n"
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    client, stub = stubbed("ssm")
+    stub.add_response("terminate_session", {"SessionId": "kiln-test-0123"}, {"SessionId": "kiln-test-0123"})
+    ticks = iter(range(1000))
+    out, err = io.StringIO(), io.StringIO()
+    with stub:
+        code = run_command(
+            FakeSession(ssm=client),
+            HYPERPOD_TARGET,
+            "sleep 1000",
+            timeout_s=5,
+            out=out,
+            err=err,
+            poll_s=0.05,
+            clock=lambda: float(next(ticks)),
+        )
+        stub.assert_no_pending_responses()
+    assert (code, out.getvalue()) == (124, "working\n")
+    assert err.getvalue() == "kiln: HyperPod controller: the command did not finish within 5 s; ended the session\n"
+
+
+def test_hyperpod_without_the_aws_cli_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RemoteError, match=r"the AWS CLI \(`aws`\) is not on PATH"):
+        run_command(FakeSession(), HYPERPOD_TARGET, "true", timeout_s=60, out=io.StringIO())
+
+
+def test_a_failed_session_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "aws"
+    script.write_text(
+        "#!/bin/sh\necho >&2\necho 'An error occurred (TargetNotConnected) when calling the StartSession operation: "
+        "sagemaker-cluster:abc is not connected.' >&2\nexit 254\n"
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    with pytest.raises(Unreachable) as raised:
+        run_command(FakeSession(), HYPERPOD_TARGET, "true", timeout_s=60, out=io.StringIO(), poll_s=0.1)
+    assert str(raised.value).startswith("aws ssm start-session to HyperPod controller failed: An error occurred")
+    assert "\n" not in str(raised.value)
+
+
+# Kubernetes: a kubeconfig for this machine.
+
+
+def test_eks_commands_run_here_with_a_private_kubeconfig_removed_after(moto: boto3.Session) -> None:
+    eks = boto3.client("eks", region_name=REGION)
+    eks.create_cluster(
+        name="ci-42", roleArn=f"arn:aws:iam::{ACCOUNT}:role/eks", resourcesVpcConfig={"subnetIds": ["subnet-1"]}
+    )
+    described = eks.describe_cluster(name="ci-42")["cluster"]
+    out, err = io.StringIO(), io.StringIO()
+    command = 'echo "$KUBECONFIG"; stat -c %a "$KUBECONFIG"; cat "$KUBECONFIG"; echo; echo oops >&2; exit 5'
+    target = Target("kubernetes", "ci-42", REGION, "EKS cluster ci-42")
+    code = run_command(moto, target, command, timeout_s=60, out=out, err=err, poll_s=0.1)
+    path, mode, config = out.getvalue().split("\n", 2)
+    assert (code, mode, err.getvalue()) == (5, "600", "oops\n")
+    assert not Path(path).exists()
+    config = json.loads(config)
+    assert config["current-context"] == "ci-42"
+    assert config["clusters"][0]["cluster"] == {
+        "server": described["endpoint"],
+        "certificate-authority-data": described["certificateAuthority"]["data"],
+    }
+    user = config["users"][0]["user"]["exec"]
+    assert user["command"] == "aws"
+    assert user["args"][:6] == ["eks", "get-token", "--cluster-name", "ci-42", "--region", REGION]
+    assert user["apiVersion"] == "client.authentication.k8s.io/v1beta1"

@@ -1,0 +1,320 @@
+"""GithubDeployIdentity: whom the role trusts, exactly what it may do and where, and its cdk-nag review."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk import aws_iam as iam
+from aws_cdk.assertions import Template
+
+from kiln.constructs import GithubDeployIdentityProps, nag_rules
+from kiln.stacks import new_app
+from kiln.stacks.ci_identity import CiIdentityStack, build_identity, identity_stack_name
+from kiln.synth import nag_report
+from tests.constructs.conftest import ENV, logical_id
+
+ACCOUNT = ENV.account
+CLUSTERS = ("ci-smoke", "llm")
+PROPS = GithubDeployIdentityProps(
+    repository="octo-org/kiln",
+    cluster_names=CLUSTERS,
+    branches=("main", "release/*"),
+    pull_requests=True,
+    environments=("ci",),
+)
+SUB = "token.actions.githubusercontent.com:sub"
+AUD = "token.actions.githubusercontent.com:aud"
+
+
+@dataclass(frozen=True)
+class Built:
+    stack: CiIdentityStack
+    template: Template
+    outdir: Path
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """PROPS' identity stack synthesized once, with cdk-nag, as `kiln ci identity` builds it (account pinned)."""
+    outdir = tmp_path_factory.mktemp("ci-identity")
+    app = new_app(str(outdir))
+    stack = build_identity(app, PROPS, env=ENV)
+    app.synth()
+    template = json.loads((outdir / f"{stack.stack_name}.template.json").read_text())
+    return Built(stack=stack, template=Template.from_json(template), outdir=outdir)
+
+
+def _resources(template: Template, kind: str) -> dict[str, dict]:
+    return template.find_resources(kind)
+
+
+def _policy_grants(template: Template) -> set[tuple[str, str, str | None]]:
+    """Every (action, resource, condition) the role's policies allow, one row per pair."""
+    rows = set()
+    for policy in _resources(template, "AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            assert statement["Effect"] == "Allow"
+            assert not {"NotAction", "NotResource", "NotPrincipal"} & statement.keys()
+            condition = json.dumps(statement["Condition"], sort_keys=True) if "Condition" in statement else None
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            rows |= {(action, resource, condition) for action in actions for resource in resources}
+    return rows
+
+
+def _tagged(*patterns: str) -> str:
+    value: str | list[str] = list(patterns) if len(patterns) > 1 else patterns[0]
+    return json.dumps({"StringLike": {"aws:ResourceTag/kiln:environment": value}}, sort_keys=True)
+
+
+def _expected_grants() -> set[tuple[str, str, str | None]]:
+    """The contract of `kiln ci`, written out by hand (ARNs as IAM sees them in account 111111111111)."""
+    a = ACCOUNT
+    rows: set[tuple[str, str, str | None]] = {
+        ("sts:AssumeRole", f"arn:aws:iam::{a}:role/cdk-hnb659fds-{kind}-{a}-*", None)
+        for kind in ("deploy-role", "file-publishing-role", "image-publishing-role", "lookup-role")
+    }
+    rows |= {
+        ("cloudformation:ListStacks", "*", None),
+        ("ec2:DescribeInstances", "*", None),
+        ("ssm:CancelCommand", "*", None),
+        ("ssm:GetCommandInvocation", "*", None),
+        ("ssm:ListCommandInvocations", "*", None),
+        ("ssm:SendCommand", "arn:aws:ssm:*::document/AWS-RunShellScript", None),
+        ("ssm:SendCommand", f"arn:aws:ec2:*:{a}:instance/*", _tagged("ci-smoke-*", "llm-*")),
+        ("ssm:StartSession", f"arn:aws:sagemaker:*:{a}:cluster/*", None),
+        ("ssm:StartSession", "arn:aws:ssm:*::document/AWS-StartNonInteractiveCommand", None),
+        ("ssm:TerminateSession", f"arn:aws:ssm:*:{a}:session/${{aws:userid}}-*", None),
+        ("sagemaker:DescribeCluster", f"arn:aws:sagemaker:*:{a}:cluster/*", None),
+        ("sagemaker:ListClusterNodes", f"arn:aws:sagemaker:*:{a}:cluster/*", None),
+        ("pcs:GetCluster", f"arn:aws:pcs:*:{a}:cluster/*", None),
+        ("pcs:ListComputeNodeGroups", f"arn:aws:pcs:*:{a}:cluster/*", None),
+    }
+    passed = json.dumps({"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}})
+    for c in CLUSTERS:
+        stacks = f"arn:aws:cloudformation:*:{a}:stack/{c}-*/*"
+        rows |= {
+            (action, stacks, None)
+            for action in (
+                "cloudformation:DescribeStacks",
+                "cloudformation:ListStackResources",
+                "cloudformation:GetTemplate",
+                "cloudformation:DescribeStackEvents",
+            )
+        }
+        rows.add(("cloudformation:DeleteStack", stacks, _tagged(f"{c}-*")))
+        for kind in ("data", "data-logs", "lifecycle", "lifecycle-logs"):
+            bucket = f"arn:aws:s3:::{c}-*-{kind}-{a}"
+            rows |= {
+                (action, bucket, None) for action in ("s3:ListBucket", "s3:ListBucketVersions", "s3:GetBucketTagging")
+            }
+            rows |= {(action, f"{bucket}/*", None) for action in ("s3:DeleteObject", "s3:DeleteObjectVersion")}
+        schedule = f"arn:aws:scheduler:*:{a}:schedule/default/{c}-*-reaper"
+        rows |= {("scheduler:GetSchedule", schedule, None), ("scheduler:UpdateSchedule", schedule, None)}
+        rows.add(("iam:PassRole", f"arn:aws:iam::{a}:role/{c}-*-reaper-invoke", passed))
+        rows |= {
+            ("eks:DescribeCluster", f"arn:aws:eks:*:{a}:cluster/{c}-*", None),
+            ("eks:ListNodegroups", f"arn:aws:eks:*:{a}:cluster/{c}-*", None),
+            ("eks:DescribeNodegroup", f"arn:aws:eks:*:{a}:nodegroup/{c}-*/*/*", None),
+        }
+    return rows
+
+
+def string_like(pattern: str, value: str) -> bool:
+    """IAM's StringLike: * is any run of characters, ? one character, everything else literal and case-sensitive."""
+    regex = "".join(".*" if ch == "*" else "." if ch == "?" else re.escape(ch) for ch in pattern)
+    return re.fullmatch(regex, value, flags=re.DOTALL) is not None
+
+
+def _trusted(template: Template, sub: str) -> bool:
+    (role,) = _resources(template, "AWS::IAM::Role").values()
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    return any(string_like(pattern, sub) for pattern in statement["Condition"]["StringLike"][SUB])
+
+
+def test_the_role_trusts_only_the_provider_with_github_audience_and_listed_subjects(built: Built) -> None:
+    identity = built.stack.identity
+    (role,) = _resources(built.template, "AWS::IAM::Role").values()
+    assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"] == [
+        {
+            "Action": "sts:AssumeRoleWithWebIdentity",
+            "Effect": "Allow",
+            "Principal": {"Federated": {"Ref": logical_id(identity.provider.node.default_child)}},
+            "Condition": {
+                "StringEquals": {AUD: "sts.amazonaws.com"},
+                "StringLike": {
+                    SUB: [
+                        "repo:octo-org/kiln:ref:refs/heads/main",
+                        "repo:octo-org/kiln:ref:refs/heads/release/*",
+                        "repo:octo-org/kiln:pull_request",
+                        "repo:octo-org/kiln:environment:ci",
+                    ]
+                },
+            },
+        }
+    ]
+    assert role["Properties"]["MaxSessionDuration"] == 3600
+    built.template.has_resource_properties(
+        "AWS::IAM::OIDCProvider",
+        {"Url": "https://token.actions.githubusercontent.com", "ClientIdList": ["sts.amazonaws.com"]},
+    )
+
+
+@pytest.mark.parametrize(
+    ("sub", "trusted"),
+    [
+        ("repo:octo-org/kiln:ref:refs/heads/main", True),
+        ("repo:octo-org/kiln:ref:refs/heads/release/2.1", True),
+        ("repo:octo-org/kiln:pull_request", True),
+        ("repo:octo-org/kiln:environment:ci", True),
+        ("repo:octo-org/kiln:ref:refs/heads/feature/x", False),
+        ("repo:octo-org/kiln:ref:refs/heads/mainline", False),
+        ("repo:octo-org/kiln:ref:refs/tags/v1.0", False),
+        ("repo:octo-org/kiln:environment:production", False),
+        ("repo:octo-org/kiln-fork:ref:refs/heads/main", False),
+        ("repo:octo-org/kil:ref:refs/heads/main", False),
+        ("repo:evil/kiln:ref:refs/heads/main", False),
+        ("repo:Octo-Org/Kiln:ref:refs/heads/main", False),
+        ("repo:evil/x:ref:refs/heads/main:repo:octo-org/kiln:pull_request", False),
+    ],
+)
+def test_an_unlisted_repository_branch_or_environment_cannot_match(built: Built, sub: str, trusted: bool) -> None:
+    assert _trusted(built.template, sub) is trusted
+
+
+def test_the_role_may_do_exactly_the_contract_each_on_its_narrowest_scope(built: Built) -> None:
+    assert _policy_grants(built.template) == _expected_grants()
+
+
+def test_deleting_a_stack_needs_its_environment_tag_of_the_same_cluster(built: Built) -> None:
+    deletes = {(r, c) for a, r, c in _policy_grants(built.template) if a == "cloudformation:DeleteStack"}
+    assert deletes == {
+        (f"arn:aws:cloudformation:*:{ACCOUNT}:stack/ci-smoke-*/*", _tagged("ci-smoke-*")),
+        (f"arn:aws:cloudformation:*:{ACCOUNT}:stack/llm-*/*", _tagged("llm-*")),
+    }
+
+
+def test_the_stack_is_tagged_and_outputs_the_role_arn(built: Built) -> None:
+    identity = built.stack.identity
+    assert built.stack.stack_name == "kiln-ci-identity-octo-org-kiln"
+    built.template.has_output(
+        "DeployRoleArn", {"Value": {"Fn::GetAtt": [logical_id(identity.role.node.default_child), "Arn"]}}
+    )
+    built.template.has_resource_properties(
+        "AWS::IAM::Role", {"Tags": [{"Key": "kiln:ci-identity", "Value": "octo-org/kiln"}]}
+    )
+
+
+def test_cdk_nag_has_no_open_finding_and_every_acknowledgement_is_a_reviewed_grant(built: Built) -> None:
+    report = nag_report(built.outdir)
+    assert report.violations == []
+    reasons = {grant.reason for grant in nag_rules.CI_IDENTITY_GRANTS}
+    assert report.acknowledged
+    for rule, reason in report.acknowledged:
+        assert rule.startswith("AwsSolutions::AwsSolutions-IAM5[")
+        # A finding shared by several reviewed pairs carries each of their reasons.
+        assert reason and all(part in reasons for part in _split_reasons(reason, reasons))
+
+
+def _split_reasons(text: str, reasons: set[str]) -> list[str]:
+    parts, rest = [], text
+    while rest:
+        found = next((r for r in reasons if rest.startswith(r)), None)
+        assert found is not None, f"acknowledged with an unreviewed reason: {rest!r}"
+        parts.append(found)
+        rest = rest[len(found) :].lstrip()
+    return parts
+
+
+def test_every_ci_grant_has_a_reason_and_exact_actions() -> None:
+    grants = nag_rules.CI_IDENTITY_GRANTS
+    assert all(g.reason.strip() and g.actions for g in grants)
+    assert not any("*" in action for g in grants for action in g.actions)
+
+
+def test_a_new_wildcard_on_the_role_fails_synthesis(tmp_path: Path) -> None:
+    app = new_app(str(tmp_path))
+    stack = build_identity(app, PROPS, env=ENV)
+    stack.identity.role.add_to_policy(iam.PolicyStatement(actions=["iam:*"], resources=["*"]))
+    with pytest.raises(RuntimeError, match="ValidationFailed"):
+        app.synth()
+    open_findings = {v.split(" at ")[0] for v in nag_report(tmp_path).violations}
+    assert open_findings == {"AwsSolutions-IAM5[Action::iam:*]", "AwsSolutions-IAM5[Resource::*]"}
+
+
+def test_an_existing_provider_is_trusted_and_none_is_created() -> None:
+    arn = f"arn:aws:iam::{ACCOUNT}:oidc-provider/token.actions.githubusercontent.com"
+    props = GithubDeployIdentityProps(
+        repository="octo-org/kiln",
+        cluster_names=("ci",),
+        existing_provider_arn=arn,
+        role_name="kiln-ci",
+        cdk_qualifier="abc",
+    )
+    stack = build_identity(new_app(), props, env=ENV, nag=False)
+    template = Template.from_stack(stack)
+    template.resource_count_is("AWS::IAM::OIDCProvider", 0)
+    (role,) = _resources(template, "AWS::IAM::Role").values()
+    (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Federated": arn}
+    assert statement["Condition"]["StringLike"] == {SUB: ["repo:octo-org/kiln:ref:refs/heads/main"]}
+    assert role["Properties"]["RoleName"] == "kiln-ci"
+    assumed = {r for a, r, _ in _policy_grants(template) if a == "sts:AssumeRole"}
+    assert f"arn:aws:iam::{ACCOUNT}:role/cdk-abc-deploy-role-{ACCOUNT}-*" in assumed
+
+
+def test_six_clusters_of_the_longest_name_keep_one_inline_policy() -> None:
+    names = tuple(f"cluster-{i}-abcdefgh" for i in range(6))
+    assert all(len(name) == 18 for name in names)
+    props = GithubDeployIdentityProps(repository="o/r", cluster_names=names, pull_requests=True)
+    stack = build_identity(new_app(), props, env=cdk.Environment(account=ACCOUNT, region="us-gov-west-1"), nag=False)
+    template = Template.from_stack(stack)
+    template.resource_count_is("AWS::IAM::ManagedPolicy", 0)
+    (policy,) = _resources(template, "AWS::IAM::Policy").values()
+    assert len(json.dumps(policy["Properties"]["PolicyDocument"], separators=(",", ":"))) < 10_240
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"repository": "octo-org"}, r"repository: got 'octo-org'; allowed: OWNER/NAME"),
+        ({"repository": "octo/*"}, r"repository: got 'octo/\*'"),
+        ({"repository": "-octo/kiln"}, r"repository: got '-octo/kiln'"),
+        ({"repository": "octo/.."}, r"repository: got 'octo/\.\.'"),
+        ({"cluster_names": ()}, r"cluster_names: got \[\]; allowed: 1 to 6"),
+        ({"cluster_names": "ci"}, r"cluster_names: got 'ci'; allowed: a list of strings"),
+        ({"cluster_names": ("Bad_Name",)}, r"cluster_names: got 'Bad_Name'; allowed: a lowercase letter"),
+        ({"cluster_names": ("a" * 19,)}, r"allowed: at most 18 characters"),
+        ({"cluster_names": tuple(f"c{i}" for i in range(7))}, r"allowed: 1 to 6 cluster names"),
+        ({"branches": ("refs/heads/main",)}, r"branches: got 'refs/heads/main'; allowed: a branch name"),
+        ({"branches": ("main:evil",)}, r"branches: got 'main:evil'"),
+        ({"branches": ("a..b",)}, r"branches: got 'a\.\.b'"),
+        ({"environments": ("prod*",)}, r"environments: got 'prod\*'"),
+        ({"branches": ()}, r"branches/pull_requests/environments: .*allowed: at least one"),
+        ({"existing_provider_arn": "arn:aws:iam::111111111111:oidc-provider/example.com"}, r"existing_provider_arn"),
+        ({"cdk_qualifier": "much-too-long"}, r"cdk_qualifier: got 'much-too-long'"),
+        ({"max_session_duration_hours": 13}, r"max_session_duration_hours: got 13; allowed: a whole number"),
+        ({"max_session_duration_hours": True}, r"max_session_duration_hours: got True"),
+        ({"role_name": "has space"}, r"role_name: got 'has space'"),
+    ],
+)
+def test_bad_props_are_refused_naming_what_was_received_and_allowed(changes: dict, message: str) -> None:
+    given = {"repository": "octo-org/kiln", "cluster_names": ("ci",), **changes}
+    with pytest.raises(ValueError, match=message):
+        GithubDeployIdentityProps(**given)
+
+
+def test_stack_names_follow_cloudformation_rules_and_never_collide() -> None:
+    assert identity_stack_name("octo-org/kiln") == "kiln-ci-identity-octo-org-kiln"
+    # GitHub names are case-insensitive: one repository, one stack.
+    assert identity_stack_name("Octo-Org/Kiln") == "kiln-ci-identity-octo-org-kiln"
+    dotted = identity_stack_name("octo/my.repo")
+    assert dotted.startswith("kiln-ci-identity-octo-my-repo-") and dotted != identity_stack_name("octo/my-repo")
+    longest = identity_stack_name("a" * 39 + "/" + "r" * 100)
+    for made in (dotted, longest):
+        assert re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,127}", made)
