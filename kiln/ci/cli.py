@@ -91,17 +91,22 @@ def _up(args: argparse.Namespace) -> int:
     from kiln.synth import synthesize
 
     progress = Progress("up")
+    given_ttl = parse_hours(args.ttl) if args.ttl else None
+    if given_ttl is not None and given_ttl > MAX_TTL_HOURS:
+        raise CiInputError(f"--ttl {args.ttl}: at most {MAX_TTL_HOURS} h")
+    ready_timeout_h = parse_hours(args.ready_timeout)
     spec, readiness = load_and_judge(args.spec)
     if not readiness.ready:
         for reason in readiness.reasons():
             print(f"{args.spec}: {reason}", file=sys.stderr)
         if not args.accept_unready:
-            print(f"kiln ci up: {args.spec}: nodes are not boot-ready; fix the above or pass {ACCEPT_UNREADY}")
+            print(
+                f"kiln ci up: {args.spec}: nodes are not boot-ready; fix the above or pass {ACCEPT_UNREADY}",
+                file=sys.stderr,
+            )
             return 1
     target = _Target(args)
-    ttl = parse_hours(args.ttl) if args.ttl else spec.ci.ttl_hours
-    if ttl is not None and ttl > MAX_TTL_HOURS:
-        raise CiInputError(f"--ttl {args.ttl}: at most {MAX_TTL_HOURS} h")
+    ttl = given_ttl if given_ttl is not None else spec.ci.ttl_hours
     cdk = cdk_command(os.environ, Path.cwd())
     cdk_env = dict(os.environ, AWS_REGION=target.region, AWS_DEFAULT_REGION=target.region)
     check_cdk_version(cdk, cdk_env)
@@ -130,7 +135,7 @@ def _up(args: argparse.Namespace) -> int:
     if write_github_output(github_output_lines(target.name, target.region, deployment.outputs), os.environ):
         progress("outputs written to $GITHUB_OUTPUT")
     if not args.no_wait:
-        _wait_ready(target, spec, parse_hours(args.ready_timeout), progress)
+        _wait_ready(target, spec, ready_timeout_h, progress)
     sys.stdout.write(text)
     return 0
 
@@ -155,7 +160,7 @@ def _run(args: argparse.Namespace) -> int:
     progress = Progress("run")
     cluster = ClusterHandle.from_stack(target.session, target.name, target.region)
     head = find_head(target.session, cluster)
-    progress(f"running on {head.description}: {shlex.join(command)}")
+    progress(f"running on {head.label}: {shlex.join(command)}")
     code = run_command(target.session, head, shlex.join(command), timeout_s=parse_hours(args.timeout) * 3600)
     progress(f"exit {code}")
     return code
