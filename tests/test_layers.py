@@ -22,7 +22,11 @@ FORBIDDEN = {
     "kiln.bootstrap": ("kiln.spec", "kiln.constructs", "kiln.stacks", "kiln.local", "pydantic") + THIRD_PARTY_CLOUD,
     "kiln.constructs": ("kiln.spec", "kiln.stacks", "kiln.local", "pydantic"),
     "kiln.local": ("kiln.constructs",) + THIRD_PARTY_CLOUD,
+    # The reaper's Lambda code: what the Lambda runtime has (stdlib, boto3), nothing of kiln's beyond itself.
+    "kiln.ci.reaper_code": ("kiln", "aws_cdk", "constructs", "cdk_nag", "jsii", "pydantic", "yaml", "jinja2"),
 }
+# Of kiln.ci, the constructs and stacks use only the reaper's code (its names, tags and at() expressions).
+CI_FOR_BUILDERS = ("kiln.ci.reaper_code",)
 # Dev-side tools inside a node-side package, with what they alone may import: nodes never import them.
 EXEMPT = {"kiln/catalog/refresh.py": ("boto3", "botocore")}
 # The compute constructs take a NodeBootstrap; only BootstrapAssets renders.
@@ -46,7 +50,7 @@ def _under(name: str, prefixes: tuple[str, ...]) -> bool:
 
 
 def _modules(package: str) -> list[Path]:
-    return sorted((KILN / package.split(".", 1)[1]).rglob("*.py"))
+    return sorted((KILN / package.split(".", 1)[1].replace(".", "/")).rglob("*.py"))
 
 
 @pytest.mark.parametrize("package", FORBIDDEN)
@@ -56,6 +60,17 @@ def test_package_imports_only_what_its_layer_may(package: str) -> None:
         for path in _modules(package)
         for name in imports_of(path)
         if _under(name, FORBIDDEN[package]) and not _under(name, EXEMPT.get(str(path.relative_to(ROOT)), ()))
+    }
+    assert offenders == set()
+
+
+@pytest.mark.parametrize("package", ["kiln.constructs", "kiln.stacks"])
+def test_builders_use_of_kiln_ci_is_the_reaper_code_only(package: str) -> None:
+    offenders = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in _modules(package)
+        for name in imports_of(path)
+        if _under(name, ("kiln.ci",)) and not _under(name, CI_FOR_BUILDERS)
     }
     assert offenders == set()
 
