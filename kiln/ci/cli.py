@@ -81,6 +81,22 @@ def _caller_role_arn(session: Any, progress: Progress) -> str | None:
     return None
 
 
+def _first_deployed(target: _Target, progress: Progress) -> datetime | None:
+    """Return when an existing environment of this name was created, so a second `up` keeps its deadline."""
+    from kiln.ci.reaper_code.kiln_reaper.teardown import environment_stacks
+
+    stacks = environment_stacks(target.session.client("cloudformation"), target.name)
+    if not stacks:
+        return None
+    created = min(stack["CreationTime"] for stack in stacks).astimezone(timezone.utc).replace(microsecond=0)
+    progress(f"{target.name} exists since {created:%Y-%m-%d %H:%M} UTC: updating it; its TTL counts from then")
+    return created
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
 def _up(args: argparse.Namespace) -> int:
     from kiln.bootstrap.readiness import ACCEPT_UNREADY
     from kiln.catalog.limits import MAX_TTL_HOURS
@@ -112,7 +128,8 @@ def _up(args: argparse.Namespace) -> int:
     check_cdk_version(cdk, cdk_env)
     kubernetes = spec.compute.backend == "eks" or spec.effective_orchestrator == "eks"
     admin = _caller_role_arn(target.session, progress) if kubernetes else None
-    ci = ci_environment(spec, name=target.name, ttl_hours=ttl, admin_role_arn=admin)
+    created_at = _first_deployed(target, progress)
+    ci = ci_environment(spec, name=target.name, created_at=created_at, ttl_hours=ttl, admin_role_arn=admin)
     if spec.storage.bucket.name:
         progress(
             f"storage.bucket.name {spec.storage.bucket.name} is global: this environment uses {target.name}-data-*"
@@ -193,7 +210,7 @@ def _sweep(args: argparse.Namespace) -> int:
     if not session.region_name:
         raise CiInputError("no region: pass --region or set AWS_REGION")
     progress = Progress("sweep")
-    now = datetime.now(timezone.utc)
+    now = _now()
     found = find_environments(
         session.client("cloudformation"),
         session.client("scheduler"),
@@ -229,7 +246,7 @@ def _extend(args: argparse.Namespace) -> int:
     if hours > MAX_TTL_HOURS:
         raise CiInputError(f"--ttl {args.ttl}: at most {MAX_TTL_HOURS} h")
     target = _Target(args)
-    when = (datetime.now(timezone.utc) + timedelta(hours=hours)).replace(microsecond=0)
+    when = (_now() + timedelta(hours=hours)).replace(microsecond=0)
     try:
         reschedule(target.session.client("scheduler"), schedule_name(target.name), when)
     except ClientError as exc:

@@ -10,10 +10,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from kiln.ci.reaper_code.kiln_reaper.contract import (
-    CREATED_AT_FORMAT,
     DELETE_ORDER,
     SCHEDULE_GROUP,
-    TAG_CREATED_AT,
     TAG_ENVIRONMENT,
     TAG_PART,
     TAG_TTL_HOURS,
@@ -61,16 +59,6 @@ class FoundEnvironment:
         return self.due_at is not None and self.due_at <= now
 
 
-def parse_created_at(text: str | None) -> datetime | None:
-    """Return the UTC time of a kiln:created-at tag value, or None when absent or malformed."""
-    if not text:
-        return None
-    try:
-        return datetime.strptime(text, CREATED_AT_FORMAT).replace(tzinfo=timezone.utc)
-    except ValueError:
-        return None
-
-
 def environments_by_tag(cfn: Any) -> dict[str, list[dict]]:
     """Return every live stack that carries kiln:environment, grouped by that environment.
 
@@ -112,18 +100,19 @@ def scheduled_deletion(scheduler: Any, environment: str) -> datetime | None:
 def judge(
     environment: str, stacks: Iterable[dict], *, scheduled: datetime | None, older_than: timedelta
 ) -> FoundEnvironment:
-    """Return when ENVIRONMENT is due: its reaper's schedule, else created-at + TTL, else created-at + OLDER_THAN."""
+    """Return when ENVIRONMENT is due: its reaper's schedule, else creation + TTL tag, else creation + OLDER_THAN.
+
+    Creation is the earliest CreationTime of its stacks.
+    """
     stacks = list(stacks)
-    tags: dict[str, str] = {}
-    for stack in stacks:
-        tags |= {k: v for k, v in tags_of(stack).items() if k in (TAG_CREATED_AT, TAG_TTL_HOURS)}
-    created = parse_created_at(tags.get(TAG_CREATED_AT))
     names = tuple(sorted(s["StackName"] for s in stacks))
+    created = min((s["CreationTime"] for s in stacks if s.get("CreationTime")), default=None)
     if scheduled is not None:
         return FoundEnvironment(environment, names, created, scheduled, "its reaper's schedule")
     if created is None:
-        return FoundEnvironment(environment, names, None, None, f"no {TAG_CREATED_AT} tag; left alone")
-    ttl = tags.get(TAG_TTL_HOURS)
+        return FoundEnvironment(environment, names, None, None, "no creation time; left alone")
+    created = created.astimezone(timezone.utc)
+    ttl = next((tags_of(s)[TAG_TTL_HOURS] for s in stacks if TAG_TTL_HOURS in tags_of(s)), None)
     try:
         hours = float(ttl) if ttl is not None else None
     except ValueError:

@@ -208,11 +208,6 @@ REAPER_GRANTS = (
         "The reaper empties its environment's non-retained buckets (named exactly) so their stacks can delete them; "
         "emptying a bucket means deleting every object in it.",
     ),
-    WildcardGrant(
-        ("logs:CreateLogStream", "logs:PutLogEvents"),
-        r"{log_group}:\*",
-        "The reaper writes to its own log group only; Lambda names each log stream at run time.",
-    ),
 )
 
 

@@ -119,7 +119,7 @@ class EnvironmentReaper(Construct):
         self._grant(props, stack)
         skip_checkov(self.function.node.default_child, *nag_rules.REAPER_CHECKOV_SKIPS)
         skip_checkov(self.log_group.node.default_child, *nag_rules.REAPER_LOG_CHECKOV_SKIPS)
-        acknowledge_wildcards(self, nag_rules.REAPER_GRANTS, environment=env, log_group=self.log_group.log_group_arn)
+        acknowledge_wildcards(self, nag_rules.REAPER_GRANTS, environment=env)
 
     def _grant(self, props: EnvironmentReaperProps, stack: cdk.Stack) -> None:
         env = props.environment

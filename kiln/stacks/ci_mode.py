@@ -8,9 +8,7 @@ from datetime import datetime, timedelta, timezone
 import aws_cdk as cdk
 
 from kiln.ci.reaper_code.kiln_reaper.contract import (
-    CREATED_AT_FORMAT,
     TAG_CLUSTER,
-    TAG_CREATED_AT,
     TAG_ENVIRONMENT,
     TAG_PART,
     TAG_TTL_HOURS,
@@ -27,7 +25,10 @@ class CiEnvironment:
     """One short-lived environment of a cluster spec.
 
     name: the environment's name (the stacks' and the backend cluster's); cluster: the spec's own name.
-    created_at: when it was deployed (UTC); ttl_hours: delete it this long after, by its reaper; None: no reaper.
+    created_at: when it was first deployed (`kiln ci up` keeps the time of an existing environment; a spec's own
+        TTL deployed by `cdk deploy` counts from that deploy); ttl_hours: delete it this long after, by its
+        reaper; None: no reaper. Not a tag: a tag that changed at every synthesis would update every resource
+        (and replace those whose tags are fixed at creation).
     retain_data: keep the bucket and a persistent file system on deletion (only when the spec says so).
     admin_role_arn: an IAM role given cluster-admin on EKS (the CI role, so `kiln ci run` reaches the cluster).
     """
@@ -51,7 +52,6 @@ class CiEnvironment:
         tags = {
             TAG_CLUSTER: self.cluster,
             TAG_ENVIRONMENT: self.name,
-            TAG_CREATED_AT: self.created_at.astimezone(timezone.utc).strftime(CREATED_AT_FORMAT),
             TAG_PART: part,
         }
         if self.ttl_hours is not None:

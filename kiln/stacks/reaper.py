@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timezone
 from typing import Any
 
 import aws_cdk as cdk
@@ -17,8 +18,12 @@ class ReaperStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, ci: CiEnvironment, **kwargs: Any) -> None:
         if ci.delete_at is None:
             raise ValueError(f"ci.ttl_hours: environment {ci.name!r} has none; a reaper needs a TTL")
+        delete_at = ci.delete_at.astimezone(timezone.utc)
         super().__init__(
-            scope, construct_id, description=f"kiln {ci.name}: TTL reaper (deletes at {ci.delete_at})", **kwargs
+            scope,
+            construct_id,
+            description=f"kiln {ci.name}: TTL reaper (deletes at {delete_at:%Y-%m-%d %H:%M} UTC)",
+            **kwargs,
         )
         self.reaper = EnvironmentReaper(
             self,
@@ -26,8 +31,13 @@ class ReaperStack(cdk.Stack):
             EnvironmentReaperProps(
                 environment=ci.name,
                 delete_at=ci.delete_at,
-                bucket_names=[ci.bucket_name(purpose) for purpose in BUCKET_PURPOSES],
+                # Retained data buckets outlive the environment: the reaper may not empty them.
+                bucket_names=[
+                    ci.bucket_name(purpose)
+                    for purpose in BUCKET_PURPOSES
+                    if not (ci.retain_data and purpose.startswith("data"))
+                ],
             ),
         )
-        cdk.CfnOutput(self, "DeleteAt", value=ci.delete_at.isoformat())
+        cdk.CfnOutput(self, "DeleteAt", value=delete_at.isoformat())
         cdk.CfnOutput(self, "ScheduleName", value=self.reaper.schedule_name)

@@ -10,7 +10,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from kiln.ci.reaper_code.kiln_reaper.contract import TAG_CREATED_AT, TAG_ENVIRONMENT, TAG_PART, TAG_TTL_HOURS
+from kiln.ci.reaper_code.kiln_reaper.contract import TAG_ENVIRONMENT, TAG_PART, TAG_TTL_HOURS
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"
@@ -56,8 +56,8 @@ class Recorder:
         return recorded
 
 
-def tags(environment: str, part: str, *, created_at: str = "2026-11-23T10:00:00Z", ttl: str | None = "2") -> list[dict]:
-    values = {TAG_ENVIRONMENT: environment, TAG_PART: part, TAG_CREATED_AT: created_at}
+def tags(environment: str, part: str, *, ttl: str | None = "2") -> list[dict]:
+    values = {TAG_ENVIRONMENT: environment, TAG_PART: part}
     if ttl is not None:
         values[TAG_TTL_HOURS] = ttl
     return [{"Key": k, "Value": v} for k, v in values.items()]

@@ -42,11 +42,22 @@ def _deploy(stack: str, assembly: Path, outputs_file: Path) -> int:
     outputs = {key: _value(spec["Value"], key) for key, spec in template.get("Outputs", {}).items()}
     body = {"Resources": resources, "Outputs": {key: {"Value": value} for key, value in outputs.items()}}
     cfn = boto3.client("cloudformation")
-    cfn.create_stack(
-        StackName=stack, TemplateBody=json.dumps(body), Tags=[{"Key": k, "Value": v} for k, v in tags.items()]
-    )
+    arguments = {
+        "StackName": stack,
+        "TemplateBody": json.dumps(body),
+        "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+    }
+    existing = [
+        s
+        for s in cfn.list_stacks()["StackSummaries"]
+        if s["StackName"] == stack and s["StackStatus"] != "DELETE_COMPLETE"
+    ]
+    (cfn.update_stack if existing else cfn.create_stack)(**arguments)
+    scheduler = boto3.client("scheduler")
     for schedule in schedules:
-        boto3.client("scheduler").create_schedule(
+        # An update sets the schedule to the new template's at(), as CloudFormation would.
+        made = {s["Name"] for s in scheduler.list_schedules(GroupName=schedule["GroupName"])["Schedules"]}
+        (scheduler.update_schedule if schedule["Name"] in made else scheduler.create_schedule)(
             Name=schedule["Name"],
             GroupName=schedule["GroupName"],
             ScheduleExpression=schedule["ScheduleExpression"],

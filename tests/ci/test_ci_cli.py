@@ -123,6 +123,12 @@ def test_a_pipeline_brings_an_environment_up_extends_it_and_takes_it_down_twice(
     assert planned is not None and abs(planned - (datetime.now(timezone.utc) + timedelta(hours=2))) < timedelta(
         minutes=5
     )
+    # A second up (a re-run of the job) updates the environment and keeps its deadline.
+    assert main(["ci", "up", "--spec", "cluster.yaml", "--accept-unready", "--no-wait"]) == 0
+    assert f"{ENV} exists since " in capsys.readouterr().err
+    again = parse_at_expression(scheduler.get_schedule(Name=f"{ENV}-reaper")["ScheduleExpression"])
+    # (its creation time is the reaper stack's, seconds after the first synthesis chose the deadline)
+    assert again is not None and abs(again - planned) < timedelta(minutes=1)
     assert main(["ci", "extend", "--spec", "cluster.yaml", "--ttl", "6h"]) == 0
     moved = parse_at_expression(scheduler.get_schedule(Name=f"{ENV}-reaper")["ScheduleExpression"])
     assert moved is not None and moved - planned > timedelta(hours=3, minutes=50)
@@ -228,26 +234,28 @@ ANY_SEND = {"DocumentName": "AWS-RunShellScript", "Comment": ANY, "Parameters": 
 def test_sweep_deletes_only_environments_past_their_time(
     moto: boto3.Session, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    now = datetime.now(timezone.utc)
-    stamp = lambda hours_ago: (now - timedelta(hours=hours_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
-    make_environment(moto, "ci-a-1", created_at=stamp(3), ttl="2")  # TTL passed
-    make_environment(moto, "ci-b-2", created_at=stamp(1), ttl="2")  # TTL not yet
-    make_environment(moto, "ci-c-3", created_at=stamp(7), ttl=None)  # no TTL, older than 6 h
-    make_environment(moto, "ci-d-4", created_at=stamp(3), ttl="2")  # TTL passed, but extended:
+    # Every stack is created now (moto's clock); the sweep runs three hours later.
+    later = datetime.now(timezone.utc) + timedelta(hours=3)
+    monkeypatch.setattr("kiln.ci.cli._now", lambda: later)
+    make_environment(moto, "ci-a-1", ttl="2")  # TTL passed
+    make_environment(moto, "ci-b-2", ttl="5")  # TTL not yet
+    make_environment(moto, "ci-c-3", ttl=None)  # no TTL, older than --older-than
+    make_environment(moto, "ci-d-4", ttl="2")  # TTL passed, but extended:
     moto.client("scheduler").create_schedule(
         Name="ci-d-4-reaper",
-        ScheduleExpression=f"at({(now + timedelta(hours=4)):%Y-%m-%dT%H:%M:%S})",
+        ScheduleExpression=f"at({(later + timedelta(hours=1)):%Y-%m-%dT%H:%M:%S})",
         FlexibleTimeWindow={"Mode": "OFF"},
         Target={"Arn": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:f", "RoleArn": f"arn:aws:iam::{ACCOUNT}:role/r"},
     )
     make_stack(moto, "production-network", [{"Key": "kiln:cluster", "Value": "production"}])
     before = live_stacks(moto)
-    assert main(["ci", "sweep", "--region", REGION, "--dry-run"]) == 0
+    assert main(["ci", "sweep", "--region", REGION, "--older-than", "2h", "--dry-run"]) == 0
     err = capsys.readouterr().err
     assert live_stacks(moto) == before
-    assert "ci-a-1: would delete" in err and "ci-c-3: would delete" in err and "no TTL; --older-than" in err
+    assert "ci-a-1: would delete" in err and "TTL 2 h" in err
+    assert "ci-c-3: would delete" in err and "no TTL; --older-than" in err
     assert "ci-b-2: kept" in err and "ci-d-4: kept" in err and "its reaper's schedule" in err
     assert "production" not in err
-    assert main(["ci", "sweep", "--region", REGION]) == 0
+    assert main(["ci", "sweep", "--region", REGION, "--older-than", "2h"]) == 0
     left = live_stacks(moto)
     assert {s.rsplit("-", 1)[0] for s in left} == {"ci-b-2", "ci-d-4", "production"}

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 TAG_CLUSTER = "kiln:cluster"
 TAG_ENVIRONMENT = "kiln:environment"
-TAG_CREATED_AT = "kiln:created-at"
 TAG_TTL_HOURS = "kiln:ttl-hours"
 TAG_PART = "kiln:part"
-# kiln:created-at values: UTC, whole seconds.
-CREATED_AT_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 # Dependents first: compute uses storage and network, storage uses network; the reaper goes last.
 DELETE_ORDER = ("compute", "storage", "network", "reaper")
