@@ -7,6 +7,9 @@ import re
 from collections.abc import Mapping
 
 from kiln.catalog.names import CLUSTER_NAME, CLUSTER_NAME_RULE
+from kiln.ci.reaper_code.kiln_reaper.contract import MAX_ENVIRONMENT_NAME, MAX_RUN_SLUG
+
+__all__ = ["MAX_ENVIRONMENT_NAME", "MAX_RUN_SLUG", "CiInputError", "environment_name", "parse_hours", "resolve_run_id"]
 
 # Where each CI system puts an id unique to one pipeline run, in the order kiln looks.
 RUN_ID_VARIABLES = (
@@ -14,9 +17,6 @@ RUN_ID_VARIABLES = (
     ("CI_PIPELINE_ID", "GitLab CI"),
     ("BUILDKITE_BUILD_ID", "Buildkite"),
 )
-# The run id's part of the name; a longer id is replaced by a short digest of it.
-MAX_RUN_SLUG = 12
-MAX_ENVIRONMENT_NAME = 31
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([mhd])")
 _UNIT_HOURS = {"m": 1 / 60, "h": 1.0, "d": 24.0}
 

@@ -47,6 +47,8 @@ from typing import Any, Literal, TextIO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from kiln.ci.reaper_code.kiln_reaper.contract import stack_name
+
 BACKENDS = ("pcs", "parallelcluster", "hyperpod", "eks")
 # Kept equal to kiln.stacks.hyperpod.CONTROLLER_GROUP by the tests (importing it here would import the CDK).
 HYPERPOD_CONTROLLER_GROUP = "controller"
@@ -102,7 +104,7 @@ class ClusterHandle:
     @classmethod
     def from_stack(cls, session: Any, environment: str, region: str) -> ClusterHandle:
         """Read the outputs of ENVIRONMENT's compute stack in REGION with cloudformation:DescribeStacks."""
-        name = compute_stack_name(environment)
+        name = stack_name(environment, "compute")
         cloudformation = session.client("cloudformation", region_name=region)
         try:
             stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
@@ -127,7 +129,7 @@ class ClusterHandle:
     @property
     def stack_name(self) -> str:
         """Return the compute stack's name."""
-        return compute_stack_name(self.environment)
+        return stack_name(self.environment, "compute")
 
     def output(self, key: str) -> str:
         """Return the output KEY of the compute stack; one line naming it when the stack lacks it."""
@@ -200,11 +202,6 @@ class Target:
     region: str
     # What messages call it, e.g. "PCS login node i-0abc".
     label: str
-
-
-def compute_stack_name(environment: str) -> str:
-    """Return the name of ENVIRONMENT's compute stack."""
-    return f"{environment}-compute"
 
 
 def explain(what: str, error: ClientError) -> str:

@@ -11,6 +11,14 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from kiln.catalog.names import CLUSTER_NAME, CLUSTER_NAME_RULE
+from kiln.ci.reaper_code.kiln_reaper.contract import (
+    BUCKET_PURPOSES,
+    MAX_WHOLE_CLUSTER_NAME,
+    SCHEDULE_GROUP,
+    TAG_ENVIRONMENT,
+    invoke_role_name,
+    schedule_name,
+)
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge_wildcards, require, unresolved
 
@@ -35,14 +43,14 @@ SCHEDULE_ACTIONS = ("scheduler:GetSchedule", "scheduler:UpdateSchedule")
 PCS_READS = ("pcs:GetCluster", "pcs:ListComputeNodeGroups")
 HYPERPOD_READS = ("sagemaker:DescribeCluster", "sagemaker:ListClusterNodes")
 EKS_CLUSTER_READS = ("eks:DescribeCluster", "eks:ListNodegroups")
-ENVIRONMENT_TAG = "kiln:environment"
+ENVIRONMENT_TAG = TAG_ENVIRONMENT
 RUN_SHELL_DOCUMENT = "AWS-RunShellScript"
 SESSION_DOCUMENT = "AWS-StartNonInteractiveCommand"
 # The kiln-owned buckets of an environment: <env>-<kind>-<account>.
-ENVIRONMENT_BUCKETS = ("data", "data-logs", "lifecycle", "lifecycle-logs")
+ENVIRONMENT_BUCKETS = BUCKET_PURPOSES
 # An environment is named <cluster>-<run slug> in at most 31 characters, with a run slug of up to 12: a longer
 # cluster name would be cut short in the environment's name, and the role's <cluster>-* scopes would miss it.
-MAX_CI_CLUSTER_NAME = 18
+MAX_CI_CLUSTER_NAME = MAX_WHOLE_CLUSTER_NAME
 # Each cluster name adds about 1,100 characters to the role's policy; IAM holds 10,240 inline per role, beyond
 # which CDK would split the policy into managed policies that kiln's wildcard review does not see.
 MAX_CI_CLUSTERS = 6
@@ -278,12 +286,14 @@ class GithubDeployIdentity(Construct):
             ),
             iam.PolicyStatement(
                 actions=list(SCHEDULE_ACTIONS),
-                resources=each(lambda env: f"{arn}:scheduler:*:{account}:schedule/default/{env}-reaper"),
+                resources=each(
+                    lambda env: f"{arn}:scheduler:*:{account}:schedule/{SCHEDULE_GROUP}/{schedule_name(env)}"
+                ),
             ),
             # UpdateSchedule hands the schedule its own invoke role again, to EventBridge Scheduler only.
             iam.PolicyStatement(
                 actions=["iam:PassRole"],
-                resources=each(lambda env: f"{arn}:iam::{account}:role/{env}-reaper-invoke"),
+                resources=each(lambda env: f"{arn}:iam::{account}:role/{invoke_role_name(env)}"),
                 conditions={"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
             ),
             # Run Command: AWS's shell document, on instances of the role's environments only (their tag).

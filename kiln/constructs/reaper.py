@@ -16,7 +16,12 @@ from aws_cdk import aws_scheduler as scheduler
 from constructs import Construct
 
 from kiln.catalog.names import CLUSTER_NAME, CLUSTER_NAME_RULE
-from kiln.ci.reaper_code.kiln_reaper.contract import SCHEDULE_GROUP, schedule_name
+from kiln.ci.reaper_code.kiln_reaper.contract import (
+    SCHEDULE_GROUP,
+    invoke_role_name,
+    reaper_role_name,
+    schedule_name,
+)
 from kiln.ci.reaper_code.kiln_reaper.teardown import at_expression
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge_wildcards, require, skip_checkov
@@ -63,7 +68,7 @@ class EnvironmentReaper(Construct):
         self.role = iam.Role(
             self,
             "Role",
-            role_name=f"{env}-reaper",
+            role_name=reaper_role_name(env),
             assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
             description=f"kiln reaper of {env}: deletes its stacks and empties their non-retained buckets",
         )
@@ -88,7 +93,7 @@ class EnvironmentReaper(Construct):
         self.invoke_role = iam.Role(
             self,
             "InvokeRole",
-            role_name=f"{env}-reaper-invoke",
+            role_name=invoke_role_name(env),
             assumed_by=iam.ServicePrincipal(
                 "scheduler.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": stack.account}}
             ),

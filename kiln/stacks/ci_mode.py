@@ -8,16 +8,13 @@ from datetime import datetime, timedelta, timezone
 import aws_cdk as cdk
 
 from kiln.ci.reaper_code.kiln_reaper.contract import (
+    BUCKET_PURPOSES,
     TAG_CLUSTER,
     TAG_ENVIRONMENT,
     TAG_PART,
     TAG_TTL_HOURS,
 )
 from kiln.spec import ClusterSpec
-
-# What each bucket kiln owns is for; an environment's buckets are <environment>-<purpose>-<account>, so the
-# reaper's and the CI role's grants can name them before they exist.
-BUCKET_PURPOSES = ("data", "data-logs", "lifecycle", "lifecycle-logs")
 
 
 @dataclass(frozen=True, kw_only=True)

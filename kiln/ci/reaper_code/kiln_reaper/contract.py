@@ -11,11 +11,29 @@ TAG_PART = "kiln:part"
 DELETE_ORDER = ("compute", "storage", "network", "reaper")
 REAPER_PART = "reaper"
 SCHEDULE_GROUP = "default"
+# What each bucket kiln owns is for; an environment's buckets are <environment>-<purpose>-<account>, so grants
+# can name them before they exist.
+BUCKET_PURPOSES = ("data", "data-logs", "lifecycle", "lifecycle-logs")
+# An environment name is a cluster name (31 characters at most): <cluster>-<run slug of at most 12>. A cluster
+# name this long or shorter is never cut, so grants on <cluster>-* cover all its environments.
+MAX_ENVIRONMENT_NAME = 31
+MAX_RUN_SLUG = 12
+MAX_WHOLE_CLUSTER_NAME = MAX_ENVIRONMENT_NAME - MAX_RUN_SLUG - 1
 
 
 def stack_name(cluster: str, part: str) -> str:
     """Return the CloudFormation stack name of PART of CLUSTER (or of an environment)."""
     return f"{cluster}-{part}"
+
+
+def reaper_role_name(environment: str) -> str:
+    """Return the name of the role ENVIRONMENT's reaper function runs as."""
+    return f"{environment}-reaper"
+
+
+def invoke_role_name(environment: str) -> str:
+    """Return the name of the role EventBridge Scheduler invokes ENVIRONMENT's reaper with."""
+    return f"{environment}-reaper-invoke"
 
 
 def schedule_name(environment: str) -> str:
