@@ -13,12 +13,16 @@ from moto import mock_aws
 from kiln.ci.reaper_code.kiln_reaper.contract import TAG_ENVIRONMENT, TAG_PART, TAG_TTL_HOURS
 
 REGION = "us-east-1"
+FAKE_AMI = "ami-12345678"  # moto runs any image id; listing its catalog takes seconds
 ACCOUNT = "123456789012"
 
 
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fake credentials and a region, so nothing can reach a real account."""
+@pytest.fixture(autouse=True)
+def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Fake credentials, a region and no user AWS config files, so nothing can reach a real account."""
+    empty = tmp_path_factory.mktemp("aws-config")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty / "config"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
     for name, value in {
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -129,3 +133,57 @@ def live_stacks(session: boto3.Session) -> set[str]:
 def object_count(session: boto3.Session, bucket: str) -> int:
     page = session.client("s3").list_object_versions(Bucket=bucket)
     return len(page.get("Versions", [])) + len(page.get("DeleteMarkers", []))
+
+
+class FakeSession:
+    """A boto3 session whose client for a service can be replaced (by a Stubber's), the rest real (moto)."""
+
+    profile_name = "default"
+
+    def __init__(self, base: boto3.Session | None = None, **clients: Any) -> None:
+        self.base = base or boto3.Session(region_name=REGION)
+        self.clients = clients
+
+    def client(self, service: str, region_name: str | None = None) -> Any:
+        return self.clients.get(service) or self.base.client(service, region_name=region_name)
+
+
+class Clock:
+    """A clock that moves only when something sleeps."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+class CommandWith:
+    """Matches Run Command parameters whose script contains TEXT (for Stubber's expected_params)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, dict) and any(self.text in line for line in other.get("commands", []))
+
+    def __repr__(self) -> str:
+        return f"CommandWith({self.text!r})"
+
+
+def launch(tags: dict[str, str], *, state: str = "running") -> str:
+    ec2 = boto3.client("ec2", region_name=REGION)
+    instance = ec2.run_instances(
+        ImageId=FAKE_AMI,
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
+    )["Instances"][0]["InstanceId"]
+    if state == "stopped":
+        ec2.stop_instances(InstanceIds=[instance])
+    return instance

@@ -17,7 +17,7 @@ from moto.server import ThreadedMotoServer
 
 from kiln.ci.reaper_code.kiln_reaper.teardown import parse_at_expression
 from kiln.cli import main
-from tests.ci.conftest import ACCOUNT, REGION, live_stacks, make_environment, make_stack, put_versions, tags
+from tests.ci.conftest import ACCOUNT, REGION, launch, live_stacks, make_environment, make_stack, put_versions, tags
 
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS..CloudFormation..WaitConditionHandle:UserWarning")
 
@@ -63,9 +63,6 @@ def pipeline(moto_server: str, aws_env: None, tmp_path: Path, monkeypatch: pytes
     """A pipeline step's environment: GitHub's run id and output file, the stand-in CDK, a fresh moto account."""
     reset = urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST")  # noqa: S310 - loopback
     urllib.request.urlopen(reset).close()  # noqa: S310 - the moto server this module started
-    empty = tmp_path / "no-aws-config"
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_server)
     monkeypatch.setenv("KILN_CDK", f"{sys.executable} {FAKE_CDK}")
     monkeypatch.setenv("FAKE_CDK_LOG", str(tmp_path / "cdk-calls.jsonl"))
@@ -195,14 +192,7 @@ def test_run_streams_the_output_and_returns_the_exit_code_of_a_failing_command(
     (tmp_path / "cluster.yaml").write_text(SPEC)
     outputs = {"Backend": "pcs", "Orchestrator": "slurm", "ClusterName": ENV, "PcsLoginNodeGroupId": "pcs_login1"}
     make_stack(moto, f"{ENV}-compute", tags(ENV, "compute"), outputs=outputs)
-    instance = moto.client("ec2").run_instances(
-        ImageId="ami-12345678",
-        MinCount=1,
-        MaxCount=1,
-        TagSpecifications=[
-            {"ResourceType": "instance", "Tags": [{"Key": "aws:pcs:compute-node-group-id", "Value": "pcs_login1"}]}
-        ],
-    )["Instances"][0]["InstanceId"]
+    instance = launch({"aws:pcs:compute-node-group-id": "pcs_login1"})
     ssm = boto3.client("ssm", region_name=REGION)
     stub = Stubber(ssm)
     stub.add_response("send_command", {"Command": {"CommandId": COMMAND_ID}}, {"InstanceIds": [instance], **ANY_SEND})

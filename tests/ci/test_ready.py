@@ -12,14 +12,7 @@ from botocore.stub import ANY, Stubber
 from kiln.ci import remote
 from kiln.ci.ready import NotReady, ReadyReport, SlurmNode, check_verdict, parse_sinfo, wait_until_ready
 from kiln.ci.remote import ClusterHandle
-from tests.ci.conftest import ACCOUNT, REGION
-from tests.ci.test_remote import (  # noqa: F401 - no_aws_config is an autouse fixture
-    Clock,
-    CommandWith,
-    FakeSession,
-    launch,
-    no_aws_config,
-)
+from tests.ci.conftest import ACCOUNT, REGION, Clock, CommandWith, FakeSession, launch
 
 COMMAND_ID = "99999999-8888-7777-6666-555555555555"
 SINFO_DOWN = "slurm_load_node: Unable to contact slurm controller (connect failure)\n"

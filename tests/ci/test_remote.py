@@ -17,60 +17,10 @@ from botocore.stub import ANY, Stubber
 
 from kiln.ci import remote
 from kiln.ci.remote import ClusterHandle, RemoteError, Target, Unreachable, find_head, run_command
-from tests.ci.conftest import ACCOUNT, REGION, make_stack, tags
+from tests.ci.conftest import ACCOUNT, REGION, Clock, CommandWith, FakeSession, launch, make_stack, tags
 from tests.conftest import ROOT
 
-AMI = "ami-12345678"  # moto runs any image id; listing its catalog takes seconds
 COMMAND_ID = "11111111-2222-3333-4444-555555555555"
-
-
-@pytest.fixture(autouse=True)
-def no_aws_config(aws_env: None, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Fake credentials (conftest's aws_env) and no user AWS config files, so nothing can reach a real account."""
-    empty = tmp_path_factory.mktemp("aws-config")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
-
-
-class FakeSession:
-    """A boto3 session whose client for a service can be replaced (by a Stubber's), the rest real (moto)."""
-
-    profile_name = "default"
-
-    def __init__(self, base: boto3.Session | None = None, **clients: Any) -> None:
-        self.base = base or boto3.Session(region_name=REGION)
-        self.clients = clients
-
-    def client(self, service: str, region_name: str | None = None) -> Any:
-        return self.clients.get(service) or self.base.client(service, region_name=region_name)
-
-
-class Clock:
-    """A clock that moves only when something sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
-class CommandWith:
-    """Matches Run Command parameters whose script contains TEXT (for Stubber's expected_params)."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, dict) and any(self.text in line for line in other.get("commands", []))
-
-    def __repr__(self) -> str:
-        return f"CommandWith({self.text!r})"
 
 
 def handle(**outputs: str) -> ClusterHandle:
@@ -80,19 +30,6 @@ def handle(**outputs: str) -> ClusterHandle:
 def stubbed(service: str) -> tuple[Any, Stubber]:
     client = boto3.client(service, region_name=REGION)
     return client, Stubber(client)
-
-
-def launch(tags: dict[str, str], *, state: str = "running") -> str:
-    ec2 = boto3.client("ec2", region_name=REGION)
-    instance = ec2.run_instances(
-        ImageId=AMI,
-        MinCount=1,
-        MaxCount=1,
-        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}],
-    )["Instances"][0]["InstanceId"]
-    if state == "stopped":
-        ec2.stop_instances(InstanceIds=[instance])
-    return instance
 
 
 def expect_invocation(stub: Stubber, status: str, stdout: str = "", stderr: str = "", code: int = -1) -> None:
