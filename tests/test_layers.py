@@ -27,6 +27,9 @@ FORBIDDEN = {
 }
 # Of kiln.ci, the constructs and stacks use only the reaper's code (its names, tags and at() expressions).
 CI_FOR_BUILDERS = ("kiln.ci.reaper_code",)
+# Of kiln.ami, they use only the image's names, recipe and component documents: no CDK, no boto3, no spec there.
+AMI_FOR_BUILDERS = ("kiln.ami.names", "kiln.ami.recipe", "kiln.ami.components")
+AMI_PURE_FORBIDDEN = ("kiln.spec", "kiln.constructs", "kiln.stacks", "kiln.local", "kiln.ci", "pydantic")
 # Dev-side tools inside a node-side package, with what they alone may import: nodes never import them.
 EXEMPT = {"kiln/catalog/refresh.py": ("boto3", "botocore")}
 # The compute constructs take a NodeBootstrap; only BootstrapAssets renders.
@@ -73,6 +76,25 @@ def test_builders_use_of_kiln_ci_is_the_reaper_code_only(package: str) -> None:
         if _under(name, ("kiln.ci",)) and not _under(name, CI_FOR_BUILDERS)
     }
     assert offenders == set()
+
+
+@pytest.mark.parametrize("package", ["kiln.constructs", "kiln.stacks"])
+def test_builders_use_of_kiln_ami_is_its_pure_modules_only(package: str) -> None:
+    offenders = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in _modules(package)
+        for name in imports_of(path)
+        if _under(name, ("kiln.ami",)) and not _under(name, AMI_FOR_BUILDERS)
+    }
+    assert offenders == set()
+
+
+@pytest.mark.parametrize("module", AMI_FOR_BUILDERS)
+def test_the_image_modules_builders_use_import_no_cloud_library(module: str) -> None:
+    path = KILN / (module.split(".", 1)[1].replace(".", "/") + ".py")
+    forbidden = AMI_PURE_FORBIDDEN + THIRD_PARTY_CLOUD
+    assert {name for name in imports_of(path) if _under(name, forbidden)} == set()
+    assert {name for name in imports_of(path) if _under(name, ("kiln.ami",))} <= set(AMI_FOR_BUILDERS)
 
 
 def test_compute_constructs_never_render_or_read_a_bootstrap_config() -> None:

@@ -102,6 +102,7 @@ def _up(args: argparse.Namespace) -> int:
     from kiln.catalog.limits import MAX_TTL_HOURS
     from kiln.ci.deploy import cdk_command, check_cdk_version, deploy_stacks, github_output_lines, write_github_output
     from kiln.safe_output import claim_directory, write_file_atomically
+    from kiln.spec.rules import NO_BAKE_IN_CI
     from kiln.stacks import ci_environment
     from kiln.stacks.bootstrap_config import load_and_judge
     from kiln.synth import synthesize
@@ -112,6 +113,8 @@ def _up(args: argparse.Namespace) -> int:
         raise CiInputError(f"--ttl {args.ttl}: at most {MAX_TTL_HOURS} h")
     ready_timeout_h = parse_hours(args.ready_timeout)
     spec, readiness = load_and_judge(args.spec)
+    if spec.compute.image.bake:
+        raise CiInputError(f"{args.spec}: compute.image.bake {NO_BAKE_IN_CI}")
     if not readiness.ready:
         for reason in readiness.reasons():
             print(f"{args.spec}: {reason}", file=sys.stderr)

@@ -30,6 +30,7 @@ from kiln.constructs.network import ExistingNetwork, TrainingVpc, TrainingVpcPro
 from kiln.constructs.node_bootstrap import NodeBootstrap
 from kiln.constructs.parallelcluster import ParallelCluster, ParallelClusterProps, SlurmQueue
 from kiln.constructs.pcs import PcsCluster, PcsClusterProps, PcsNodeGroup
+from kiln.constructs.training_image import TrainingImage, TrainingImageProps
 
 __all__ = [
     "AcceleratedNodeGroup",
@@ -67,6 +68,8 @@ __all__ = [
     "PcsNodeGroup",
     "SlurmQueue",
     "SystemNodeGroup",
+    "TrainingImage",
+    "TrainingImageProps",
     "TrainingVpc",
     "TrainingVpcProps",
 ]

@@ -49,6 +49,8 @@ class BootstrapAssets(Construct):
         bundle = render_bundle(props.config, staging)
         self.unverified_artifacts = bundle.unverified_artifacts
         self.entry_point: str = bundle.entry_point
+        # The rendered bundle, readable while the app synthesizes (removed when the process ends).
+        self.directory: Path = bundle.directory
         self.asset = s3_assets.Asset(self, "Resource", path=str(bundle.directory))
         # The bundle as compute constructs take it: the zip in S3 and its entry point.
         self.node_bootstrap = NodeBootstrap(

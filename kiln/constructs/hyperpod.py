@@ -89,6 +89,8 @@ class HyperPodClusterProps:
     orchestrator: slurm (default; the lifecycle scripts configure Slurm) or eks.
     eks_cluster: the EKS cluster for orchestrator eks (EksTrainingCluster.cluster, or
         eks.Cluster.from_cluster_attributes with cluster_security_group_id); its nodes join its security group.
+    image_id: an AMI built on a SageMaker HyperPod base AMI for every group (e.g. TrainingImage's); default
+        HyperPod's own image.
     """
 
     cluster_name: str
@@ -103,6 +105,7 @@ class HyperPodClusterProps:
     provisioning_parameters: Mapping[str, Any] = field(default_factory=dict)
     orchestrator: Orchestrator = "slurm"
     eks_cluster: eks.ICluster | None = None
+    image_id: str | None = None
 
     def __post_init__(self) -> None:
         require(
@@ -305,6 +308,7 @@ class HyperPodCluster(Construct):
             instance_type=hyperpod_type_name(group.instance_type),
             instance_count=group.count,
             execution_role=self.role.role_arn,
+            image_id=self.props.image_id,
             life_cycle_config=sagemaker.CfnCluster.ClusterLifeCycleConfigProperty(
                 source_s3_uri=self.source_s3_uri, on_create=self.props.lifecycle.entry_point
             ),

@@ -354,3 +354,12 @@ CI_IDENTITY_GRANTS = (
         "Read-only, on the node groups of the role's environments' EKS clusters (group names and ids are EKS's).",
     ),
 )
+
+# Baked images (kiln/constructs/training_image.py).
+IMAGE_LOG_CHECKOV_SKIPS = (
+    CheckovSkip(
+        "CKV_AWS_158",
+        "Image build logs hold package-manager and installer output, no data or secrets; CloudWatch Logs encrypts "
+        "every log group at rest.",
+    ),
+)

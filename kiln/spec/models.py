@@ -150,10 +150,21 @@ class ComputeGroup(SpecModel):
 
 
 class Image(SpecModel):
-    """The node image: a baked AMI, or the OS whose stock image kiln bootstraps at boot."""
+    """The node image: the AMI nodes boot (or kiln bakes on) and its OS."""
 
-    ami_id: str | None = Field(None, pattern=AMI_ID_PATTERN)
+    ami_id: str | None = Field(
+        None,
+        pattern=AMI_ID_PATTERN,
+        description="PCS, ParallelCluster, HyperPod Slurm: the AMI nodes boot; with bake, the AMI kiln bakes on "
+        "(PCS: one with the PCS agent and Slurm; ParallelCluster: an official ParallelCluster AMI; HyperPod: a "
+        "HyperPod base AMI).",
+    )
     os: Literal["ubuntu2204", "ubuntu2404", "al2023"] = "ubuntu2204"
+    bake: bool = Field(
+        False,
+        description="Bake the install steps into an AMI (stack <name>-image, EC2 Image Builder) on top of ami_id; "
+        "nodes then boot it and run configure steps only, downloading nothing.",
+    )
 
 
 class Compute(SpecModel):

@@ -463,6 +463,53 @@ def kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
         )
 
 
+NO_BAKE_IN_CI = (
+    "is not for a short-lived environment (a bake takes tens of minutes and its AMIs outlive the environment): "
+    "bake once from a long-lived spec (its <name>-image stack, `kiln ami build`), then set compute.image.ami_id "
+    "to that AMI and bake: false"
+)
+# What a baked image starts from, per backend: the backend's own agent or cookbook must already be on it.
+BAKE_PARENTS = {
+    "pcs": "an AMI with the PCS agent and Slurm software.slurm (e.g. a PCS sample AMI)",
+    "parallelcluster": "an official ParallelCluster AMI of the version kiln deploys (`pcluster list-official-images`)",
+    "hyperpod": "a SageMaker HyperPod base AMI",
+}
+
+
+def image(spec: ClusterSpec) -> Iterator[Problem]:
+    """An AMI or a bake only where nodes boot it; a bake starts from the backend's own image and lasts."""
+    image = spec.compute.image
+    if spec.compute.backend == "eks" or spec.effective_orchestrator == "eks":
+        if image.ami_id is not None:
+            yield _p(
+                ("compute", "image", "ami_id"),
+                "has no effect with EKS: its nodes boot the EKS-optimized accelerated AMI of their instance type",
+                BACKEND,
+                ORCHESTRATOR,
+            )
+        if image.bake:
+            yield _p(
+                ("compute", "image", "bake"),
+                "is not offered with EKS: EKS's accelerated AMI brings the driver and container toolkit, and kiln "
+                "installs only EFA and the Lustre client there",
+                BACKEND,
+                ORCHESTRATOR,
+            )
+        return
+    if not image.bake:
+        return
+    if image.ami_id is None:
+        parent = BAKE_PARENTS.get(spec.compute.backend, "the backend's own AMI")
+        yield _p(
+            ("compute", "image", "ami_id"),
+            f"is required with bake: the image kiln bakes on, {parent}",
+            ("compute", "image", "bake"),
+            BACKEND,
+        )
+    if spec.ci.ttl_hours is not None:
+        yield _p(("compute", "image", "bake"), NO_BAKE_IN_CI, ("ci", "ttl_hours"))
+
+
 def software(spec: ClusterSpec) -> Iterator[Problem]:
     """The Neuron release is one whose packages kiln knows."""
     release = spec.software.neuron
@@ -545,6 +592,7 @@ RULES: tuple[Rule, ...] = (
     architecture,
     hyperpod_nodes,
     kubernetes,
+    image,
     software,
     launcher,
     ci,

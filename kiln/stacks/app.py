@@ -8,10 +8,13 @@ from dataclasses import dataclass
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
+from kiln.ami.names import IMAGE_PART, image_stack_name
 from kiln.ci.reaper_code.kiln_reaper.contract import REAPER_PART, TAG_CLUSTER, stack_name
 from kiln.spec import ClusterSpec
+from kiln.spec.rules import NO_BAKE_IN_CI
 from kiln.stacks.ci_mode import CiEnvironment, environment_spec
 from kiln.stacks.compute import ComputeStack, has_compute
+from kiln.stacks.image import ImageStack, bakes_image
 from kiln.stacks.network import NetworkStack
 from kiln.stacks.reaper import ReaperStack
 from kiln.stacks.storage import StorageStack
@@ -64,9 +67,11 @@ class ClusterStacks:
     storage: StorageStack
     compute: ComputeStack | None
     reaper: ReaperStack | None = None
+    image: ImageStack | None = None
 
     def all(self) -> list[cdk.Stack]:
-        return [s for s in (self.reaper, self.network, self.storage, self.compute) if s is not None]
+        stacks = (self.reaper, self.network, self.storage, self.image, self.compute)
+        return [s for s in stacks if s is not None]
 
 
 def environment(spec: ClusterSpec) -> cdk.Environment | None:
@@ -91,13 +96,32 @@ def build_cluster(
         # Deployed first, so a deploy that fails halfway is still deleted when the TTL ends; deleted last.
         network.add_stack_dependency(reaper)
     storage = StorageStack(app, stack_name(spec.name, "storage"), spec=spec, network=network, ci=ci, env=env)
+    image = None
+    if bakes_image(spec) and has_compute(spec):
+        if ci is not None:
+            raise ValueError(f"compute.image.bake {NO_BAKE_IN_CI}")
+        image = ImageStack(app, image_stack_name(spec.name), spec=spec, network=network, env=env)
     compute = None
     if has_compute(spec):
         compute = ComputeStack(
-            app, stack_name(spec.name, "compute"), spec=spec, network=network, storage=storage, ci=ci, env=env
+            app,
+            stack_name(spec.name, "compute"),
+            spec=spec,
+            network=network,
+            storage=storage,
+            image=image,
+            ci=ci,
+            env=env,
         )
-    stacks = ClusterStacks(network=network, storage=storage, compute=compute, reaper=reaper)
-    for stack, part in ((reaper, REAPER_PART), (network, "network"), (storage, "storage"), (compute, "compute")):
+    stacks = ClusterStacks(network=network, storage=storage, compute=compute, reaper=reaper, image=image)
+    parts = (
+        (reaper, REAPER_PART),
+        (network, "network"),
+        (storage, "storage"),
+        (image, IMAGE_PART),
+        (compute, "compute"),
+    )
+    for stack, part in parts:
         if stack is None:
             continue
         cdk.Aspects.of(stack).add(DropRedundantDependsOn())

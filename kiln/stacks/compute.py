@@ -26,6 +26,7 @@ from kiln.stacks.ci_mode import CiEnvironment
 from kiln.stacks.compute_context import ComputeContext
 from kiln.stacks.eks import eks_props
 from kiln.stacks.hyperpod import hyperpod_props
+from kiln.stacks.image import ImageStack
 from kiln.stacks.network import NetworkStack
 from kiln.stacks.parallelcluster import parallelcluster_props
 from kiln.stacks.pcs import pcs_ami, pcs_cluster_props
@@ -50,6 +51,7 @@ class ComputeStack(cdk.Stack):
         spec: ClusterSpec,
         network: NetworkStack,
         storage: StorageStack,
+        image: ImageStack | None = None,
         ci: CiEnvironment | None = None,
         **kwargs: Any,
     ) -> None:
@@ -60,7 +62,9 @@ class ComputeStack(cdk.Stack):
             raise ValueError(
                 f"compute.backend: got {spec.compute.backend!r}; allowed here: {', '.join(BACKENDS_WITH_COMPUTE)}"
             )
-        context = ComputeContext(spec=spec, network=network, storage=storage, ci=ci)
+        context = ComputeContext(
+            spec=spec, network=network, storage=storage, ci=ci, image_id=self._node_image(spec, image)
+        )
         self.spec = spec
         self.ci = ci
         self.pcs: PcsCluster | None = None
@@ -94,6 +98,20 @@ class ComputeStack(cdk.Stack):
                 # HyperPod's nodes join as EKS workers: the CNI's identity must exist before the first one.
                 self.hyperpod.cluster.node.add_dependency(self.eks.cni_identity, self.eks.pod_identity_agent)
         self._outputs()
+
+    def _node_image(self, spec: ClusterSpec, image: ImageStack | None) -> str | None:
+        """Return the AMI nodes boot: the newest image the image stack baked (read at each deploy), else ami_id."""
+        if image is None:
+            return spec.compute.image.ami_id
+        self.add_dependency(image)
+        parameter = cdk.CfnParameter(
+            self,
+            "BakedImageId",
+            type="AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>",
+            default=image.parameter_name,
+            description=f"The parameter holding the newest AMI baked by {image.stack_name} (`kiln ami build`)",
+        )
+        return parameter.value_as_string
 
     def _ci_admin(self) -> iam.IRole | None:
         if self.ci is None or self.ci.admin_role_arn is None:

@@ -27,6 +27,8 @@ class ComputeContext:
     network: NetworkStack
     storage: StorageStack
     ci: CiEnvironment | None = None
+    # The AMI nodes boot: the newest baked image, else the spec's ami_id; None: the backend's default image.
+    image_id: str | None = None
 
     def cluster_env(self, *, mounts_fsx: bool) -> dict[str, str]:
         """Return the deploy-time values nodes read from cluster.env (FSx only where the nodes mount it)."""

@@ -87,4 +87,5 @@ def hyperpod_props(
         orchestrator=spec.effective_orchestrator,
         eks_cluster=eks_cluster,
         lifecycle_bucket=lifecycle_bucket,
+        image_id=context.image_id,
     )

@@ -34,7 +34,7 @@ def parallelcluster_props(context: ComputeContext, *, bootstrap: NodeBootstrap) 
         login_instance_type=compute.login_nodes.instance_type,
         login_count=compute.login_nodes.count,
         os=compute.image.os,
-        custom_ami=compute.image.ami_id,
+        custom_ami=context.image_id,
         file_system=context.storage.lustre,
         fsx_mount_dir=MOUNT_POINT,
         security_groups=context.client_groups(),

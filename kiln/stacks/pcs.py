@@ -12,9 +12,9 @@ from kiln.stacks.compute_context import ComputeContext
 
 
 def pcs_ami(scope: Construct, context: ComputeContext) -> str:
-    """Return the spec's AMI, or a stack parameter asking for one at deploy time."""
-    if context.spec.compute.image.ami_id:
-        return context.spec.compute.image.ami_id
+    """Return the AMI nodes boot (baked or the spec's), or a stack parameter asking for one at deploy time."""
+    if context.image_id:
+        return context.image_id
     parameter = cdk.CfnParameter(
         scope,
         "PcsAmiId",

@@ -244,6 +244,47 @@ CASES = [
         "is reserved on hyperpod",
     ),
     ("aws-tag", with_change("tags", {"aws:owner": "me"}), "tags.aws:owner", "must not start with 'aws:'"),
+    (
+        "bake-without-parent",
+        with_change("compute.image", {"bake": True}),
+        "compute.image.ami_id",
+        "is required with bake: the image kiln bakes on, an AMI with the PCS agent",
+    ),
+    (
+        "bake-on-eks",
+        with_change(
+            "compute",
+            {
+                "backend": "eks",
+                "groups": [{"name": "g", "instance_type": "p5.48xlarge"}],
+                "image": {"os": "al2023", "bake": True},
+            },
+        ),
+        "compute.image.bake",
+        "is not offered with EKS",
+    ),
+    (
+        "ami-on-eks-has-no-effect",
+        with_change(
+            "compute",
+            {
+                "backend": "eks",
+                "groups": [{"name": "g", "instance_type": "p5.48xlarge"}],
+                "image": {"os": "al2023", "ami_id": "ami-0123456789abcdef0"},
+            },
+        ),
+        "compute.image.ami_id",
+        "has no effect with EKS",
+    ),
+    (
+        "bake-in-short-lived-environment",
+        {
+            **with_change("compute.image", {"bake": True, "ami_id": "ami-0123456789abcdef0"}),
+            "ci": {"ttl_hours": 2},
+        },
+        "compute.image.bake",
+        "is not for a short-lived environment",
+    ),
 ]
 
 

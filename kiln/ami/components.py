@@ -1,0 +1,116 @@
+"""EC2 Image Builder component documents that bake a rendered bundle's install steps into an image.
+
+Every document runs the bundle's own scripts (kiln-step): there is no second copy of install logic. The
+first component fetches the bundle, one component per step group installs and verifies its steps, the seal
+component checks every step's marker and marks the image baked, and the test component checks the markers
+again on an instance booted from the new AMI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from kiln.ami.recipe import step_groups
+
+# Where a build unpacks the bundle: under /var/tmp, so it survives between components, and removed at the end.
+BUILD_DIR = "/var/tmp/kiln-image"
+BUNDLE_ZIP = f"{BUILD_DIR}/bundle.zip"
+BUNDLE_DIR = f"{BUILD_DIR}/bundle"
+SCHEMA_VERSION = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComponentDocument:
+    """One component: its name within the recipe (fetch, a step group, seal, test) and its document."""
+
+    name: str
+    description: str
+    phases: tuple[dict[str, Any], ...]
+
+    @property
+    def text(self) -> str:
+        """Return the YAML document Image Builder runs (one line per command: tokens stay whole)."""
+        document = {
+            "name": self.name,
+            "description": self.description,
+            "schemaVersion": SCHEMA_VERSION,
+            "phases": list(self.phases),
+        }
+        return yaml.safe_dump(document, sort_keys=False, width=1_000_000)
+
+    @property
+    def phase_names(self) -> tuple[str, ...]:
+        return tuple(phase["name"] for phase in self.phases)
+
+
+def _bash(name: str, *commands: str) -> dict[str, Any]:
+    return {"name": name, "action": "ExecuteBash", "inputs": {"commands": ["set -euo pipefail", *commands]}}
+
+
+def _fetch_steps(bundle_uri: str) -> list[dict[str, Any]]:
+    # zipfile drops the executable bits, so the scripts run through bash; python3 is on every base image kiln
+    # bakes on, unzip is not.
+    return [
+        _bash("Clean", f"rm -rf {BUILD_DIR}", f"mkdir -p -m 0700 {BUILD_DIR}"),
+        {"name": "Download", "action": "S3Download", "inputs": [{"source": bundle_uri, "destination": BUNDLE_ZIP}]},
+        _bash("Unpack", f"python3 -m zipfile -e {BUNDLE_ZIP} {BUNDLE_DIR}", f"rm -f {BUNDLE_ZIP}"),
+    ]
+
+
+def _kiln_step(*arguments: str) -> str:
+    # Phase bake throughout: an image build belongs to no cluster yet (no cluster.env), and its install steps
+    # serve every instance type of the cluster.
+    return f"cd {BUNDLE_DIR} && KILN_PHASE=bake bash ./kiln-step {' '.join(arguments)}"
+
+
+def component_documents(*, bundle_uri: str, install_steps: tuple[str, ...]) -> tuple[ComponentDocument, ...]:
+    """Return the recipe's components, in order, for the bundle at BUNDLE_URI (s3://...) and its INSTALL_STEPS."""
+    documents = [
+        ComponentDocument(
+            name="fetch",
+            description="kiln: fetch and unpack the node bootstrap bundle",
+            phases=({"name": "build", "steps": _fetch_steps(bundle_uri)},),
+        )
+    ]
+    for group, steps in step_groups(install_steps):
+        documents.append(
+            ComponentDocument(
+                name=group,
+                description=f"kiln: {', '.join(steps)}",
+                phases=(
+                    {
+                        "name": "build",
+                        "steps": [
+                            _bash("Install", _kiln_step(*steps)),
+                            _bash("Verify", _kiln_step("--verify", *steps)),
+                        ],
+                    },
+                ),
+            )
+        )
+    documents.append(
+        ComponentDocument(
+            name="seal",
+            description="kiln: check every install step's marker, mark the image baked, drop the bundle",
+            phases=({"name": "build", "steps": [_bash("Seal", _kiln_step("--seal"), f"rm -rf {BUILD_DIR}")]},),
+        )
+    )
+    documents.append(
+        ComponentDocument(
+            name="test",
+            description="kiln: on an instance of the new image, every install step's marker matches the bundle",
+            phases=(
+                {
+                    "name": "test",
+                    "steps": [
+                        *_fetch_steps(bundle_uri),
+                        _bash("Verify", _kiln_step("--verify", *install_steps), f"rm -rf {BUILD_DIR}"),
+                    ],
+                },
+            ),
+        )
+    )
+    return tuple(documents)

@@ -1,0 +1,283 @@
+"""TrainingImage: an EC2 Image Builder pipeline that bakes a bootstrap bundle's install steps into an AMI.
+
+Each component runs the bundle's own scripts (kiln.ami.components); the first image is built when the stack
+deploys, and `kiln ami build` runs the pipeline again. Every image's id goes to one SSM parameter, which the
+compute stacks read, and every AMI carries the versions its install steps recorded as tags.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_imagebuilder as imagebuilder
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from kiln.ami.components import component_documents
+from kiln.ami.names import TAG_RECIPE
+from kiln.ami.recipe import ImageManifest
+from kiln.constructs import nag_rules
+from kiln.constructs._checks import acknowledge, require, require_in, skip_checkov, unresolved
+from kiln.constructs.node_bootstrap import NodeBootstrap
+
+Architecture = Literal["x86_64", "arm64"]
+ImageOs = Literal["ubuntu2204", "ubuntu2404", "al2023"]
+# The build instance only compiles and installs (DKMS modules build for its kernel): no accelerator needed.
+DEFAULT_BUILD_TYPES: dict[str, tuple[str, ...]] = {"x86_64": ("m6i.2xlarge",), "arm64": ("m7g.2xlarge",)}
+# Where each OS family's AMIs keep their root volume; the recipe resizes it there.
+ROOT_DEVICES: dict[str, str] = {"ubuntu2204": "/dev/sda1", "ubuntu2404": "/dev/sda1", "al2023": "/dev/xvda"}
+_NAME = re.compile(r"[a-z][a-z0-9-]{0,40}[a-z0-9]")
+_PARENT = re.compile(r"ami-[0-9a-f]{8,17}|ssm:/[A-Za-z0-9_./-]+|arn:aws[a-z-]*:imagebuilder:[^\s]+")
+# Image Builder's own test phase: every install step's marker, checked again on an instance of the new AMI.
+TEST_TIMEOUT_MINUTES = 60
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingImageProps:
+    """Props for TrainingImage.
+
+    name: names the pipeline and prefixes its parts (lowercase letters, digits and '-').
+    bundle: the zipped bundle whose install steps are baked (BootstrapAssets.node_bootstrap of an image config).
+    bundle_digest: a digest of the bundle's content (the asset hash): a new digest makes a new recipe and image.
+    manifest: what the bundle's install steps record (kiln.ami.recipe.read_manifest); its tags go on every AMI.
+    parent_image: the image baked on: an AMI id, ssm:/parameter or an Image Builder image ARN (known at synth).
+    vpc, subnet: where build and test instances run; the subnet needs a route to package mirrors and S3.
+    image_parameter_name: the SSM parameter every new image's id is written to.
+    root_volume_gib: the image's root volume (encrypted gp3); nodes' root volumes must be at least this size.
+    build_instance_types: default an m6i (x86_64) or m7g (arm64) 2xlarge.
+    retain: keep the AMIs and build logs when the stack or a recipe goes (default true: running nodes use them).
+    tags: further tags for every AMI (kiln:cluster, the spec's tags).
+    """
+
+    name: str
+    bundle: NodeBootstrap
+    bundle_digest: str
+    manifest: ImageManifest
+    parent_image: str
+    vpc: ec2.IVpc
+    subnet: ec2.ISubnet
+    image_parameter_name: str
+    root_volume_gib: int = 100
+    build_instance_types: Sequence[str] | None = None
+    retain: bool = True
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        require(_NAME.fullmatch(self.name) is not None, "name", self.name, "2-42 of a-z, 0-9 and '-', from a letter")
+        require(
+            not unresolved(self.parent_image) and _PARENT.fullmatch(self.parent_image) is not None,
+            "parent_image",
+            self.parent_image,
+            "an AMI id, ssm:/parameter or Image Builder image ARN known at synthesis",
+        )
+        require(bool(self.bundle_digest) and not unresolved(self.bundle_digest), "bundle_digest", "", "a digest")
+        require_in("manifest.architecture", self.manifest.architecture, DEFAULT_BUILD_TYPES)
+        require_in("manifest.os", self.manifest.os, ROOT_DEVICES)
+        require(bool(self.manifest.install_steps), "manifest", self.manifest, "a bundle with install steps")
+        require(
+            isinstance(self.root_volume_gib, int) and 8 <= self.root_volume_gib <= 16384,
+            "root_volume_gib",
+            self.root_volume_gib,
+            "8..16384",
+        )
+        require(
+            self.image_parameter_name.startswith("/"),
+            "image_parameter_name",
+            self.image_parameter_name,
+            "a parameter path starting with /",
+        )
+
+    @property
+    def instance_types(self) -> tuple[str, ...]:
+        return tuple(self.build_instance_types or DEFAULT_BUILD_TYPES[self.manifest.architecture])
+
+    @property
+    def recipe_digest(self) -> str:
+        """Return a digest of everything the image is made of: a new one names a new recipe, hence a new image."""
+        inputs = [
+            self.bundle_digest,
+            self.parent_image,
+            self.root_volume_gib,
+            [document.text for document in component_documents(bundle_uri="s3://bundle", install_steps=self._steps)],
+        ]
+        return hashlib.sha256(json.dumps(inputs).encode()).hexdigest()
+
+    @property
+    def _steps(self) -> tuple[str, ...]:
+        return self.manifest.install_steps
+
+
+class TrainingImage(Construct):
+    """Components, recipe, build infrastructure, distribution and pipeline for one bundle, plus its first image."""
+
+    def __init__(self, scope: Construct, construct_id: str, props: TrainingImageProps) -> None:
+        super().__init__(scope, construct_id)
+        require(isinstance(props, TrainingImageProps), "props", type(props).__name__, "TrainingImageProps")
+        self.props = props
+        digest = props.recipe_digest[:10]
+        self.recipe_name = f"{props.name}-{digest}"
+        self.log_group = logs.LogGroup(
+            self,
+            "BuildLogs",
+            # Where Image Builder sends the recipe's build and test logs; created here so it has a retention.
+            log_group_name=f"/aws/imagebuilder/{self.recipe_name}",
+            retention=logs.RetentionDays.ONE_YEAR,
+            removal_policy=cdk.RemovalPolicy.RETAIN if props.retain else cdk.RemovalPolicy.DESTROY,
+        )
+        skip_checkov(self.log_group.node.default_child, *nag_rules.IMAGE_LOG_CHECKOV_SKIPS)
+        self.components = self._components(digest)
+        self.role = self._build_role()
+        self.instance_profile = iam.CfnInstanceProfile(self, "InstanceProfile", roles=[self.role.role_name])
+        self.security_group = ec2.SecurityGroup(
+            self,
+            "BuildSecurityGroup",
+            vpc=props.vpc,
+            description=f"kiln {props.name} image builds: no ingress; out to package mirrors and AWS over HTTP(S)",
+            allow_all_outbound=False,
+        )
+        for port in (80, 443):
+            # Ubuntu's EC2 mirrors answer on HTTP (packages are signed); vendors and AWS APIs on HTTPS.
+            self.security_group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(port), f"package mirrors, {port}")
+        self.recipe = imagebuilder.CfnImageRecipe(
+            self,
+            "Recipe",
+            name=self.recipe_name,
+            version="1.0.0",
+            parent_image=props.parent_image,
+            description=f"kiln: {' '.join(props.manifest.install_steps)}",
+            components=[
+                imagebuilder.CfnImageRecipe.ComponentConfigurationProperty(component_arn=component.attr_arn)
+                for component in self.components
+            ],
+            block_device_mappings=[
+                imagebuilder.CfnImageRecipe.InstanceBlockDeviceMappingProperty(
+                    device_name=ROOT_DEVICES[props.manifest.os],
+                    ebs=imagebuilder.CfnImageRecipe.EbsInstanceBlockDeviceSpecificationProperty(
+                        volume_size=props.root_volume_gib, volume_type="gp3", encrypted=True, delete_on_termination=True
+                    ),
+                )
+            ],
+            # Nodes keep the SSM agent: `kiln ci run` and operators reach them through Session Manager.
+            additional_instance_configuration=imagebuilder.CfnImageRecipe.AdditionalInstanceConfigurationProperty(
+                systems_manager_agent=imagebuilder.CfnImageRecipe.SystemsManagerAgentProperty(
+                    uninstall_after_build=False
+                )
+            ),
+        )
+        self.infrastructure = imagebuilder.CfnInfrastructureConfiguration(
+            self,
+            "Infrastructure",
+            name=props.name,
+            description=f"kiln {props.name}: build and test instances in the cluster's compute subnet",
+            instance_profile_name=self.instance_profile.ref,
+            instance_types=list(props.instance_types),
+            subnet_id=props.subnet.subnet_id,
+            security_group_ids=[self.security_group.security_group_id],
+            instance_metadata_options=imagebuilder.CfnInfrastructureConfiguration.InstanceMetadataOptionsProperty(
+                http_tokens="required", http_put_response_hop_limit=1
+            ),
+            terminate_instance_on_failure=True,
+            resource_tags=dict(props.tags),
+        )
+        self.distribution = imagebuilder.CfnDistributionConfiguration(
+            self,
+            "Distribution",
+            name=props.name,
+            description=f"kiln {props.name}: tag each AMI with its versions and publish its id",
+            distributions=[
+                imagebuilder.CfnDistributionConfiguration.DistributionProperty(
+                    region=cdk.Aws.REGION,
+                    ami_distribution_configuration={
+                        "Name": f"{props.name}-{{{{ imagebuilder:buildDate }}}}",
+                        "Description": f"kiln {props.name}: {' '.join(props.manifest.install_steps)}",
+                        "AmiTags": self.ami_tags,
+                    },
+                    ssm_parameter_configurations=[
+                        imagebuilder.CfnDistributionConfiguration.SsmParameterConfigurationProperty(
+                            parameter_name=props.image_parameter_name, data_type="aws:ec2:image"
+                        )
+                    ],
+                )
+            ],
+        )
+        self.pipeline = imagebuilder.CfnImagePipeline(
+            self,
+            "Pipeline",
+            name=props.name,
+            description=f"kiln {props.name}: run by `kiln ami build` and whenever the recipe changes",
+            image_recipe_arn=self.recipe.attr_arn,
+            infrastructure_configuration_arn=self.infrastructure.attr_arn,
+            distribution_configuration_arn=self.distribution.attr_arn,
+            image_tests_configuration=imagebuilder.CfnImagePipeline.ImageTestsConfigurationProperty(
+                image_tests_enabled=True, timeout_minutes=TEST_TIMEOUT_MINUTES
+            ),
+            enhanced_image_metadata_enabled=True,
+            status="ENABLED",
+        )
+        # The first image, built while the stack deploys, and again whenever the pipeline changes (a new recipe).
+        self.image = imagebuilder.CfnImage(
+            self,
+            "Image",
+            image_pipeline_execution_settings=imagebuilder.CfnImage.ImagePipelineExecutionSettingsProperty(
+                deployment_id=self.pipeline.attr_deployment_id, on_update=True
+            ),
+        )
+        policy = cdk.RemovalPolicy.RETAIN if props.retain else cdk.RemovalPolicy.DESTROY
+        # A retained image keeps its AMI: nodes launched from it keep scaling while a new image rolls out.
+        self.image.apply_removal_policy(policy)
+        self.image.node.add_dependency(self.log_group)
+
+    @property
+    def ami_tags(self) -> dict[str, str]:
+        """Return the tags of every AMI: the manifest's versions, the recipe digest and the props' tags."""
+        return {**self.props.tags, **self.props.manifest.tags(), TAG_RECIPE: self.props.recipe_digest[:16]}
+
+    @property
+    def image_id(self) -> str:
+        """The AMI id of the image built at deploy time."""
+        return self.image.attr_image_id
+
+    def _components(self, digest: str) -> list[imagebuilder.CfnComponent]:
+        props = self.props
+        components = []
+        for document in component_documents(bundle_uri=props.bundle.s3_url, install_steps=props.manifest.install_steps):
+            component = imagebuilder.CfnComponent(
+                self,
+                f"Component{document.name.capitalize()}",
+                # Components are immutable: new contents need a new name, which the digest gives.
+                name=f"{props.name}-{document.name}-{digest}",
+                platform="Linux",
+                version="1.0.0",
+                description=document.description,
+                data=document.text,
+            )
+            components.append(component)
+        return components
+
+    def _build_role(self) -> iam.Role:
+        props = self.props
+        role = iam.Role(
+            self,
+            "BuildRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description=f"kiln {props.name} image builds: the bundle, this recipe's components, its logs, SSM",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+        )
+        props.bundle.grant_read(role)
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["imagebuilder:GetComponent"],
+                resources=[component.attr_arn for component in self.components],
+            )
+        )
+        self.log_group.grant_write(role)
+        acknowledge(role, nag_rules.SSM_CORE)
+        return role

@@ -1,0 +1,65 @@
+"""ImageStack: the <name>-image stack of a spec with compute.image.bake, whose newest AMI the compute stack boots."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import aws_cdk as cdk
+from constructs import Construct
+
+from kiln.ami.names import (
+    OUTPUT_IMAGE_ID,
+    OUTPUT_IMAGE_PARAMETER,
+    OUTPUT_PIPELINE_ARN,
+    TAG_CLUSTER,
+    image_parameter_name,
+    pipeline_name,
+)
+from kiln.ami.recipe import image_config, read_manifest
+from kiln.constructs import BootstrapAssets, BootstrapAssetsProps, TrainingImage, TrainingImageProps
+from kiln.spec import ClusterSpec
+from kiln.stacks.bootstrap_config import config_from_spec
+from kiln.stacks.network import NetworkStack
+
+
+def image_root_volume_gib(spec: ClusterSpec) -> int:
+    """Return the image's root volume: the smallest group's, so every node's root volume can hold the AMI."""
+    return min(group.root_volume_gib for group in spec.compute.groups)
+
+
+def bakes_image(spec: ClusterSpec) -> bool:
+    """Return whether SPEC's nodes boot an image kiln bakes."""
+    return spec.compute.image.bake
+
+
+class ImageStack(cdk.Stack):
+    """An EC2 Image Builder pipeline baking the spec's install steps, and its first image."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, spec: ClusterSpec, network: NetworkStack, **kwargs: Any):
+        super().__init__(scope, construct_id, description=f"kiln {spec.name}: baked node image", **kwargs)
+        if not bakes_image(spec) or spec.compute.image.ami_id is None:
+            raise ValueError("compute.image: an image stack needs bake: true and ami_id (the image baked on)")
+        # Only what install steps read: a change to NCCL settings or users changes no image.
+        config = image_config(config_from_spec(spec))
+        assets = BootstrapAssets(self, "Bundle", BootstrapAssetsProps(config=config))
+        self.parameter_name = image_parameter_name(spec.name)
+        self.image = TrainingImage(
+            self,
+            "Image",
+            TrainingImageProps(
+                name=pipeline_name(spec.name),
+                bundle=assets.node_bootstrap,
+                bundle_digest=assets.asset.asset_hash,
+                manifest=read_manifest(assets.directory),
+                parent_image=spec.compute.image.ami_id,
+                vpc=network.training_vpc.vpc,
+                subnet=network.training_vpc.compute_subnet,
+                image_parameter_name=self.parameter_name,
+                root_volume_gib=image_root_volume_gib(spec),
+                retain=spec.storage.bucket.retain,
+                tags={TAG_CLUSTER: spec.name, **spec.tags},
+            ),
+        )
+        cdk.CfnOutput(self, OUTPUT_PIPELINE_ARN, value=self.image.pipeline.attr_arn)
+        cdk.CfnOutput(self, OUTPUT_IMAGE_ID, value=self.image.image_id)
+        cdk.CfnOutput(self, OUTPUT_IMAGE_PARAMETER, value=self.parameter_name)
