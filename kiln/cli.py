@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from kiln import bootstrap_cli
+from kiln.ami import cli as ami_cli
 from kiln.ci import cli as ci_cli
 from kiln.local import cli as local_cli
 from kiln.safe_output import UnsafeOutput
@@ -233,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     bootstrap_cli.register(commands)
     local_cli.register(commands)
     ci_cli.register(commands)
+    ami_cli.register(commands)
     return parser
 
 
