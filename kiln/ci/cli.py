@@ -61,7 +61,10 @@ class _Target:
             region = args.region or self.spec.region
         self.session = boto3.Session(region_name=region) if region else boto3.Session()
         if not self.session.region_name:
-            raise CiInputError("no region: set `region` in the spec, pass --region, or set AWS_REGION")
+            raise CiInputError(
+                "no region: set `region` in the spec, pass --region, or set AWS_DEFAULT_REGION "
+                "(boto3 does not read AWS_REGION)"
+            )
         self.region = self.session.region_name
 
 
@@ -211,7 +214,7 @@ def _sweep(args: argparse.Namespace) -> int:
 
     session = boto3.Session(region_name=args.region) if args.region else boto3.Session()
     if not session.region_name:
-        raise CiInputError("no region: pass --region or set AWS_REGION")
+        raise CiInputError("no region: pass --region or set AWS_DEFAULT_REGION (boto3 does not read AWS_REGION)")
     progress = Progress("sweep")
     now = _now()
     found = find_environments(
@@ -315,13 +318,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         chosen.add_argument("--spec", help="the cluster spec the environment is made from")
         chosen.add_argument("--environment", help="an environment by name (as `kiln ci sweep --dry-run` lists them)")
         parent.add_argument("--run-id", help="the pipeline run (default: $GITHUB_RUN_ID, $CI_PIPELINE_ID, ...)")
-        parent.add_argument("--region", help="default: the spec's region, else $AWS_REGION")
+        parent.add_argument("--region", help="default: the spec's region, else $AWS_DEFAULT_REGION")
         return parent
 
     up = commands.add_parser("up", help="deploy an environment and wait until it is ready")
     up.add_argument("--spec", required=True, help="the cluster spec")
     up.add_argument("--run-id", help="the pipeline run (default: $GITHUB_RUN_ID, $CI_PIPELINE_ID, ...)")
-    up.add_argument("--region", help="default: the spec's region, else $AWS_REGION")
+    up.add_argument("--region", help="default: the spec's region, else $AWS_DEFAULT_REGION")
     up.add_argument("--ttl", help="delete it this long after deploy, e.g. 2h (default: the spec's ci.ttl_hours)")
     up.add_argument("--outputs", help="also write the outputs JSON to this file")
     up.add_argument("--workdir", help="where the cloud assembly goes (default: a new temp directory)")
@@ -347,7 +350,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_SWEEP_AGE,
         help="age at which an environment without a TTL goes (default: %(default)s)",
     )
-    sweep.add_argument("--region", help="default: $AWS_REGION")
+    sweep.add_argument("--region", help="default: $AWS_DEFAULT_REGION")
     sweep.add_argument("--dry-run", action="store_true", help="list what would go, delete nothing")
     sweep.set_defaults(func=_handled("sweep", _sweep))
 
