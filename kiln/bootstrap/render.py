@@ -16,7 +16,7 @@ from kiln.bootstrap.config import BootstrapConfig
 from kiln.bootstrap.readiness import BootReadiness, boot_readiness
 from kiln.bootstrap.steps import NODE_CONTEXT, Step, declared_steps
 from kiln.bootstrap.wheel import build_wheel
-from kiln.catalog import SoftwareVersions, instance_type, preset_environment
+from kiln.catalog import InstanceType, SoftwareVersions, instance_type, preset_environment
 from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE, ENV_VALUE, ENV_VALUE_RULE
 from kiln.catalog.neuron import neuron_packages
 from kiln.safe_output import replaced_directory
@@ -261,6 +261,8 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         "KILN_REPO_ARCH": "sbsa" if config.architecture == "arm64" else "x86_64",
         "KILN_PACKAGE_FORMAT": "rpm" if config.os == "al2023" else "deb",
         "KILN_INSTANCE_TYPES": " ".join(config.instance_types),
+        # Independent of the order and number of types: only a change in what the image must serve rebakes it.
+        "KILN_IMAGE_DEVICES": image_devices(config),
         "KILN_REQUIRED_CLUSTER_ENV": " ".join(required_cluster_env(config)),
         "KILN_INSTALL_STEPS": " ".join(profile.install_steps),
         "KILN_CONFIGURE_STEPS": " ".join(profile.configure_steps),
@@ -295,6 +297,8 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         "KILN_LAUNCHER_WHEEL": wheel[0],
         "KILN_LAUNCHER_WHEEL_SHA256": wheel[1],
     }
+    for step in declared_steps("install", profile.install_steps):
+        env[step.pins_variable] = " ".join(step.pins)
     for repository in bundle_repositories(config):
         env.update(repository.bundle_env())
     for artifact in bundle_artifacts(config):
@@ -311,6 +315,45 @@ def _neuron_packages(config: BootstrapConfig) -> str:
     if not config.software.neuron or not any(instance_type(name).neuron_count for name in config.instance_types):
         return ""
     return " ".join(f"{name}:{version}" for name, version in neuron_packages(config.software.neuron).items())
+
+
+def _facts_env(facts: InstanceType) -> dict[str, int]:
+    """Return the facts.env values of one instance type: what the steps need to know of its hardware."""
+    return {
+        "KILN_GPU_COUNT": facts.gpu_count,
+        "KILN_NEURON_COUNT": facts.neuron_count,
+        "KILN_EFA_COUNT": facts.efa_interface_count,
+        "KILN_NVSWITCH": int(facts.nvswitch),
+        # NVLink 5 NVSwitch baseboards (HGX B200/B300): fabric manager needs the NVLink subnet manager.
+        "KILN_NVLSM": int(facts.nvswitch and (facts.nvlink_generation or 0) >= 5),
+        "KILN_INSTANCE_STORAGE_GB": facts.instance_storage_gb,
+    }
+
+
+def image_facts(config: BootstrapConfig) -> dict[str, int]:
+    """Return the facts an image build installs for: each the largest over CONFIG's instance types.
+
+    A bake runs on a build instance of another type, and its image must serve any node of the cluster: a GPU, an
+    NVSwitch or an EFA interface on one type is enough for the image to need its software.
+    """
+    union: dict[str, int] = {}
+    for name in config.instance_types:
+        for fact, value in _facts_env(instance_type(name)).items():
+            union[fact] = max(union.get(fact, 0), value)
+    return union
+
+
+def image_devices(config: BootstrapConfig) -> str:
+    """Return the device kinds an image of CONFIG serves (KILN_IMAGE_DEVICES): the facts install steps branch on."""
+    facts = image_facts(config)
+    kinds = {
+        "gpu": "KILN_GPU_COUNT",
+        "nvswitch": "KILN_NVSWITCH",
+        "nvlsm": "KILN_NVLSM",
+        "neuron": "KILN_NEURON_COUNT",
+        "efa": "KILN_EFA_COUNT",
+    }
+    return " ".join(kind for kind, fact in kinds.items() if facts.get(fact, 0))
 
 
 def _nccl_environment(config: BootstrapConfig, name: str) -> list[tuple[str, str]]:
@@ -395,11 +438,15 @@ def _render_into(config: BootstrapConfig, layout: SlurmLayout | None, out: Path)
     }
     _write(out / profile.entry_point, env.get_template("entry.sh.j2").render(context), executable=True)
     _write(out / "bundle.env", env.get_template("bundle.env.j2").render(context))
+    facts_template = env.get_template("facts.env.j2")
+    # An image build (--phase bake) runs with these in place of one type's facts.
+    union = f"Image build facts: the largest of each over {' '.join(config.instance_types) or 'no instance types'}."
+    _write(out / "image-facts.env", facts_template.render(title=union, facts=image_facts(config)))
     for name in config.instance_types:
         facts = instance_type(name)
         folder = out / "instances" / name
         environment = _nccl_environment(config, name)
-        _write(folder / "facts.env", env.get_template("facts.env.j2").render(facts=facts))
+        _write(folder / "facts.env", facts_template.render(title=f"Catalog facts for {name}.", facts=_facts_env(facts)))
         _write(folder / "nccl.env", env.get_template("nccl.env.j2").render(environment=environment, instance=name))
         _write(folder / "profile.sh", env.get_template("profile.sh.j2").render(environment=environment, instance=name))
         if facts.gpu_count or facts.neuron_count:

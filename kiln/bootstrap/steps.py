@@ -1,4 +1,4 @@
-"""The declared bootstrap steps: every step's name, its file under scripts/, and its phase."""
+"""The declared bootstrap steps: each step's name, its file under scripts/, its phase and (install steps) its pins."""
 
 from __future__ import annotations
 
@@ -15,6 +15,19 @@ class Step:
     name: str
     # install steps download and may be baked into an image; configure steps run at every boot.
     phase: Phase
+    # The bundle.env variables whose values decide what this install step puts on a node. A node records them
+    # as the step's marker (/etc/kiln/image/NAME.env), and a baked image whose marker differs is refused.
+    pins: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # Only install steps land in an image; a configure step's inputs are read again at every boot.
+        if self.pins and self.phase != "install":
+            raise ValueError(f"step {self.name}: got pins {' '.join(self.pins)} on a {self.phase} step, allowed: none")
+
+    @property
+    def pins_variable(self) -> str:
+        """Return the bundle.env variable that lists this install step's pins: KILN_PINS_<NAME>."""
+        return f"KILN_PINS_{self.name.upper()}"
 
     @property
     def file(self) -> str:
@@ -25,20 +38,39 @@ class Step:
 # Every bundle runs it first, before the target's steps: which node this is, its role and instance type.
 NODE_CONTEXT = Step(name="node_context", phase="context")
 
+# What each step installs follows bundle.env: its pins name every variable a step reads to decide what goes on a
+# node (versions, on/off switches, install paths), KILN_IMAGE_DEVICES where it depends on the instance facts.
 STEPS: dict[str, Step] = {
     step.name: step
     for step in (
-        Step(name="install_nvidia_driver", phase="install"),
-        Step(name="install_neuron", phase="install"),
-        Step(name="install_efa", phase="install"),
-        Step(name="install_nccl", phase="install"),
-        Step(name="install_lustre_client", phase="install"),
-        Step(name="install_slurm", phase="install"),
-        Step(name="install_munge", phase="install"),
-        Step(name="install_enroot", phase="install"),
-        Step(name="install_pyxis", phase="install"),
-        Step(name="install_container_runtime", phase="install"),
-        Step(name="install_launcher", phase="install"),
+        Step(
+            name="install_nvidia_driver",
+            phase="install",
+            pins=("KILN_NVIDIA_DRIVER_VERSION", "KILN_IMAGE_DEVICES"),
+        ),
+        Step(name="install_neuron", phase="install", pins=("KILN_NEURON_VERSION", "KILN_NEURON_PACKAGES")),
+        Step(name="install_efa", phase="install", pins=("KILN_EFA_INSTALLER_VERSION", "KILN_IMAGE_DEVICES")),
+        Step(name="install_nccl", phase="install", pins=("KILN_NCCL_VERSION", "KILN_IMAGE_DEVICES")),
+        Step(name="install_lustre_client", phase="install", pins=("KILN_LUSTRE",)),
+        Step(name="install_slurm", phase="install", pins=("KILN_SLURM_SOURCE",)),
+        Step(name="install_munge", phase="install", pins=("KILN_SLURM_SOURCE",)),
+        Step(name="install_enroot", phase="install", pins=("KILN_CONTAINERS", "KILN_ENROOT_VERSION")),
+        Step(
+            name="install_pyxis",
+            phase="install",
+            pins=("KILN_CONTAINERS", "KILN_PYXIS_VERSION", "KILN_PYXIS_PREFIX", "KILN_SLURM_PREFIX"),
+        ),
+        Step(
+            name="install_container_runtime",
+            phase="install",
+            pins=(
+                "KILN_CONTAINERS",
+                "KILN_CONTAINER_RUNTIME",
+                "KILN_NVIDIA_CONTAINER_TOOLKIT_VERSION",
+                "KILN_IMAGE_DEVICES",
+            ),
+        ),
+        Step(name="install_launcher", phase="install", pins=("KILN_LAUNCHER_WHEEL_SHA256", "KILN_TORCH_VERSION")),
         Step(name="configure_users", phase="configure"),
         Step(name="configure_kernel", phase="configure"),
         Step(name="configure_accelerators", phase="configure"),

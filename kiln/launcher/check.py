@@ -8,18 +8,20 @@ catalog's count for the instance type (GPUs as torch sees them; Neuron devices
 as ``neuron-ls --json-output`` lists them, their NeuronCores against the
 processes the launcher starts, and their /dev/neuronN nodes); EFA devices in
 /sys/class/infiniband against the catalog's EFA interface count; the
-aws-ofi-nccl plugin. Then the launcher starts one worker per GPU (two on CPU
-or Neuron nodes, so the collective has peers) for a GPU matmul sanity check,
-an all-reduce correctness check and an all-reduce sweep whose bus bandwidth
-(nccl-tests formulas) must reach the catalog's floor: intra-node for one node,
-inter-node for several. On an EFA GPU type, NCCL_DEBUG=INFO output must show
+aws-ofi-nccl plugin; the image (each install step's marker in
+/etc/kiln/image against the pins of the bundle the node booted with,
+/etc/kiln/bundle-pins.env, both under KILN_ROOT). Then the launcher starts
+one worker per GPU (two on CPU or Neuron nodes, so the collective has peers)
+for a GPU matmul sanity check, an all-reduce correctness check and an
+all-reduce sweep whose bus bandwidth (nccl-tests formulas) must reach the
+catalog's floor: intra-node for one node, inter-node for several. On an EFA GPU type, NCCL_DEBUG=INFO output must show
 libfabric's efa provider; TCP sockets fail loudly. Nothing here runs on the
 Neuron devices themselves: on a Neuron node the GPU checks are not_applicable.
 
 Each check is passed, failed, not_applicable (nothing to check here: no GPU,
-no Neuron device, no EFA, unknown instance type) or informational (measured,
-no floor, e.g. gloo on CPU). GPU, Neuron and EFA checks on a machine without
-them are not_applicable, never passed.
+no Neuron device, no EFA, unknown instance type, no kiln image manifest) or
+informational (measured, no floor, e.g. gloo on CPU). GPU, Neuron and EFA
+checks on a machine without them are not_applicable, never passed.
 
 ``--scope node`` (default, fit for a Slurm prolog) checks this node alone;
 ``--scope job`` joins the job's other nodes through the scheduler, as a
@@ -47,6 +49,7 @@ from kiln.catalog import InstanceType
 from kiln.launcher import hardware, imds, nccllog, neuron
 from kiln.launcher.arguments import SubcommandParser, integer_at_least, positive
 from kiln.launcher.errors import UsageError
+from kiln.launcher.image import ImageScan, root_of, scan_image
 from kiln.launcher.launch import LaunchOptions, execute, prepare
 
 PASSED, FAILED, NOT_APPLICABLE, INFORMATIONAL = "passed", "failed", "not_applicable", "informational"
@@ -81,6 +84,8 @@ class NodeFacts:
     neuron: neuron.NeuronScan
     efa_devices: tuple[str, ...]
     ofi_plugin: str | None
+    # Nothing kiln-made by default: a machine the bootstrap never ran on.
+    image: ImageScan = field(default_factory=ImageScan)
 
 
 _size = integer_at_least(4, "a byte count of at least 4")
@@ -116,6 +121,7 @@ def gather_facts() -> NodeFacts:
         neuron=neuron.scan(),
         efa_devices=tuple(hardware.efa_devices()),
         ofi_plugin=hardware.ofi_nccl_plugin(),
+        image=scan_image(root_of()),
     )
 
 
@@ -141,6 +147,7 @@ def screen(instance: InstanceType | None, facts: NodeFacts, why_unknown: str | N
     results.extend(_neuron_checks(instance, facts.neuron, why_unknown))
     results.append(_efa_devices(instance, facts, why_unknown))
     results.append(_ofi_plugin(instance, facts, why_unknown))
+    results.append(_image(facts.image))
     return results
 
 
@@ -363,6 +370,31 @@ def _ofi_plugin(instance: InstanceType | None, facts: NodeFacts, why_unknown: st
         return CheckResult(name="ofi_nccl_plugin", status=PASSED, detail=f"aws-ofi-nccl at {facts.ofi_plugin}")
     detail = "aws-ofi-nccl not found: NCCL will fall back to TCP sockets"
     return CheckResult(name="ofi_nccl_plugin", status=FAILED, detail=detail)
+
+
+def _image(scan: ImageScan) -> CheckResult:
+    """Judge the image manifest: every install step of the booted bundle ran, with the bundle's pinned values."""
+    if scan.error:
+        return CheckResult(name="image", status=FAILED, detail=f"cannot read the image manifest: {scan.error}")
+    if scan.wanted is None:
+        if not scan.markers:
+            detail = f"no kiln image manifest on this node ({scan.image_dir})"
+            return CheckResult(name="image", status=NOT_APPLICABLE, detail=detail)
+        detail = f"{len(scan.markers)} install step marker(s) in {scan.image_dir}, but no bundle pins to compare with"
+        return CheckResult(name="image", status=INFORMATIONAL, detail=detail, data={"markers": scan.markers})
+    data = {"image_dir": scan.image_dir, "steps": sorted(scan.wanted)}
+    mismatches = scan.mismatches()
+    problems = [f"{step}: no marker {scan.image_dir}/{step}.env (the step never ran here)" for step in scan.missing]
+    for miss in mismatches:
+        image = "nothing" if miss.image is None else f"'{miss.image}'"
+        problems.append(f"{miss.step}: {miss.variable} is {image} on the image, the bundle wants '{miss.wanted}'")
+    if problems:
+        data["missing"] = scan.missing
+        data["mismatches"] = [asdict(miss) for miss in mismatches]
+        detail = "; ".join(problems) + "; rebuild the image: kiln ami build --spec SPEC"
+        return CheckResult(name="image", status=FAILED, detail=detail, data=data)
+    detail = f"{len(scan.wanted)} install step(s) match the bundle's pins ({scan.image_dir})"
+    return CheckResult(name="image", status=PASSED, detail=detail, data=data)
 
 
 def _matmul(instance: InstanceType | None, result: dict[str, Any], on_gpu: bool) -> CheckResult:

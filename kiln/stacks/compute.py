@@ -103,7 +103,7 @@ class ComputeStack(cdk.Stack):
         """Return the AMI nodes boot: the newest image the image stack baked (read at each deploy), else ami_id."""
         if image is None:
             return spec.compute.image.ami_id
-        self.add_dependency(image)
+        self.add_stack_dependency(image)
         parameter = cdk.CfnParameter(
             self,
             "BakedImageId",

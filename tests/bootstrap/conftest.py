@@ -68,6 +68,13 @@ MUTATING = (
     "nvidia-installer",
     "efa-installer",
 )
+# Every command a node could reach the network with; a baked image's boot must call none of them.
+NETWORK_COMMANDS = ("curl", "wget", "apt-get", "dnf", "pip", "pip3", "gpg")
+_NETWORK_STUB = """#!/usr/bin/env bash
+# Stand-in for a command that reaches the network: records the call beside itself, then fails as offline.
+printf '%s %s\\n' "${0##*/}" "$*" >>"${0%/*}/network-calls.log"
+exit 1
+"""
 PINS = SoftwarePins(
     nvidia_driver="570.172.08",
     efa_installer="1.43.2",
@@ -262,3 +269,25 @@ def pcs_bundle(tmp_path_factory) -> Path:
 @pytest.fixture
 def node(tmp_path, pcs_bundle) -> Node:
     return make_node(tmp_path, pcs_bundle)
+
+
+@dataclass(frozen=True)
+class NetworkStub:
+    """A KILN_BIN_DIR whose curl, wget, apt-get, dnf, pip, pip3 and gpg record every call and fail."""
+
+    bin_dir: Path
+
+    def calls(self) -> list[str]:
+        log = self.bin_dir / "network-calls.log"
+        return log.read_text().splitlines() if log.exists() else []
+
+
+def stub_network(directory: Path) -> NetworkStub:
+    """Create DIRECTORY with the network stand-ins; pass it as KILN_BIN_DIR (lib.sh puts it first in PATH)."""
+    directory.mkdir(parents=True)
+    stub = directory / "network-stub.sh"
+    stub.write_text(_NETWORK_STUB)
+    stub.chmod(0o755)
+    for name in NETWORK_COMMANDS:
+        (directory / name).symlink_to(stub)
+    return NetworkStub(bin_dir=directory)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kiln.bootstrap.render import PROFILES, SCRIPTS_DIR, TargetProfile
-from kiln.bootstrap.steps import NODE_CONTEXT, STEPS, declared_steps
+from kiln.bootstrap.steps import NODE_CONTEXT, STEPS, Step, declared_steps
 
 DECLARED = (NODE_CONTEXT, *STEPS.values())
 _DEFINITION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\(\) \{$", re.MULTILINE)
@@ -90,3 +90,66 @@ def test_a_profile_with_an_undeclared_step_is_refused(install, configure, messag
 def test_declared_steps_keep_the_order_asked_for():
     names = ("install_pyxis", "install_enroot")
     assert tuple(step.name for step in declared_steps("install", names)) == names
+
+
+# Variables an install step reads that are not pins, and why they need not be: they cannot differ between an image
+# and a node that passed node_context, or they change no file the step leaves.
+NOT_PINS = {
+    # The node's OS and package manager: node_context refuses a bundle rendered for another OS.
+    "KILN_OS": "os",
+    "KILN_PKG": "os",
+    "KILN_PACKAGE_FORMAT": "os",
+    # In messages only; a sealed image names its target in /etc/kiln/baked, which verification checks.
+    "KILN_TARGET": "message",
+    "KILN_INSTANCE_TYPE": "message",
+    # Named by its digest, KILN_LAUNCHER_WHEEL_SHA256.
+    "KILN_LAUNCHER_WHEEL": "digest",
+    # The run itself: where it writes, its bundle, its retries, the file just fetched, the Python a venv starts from.
+    "KILN_ROOT": "run",
+    "KILN_BUNDLE_DIR": "run",
+    "KILN_RETRY_ATTEMPTS": "run",
+    "KILN_FETCHED": "run",
+    "KILN_CHANGED": "run",
+    "KILN_PYTHON": "run",
+}
+# Instance facts (an image build reads image-facts.env): the pin that stands for them.
+FACTS = {
+    "KILN_GPU_COUNT": ("KILN_IMAGE_DEVICES",),
+    "KILN_EFA_COUNT": ("KILN_IMAGE_DEVICES",),
+    "KILN_NVSWITCH": ("KILN_IMAGE_DEVICES",),
+    "KILN_NVLSM": ("KILN_IMAGE_DEVICES",),
+    # The Neuron packages are listed only when a type has Neuron devices.
+    "KILN_NEURON_COUNT": ("KILN_IMAGE_DEVICES", "KILN_NEURON_PACKAGES"),
+}
+INSTALL_STEPS = [step for step in STEPS.values() if step.phase == "install"]
+
+
+@pytest.mark.parametrize("step", INSTALL_STEPS, ids=lambda step: step.name)
+def test_every_variable_an_install_step_reads_is_pinned_or_cannot_change_what_it_installs(step):
+    read = set(re.findall(r"KILN_[A-Z0-9_]+", (SCRIPTS_DIR / step.file).read_text()))
+    for variable in sorted(read - set(NOT_PINS)):
+        if variable in FACTS:
+            assert set(FACTS[variable]) & set(step.pins), f"{step.name} reads {variable}: pin {FACTS[variable][0]}"
+        else:
+            assert variable in step.pins, f"{step.name} reads {variable}, which is not among its pins"
+
+
+def test_pins_belong_to_install_steps_only():
+    assert [step.name for step in STEPS.values() if step.phase != "install" and step.pins] == []
+    with pytest.raises(ValueError, match="step configure_x: got pins KILN_X on a configure step, allowed: none"):
+        Step(name="configure_x", phase="configure", pins=("KILN_X",))
+    assert STEPS["install_efa"].pins_variable == "KILN_PINS_INSTALL_EFA"
+
+
+# lib.sh's ways to fetch or install: an install step's business, which a baked image did at its bake.
+FETCHING = ("install_packages", "ensure_packages", "install_kernel_build_packages", "add_signed_repository", "download")
+FETCHING += ("fetch_artifact", "curl", "wget", "pip")
+
+
+@pytest.mark.parametrize(
+    "step", [NODE_CONTEXT, *(s for s in STEPS.values() if s.phase == "configure")], ids=lambda step: step.name
+)
+def test_steps_that_run_at_every_boot_fetch_and_install_nothing(step):
+    # A baked image's boot runs these only; lib.sh refuses any download there, so one would stop the boot.
+    words = set(re.findall(r"[a-z_]+", (SCRIPTS_DIR / step.file).read_text()))
+    assert sorted(words & set(FETCHING)) == [], f"{step.name} fetches or installs: move that into an install step"

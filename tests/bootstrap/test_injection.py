@@ -69,7 +69,7 @@ def bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def env_files(bundle: Path) -> list[Path]:
-    names = ("bundle.env", "cluster.env", "nccl.env", "profile.sh", "facts.env")
+    names = ("bundle.env", "cluster.env", "nccl.env", "profile.sh", "facts.env", "image-facts.env")
     return sorted(p for p in bundle.rglob("*") if p.name in names)
 
 

@@ -11,8 +11,10 @@ import pytest
 from kiln.bootstrap.config import BootstrapConfig, NodeGroup
 from kiln.bootstrap.local_target import LocalCluster, LocalNode
 from kiln.bootstrap.render import PROFILES, SCRIPTS_DIR, render_bundle
+from kiln.bootstrap.steps import STEPS
 from kiln.bootstrap_cli import register
-from kiln.catalog import SoftwareVersions, preset_environment
+from kiln.catalog import SoftwareVersions, instance_type, preset_environment
+from kiln.catalog.envfile import parse_env_file
 from kiln.spec import load_spec
 from kiln.stacks.bootstrap_config import config_from_spec
 from tests.bootstrap.conftest import SHELLCHECK, pcs_config
@@ -114,6 +116,57 @@ def test_bundle_holds_exactly_the_declared_files_of_its_steps(every_target, targ
     env = dict(line.split("=", 1) for line in (bundle / "bundle.env").read_text().splitlines() if "=" in line)
     assert env["KILN_INSTALL_STEPS"] == f"'{' '.join(profile.install_steps)}'"
     assert env["KILN_CONFIGURE_STEPS"] == f"'{' '.join(profile.configure_steps)}'"
+
+
+@pytest.mark.parametrize("target", sorted(PROFILES))
+def test_bundle_env_lists_the_pins_of_each_install_step_and_of_nothing_else(every_target, target):
+    values = parse_env_file((every_target[target] / "bundle.env").read_text())
+    pins = {name: value for name, value in values.items() if name.startswith("KILN_PINS_")}
+    expected = {f"KILN_PINS_{step.upper()}": " ".join(STEPS[step].pins) for step in PROFILES[target].install_steps}
+    assert pins == expected
+    for names in pins.values():
+        missing = [name for name in names.split() if name not in values]
+        assert missing == [], f"pins that bundle.env does not set: {missing}"
+
+
+def test_pins_are_written_as_image_builds_read_them(every_target):
+    values = parse_env_file((every_target["pcs"] / "bundle.env").read_text())
+    assert values["KILN_PINS_INSTALL_EFA"] == "KILN_EFA_INSTALLER_VERSION KILN_IMAGE_DEVICES"
+    assert values["KILN_PINS_INSTALL_LUSTRE_CLIENT"] == "KILN_LUSTRE"
+    local = parse_env_file((every_target["local"] / "bundle.env").read_text())
+    assert local["KILN_PINS_INSTALL_MUNGE"] == "KILN_SLURM_SOURCE"
+    assert local["KILN_SLURM_SOURCE"] == "distro"
+
+
+def test_image_facts_are_the_union_of_the_bundles_instance_types(tmp_path):
+    groups = tuple(
+        NodeGroup(name=f"g{index}", instance_type=name)
+        for index, name in enumerate(("g5.48xlarge", "p4d.24xlarge", "trn1.32xlarge"))
+    )
+    bundle = render_bundle(pcs_config(groups=groups), tmp_path / "a").directory
+    facts = parse_env_file((bundle / "image-facts.env").read_text())
+    types = [instance_type(name) for name in ("m5.8xlarge", "g5.48xlarge", "p4d.24xlarge", "trn1.32xlarge")]
+    assert facts == {
+        "KILN_GPU_COUNT": "8",
+        "KILN_NEURON_COUNT": "16",
+        "KILN_EFA_COUNT": str(max(t.efa_interface_count for t in types)),
+        "KILN_NVSWITCH": "1",
+        "KILN_NVLSM": "0",
+        "KILN_INSTANCE_STORAGE_GB": str(max(t.instance_storage_gb for t in types)),
+    }
+    # Same format as one type's facts, so the bake loads it the same way.
+    assert set(facts) == set(parse_env_file((bundle / "instances/g5.48xlarge/facts.env").read_text()))
+    values = parse_env_file((bundle / "bundle.env").read_text())
+    assert values["KILN_IMAGE_DEVICES"] == "gpu nvswitch neuron efa"
+    # The order of the groups changes nothing an image holds.
+    reordered = render_bundle(pcs_config(groups=groups[::-1]), tmp_path / "b").directory
+    assert (reordered / "image-facts.env").read_text().splitlines()[2:] == (
+        bundle / "image-facts.env"
+    ).read_text().splitlines()[2:]
+    again = parse_env_file((reordered / "bundle.env").read_text())
+    assert {k: v for k, v in again.items() if k != "KILN_INSTANCE_TYPES"} == {
+        k: v for k, v in values.items() if k != "KILN_INSTANCE_TYPES"
+    }
 
 
 def test_local_slurm_conf_lists_nodes_ports_and_private_paths(every_target):

@@ -137,17 +137,6 @@ def test_package_lock_held_too_long_fails_the_step(node):
     assert not any(c.startswith("apt-get") for c in node.calls())
 
 
-def test_baked_image_configures_without_any_network_call(node):
-    node.set_state("offline")
-    result = node.run(entry="pcs-user-data.sh", KILN_BAKED="1")
-    assert result.returncode == 0, result.stderr
-    log = node.log.read_text()
-    assert "baked image: install steps ran at image build" in log
-    assert "[configure_slurm] done" in log
-    network = [c for c in node.calls() if c.split()[0] in ("curl", "wget", "apt-get", "dnf")]
-    assert network == []
-
-
 def test_missing_cluster_env_key_is_named(tmp_path, pcs_bundle):
     values = {
         k: v
@@ -215,23 +204,6 @@ def test_pyxis_is_made_known_to_slurm(node):
     (conf / "plugstack.conf.d/pyxis.conf").write_text("stale\n")
     assert node.run("configure_slurm").returncode == 0
     assert "systemctl restart slurmd" in node.calls()
-
-
-def test_baked_image_then_offline_boot(node):
-    (node.root / "etc/kiln/cluster.env").unlink()
-    baked = node.run("--phase", "bake", entry="pcs-user-data.sh", KILN_INSTANCE_TYPE="p5.48xlarge")
-    assert baked.returncode == 0, baked.stderr
-    assert (node.root / "etc/kiln/baked").read_text() == "pcs\n"
-    assert any(c.endswith(" nvidia-driver-570-open nvidia-fabricmanager-570=570.172.08-1") for c in node.calls())
-    from tests.bootstrap.conftest import CLUSTER_ENV
-
-    (node.root / "etc/kiln/cluster.env").write_text("".join(f"{k}='{v}'\n" for k, v in CLUSTER_ENV.items()))
-    node.set_state("offline")
-    calls = len(node.calls())
-    booted = node.run(entry="pcs-user-data.sh")
-    assert booted.returncode == 0, booted.stderr
-    assert [c for c in node.calls()[calls:] if c.split()[0] in ("curl", "wget", "apt-get", "dnf")] == []
-    assert (node.root / "etc/profile.d/kiln-nccl.sh").is_file()
 
 
 @pytest.mark.parametrize(

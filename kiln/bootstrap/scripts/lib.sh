@@ -15,6 +15,8 @@ KILN_LOCK_TIMEOUT_SECONDS="${KILN_LOCK_TIMEOUT_SECONDS:-600}"
 KILN_LOCK_POLL_SECONDS="${KILN_LOCK_POLL_SECONDS:-5}"
 KILN_STEP=""
 KILN_CHANGED=0
+# What to do when a baked image lacks something or holds another version of it.
+KILN_REBUILD_IMAGE="rebuild the image: kiln ami build --spec SPEC"
 if [[ -n "${KILN_BIN_DIR:-}" ]]; then
   PATH="${KILN_BIN_DIR}:${PATH}"
 fi
@@ -84,13 +86,22 @@ kiln_install_traps() {
   trap kiln_on_exit EXIT
 }
 
-# Run step function $1 with its output in the log, timing it.
+# Run step function $1 with its output in the log, timing it; an install step then records its marker. With more
+# arguments, run that command as step $1 instead (the log and the exit trap name it the same way).
 run_step() {
   local name="$1" started
+  shift
   KILN_STEP="$name"
   started="$SECONDS"
   log "start"
-  "$name" >>"$KILN_LOG" 2>&1
+  if (($# > 0)); then
+    "$@" >>"$KILN_LOG" 2>&1
+  else
+    "$name" >>"$KILN_LOG" 2>&1
+    if is_install_step "$name"; then
+      record_image_step "$name" >>"$KILN_LOG" 2>&1
+    fi
+  fi
   log "done in $((SECONDS - started))s"
   KILN_STEP=""
 }
@@ -194,6 +205,7 @@ apt_get() {
 
 # Install packages (name, name=version, or a local file) through apt or dnf, with lock waiting and retries.
 install_packages() {
+  refuse_when_baked "packages $*"
   wait_for_package_locks
   if [[ "$KILN_PKG" == apt ]]; then
     # Under /run, so an index fetched when the image was baked is never taken as fresh.
@@ -281,13 +293,23 @@ is_baked() {
   [[ "${KILN_BAKED:-0}" == 1 || -f "$(root_path /etc/kiln/baked)" ]]
 }
 
+# End the bootstrap when a baked image, outside its own bake, is asked to fetch $1: such a node downloads
+# nothing, so what it lacks belongs in the image.
+refuse_when_baked() {
+  if is_baked && [[ "${KILN_PHASE:-}" != bake ]]; then
+    die "$1: this image is baked, so the bootstrap downloads nothing; ${KILN_REBUILD_IMAGE}"
+  fi
+}
+
 sha256_matches() {
   local got _
   read -r got _ < <(sha256sum "$1")
   [[ "$got" == "$2" ]]
 }
 
+# Download URL $1 to file $2.
 download() {
+  refuse_when_baked "download of $1"
   curl -fsSL --connect-timeout 10 --max-time 1800 -o "$2" "$1"
 }
 
@@ -306,9 +328,7 @@ fetch_artifact() {
   if [[ -z "$sha" ]]; then
     die "artifact ${name} ${version} (${url}) has no sha256: lock it with \`kiln bootstrap lock --spec SPEC\` and deploy again; refusing to download it unverified"
   fi
-  if is_baked; then
-    die "artifact ${name}: this image is baked, so the bootstrap downloads nothing; bake it into the image instead"
-  fi
+  refuse_when_baked "artifact ${name} ${version}"
   # One directory per artifact keeps the upstream file name, which dpkg and rpm users expect.
   ensure_dir "$KILN_CACHE_DIR" 0700
   ensure_dir "${KILN_CACHE_DIR}/${name}-${version}" 0700
@@ -351,9 +371,7 @@ add_signed_repository() {
   if [[ -f "$(root_path "/run/kiln/repository-${name}")" ]]; then
     return 0
   fi
-  if is_baked; then
-    die "repository ${name}: this image is baked, so the bootstrap adds no repository; bake the packages into the image"
-  fi
+  refuse_when_baked "repository ${name}"
   command -v gpg >/dev/null || die "gpg is needed to check the ${name} repository key and is not installed"
   home="$(mktemp -d)"
   log "fetching the ${name} repository key from ${key_url}"
@@ -464,25 +482,46 @@ os_codename() {
   esac
 }
 
+# Split line $2 of a KILN_NAME='value' file ($1 says where: FILE:NUMBER) into KILN_ENV_KEY and KILN_ENV_VALUE,
+# outer quotes off; false for a blank or comment line, the end of the bootstrap for any other shape.
+parse_env_line() {
+  local where="$1" line="$2"
+  if [[ -z "$line" || "$line" == \#* ]]; then
+    return 1
+  fi
+  if [[ ! "$line" =~ ^(KILN_[A-Z0-9_]+)=(.*)$ ]]; then
+    die "${where}: expected KILN_NAME='value', got: ${line}"
+  fi
+  KILN_ENV_KEY="${BASH_REMATCH[1]}"
+  KILN_ENV_VALUE="${BASH_REMATCH[2]}"
+  if [[ "$KILN_ENV_VALUE" == \'*\' && ${#KILN_ENV_VALUE} -ge 2 ]]; then
+    KILN_ENV_VALUE="${KILN_ENV_VALUE:1:${#KILN_ENV_VALUE}-2}"
+  fi
+}
+
 # Export the KILN_NAME='value' lines of file $1; nothing in the file is executed.
 load_env_file() {
-  local file="$1" line key value number=0
+  local file="$1" line number=0
   [[ -r "$file" ]] || die "cannot read ${file}"
   while IFS= read -r line || [[ -n "$line" ]]; do
     number=$((number + 1))
-    if [[ -z "$line" || "$line" == \#* ]]; then
-      continue
+    if parse_env_line "${file}:${number}" "$line"; then
+      export "${KILN_ENV_KEY}=${KILN_ENV_VALUE}"
     fi
-    if [[ ! "$line" =~ ^(KILN_[A-Z0-9_]+)=(.*)$ ]]; then
-      die "${file}:${number}: expected KILN_NAME='value', got: ${line}"
-    fi
-    key="${BASH_REMATCH[1]}"
-    value="${BASH_REMATCH[2]}"
-    if [[ "$value" == \'*\' && ${#value} -ge 2 ]]; then
-      value="${value:1:${#value}-2}"
-    fi
-    export "${key}=${value}"
   done <"$file"
+}
+
+# Print the value that KILN_NAME='value' file $1 gives variable $2; false when it gives none. Sets nothing else.
+env_file_value() {
+  local file="$1" name="$2" line number=0
+  while IFS= read -r line || [[ -n "$line" ]]; do
+    number=$((number + 1))
+    if parse_env_line "${file}:${number}" "$line" && [[ "$KILN_ENV_KEY" == "$name" ]]; then
+      printf '%s\n' "$KILN_ENV_VALUE"
+      return 0
+    fi
+  done <"$file"
+  return 1
 }
 
 # Replace the @KILN_...@ placeholders of stdin with deploy-time values; unknown ones are an error.
@@ -500,4 +539,109 @@ fill_placeholders() {
     done
     printf '%s\n' "$line"
   done
+}
+
+# The image manifest: each install step that ran leaves a marker, /etc/kiln/image/STEP.env, holding the values of
+# its pins (the bundle.env variables KILN_PINS_<STEP> names) it installed with. A baked image's boot checks them
+# against its own bundle, and kiln-launch check compares them with /etc/kiln/bundle-pins.env.
+
+# True when $1 is an install step of this bundle.
+is_install_step() {
+  [[ " ${KILN_INSTALL_STEPS} " == *" $1 "* ]]
+}
+
+# Print the bundle.env variable that lists install step $1's pins: KILN_PINS_<STEP>.
+pins_variable() {
+  printf 'KILN_PINS_%s\n' "${1^^}"
+}
+
+# Print the pins of install step $1, space-separated.
+step_pins() {
+  local variable
+  variable="$(pins_variable "$1")"
+  printf '%s\n' "${!variable-}"
+}
+
+# Print the path of install step $1's marker.
+image_marker() {
+  printf '%s/%s.env\n' "$(root_path /etc/kiln/image)" "$1"
+}
+
+# Print VARIABLE='value' for each variable named in $@, with its value in this bundle.
+pinned_values() {
+  local variable
+  for variable in "$@"; do
+    printf "%s='%s'\n" "$variable" "${!variable-}"
+  done
+}
+
+# Write install step $1's marker: it ran, with these values of its pins. A step that skipped gets one too.
+record_image_step() {
+  local -a pins
+  read -ra pins <<<"$(step_pins "$1")"
+  pinned_values "${pins[@]}" | write_file "$(image_marker "$1")" 0644
+}
+
+# Check that the image holds install step $1 as this bundle installs it: its marker exists and records this
+# bundle's value of every pin, on an image baked (if sealed) for this target.
+verify_image_step() {
+  local step="$1" marker variable have baked_for
+  local -a pins
+  if [[ -f "$(root_path /etc/kiln/baked)" ]]; then
+    baked_for="$(<"$(root_path /etc/kiln/baked)")"
+    if [[ "$baked_for" != "$KILN_TARGET" ]]; then
+      die "this image was baked for target ${baked_for}, but this bundle is for ${KILN_TARGET}; ${KILN_REBUILD_IMAGE}"
+    fi
+  fi
+  marker="$(image_marker "$step")"
+  [[ -f "$marker" ]] || die "the image has no marker ${marker}: install step ${step} did not run when it was baked; ${KILN_REBUILD_IMAGE}"
+  read -ra pins <<<"$(step_pins "$step")"
+  for variable in "${pins[@]}"; do
+    have="$(env_file_value "$marker" "$variable")" ||
+      die "${marker} records no ${variable}: the image was baked from another bundle; ${KILN_REBUILD_IMAGE}"
+    if [[ "$have" != "${!variable-}" ]]; then
+      die "${variable}: the image has '${have}', this bundle wants '${!variable-}' (install step ${step}); ${KILN_REBUILD_IMAGE}"
+    fi
+  done
+  log "the image matches this bundle: ${pins[*]:-no pins}"
+}
+
+# Write what this bundle wants of the image, for kiln-launch check: its install steps, their pins and values.
+write_bundle_pins() {
+  local step variable
+  local -a pins
+  local -A seen=()
+  {
+    pinned_values KILN_INSTALL_STEPS
+    for step in $KILN_INSTALL_STEPS; do
+      pinned_values "$(pins_variable "$step")"
+      read -ra pins <<<"$(step_pins "$step")"
+      for variable in "${pins[@]}"; do
+        if [[ -z "${seen[$variable]:-}" ]]; then
+          seen[$variable]=1
+          pinned_values "$variable"
+        fi
+      done
+    done
+  } | write_file "$(root_path /etc/kiln/bundle-pins.env)" 0644
+}
+
+# Mark the image baked for this target and drop the downloads cache: the image carries no installer files.
+mark_image_baked() {
+  write_file "$(root_path /etc/kiln/baked)" 0644 <<<"$KILN_TARGET"
+  if [[ -d "$KILN_CACHE_DIR" ]]; then
+    rm -rf "$KILN_CACHE_DIR"
+    log "removed ${KILN_CACHE_DIR}"
+  fi
+  log "image sealed for ${KILN_TARGET}: nodes booted from it run configure steps only and download nothing"
+}
+
+# Seal a baked image: every install step of this bundle has its marker, matching, then the image is marked baked.
+seal_image() {
+  local step
+  log "sealing the image: checking every install step's marker against this bundle"
+  for step in $KILN_INSTALL_STEPS; do
+    run_step "$step" verify_image_step "$step"
+  done
+  run_step seal_image mark_image_baked
 }

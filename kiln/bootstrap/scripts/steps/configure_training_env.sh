@@ -19,5 +19,7 @@ configure_training_env() {
     printf 'KILN_CHECKPOINT_DIR=%q\n' "$KILN_CHECKPOINT_DIR"
     printf 'KILN_NCCL_ENV_FILE=%q\n' /etc/kiln/nccl.env
     printf 'KILN_VENV=%q\n' "${KILN_ROOT%/}/opt/kiln/venv"
+    # Where kiln-launch check finds the image manifest (the local cluster's prefix; / on cloud nodes).
+    printf 'KILN_ROOT=%q\n' "$KILN_ROOT"
   )
 }

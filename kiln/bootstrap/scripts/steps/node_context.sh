@@ -31,6 +31,14 @@ PY
 # Set KILN_NODE_ROLE (and on HyperPod KILN_NODE_GROUP and the controller address).
 resolve_role() {
   local group controller
+  if [[ "${KILN_PHASE:-}" == bake ]]; then
+    # An image build runs outside the cluster (no cfnconfig, no HyperPod resource_config.json), and what
+    # install steps put on the image does not depend on the role.
+    KILN_NODE_ROLE="${KILN_NODE_ROLE:-$KILN_DEFAULT_ROLE}"
+    export KILN_NODE_ROLE
+    log "image build: no cluster to ask for this node's role; install steps serve every role"
+    return 0
+  fi
   if [[ "$KILN_TARGET" == parallelcluster && -z "${KILN_NODE_ROLE:-}" ]]; then
     local cfnconfig key value
     cfnconfig="$(root_path /etc/parallelcluster/cfnconfig)"
@@ -83,6 +91,14 @@ resolve_instance() {
     KILN_INSTANCE_TYPE=local KILN_GPU_COUNT=0 KILN_NEURON_COUNT=0 KILN_EFA_COUNT=0 KILN_NVSWITCH=0
     KILN_INSTANCE_STORAGE_GB=0
     export KILN_INSTANCE_TYPE KILN_GPU_COUNT KILN_NEURON_COUNT KILN_EFA_COUNT KILN_NVSWITCH KILN_INSTANCE_STORAGE_GB
+    return 0
+  fi
+  if [[ "${KILN_PHASE:-}" == bake ]]; then
+    # The build instance is of any type, and the image serves every type of the bundle: install for all of them.
+    KILN_INSTANCE_TYPE=image
+    export KILN_INSTANCE_TYPE
+    log "image build: instance facts from image-facts.env, the union over ${KILN_INSTANCE_TYPES:-no instance types}"
+    load_env_file "${KILN_BUNDLE_DIR}/image-facts.env"
     return 0
   fi
   if [[ -z "${KILN_INSTANCE_TYPE:-}" ]]; then
