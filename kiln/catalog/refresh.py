@@ -185,7 +185,8 @@ def ec2_client(region: str | None) -> Any:
         import boto3
     except ImportError:
         raise RefreshError("a live refresh needs boto3 (pip install boto3); or use --source moto") from None
-    return boto3.client("ec2", region_name=region)
+    # A session of its own: credentials are resolved now, never taken from boto3's process-wide default session.
+    return boto3.session.Session(region_name=region).client("ec2")
 
 
 def _one_line(text: str) -> str:

@@ -9,20 +9,10 @@ import pytest
 
 from kiln.ami.names import TAG_ARCHITECTURE, TAG_OS, TAG_TARGET, pin_tag
 from kiln.ami.recipe import STEP_GROUPS, image_config, read_manifest, step_groups
-from kiln.bootstrap.config import BootstrapConfig, ClusterUser, NodeGroup, SoftwarePins
+from kiln.bootstrap.config import BootstrapConfig, ClusterUser, NodeGroup
 from kiln.bootstrap.render import PROFILES, render_bundle
 from kiln.bootstrap.steps import STEPS
-
-PINS = SoftwarePins(
-    nvidia_driver="570.172.08",
-    efa_installer="1.43.2",
-    nccl="2.27.3-1+cuda12.9",
-    slurm="24.11",
-    enroot="3.5.0",
-    pyxis="0.20.0",
-    nvidia_container_toolkit="1.17.8",
-    neuron="2.32.0",
-)
+from tests.bootstrap.conftest import PINS
 
 
 def pcs(**changes: object) -> BootstrapConfig:

@@ -9,8 +9,27 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+from kiln.launcher.check import NodeFacts
+from kiln.launcher.neuron import NeuronScan
 
 SUBPROCESS_TIMEOUT_S = 240
+
+
+def cpu_node(**changes: Any) -> NodeFacts:
+    """Return a CPU machine's facts (no CUDA, Neuron or EFA; no kiln image manifest unless CHANGES give one)."""
+    facts: dict[str, Any] = {
+        "torch_version": "2.13.0+cpu",
+        "cuda_version": None,
+        "cuda_available": False,
+        "nccl_version": None,
+        "cuda_devices": 0,
+        "neuron": NeuronScan(tool=None),
+        "efa_devices": (),
+        "ofi_plugin": None,
+    }
+    return NodeFacts(**(facts | changes))
 
 
 # Variables a CI runner (maybe itself a Slurm job or a pod) could leak into the tests.

@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from launcher_helpers import run_launcher
+from launcher_helpers import cpu_node, run_launcher
 
 from kiln.catalog import instance_type
 from kiln.launcher import hardware
@@ -17,16 +17,7 @@ from kiln.launcher.neuron import NeuronScan
 
 GPU_AND_EFA_CHECKS = {"cuda", "nccl", "accelerators", "efa_devices", "ofi_nccl_plugin"}
 NEURON_CHECKS = {"neuron_cores", "neuron_device_nodes"}
-CPU_NODE = NodeFacts(
-    torch_version="2.13.0+cpu",
-    cuda_version=None,
-    cuda_available=False,
-    nccl_version=None,
-    cuda_devices=0,
-    neuron=NeuronScan(tool=None),
-    efa_devices=(),
-    ofi_plugin=None,
-)
+CPU_NODE = cpu_node()
 HEALTHY_P5 = NodeFacts(
     torch_version="2.13.0",
     cuda_version="12.9",

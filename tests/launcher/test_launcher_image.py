@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from launcher_helpers import run_launcher
+from launcher_helpers import cpu_node, run_launcher
 
-from kiln.launcher.check import FAILED, INFORMATIONAL, NOT_APPLICABLE, PASSED, CheckResult, NodeFacts, screen
+from kiln.launcher.check import FAILED, INFORMATIONAL, NOT_APPLICABLE, PASSED, CheckResult, screen
 from kiln.launcher.image import BUNDLE_PINS, IMAGE_DIR, ImageScan, root_of, scan_image
-from kiln.launcher.neuron import NeuronScan
 
 # What a PCS bundle wants of three of its install steps, as the bootstrap writes it at boot.
 WANTED = {
@@ -38,21 +37,6 @@ def node_root(tmp_path: Path, markers: dict[str, dict[str, str]], wanted: dict[s
         write_env(root / BUNDLE_PINS.lstrip("/"), values)
     root.mkdir(exist_ok=True)
     return root
-
-
-def cpu_node(**image: ImageScan) -> NodeFacts:
-    """Return a CPU machine's facts, with IMAGE=... when given (else the default: no kiln manifest)."""
-    return NodeFacts(
-        torch_version="2.13.0+cpu",
-        cuda_version=None,
-        cuda_available=False,
-        nccl_version=None,
-        cuda_devices=0,
-        neuron=NeuronScan(tool=None),
-        efa_devices=(),
-        ofi_plugin=None,
-        **image,
-    )
 
 
 def judged(root: Path) -> CheckResult:
