@@ -132,35 +132,10 @@ def _list(args: argparse.Namespace) -> int:
 
 def _handled(action: str, handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Wrap HANDLER so every expected failure is one line on stderr, never a traceback."""
+    from kiln.ami.build import ImageStackUnusable
+    from kiln.command_errors import one_line_failures
 
-    def run(args: argparse.Namespace) -> int:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        from kiln.ami.build import ImageStackUnusable
-        from kiln.ci.remote import RemoteError, explain
-        from kiln.spec import SpecError
-
-        try:
-            return handler(args)
-        except SpecError as exc:
-            for line in exc.lines_out():
-                print(line, file=sys.stderr)
-            return 2
-        except AmiInputError as exc:
-            print(f"kiln ami {action}: {exc}", file=sys.stderr)
-            return 2
-        except (ImageStackUnusable, RemoteError) as exc:
-            print(f"kiln ami {action}: {exc}", file=sys.stderr)
-            return 1
-        # Every AWS call is wrapped to name itself; these are the backstop for one that is not.
-        except ClientError as exc:
-            print(f"kiln ami {action}: {explain(exc.operation_name, exc)}", file=sys.stderr)
-            return 1
-        except BotoCoreError as exc:
-            print(f"kiln ami {action}: {exc}", file=sys.stderr)
-            return 1
-
-    return run
+    return one_line_failures(f"kiln ami {action}", handler, bad_input=(AmiInputError,), failed=(ImageStackUnusable,))
 
 
 def _positive(text: str) -> float:

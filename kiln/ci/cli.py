@@ -265,39 +265,13 @@ def _extend(args: argparse.Namespace) -> int:
 
 def _handled(action: str, handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Wrap HANDLER so every expected failure is one line on stderr, never a traceback."""
+    from kiln.ci.deploy import DeployFailed
+    from kiln.ci.reaper_code.kiln_reaper.teardown import TeardownFailed
+    from kiln.command_errors import one_line_failures
 
-    def run(args: argparse.Namespace) -> int:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        from kiln.ci.deploy import DeployFailed
-        from kiln.ci.reaper_code.kiln_reaper.teardown import TeardownFailed
-        from kiln.ci.remote import RemoteError
-        from kiln.safe_output import UnsafeOutput
-        from kiln.spec import SpecError
-
-        try:
-            return handler(args)
-        except SpecError as exc:
-            for line in exc.lines_out():
-                print(line, file=sys.stderr)
-            return 2
-        except (CiInputError, UnsafeOutput) as exc:
-            print(f"kiln ci {action}: {exc}", file=sys.stderr)
-            return 2
-        except (DeployFailed, TeardownFailed, RemoteError) as exc:
-            print(f"kiln ci {action}: {exc}", file=sys.stderr)
-            return 1
-        except ClientError as exc:
-            error = exc.response.get("Error", {})
-            print(
-                f"kiln ci {action}: {exc.operation_name}: {error.get('Code')}: {error.get('Message')}", file=sys.stderr
-            )
-            return 1
-        except BotoCoreError as exc:
-            print(f"kiln ci {action}: {exc}", file=sys.stderr)
-            return 1
-
-    return run
+    return one_line_failures(
+        f"kiln ci {action}", handler, bad_input=(CiInputError,), failed=(DeployFailed, TeardownFailed)
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
