@@ -24,7 +24,8 @@ def one_line_failures(
     def run(args: argparse.Namespace) -> int:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        from kiln.ci.remote import RemoteError, explain
+        from kiln.aws_errors import explain
+        from kiln.ci.remote import RemoteError
         from kiln.safe_output import UnsafeOutput
         from kiln.spec import SpecError
 

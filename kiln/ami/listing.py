@@ -17,8 +17,9 @@ from kiln.ami.names import (
     TAG_TARGET,
     image_parameter_name,
 )
+from kiln.aws_errors import explain
 from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
-from kiln.ci.remote import aws_call, explain
+from kiln.ci.remote import aws_call
 
 # Digests are unreadable at full length in a table; JSON keeps them whole.
 SHORT_DIGEST = 12

@@ -47,7 +47,9 @@ from typing import Any, Literal, TextIO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from kiln.aws_errors import error_message, explain, one_line
 from kiln.ci.reaper_code.kiln_reaper.contract import stack_name
+from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
 
 BACKENDS = ("pcs", "parallelcluster", "hyperpod", "eks")
 # Kept equal to kiln.stacks.hyperpod.CONTROLLER_GROUP by the tests (importing it here would import the CDK).
@@ -65,9 +67,6 @@ RUN_COMMAND_ERROR_LIMIT = 8_000
 MAX_EXECUTION_TIMEOUT_S = 172_800
 EXECUTION_TIMEOUT_MARGIN_S = 60
 TERMINAL_STATUSES = ("Success", "Failed", "TimedOut", "Cancelled")
-ACCESS_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException"}
-THROTTLED = {"Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException"}
-BAD_CREDENTIALS = {"AuthFailure", "ExpiredToken", "ExpiredTokenException", "InvalidClientTokenId", "RequestExpired"}
 # Stacks in these states have no outputs kiln can rely on.
 UNUSABLE_STACK_STATES = ("CREATE_IN_PROGRESS", "CREATE_FAILED", "ROLLBACK", "DELETE")
 
@@ -109,14 +108,14 @@ class ClusterHandle:
         try:
             stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
         except ClientError as error:
-            if _code(error) == "ValidationError" and "does not exist" in _message(error):
+            if error_code(error) == "ValidationError" and "does not exist" in error_message(error):
                 raise RemoteError(
                     f"stack {name} does not exist in {region}: deploy the environment with `kiln ci up` first "
                     "(or pass the region it was deployed in)"
                 ) from None
             raise RemoteError(explain(f"cloudformation:DescribeStacks {name}", error)) from None
         except BotoCoreError as error:
-            raise RemoteError(f"cloudformation:DescribeStacks {name}: {_one_line(str(error))}") from None
+            raise RemoteError(f"cloudformation:DescribeStacks {name}: {one_line(str(error))}") from None
         stack = stacks[0]
         status = stack.get("StackStatus", "")
         if any(status.startswith(state) for state in UNUSABLE_STACK_STATES):
@@ -204,18 +203,6 @@ class Target:
     label: str
 
 
-def explain(what: str, error: ClientError) -> str:
-    """Return one line for ERROR raised by the AWS call WHAT: what AWS refused and what to do about it."""
-    code, message = _code(error), _message(error)
-    if code in ACCESS_DENIED:
-        return f"{what} was denied ({code}): allow it for the AWS identity running kiln; AWS said: {message}"
-    if code in THROTTLED:
-        return f"{what} was throttled by AWS ({code}) even after retries: wait a minute and run again"
-    if code in BAD_CREDENTIALS:
-        return f"{what}: AWS rejected the credentials ({code}): refresh them (the CI role, or `aws sso login`)"
-    return f"{what} failed ({code}): {message}"
-
-
 @contextlib.contextmanager
 def aws_call(what: str) -> Iterator[None]:
     """Turn a botocore error raised in the block into a one-line RemoteError naming the call WHAT."""
@@ -224,7 +211,7 @@ def aws_call(what: str) -> Iterator[None]:
     except ClientError as error:
         raise RemoteError(explain(what, error)) from None
     except BotoCoreError as error:
-        raise RemoteError(f"{what}: {_one_line(str(error))}") from None
+        raise RemoteError(f"{what}: {one_line(str(error))}") from None
 
 
 def find_head(session: Any, cluster: ClusterHandle) -> Target:
@@ -349,14 +336,14 @@ def _run_on_instance(
             Parameters={"commands": [node_script(command)], "executionTimeout": [str(execution_timeout)]},
         )
     except ClientError as error:
-        if _code(error) == "InvalidInstanceId":
+        if error_code(error) == "InvalidInstanceId":
             raise Unreachable(
                 f"{target.label} is not reachable through Systems Manager (yet): its SSM agent must be online, "
                 "with an instance role that allows it (AmazonSSMManagedInstanceCore)"
             ) from None
         raise RemoteError(explain("ssm:SendCommand", error)) from None
     except BotoCoreError as error:
-        raise RemoteError(f"ssm:SendCommand: {_one_line(str(error))}") from None
+        raise RemoteError(f"ssm:SendCommand: {one_line(str(error))}") from None
     command_id = sent["Command"]["CommandId"]
     shown = _Shown()
     while True:
@@ -413,11 +400,11 @@ def _invocation(ssm: Any, command_id: str, instance: str) -> Mapping[str, Any] |
     try:
         return ssm.get_command_invocation(CommandId=command_id, InstanceId=instance)
     except ClientError as error:
-        if _code(error) == "InvocationDoesNotExist":
+        if error_code(error) == "InvocationDoesNotExist":
             return None
         raise RemoteError(explain("ssm:GetCommandInvocation", error)) from None
     except BotoCoreError as error:
-        raise RemoteError(f"ssm:GetCommandInvocation: {_one_line(str(error))}") from None
+        raise RemoteError(f"ssm:GetCommandInvocation: {one_line(str(error))}") from None
 
 
 def _exit_code(invocation: Mapping[str, Any], target: Target, err: TextIO) -> int:
@@ -442,7 +429,7 @@ def _cancel(ssm: Any, command_id: str, target: Target, err: TextIO) -> None:
     try:
         ssm.cancel_command(CommandId=command_id, InstanceIds=[target.address])
     except (ClientError, BotoCoreError) as error:
-        reason = explain("ssm:CancelCommand", error) if isinstance(error, ClientError) else _one_line(str(error))
+        reason = explain("ssm:CancelCommand", error) if isinstance(error, ClientError) else one_line(str(error))
         err.write(f"kiln: {target.label}: could not cancel command {command_id}: {reason}\n")
 
 
@@ -509,7 +496,7 @@ def _run_in_session(
         return EXIT_TIMED_OUT
     if filtered.exit_code is not None:
         return filtered.exit_code
-    said = next((_one_line(p) for p in reversed(problems) if p.strip()), _one_line(filtered.last_line))
+    said = next((one_line(p) for p in reversed(problems) if p.strip()), one_line(filtered.last_line))
     said = said or f"exit code {code}"
     if code != 0:
         failure = f"aws ssm start-session to {target.label} failed: {said}"
@@ -723,16 +710,3 @@ def _stop(process: subprocess.Popen[str]) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
-
-
-def _code(error: ClientError) -> str:
-    return str(error.response.get("Error", {}).get("Code", "Unknown"))
-
-
-def _message(error: ClientError) -> str:
-    return _one_line(str(error.response.get("Error", {}).get("Message", "")))
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -11,6 +11,7 @@ from constructs import Construct
 
 from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.capacity import CAPACITY, CAPACITY_TYPES, CapacityType, is_reservation_id
+from kiln.catalog.interfaces import InterfaceLayout, efa_layout
 from kiln.catalog.limits import IMDS_HOP_LIMIT_MAX, IMDS_HOP_LIMIT_MIN, ROOT_VOLUME_MAX_GIB, ROOT_VOLUME_MIN_GIB
 from kiln.constructs._checks import require, require_in, unresolved
 
@@ -94,27 +95,6 @@ class EfaLaunchTemplateProps:
             f"{IMDS_HOP_LIMIT_MIN} to {IMDS_HOP_LIMIT_MAX}",
         )
         require_in("root_device_name", self.root_device_name, ("/dev/sda1", "/dev/xvda"))
-
-
-@dataclass(frozen=True, kw_only=True)
-class InterfaceLayout:
-    """One network interface of the template."""
-
-    network_card_index: int
-    device_index: int
-    interface_type: str | None
-
-
-def efa_layout(instance_type: str) -> list[InterfaceLayout]:
-    """Return the interfaces for INSTANCE_TYPE: card 0 device 0 (efa where card 0 has EFA, else ENA); every
-    other EFA card device 1, efa-only where possible."""
-    facts = catalog_instance_type(instance_type)
-    cards = facts.efa_cards
-    secondary = "efa-only" if facts.efa_only_interfaces else "efa"
-    primary = InterfaceLayout(network_card_index=0, device_index=0, interface_type="efa" if 0 in cards else None)
-    return [primary] + [
-        InterfaceLayout(network_card_index=card, device_index=1, interface_type=secondary) for card in cards if card
-    ]
 
 
 class EfaLaunchTemplate(Construct):

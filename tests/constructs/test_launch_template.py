@@ -7,8 +7,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
 from kiln.catalog import instance_type
+from kiln.catalog.interfaces import efa_layout
 from kiln.constructs import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
-from kiln.constructs.launch_template import efa_layout
 from tests.constructs.conftest import get_att, logical_id, stack
 
 # (type, interfaces, secondary interface type) as the catalog (EC2 DescribeInstanceTypes) gives them

@@ -1,0 +1,87 @@
+"""The AWS clients preflight asks, made once per run, and how a refused call becomes an unchecked finding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from kiln.aws_errors import ACCESS_DENIED, BAD_CREDENTIALS, THROTTLED, error_message, one_line
+from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
+from kiln.preflight.findings import Finding
+
+# Read-only calls, retried with botocore's standard backoff (throttling included) before a check gives up.
+MAX_ATTEMPTS = 4
+CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS}, connect_timeout=5, read_timeout=20)
+# IAM actions whose name is not the operation's (S3 authorizes HeadBucket as s3:ListBucket).
+IAM_ACTION_OVERRIDES = {("s3", "HeadBucket"): "s3:ListBucket", ("s3", "GetBucketTagging"): "s3:GetBucketTagging"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class AwsClients:
+    """One client per service preflight reads, all in the plan's region, all made on the calling thread."""
+
+    region: str
+    account: str
+    ec2: Any
+    service_quotas: Any
+    ssm: Any
+    s3: Any
+    fsx: Any
+
+    @classmethod
+    def from_session(cls, session: Any, region: str) -> AwsClients:
+        """Make the clients (botocore sessions are not thread-safe; clients are) and read the account id.
+
+        Raises ClientError or BotoCoreError when the credentials are missing or refused: nothing can be checked.
+        """
+
+        def client(name: str) -> Any:
+            return session.client(name, region_name=region, config=CLIENT_CONFIG)
+
+        account = client("sts").get_caller_identity()["Account"]
+        return cls(
+            region=region,
+            account=account,
+            ec2=client("ec2"),
+            service_quotas=client("service-quotas"),
+            ssm=client("ssm"),
+            s3=client("s3"),
+            fsx=client("fsx"),
+        )
+
+    def iam_action(self, operation: str) -> str:
+        """Return the IAM action behind OPERATION (an operation name of one of these clients)."""
+        for client in (self.ec2, self.service_quotas, self.ssm, self.s3, self.fsx):
+            model = client.meta.service_model
+            if operation in model.operation_names:
+                prefix = model.signing_name
+                return IAM_ACTION_OVERRIDES.get((prefix, operation), f"{prefix}:{operation}")
+        return operation
+
+
+def unchecked(check: str, subject: str, error: Exception, *, action: str, skip_hint: str) -> Finding:
+    """Return the one line a check that could not ask AWS gives: what was refused, and what to do."""
+    if isinstance(error, ClientError):
+        code = error_code(error)
+        if code in ACCESS_DENIED:
+            message = f"{action} was denied ({code})"
+            remedy = f"allow {action} (read-only) for the identity running kiln, or {skip_hint}"
+        elif code in THROTTLED:
+            message = f"{action} was throttled ({code}) after {MAX_ATTEMPTS} attempts"
+            remedy = "run preflight again in a minute"
+        elif code in BAD_CREDENTIALS:
+            message = f"{action}: AWS rejected the credentials ({code})"
+            remedy = "refresh them (`aws sso login`, or the CI role)"
+        else:
+            message = f"{action} failed ({code or 'no code'}): {error_message(error)}"
+            remedy = f"fix what AWS says, or {skip_hint}"
+    else:
+        message = f"{action}: {one_line(str(error))}"
+        remedy = f"check the network and the region, or {skip_hint}"
+    return Finding(check=check, status="unchecked", subject=subject, message=message, remedy=remedy)
+
+
+AWS_ERRORS = (ClientError, BotoCoreError)

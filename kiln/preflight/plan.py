@@ -1,0 +1,185 @@
+"""What a spec asks of an AWS account: the nodes it launches, the addresses, image, storage and services it needs.
+
+Pure: no AWS call. Every check reads one Plan, so the derivation lives here once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from kiln.catalog import instance_type
+from kiln.catalog.interfaces import addresses_with_efa_everywhere, layout_addresses
+from kiln.catalog.names import ec2_type_name
+from kiln.ci.reaper_code.kiln_reaper.contract import stack_name
+from kiln.spec import ClusterSpec
+from kiln.spec.models import Lustre
+
+# EC2 keeps 5 addresses of every subnet (network, router, DNS, future use, broadcast).
+SUBNET_RESERVED_ADDRESSES = 5
+# kiln's new VPC: private subnets are two bits longer than the VPC (kiln/constructs/network.py).
+PRIVATE_SUBNET_EXTRA_BITS = 2
+# The EKS system node group kiln adds for cluster services (kiln/constructs/eks.py SystemNodeGroup defaults).
+EKS_SYSTEM_NODES = ("m5.xlarge", 2)
+
+BACKEND_SERVICES = {
+    "pcs": ("pcs",),
+    "parallelcluster": ("cloudformation", "lambda"),
+    "hyperpod": ("sagemaker",),
+    "eks": ("eks",),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeNeed:
+    """One kind of node the cluster launches, at most COUNT at once."""
+
+    role: str  # what the user calls it: "group p5", "login nodes", "head node"
+    instance_type: str  # EC2 name, also for HyperPod (its ml. name is derived)
+    count: int
+    capacity: str = "on-demand"
+    reservation_id: str | None = None
+    addresses: int = 1  # private IPv4 addresses one node takes from the subnet
+    hyperpod: bool = False  # bought through SageMaker HyperPod (its quotas), not EC2
+    boots_ami: bool = False  # boots compute.image.ami_id
+
+    @property
+    def vcpus(self) -> int:
+        return instance_type(self.instance_type).vcpus * self.count
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """Everything preflight asks AWS about, for one spec in one region."""
+
+    spec_path: str
+    name: str
+    region: str
+    availability_zone: str | None
+    backend: str
+    nodes: tuple[NodeNeed, ...]
+    ami_id: str | None
+    smallest_root_gib: int | None  # the smallest root volume booting ami_id (its snapshot must fit)
+    lustre: Lustre | None
+    bucket_name: str | None  # the data bucket's fixed name; None: CloudFormation generates one
+    import_bucket: str | None  # a data repository bucket kiln does not create
+    storage_stack: str
+    vpc_id: str | None
+    subnet_id: str | None
+    new_subnet_addresses: int | None  # usable addresses of the private subnet a new VPC gets
+    services: tuple[str, ...]
+
+    @property
+    def address_need(self) -> int:
+        return sum(node.count * node.addresses for node in self.nodes)
+
+    @property
+    def instance_types(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(node.instance_type for node in self.nodes))
+
+    @property
+    def ec2_types(self) -> tuple[str, ...]:
+        """The types EC2 itself launches (HyperPod's run in SageMaker's account)."""
+        return tuple(dict.fromkeys(node.instance_type for node in self.nodes if not node.hyperpod))
+
+
+def _addresses(backend: str, name: str) -> int:
+    # PCS and EKS attach kiln's launch template layout; ParallelCluster and HyperPod attach their own interfaces.
+    if backend in ("pcs", "eks"):
+        return layout_addresses(name)
+    return addresses_with_efa_everywhere(name)
+
+
+def launched_nodes(spec: ClusterSpec) -> tuple[NodeNeed, ...]:
+    """Return every node the spec's cluster runs at its largest, with how each is bought and addressed."""
+    compute, backend = spec.compute, spec.compute.backend
+    hyperpod = backend == "hyperpod"
+    boots_ami = compute.image.ami_id is not None
+
+    def need(role: str, name: str, count: int, **more: object) -> NodeNeed:
+        ec2_name = ec2_type_name(name)
+        return NodeNeed(
+            role=role,
+            instance_type=ec2_name,
+            count=count,
+            addresses=_addresses(backend, ec2_name),
+            hyperpod=hyperpod,
+            boots_ami=boots_ami,
+            **more,
+        )
+
+    nodes: list[NodeNeed] = []
+    if backend == "parallelcluster" or spec.effective_orchestrator == "slurm":
+        nodes.append(need("head node", compute.head_node.instance_type, 1))
+    has_login = backend in ("pcs", "parallelcluster") or spec.effective_orchestrator == "slurm"
+    if has_login and compute.login_nodes.count:
+        nodes.append(need("login nodes", compute.login_nodes.instance_type, compute.login_nodes.count))
+    if backend == "eks":
+        system_type, system_count = EKS_SYSTEM_NODES
+        nodes.append(need("EKS system nodes", system_type, system_count))
+    for group in compute.groups:
+        nodes.append(
+            need(
+                f"group {group.name}",
+                group.instance_type,
+                max(group.max_count, group.min_count),
+                capacity=group.capacity.type,
+                reservation_id=group.capacity.reservation_id,
+            )
+        )
+    return tuple(node for node in nodes if node.count > 0)
+
+
+def _services(spec: ClusterSpec) -> tuple[str, ...]:
+    services = ["ec2", "s3", "cloudformation", *BACKEND_SERVICES[spec.compute.backend]]
+    if spec.effective_orchestrator == "eks":
+        services.append("eks")
+    if spec.storage.lustre is not None:
+        services.append("fsx")
+    if spec.compute.image.bake:
+        services.append("imagebuilder")
+    if spec.ci.ttl_hours is not None:
+        services += ["scheduler", "lambda"]
+    return tuple(dict.fromkeys(services))
+
+
+def _new_subnet_addresses(spec: ClusterSpec) -> int | None:
+    if spec.network.vpc_id is not None:
+        return None
+    prefix = ipaddress.IPv4Network(spec.network.vpc_cidr).prefixlen + PRIVATE_SUBNET_EXTRA_BITS
+    return 2 ** (32 - prefix) - SUBNET_RESERVED_ADDRESSES
+
+
+def _import_bucket(spec: ClusterSpec) -> str | None:
+    lustre = spec.storage.lustre
+    if lustre is None or not lustre.data_repository.import_path:
+        return None
+    return lustre.data_repository.import_path.removeprefix("s3://").partition("/")[0]
+
+
+def plan_for(spec: ClusterSpec, *, spec_path: str, region: str) -> Plan:
+    """Return what SPEC asks of an account in REGION (the spec's own region unless it has none)."""
+    nodes = launched_nodes(spec)
+    groups = spec.compute.groups
+    ami_id = spec.compute.image.ami_id
+    return Plan(
+        spec_path=spec_path,
+        name=spec.name,
+        region=region,
+        availability_zone=spec.availability_zone,
+        backend=spec.compute.backend,
+        nodes=nodes,
+        ami_id=ami_id,
+        # HyperPod sizes its own root volumes (the spec's size is a secondary volume there).
+        smallest_root_gib=min(g.root_volume_gib for g in groups)
+        if ami_id and spec.compute.backend != "hyperpod"
+        else None,
+        lustre=spec.storage.lustre,
+        bucket_name=spec.storage.bucket.name,
+        import_bucket=_import_bucket(spec),
+        storage_stack=stack_name(spec.name, "storage"),
+        vpc_id=spec.network.vpc_id,
+        subnet_id=spec.network.private_subnet_id,
+        new_subnet_addresses=_new_subnet_addresses(spec),
+        services=_services(spec),
+    )
