@@ -1,6 +1,6 @@
 """`kiln ci`: short-lived environments for pipelines.
 
-  up      synthesize, deploy stack by stack (reaper first when a TTL is set), wait until the cluster is ready
+  up      preflight, synthesize, deploy stack by stack (reaper first when a TTL is set), wait until ready
   run     run a command on the cluster's login/head node (Session Manager) and return its exit code
   down    delete the environment's stacks in order, emptying non-retained buckets; safe to repeat
   sweep   delete every environment whose TTL has passed (the safety net for a runner that died)
@@ -128,6 +128,10 @@ def _up(args: argparse.Namespace) -> int:
             )
             return 1
     target = _Target(args)
+    if args.skip_preflight:
+        progress("preflight skipped (--skip-preflight)")
+    elif not _preflight_passes(args.spec, spec, target, progress):
+        return 1
     ttl = given_ttl if given_ttl is not None else spec.ci.ttl_hours
     cdk = cdk_command(os.environ, Path.cwd())
     cdk_env = dict(os.environ, AWS_REGION=target.region, AWS_DEFAULT_REGION=target.region)
@@ -161,6 +165,30 @@ def _up(args: argparse.Namespace) -> int:
         _wait_ready(target, spec, ready_timeout_h, progress)
     sys.stdout.write(text)
     return 0
+
+
+def _preflight_passes(spec_path: str, spec: Any, target: _Target, progress: Progress) -> bool:
+    """Run `kiln preflight` for the environment; print what is not OK; return whether it may deploy."""
+    from kiln.preflight.run import NoAccount, preflight
+
+    progress(f"preflight of {target.name} in {target.region}")
+    try:
+        report = preflight(
+            spec, spec_path=spec_path, session=target.session, region=target.region, environment=target.name
+        )
+    except NoAccount as exc:
+        print(f"kiln ci up: preflight: {exc}", file=sys.stderr)
+        return False
+    for finding in report.ordered():
+        if finding.status != "ok":
+            print(f"kiln ci up: preflight: {finding.line()}", file=sys.stderr)
+    progress(report.summary().removeprefix("kiln preflight: "))
+    if not report.ready:
+        print(
+            "kiln ci up: not deploying: fix the FAIL and UNCHECKED lines above, or pass --skip-preflight",
+            file=sys.stderr,
+        )
+    return report.ready
 
 
 def _wait_ready(target: _Target, spec: Any, timeout_h: float, progress: Progress) -> None:
@@ -305,6 +333,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument("--no-wait", action="store_true", help="return after deploy, without waiting for readiness")
     up.add_argument("--ready-timeout", default=DEFAULT_READY_TIMEOUT, help="(default: %(default)s)")
     up.add_argument("--accept-unready", action="store_true", help="deploy nodes whose downloads are not all verifiable")
+    up.add_argument(
+        "--skip-preflight",
+        action="store_true",
+        help="deploy without `kiln preflight` first (it runs by default and stops on any FAIL or UNCHECKED line)",
+    )
     up.set_defaults(func=_handled("up", _up))
 
     run = commands.add_parser("run", parents=[which()], help="run a command on the login/head node: run -- CMD...")

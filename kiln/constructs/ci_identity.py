@@ -31,6 +31,22 @@ CDK_BOOTSTRAP_ROLES = ("deploy-role", "file-publishing-role", "image-publishing-
 LIST_STACKS = ("cloudformation:ListStacks",)
 COMMAND_RESULTS = ("ssm:CancelCommand", "ssm:GetCommandInvocation", "ssm:ListCommandInvocations")
 DESCRIBE_INSTANCES = ("ec2:DescribeInstances",)
+# `kiln preflight`, which `kiln ci up` runs first: read-only describes and quota reads, none resource-scoped.
+PREFLIGHT_READS = (
+    "ec2:DescribeAvailabilityZones",
+    "ec2:DescribeCapacityReservations",
+    "ec2:DescribeImages",
+    "ec2:DescribeInstanceTypeOfferings",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeSubnets",
+    "fsx:DescribeFileSystems",
+    "servicequotas:GetAWSDefaultServiceQuota",
+    "servicequotas:GetServiceQuota",
+    "servicequotas:ListAWSDefaultServiceQuotas",
+    "servicequotas:ListServiceQuotas",
+)
+# AWS's public parameters that say which services each region offers.
+GLOBAL_INFRASTRUCTURE_PARAMETERS = "parameter/aws/service/global-infrastructure/*"
 STACK_READS = (
     "cloudformation:DescribeStackEvents",
     "cloudformation:DescribeStacks",
@@ -269,6 +285,10 @@ class GithubDeployIdentity(Construct):
             iam.PolicyStatement(actions=list(LIST_STACKS), resources=["*"]),
             iam.PolicyStatement(actions=list(COMMAND_RESULTS), resources=["*"]),
             iam.PolicyStatement(actions=list(DESCRIBE_INSTANCES), resources=["*"]),
+            iam.PolicyStatement(actions=list(PREFLIGHT_READS), resources=["*"]),
+            iam.PolicyStatement(
+                actions=["ssm:GetParameters"], resources=[f"{arn}:ssm:*::{GLOBAL_INFRASTRUCTURE_PARAMETERS}"]
+            ),
             iam.PolicyStatement(
                 actions=list(STACK_READS), resources=each(lambda env: f"{arn}:cloudformation:*:{account}:stack/{env}/*")
             ),

@@ -273,6 +273,29 @@ CI_IDENTITY_GRANTS = (
     ),
     WildcardGrant(
         (
+            "ec2:DescribeAvailabilityZones",
+            "ec2:DescribeCapacityReservations",
+            "ec2:DescribeImages",
+            "ec2:DescribeInstanceTypeOfferings",
+            "ec2:DescribeInstanceTypes",
+            "ec2:DescribeSubnets",
+            "fsx:DescribeFileSystems",
+            "servicequotas:GetAWSDefaultServiceQuota",
+            "servicequotas:GetServiceQuota",
+            "servicequotas:ListAWSDefaultServiceQuotas",
+            "servicequotas:ListServiceQuotas",
+        ),
+        r"\*",
+        "kiln preflight, which kiln ci up runs before deploying, reads quotas, offerings, reservations, subnets, "
+        "images and file systems; these read-only calls take no resource scope.",
+    ),
+    WildcardGrant(
+        ("ssm:GetParameters",),
+        rf"arn:{_CI_PARTITION}:ssm:\*::parameter/aws/service/global-infrastructure/\*",
+        "kiln preflight reads AWS's public parameters of the services each region offers, in any region.",
+    ),
+    WildcardGrant(
+        (
             "cloudformation:DeleteStack",
             "cloudformation:DescribeStackEvents",
             "cloudformation:DescribeStacks",

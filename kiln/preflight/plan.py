@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from kiln.catalog import instance_type
 from kiln.catalog.interfaces import addresses_with_efa_everywhere, layout_addresses
 from kiln.catalog.names import ec2_type_name
-from kiln.ci.reaper_code.kiln_reaper.contract import stack_name
+from kiln.ci.reaper_code.kiln_reaper.contract import environment_bucket_name, stack_name
 from kiln.spec import ClusterSpec
 from kiln.spec.models import Lustre
 
@@ -157,14 +157,24 @@ def _import_bucket(spec: ClusterSpec) -> str | None:
     return lustre.data_repository.import_path.removeprefix("s3://").partition("/")[0]
 
 
-def plan_for(spec: ClusterSpec, *, spec_path: str, region: str) -> Plan:
-    """Return what SPEC asks of an account in REGION (the spec's own region unless it has none)."""
+def plan_for(
+    spec: ClusterSpec, *, spec_path: str, region: str, environment: str | None = None, account: str | None = None
+) -> Plan:
+    """Return what SPEC asks of ACCOUNT in REGION (the spec's own region unless it has none).
+
+    ENVIRONMENT: the plan of a short-lived environment of that name (`kiln ci up`), whose stacks and data bucket
+    carry its name (the bucket's ends in ACCOUNT) instead of the spec's.
+    """
+    if environment is not None and account is None:
+        raise ValueError("an environment's plan needs the account (its bucket names end in it)")
+    name = environment or spec.name
+    bucket_name = environment_bucket_name(environment, "data", account) if environment else spec.storage.bucket.name
     nodes = launched_nodes(spec)
     groups = spec.compute.groups
     ami_id = spec.compute.image.ami_id
     return Plan(
         spec_path=spec_path,
-        name=spec.name,
+        name=name,
         region=region,
         availability_zone=spec.availability_zone,
         backend=spec.compute.backend,
@@ -175,9 +185,9 @@ def plan_for(spec: ClusterSpec, *, spec_path: str, region: str) -> Plan:
         if ami_id and spec.compute.backend != "hyperpod"
         else None,
         lustre=spec.storage.lustre,
-        bucket_name=spec.storage.bucket.name,
+        bucket_name=bucket_name,
         import_bucket=_import_bucket(spec),
-        storage_stack=stack_name(spec.name, "storage"),
+        storage_stack=stack_name(name, "storage"),
         vpc_id=spec.network.vpc_id,
         subnet_id=spec.network.private_subnet_id,
         new_subnet_addresses=_new_subnet_addresses(spec),

@@ -6,12 +6,14 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from kiln.preflight.aws import AWS_ERRORS, AwsClients, unchecked
 from kiln.preflight.findings import Finding, Report
-from kiln.preflight.plan import Plan
+from kiln.preflight.plan import Plan, plan_for
+from kiln.spec import ClusterSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,3 +81,39 @@ def run_preflight(
         if check.name in skipped
     )
     return Report(spec=plan.spec_path, region=plan.region, findings=findings, seconds=clock() - started)
+
+
+class NoAccount(Exception):
+    """Preflight cannot ask AWS anything: no credentials, or they are refused. str() is one line."""
+
+
+def preflight(
+    spec: ClusterSpec,
+    *,
+    spec_path: str,
+    session: Any,
+    region: str,
+    skip: Iterable[str] = (),
+    environment: str | None = None,
+) -> Report:
+    """Check SPEC against the account SESSION reaches, in REGION; NoAccount when no call can be made.
+
+    ENVIRONMENT: check a short-lived environment of that name (`kiln ci up`) rather than the spec's own cluster.
+    """
+    from kiln.aws_errors import explain, one_line
+
+    unknown = sorted(set(skip) - set(check_names()))
+    if unknown:
+        raise ValueError(f"--skip {', '.join(unknown)}: no such check; the checks are {', '.join(check_names())}")
+    try:
+        aws = AwsClients.from_session(session, region)
+    except NoCredentialsError:
+        raise NoAccount(
+            "no AWS credentials: set them (environment, profile, SSO or instance role) for the account to check"
+        ) from None
+    except ClientError as error:
+        raise NoAccount(explain("sts:GetCallerIdentity", error)) from None
+    except BotoCoreError as error:
+        raise NoAccount(f"sts:GetCallerIdentity: {one_line(str(error))}") from None
+    plan = plan_for(spec, spec_path=spec_path, region=region, environment=environment, account=aws.account)
+    return run_preflight(plan, aws, skip=skip)

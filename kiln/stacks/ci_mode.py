@@ -8,11 +8,11 @@ from datetime import datetime, timedelta, timezone
 import aws_cdk as cdk
 
 from kiln.ci.reaper_code.kiln_reaper.contract import (
-    BUCKET_PURPOSES,
     TAG_CLUSTER,
     TAG_ENVIRONMENT,
     TAG_PART,
     TAG_TTL_HOURS,
+    environment_bucket_name,
 )
 from kiln.spec import ClusterSpec
 
@@ -57,9 +57,7 @@ class CiEnvironment:
 
     def bucket_name(self, purpose: str) -> str:
         """Return the name of the environment's PURPOSE bucket (one of BUCKET_PURPOSES), unique per account."""
-        if purpose not in BUCKET_PURPOSES:
-            raise ValueError(f"purpose: got {purpose!r}; allowed: {', '.join(BUCKET_PURPOSES)}")
-        return f"{self.name}-{purpose}-{cdk.Aws.ACCOUNT_ID}"
+        return environment_bucket_name(self.name, purpose, cdk.Aws.ACCOUNT_ID)
 
 
 def retains_data(spec: ClusterSpec) -> bool:

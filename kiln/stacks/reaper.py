@@ -8,8 +8,9 @@ from typing import Any
 import aws_cdk as cdk
 from constructs import Construct
 
+from kiln.ci.reaper_code.kiln_reaper.contract import BUCKET_PURPOSES
 from kiln.constructs.reaper import EnvironmentReaper, EnvironmentReaperProps
-from kiln.stacks.ci_mode import BUCKET_PURPOSES, CiEnvironment
+from kiln.stacks.ci_mode import CiEnvironment
 
 
 class ReaperStack(cdk.Stack):

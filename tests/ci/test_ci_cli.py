@@ -91,7 +91,7 @@ def test_a_pipeline_brings_an_environment_up_extends_it_and_takes_it_down_twice(
         waited.append({"cluster": cluster, **options})
 
     monkeypatch.setattr("kiln.ci.ready.wait_until_ready", ready)
-    code = main(["ci", "up", "--spec", "cluster.yaml", "--accept-unready", "--outputs", "out.json"])
+    code = main(["ci", "up", "--spec", "cluster.yaml", "--accept-unready", "--skip-preflight", "--outputs", "out.json"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
     # One non-interactive deploy per stack, reaper first, against the synthesized assembly.
@@ -121,7 +121,7 @@ def test_a_pipeline_brings_an_environment_up_extends_it_and_takes_it_down_twice(
         minutes=5
     )
     # A second up (a re-run of the job) updates the environment and keeps its deadline.
-    assert main(["ci", "up", "--spec", "cluster.yaml", "--accept-unready", "--no-wait"]) == 0
+    assert main(["ci", "up", "--spec", "cluster.yaml", "--accept-unready", "--skip-preflight", "--no-wait"]) == 0
     assert f"{ENV} exists since " in capsys.readouterr().err
     again = parse_at_expression(scheduler.get_schedule(Name=f"{ENV}-reaper")["ScheduleExpression"])
     # (its creation time is the reaper stack's, seconds after the first synthesis chose the deadline)
@@ -143,7 +143,7 @@ def test_an_up_that_fails_halfway_names_the_stack_and_down_removes_what_it_made(
     pipeline: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("FAKE_CDK_FAIL_STACK", f"{ENV}-storage")
-    code = main(["ci", "up", "--spec", "cluster.yaml", "--accept-unready"])
+    code = main(["ci", "up", "--spec", "cluster.yaml", "--accept-unready", "--skip-preflight"])
     err = capsys.readouterr().err
     assert code == 1
     assert f"kiln ci up: {ENV}-storage: deploy failed after " in err and "(cdk exit 1)" in err
@@ -163,7 +163,7 @@ def test_up_refuses_a_cdk_cli_of_another_version_before_deploying(
     other.write_text("#!/bin/sh\necho '2.1000.0 (build old)'\n")
     other.chmod(0o755)
     monkeypatch.setenv("KILN_CDK", str(other))
-    assert main(["ci", "up", "--spec", "cluster.yaml", "--accept-unready"]) == 1
+    assert main(["ci", "up", "--spec", "cluster.yaml", "--accept-unready", "--skip-preflight"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(f"kiln ci up: CDK CLI {other} is 2.1000.0, not the 2.1148.1 kiln is tested with")
     assert live_stacks(_session()) == set()
@@ -249,3 +249,47 @@ def test_sweep_deletes_only_environments_past_their_time(
     assert main(["ci", "sweep", "--region", REGION, "--older-than", "2h"]) == 0
     left = live_stacks(moto)
     assert {s.rsplit("-", 1)[0] for s in left} == {"ci-b-2", "ci-d-4", "production"}
+
+
+def _moto_answered_checks() -> tuple:
+    """The preflight checks moto answers in full (it has no EC2 or FSx quotas and no capacity reservations)."""
+    from kiln.preflight.run import all_checks
+
+    return tuple(
+        check for check in all_checks() if check.name in ("services", "offerings", "subnet", "image", "bucket")
+    )
+
+
+def test_up_runs_preflight_first_and_deploys_when_it_passes(
+    pipeline: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("kiln.preflight.run.all_checks", _moto_answered_checks)
+    assert main(["ci", "up", "--spec", "cluster.yaml", "--accept-unready", "--no-wait"]) == 0
+    err = capsys.readouterr().err
+    assert f"preflight of {ENV} in {REGION}" in err
+    assert f"cluster.yaml in {REGION}: ready (" in err
+    # Preflight came before the first deploy.
+    assert err.index("ready (") < err.index(f"{ENV}-reaper: deployed in ")
+    assert [call[1] for call in _cdk_calls(pipeline)] == [f"{ENV}-{part}" for part in PARTS]
+
+
+def test_up_stops_before_any_deploy_when_preflight_finds_a_blocker(
+    pipeline: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("kiln.preflight.run.all_checks", _moto_answered_checks)
+    # Someone made the environment's data bucket by hand: CloudFormation could not create it.
+    _session().client("s3").create_bucket(Bucket=f"{ENV}-data-{ACCOUNT}")
+    assert main(["ci", "up", "--spec", "cluster.yaml", "--accept-unready"]) == 1
+    err = capsys.readouterr().err
+    assert f"kiln ci up: preflight: FAIL      bucket: storage.bucket.name {ENV}-data-{ACCOUNT}: already exists" in err
+    assert err.strip().splitlines()[-1] == (
+        "kiln ci up: not deploying: fix the FAIL and UNCHECKED lines above, or pass --skip-preflight"
+    )
+    assert _cdk_calls(pipeline) == [] and live_stacks(_session()) == set()
+
+
+def test_a_check_aws_cannot_answer_blocks_up_too(pipeline: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # moto has no Service Quotas for EC2: the full preflight cannot prove the quota, so nothing deploys.
+    assert main(["ci", "up", "--spec", "cluster.yaml", "--accept-unready"]) == 1
+    assert "kiln ci up: preflight: UNCHECKED quotas: " in capsys.readouterr().err
+    assert _cdk_calls(pipeline) == []

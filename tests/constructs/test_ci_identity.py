@@ -94,6 +94,24 @@ def _expected_grants() -> set[tuple[str, str, str | None]]:
         ("sagemaker:ListClusterNodes", f"arn:aws:sagemaker:*:{a}:cluster/*", None),
         ("pcs:GetCluster", f"arn:aws:pcs:*:{a}:cluster/*", None),
         ("pcs:ListComputeNodeGroups", f"arn:aws:pcs:*:{a}:cluster/*", None),
+        # kiln preflight (kiln ci up runs it first): read-only, none of them resource-scoped.
+        ("ssm:GetParameters", "arn:aws:ssm:*::parameter/aws/service/global-infrastructure/*", None),
+    }
+    rows |= {
+        (action, "*", None)
+        for action in (
+            "ec2:DescribeAvailabilityZones",
+            "ec2:DescribeCapacityReservations",
+            "ec2:DescribeImages",
+            "ec2:DescribeInstanceTypeOfferings",
+            "ec2:DescribeInstanceTypes",
+            "ec2:DescribeSubnets",
+            "fsx:DescribeFileSystems",
+            "servicequotas:GetAWSDefaultServiceQuota",
+            "servicequotas:GetServiceQuota",
+            "servicequotas:ListAWSDefaultServiceQuotas",
+            "servicequotas:ListServiceQuotas",
+        )
     }
     passed = json.dumps({"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}})
     for c in CLUSTERS:

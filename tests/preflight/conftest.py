@@ -33,7 +33,7 @@ BASE_SPEC = {
     "compute": {
         "backend": "pcs",
         "login_nodes": {"instance_type": "m5.2xlarge", "count": 1},
-        "groups": [{"name": "gpu", "instance_type": "p5.48xlarge", "max_count": 2}],
+        "groups": [{"name": "gpu", "instance_type": "p5.48xlarge", "min_count": 2, "max_count": 2}],
     },
 }
 
@@ -52,8 +52,8 @@ def merged(base: dict, overrides: dict) -> dict:
 
 
 def make_plan(region: str = REGION, **overrides: Any) -> Plan:
-    """Return the plan of BASE_SPEC with OVERRIDES merged in."""
-    data = merged(BASE_SPEC, overrides)
+    """Return the plan of BASE_SPEC in REGION (its zone a) with OVERRIDES merged in."""
+    data = merged(BASE_SPEC, {"region": region, "availability_zone": f"{region}a", **overrides})
     spec = parse_spec(yaml.safe_load(yaml.safe_dump(data)), source="spec.yaml")
     return plan_for(spec, spec_path="spec.yaml", region=region)
 

@@ -13,10 +13,11 @@ import pytest
 import yaml
 from aws_cdk.assertions import Template
 
+from kiln.ci.reaper_code.kiln_reaper.contract import BUCKET_PURPOSES
 from kiln.constructs import nag_rules
 from kiln.spec import ClusterSpec, SpecError, load_spec, parse_spec
 from kiln.stacks import build_cluster, new_app
-from kiln.stacks.ci_mode import BUCKET_PURPOSES, CiEnvironment, ci_environment, environment_spec, retains_data
+from kiln.stacks.ci_mode import CiEnvironment, ci_environment, environment_spec, retains_data
 from kiln.stacks.network import NetworkStack
 from kiln.synth import nag_report, stack_results
 from kiln.synth import synthesize as kiln_synthesize

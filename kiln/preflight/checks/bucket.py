@@ -86,12 +86,13 @@ def _import_bucket(plan: Plan, aws: AwsClients) -> Finding | None:
             message="does not exist",
             remedy="create it, or correct import_path (FSx links the file system to an existing bucket)",
         )
+    # A 403 proves the bucket exists; whether FSx may read it is the bucket policy's business, not the caller's.
     return Finding(
         check=NAME,
-        status="fail",
+        status="warn",
         subject=subject,
-        message="exists but this identity cannot list it (403)",
-        remedy="grant s3:ListBucket on it (FSx's link reads it too), or correct import_path",
+        message="exists, but this identity cannot list it (403)",
+        remedy="make sure its policy lets FSx and the cluster's roles read it (s3:ListBucket, s3:GetObject)",
     )
 
 

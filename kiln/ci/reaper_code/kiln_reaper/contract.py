@@ -26,6 +26,13 @@ def stack_name(cluster: str, part: str) -> str:
     return f"{cluster}-{part}"
 
 
+def environment_bucket_name(environment: str, purpose: str, account: str) -> str:
+    """Return the name of ENVIRONMENT's PURPOSE bucket (one of BUCKET_PURPOSES) in ACCOUNT: unique per account."""
+    if purpose not in BUCKET_PURPOSES:
+        raise ValueError(f"purpose: got {purpose!r}; allowed: {', '.join(BUCKET_PURPOSES)}")
+    return f"{environment}-{purpose}-{account}"
+
+
 def reaper_role_name(environment: str) -> str:
     """Return the name of the role ENVIRONMENT's reaper function runs as."""
     return f"{environment}-reaper"

@@ -1,0 +1,77 @@
+"""`kiln preflight --spec FILE`: is this AWS account ready for this cluster? One line per finding."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from kiln.preflight.findings import EXIT_BAD_SPEC, EXIT_NOT_READY
+
+DESCRIPTION = """\
+Read-only checks of the account your AWS credentials reach, in the spec's region, all at once:
+  services      every service the cluster uses is offered in the region (PCS, SageMaker, EKS, FSx, ...)
+  offerings     EC2 offers each instance type in the spec's availability zone
+  quotas        Service Quotas: EC2 On-Demand and Spot vCPUs per instance class, HyperPod's per-type quotas
+  reservations  capacity reservations and blocks: state, AZ, type, count, start and end
+  subnet        free addresses in the compute subnet against nodes x interfaces
+  image         compute.image.ami_id exists, fits the instance architecture and the root volume
+  lustre        FSx for Lustre storage quota for the deployment type, against what is in use
+  bucket        storage.bucket.name is free (or this cluster's own); the data repository bucket exists
+
+Each finding is one line: OK, WARN (deploys, but look), FAIL (the deploy would fail) or UNCHECKED (AWS refused
+the question: the line names the IAM action to allow). Exit 0 ready (no FAIL or UNCHECKED), 1 not ready,
+2 bad spec or arguments. Nothing is created or changed."""
+
+
+def _preflight(args: argparse.Namespace) -> int:
+    import boto3
+
+    from kiln.preflight.run import NoAccount, preflight
+    from kiln.spec import load_spec
+
+    spec = load_spec(args.spec)
+    if args.region and spec.region and args.region != spec.region:
+        print(f"kiln preflight: --region {args.region}: the spec deploys to {spec.region}", file=sys.stderr)
+        return EXIT_BAD_SPEC
+    session = boto3.Session(region_name=args.region or spec.region) if args.region or spec.region else boto3.Session()
+    region = session.region_name
+    if not region:
+        print(
+            "kiln preflight: no region: set `region` in the spec, pass --region, or set AWS_DEFAULT_REGION "
+            "(boto3 does not read AWS_REGION)",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_SPEC
+    try:
+        report = preflight(spec, spec_path=args.spec, session=session, region=region, skip=args.skip)
+    except ValueError as exc:
+        print(f"kiln preflight: {exc}", file=sys.stderr)
+        return EXIT_BAD_SPEC
+    except NoAccount as exc:
+        print(f"kiln preflight: {exc}", file=sys.stderr)
+        return EXIT_NOT_READY
+    if args.json:
+        print(json.dumps(report.as_json(), indent=2))
+    else:
+        for finding in report.ordered():
+            print(finding.line())
+        print(report.summary())
+    return report.exit_code
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    """Add `kiln preflight` to the kiln command line."""
+    parser = commands.add_parser(
+        "preflight",
+        help="check the AWS account before deploy: quotas, offerings, reservations, subnet, AMI, FSx, buckets",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--spec", required=True, metavar="FILE", help="the cluster spec")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON instead of lines")
+    parser.add_argument("--region", help="the region, for a spec without one (default: AWS_DEFAULT_REGION)")
+    parser.add_argument(
+        "--skip", action="append", default=[], metavar="CHECK", help="leave out this check (repeatable)"
+    )
+    parser.set_defaults(func=_preflight)
