@@ -16,6 +16,8 @@ EBS_GP3_MAX_GIB = 16384
 # EFA and container layers before the first pull) do not fit in less. Spec rule and EfaLaunchTemplate share it.
 ROOT_VOLUME_MIN_GIB = 40
 ROOT_VOLUME_MAX_GIB = EBS_GP3_MAX_GIB
+# The root volume kiln gives nodes whose size the spec does not set: PCS login nodes, the ParallelCluster head node.
+SERVICE_NODE_ROOT_VOLUME_GIB = 200
 
 # SageMaker HyperPod (CloudFormation AWS::SageMaker::Cluster): ClusterEbsVolumeConfig.VolumeSizeInGB
 # 1-16,384 and ClusterInstanceGroup.InstanceCount 0-6,758 per instance group.

@@ -15,6 +15,7 @@ from constructs import Construct
 
 from kiln.bootstrap.fetch import FETCH_SCRIPT, fetch_arguments
 from kiln.catalog import instance_type as catalog_instance_type
+from kiln.catalog.limits import SERVICE_NODE_ROOT_VOLUME_GIB
 from kiln.constructs._checks import require, require_in, require_node_group
 from kiln.constructs.launch_template import CapacityOption
 from kiln.constructs.lustre import ILustreFileSystem
@@ -226,7 +227,7 @@ class ParallelCluster(Construct):
             "HeadNode": {
                 "InstanceType": props.head_node_instance_type,
                 "Networking": head_networking,
-                **self._root_volume(200),
+                **self._root_volume(SERVICE_NODE_ROOT_VOLUME_GIB),
                 "Iam": self._iam(),
                 "Imds": {"Secured": True},
                 "CustomActions": self._on_node_configured(),

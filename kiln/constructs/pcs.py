@@ -14,6 +14,7 @@ from aws_cdk import aws_pcs as pcs
 from constructs import Construct
 
 from kiln.bootstrap.fetch import fetch_user_data
+from kiln.catalog.limits import SERVICE_NODE_ROOT_VOLUME_GIB
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge, require, require_in, require_node_group, unresolved
 from kiln.constructs.ids import hashed_id
@@ -44,7 +45,7 @@ class PcsNodeGroup:
     min_count: int = 0
     max_count: int = 1
     capacity: CapacityOption = field(default_factory=CapacityOption)
-    root_volume_gib: int = 200
+    root_volume_gib: int = SERVICE_NODE_ROOT_VOLUME_GIB
     placement_group: ec2.IPlacementGroup | None = None
 
     def __post_init__(self) -> None:

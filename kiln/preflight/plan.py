@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from kiln.catalog import instance_type
 from kiln.catalog.interfaces import addresses_with_efa_everywhere, layout_addresses
+from kiln.catalog.limits import SERVICE_NODE_ROOT_VOLUME_GIB
 from kiln.catalog.names import ec2_type_name
 from kiln.ci.reaper_code.kiln_reaper.contract import environment_bucket_name, stack_name
 from kiln.spec import ClusterSpec
@@ -150,6 +151,17 @@ def _new_subnet_addresses(spec: ClusterSpec) -> int | None:
     return 2 ** (32 - prefix) - SUBNET_RESERVED_ADDRESSES
 
 
+def _smallest_root(spec: ClusterSpec) -> int | None:
+    """Return the smallest root volume a node booting compute.image.ami_id gets (its snapshot must fit in it)."""
+    backend = spec.compute.backend
+    if backend == "hyperpod":
+        return None  # HyperPod sizes its own root volumes; the spec's size is a secondary volume there
+    sizes = [group.root_volume_gib for group in spec.compute.groups]
+    if backend == "parallelcluster" or (backend == "pcs" and spec.compute.login_nodes.count):
+        sizes.append(SERVICE_NODE_ROOT_VOLUME_GIB)
+    return min(sizes)
+
+
 def _import_bucket(spec: ClusterSpec) -> str | None:
     lustre = spec.storage.lustre
     if lustre is None or not lustre.data_repository.import_path:
@@ -170,7 +182,6 @@ def plan_for(
     name = environment or spec.name
     bucket_name = environment_bucket_name(environment, "data", account) if environment else spec.storage.bucket.name
     nodes = launched_nodes(spec)
-    groups = spec.compute.groups
     ami_id = spec.compute.image.ami_id
     return Plan(
         spec_path=spec_path,
@@ -180,10 +191,7 @@ def plan_for(
         backend=spec.compute.backend,
         nodes=nodes,
         ami_id=ami_id,
-        # HyperPod sizes its own root volumes (the spec's size is a secondary volume there).
-        smallest_root_gib=min(g.root_volume_gib for g in groups)
-        if ami_id and spec.compute.backend != "hyperpod"
-        else None,
+        smallest_root_gib=_smallest_root(spec) if ami_id else None,
         lustre=spec.storage.lustre,
         bucket_name=bucket_name,
         import_bucket=_import_bucket(spec),

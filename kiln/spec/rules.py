@@ -371,6 +371,13 @@ def _group(spec: ClusterSpec, index: int) -> Iterator[Problem]:
             f"(got {group.min_count} and {group.max_count})",
             *counts,
         )
+    if backend == "hyperpod" and group.capacity.type != "on-demand":
+        yield _p(
+            (*path, "capacity", "type"),
+            f"must be on-demand on hyperpod (got {group.capacity.type}): HyperPod buys its instances itself and "
+            "takes no EC2 Spot, capacity reservation or capacity block",
+            BACKEND,
+        )
     if backend == "hyperpod" and not facts.hyperpod:
         yield _p(kind, f"SageMaker HyperPod does not offer ml.{group.instance_type}", BACKEND)
     if backend == "eks" and facts.accelerator_kind is None:

@@ -134,3 +134,15 @@ def test_preflight_refuses_unknown_skips_and_reports_missing_credentials(monkeyp
 
     with pytest.raises(NoAccount, match="no AWS credentials"):
         preflight(spec, spec_path="spec.yaml", session=NoCredentials(), region=REGION)
+
+
+def test_a_check_that_stops_unexpectedly_is_one_unchecked_line(monkeypatch, aws) -> None:
+    def surprised(plan, clients) -> list[Finding]:
+        raise KeyError("Quota")
+
+    _checks(monkeypatch, Check(name="quotas", about="instance quotas", run=surprised))
+    (finding,) = run_preflight(make_plan(), aws).findings
+    assert finding.line() == (
+        "UNCHECKED quotas: instance quotas: the check stopped: KeyError: 'Quota'; "
+        "report it to kiln with this line, or pass --skip quotas"
+    )

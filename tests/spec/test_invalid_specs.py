@@ -232,6 +232,26 @@ CASES = [
         "must equal max_count on hyperpod",
     ),
     (
+        "hyperpod-spot",
+        with_change(
+            "compute",
+            {
+                "backend": "hyperpod",
+                "groups": [
+                    {
+                        "name": "g",
+                        "instance_type": "p5.48xlarge",
+                        "min_count": 1,
+                        "max_count": 1,
+                        "capacity": {"type": "spot"},
+                    }
+                ],
+            },
+        ),
+        "compute.groups[0].capacity.type",
+        "must be on-demand on hyperpod (got spot)",
+    ),
+    (
         "hyperpod-reserved-name",
         with_change(
             "compute",
