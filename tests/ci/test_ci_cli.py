@@ -17,6 +17,7 @@ from moto.server import ThreadedMotoServer
 
 from kiln.ci.reaper_code.kiln_reaper.teardown import parse_at_expression
 from kiln.cli import main
+from kiln.preflight.run import all_checks as every_check
 from tests.ci.conftest import ACCOUNT, REGION, launch, live_stacks, make_environment, make_stack, put_versions, tags
 
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS..CloudFormation..WaitConditionHandle:UserWarning")
@@ -253,11 +254,8 @@ def test_sweep_deletes_only_environments_past_their_time(
 
 def _moto_answered_checks() -> tuple:
     """The preflight checks moto answers in full (it has no EC2 or FSx quotas and no capacity reservations)."""
-    from kiln.preflight.run import all_checks
-
-    return tuple(
-        check for check in all_checks() if check.name in ("services", "offerings", "subnet", "image", "bucket")
-    )
+    answered = ("services", "offerings", "subnet", "image", "bucket")
+    return tuple(check for check in every_check() if check.name in answered)
 
 
 def test_up_runs_preflight_first_and_deploys_when_it_passes(
