@@ -22,6 +22,8 @@ FORBIDDEN = {
     "kiln.bootstrap": ("kiln.spec", "kiln.constructs", "kiln.stacks", "kiln.local", "pydantic") + THIRD_PARTY_CLOUD,
     "kiln.constructs": ("kiln.spec", "kiln.stacks", "kiln.local", "pydantic"),
     "kiln.local": ("kiln.constructs",) + THIRD_PARTY_CLOUD,
+    # Preflight asks AWS with boto3 and reads the spec; it never synthesizes, so it starts in a second.
+    "kiln.preflight": ("kiln.constructs", "kiln.stacks", "kiln.local", "aws_cdk", "constructs", "cdk_nag", "jsii"),
     # The reaper's Lambda code: what the Lambda runtime has (stdlib, boto3), nothing of kiln's beyond itself.
     "kiln.ci.reaper_code": ("kiln", "aws_cdk", "constructs", "cdk_nag", "jsii", "pydantic", "yaml", "jinja2"),
 }
@@ -30,6 +32,8 @@ CI_FOR_BUILDERS = ("kiln.ci.reaper_code",)
 # Of kiln.ami, they use only the image's names, recipe and component documents: no CDK, no boto3, no spec there.
 AMI_FOR_BUILDERS = ("kiln.ami.names", "kiln.ami.recipe", "kiln.ami.components")
 AMI_PURE_FORBIDDEN = ("kiln.spec", "kiln.constructs", "kiln.stacks", "kiln.local", "kiln.ci", "pydantic")
+# Of kiln.preflight, they use only the list of IAM actions it needs (the CI role grants them): no boto3 there.
+PREFLIGHT_FOR_BUILDERS = ("kiln.preflight.permissions",)
 # Dev-side tools inside a node-side package, with what they alone may import: nodes never import them.
 EXEMPT = {"kiln/catalog/refresh.py": ("boto3", "botocore")}
 # The compute constructs take a NodeBootstrap; only BootstrapAssets renders.
@@ -87,6 +91,18 @@ def test_builders_use_of_kiln_ami_is_its_pure_modules_only(package: str) -> None
         if _under(name, ("kiln.ami",)) and not _under(name, AMI_FOR_BUILDERS)
     }
     assert offenders == set()
+
+
+@pytest.mark.parametrize("package", ["kiln.constructs", "kiln.stacks"])
+def test_builders_use_of_kiln_preflight_is_its_permissions_only(package: str) -> None:
+    offenders = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in _modules(package)
+        for name in imports_of(path)
+        if _under(name, ("kiln.preflight",)) and not _under(name, PREFLIGHT_FOR_BUILDERS)
+    }
+    assert offenders == set()
+    assert imports_of(KILN / "preflight" / "permissions.py") == {"__future__"}
 
 
 @pytest.mark.parametrize("module", AMI_FOR_BUILDERS)

@@ -21,6 +21,7 @@ from kiln.ci.reaper_code.kiln_reaper.contract import (
 )
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge_wildcards, require, unresolved
+from kiln.preflight.permissions import GLOBAL_INFRASTRUCTURE_PARAMETERS, PARAMETER_READS, UNSCOPED_READS
 
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
 GITHUB_OIDC_AUDIENCE = "sts.amazonaws.com"
@@ -30,23 +31,6 @@ CDK_BOOTSTRAP_ROLES = ("deploy-role", "file-publishing-role", "image-publishing-
 # Read-only calls that IAM cannot scope to a resource: granted on *.
 LIST_STACKS = ("cloudformation:ListStacks",)
 COMMAND_RESULTS = ("ssm:CancelCommand", "ssm:GetCommandInvocation", "ssm:ListCommandInvocations")
-DESCRIBE_INSTANCES = ("ec2:DescribeInstances",)
-# `kiln preflight`, which `kiln ci up` runs first: read-only describes and quota reads, none resource-scoped.
-PREFLIGHT_READS = (
-    "ec2:DescribeAvailabilityZones",
-    "ec2:DescribeCapacityReservations",
-    "ec2:DescribeImages",
-    "ec2:DescribeInstanceTypeOfferings",
-    "ec2:DescribeInstanceTypes",
-    "ec2:DescribeSubnets",
-    "fsx:DescribeFileSystems",
-    "servicequotas:GetAWSDefaultServiceQuota",
-    "servicequotas:GetServiceQuota",
-    "servicequotas:ListAWSDefaultServiceQuotas",
-    "servicequotas:ListServiceQuotas",
-)
-# AWS's public parameters that say which services each region offers.
-GLOBAL_INFRASTRUCTURE_PARAMETERS = "parameter/aws/service/global-infrastructure/*"
 STACK_READS = (
     "cloudformation:DescribeStackEvents",
     "cloudformation:DescribeStacks",
@@ -284,10 +268,11 @@ class GithubDeployIdentity(Construct):
             # These take no resource scope.
             iam.PolicyStatement(actions=list(LIST_STACKS), resources=["*"]),
             iam.PolicyStatement(actions=list(COMMAND_RESULTS), resources=["*"]),
-            iam.PolicyStatement(actions=list(DESCRIBE_INSTANCES), resources=["*"]),
-            iam.PolicyStatement(actions=list(PREFLIGHT_READS), resources=["*"]),
+            # `kiln preflight` (kiln ci up runs it first) and finding an environment's nodes (DescribeInstances).
+            iam.PolicyStatement(actions=list(UNSCOPED_READS), resources=["*"]),
             iam.PolicyStatement(
-                actions=["ssm:GetParameters"], resources=[f"{arn}:ssm:*::{GLOBAL_INFRASTRUCTURE_PARAMETERS}"]
+                actions=list(PARAMETER_READS),
+                resources=[f"{arn}:ssm:*::{GLOBAL_INFRASTRUCTURE_PARAMETERS}"],
             ),
             iam.PolicyStatement(
                 actions=list(STACK_READS), resources=each(lambda env: f"{arn}:cloudformation:*:{account}:stack/{env}/*")

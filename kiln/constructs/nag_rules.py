@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kiln.preflight.permissions import PARAMETER_READS, UNSCOPED_READS
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -267,30 +269,14 @@ CI_IDENTITY_GRANTS = (
         "and cancels one that outlives its timeout.",
     ),
     WildcardGrant(
-        ("ec2:DescribeInstances",),
+        UNSCOPED_READS,
         r"\*",
-        "DescribeInstances takes no resource scope; kiln finds an environment's nodes by their kiln:environment tag.",
+        "Read-only calls that take no resource scope: kiln preflight, which kiln ci up runs before deploying, reads "
+        "quotas, offerings, reservations, subnets, images, instances and file systems; kiln ci finds an "
+        "environment's nodes by their kiln:environment tag with DescribeInstances.",
     ),
     WildcardGrant(
-        (
-            "ec2:DescribeAvailabilityZones",
-            "ec2:DescribeCapacityReservations",
-            "ec2:DescribeImages",
-            "ec2:DescribeInstanceTypeOfferings",
-            "ec2:DescribeInstanceTypes",
-            "ec2:DescribeSubnets",
-            "fsx:DescribeFileSystems",
-            "servicequotas:GetAWSDefaultServiceQuota",
-            "servicequotas:GetServiceQuota",
-            "servicequotas:ListAWSDefaultServiceQuotas",
-            "servicequotas:ListServiceQuotas",
-        ),
-        r"\*",
-        "kiln preflight, which kiln ci up runs before deploying, reads quotas, offerings, reservations, subnets, "
-        "images and file systems; these read-only calls take no resource scope.",
-    ),
-    WildcardGrant(
-        ("ssm:GetParameters",),
+        PARAMETER_READS,
         rf"arn:{_CI_PARTITION}:ssm:\*::parameter/aws/service/global-infrastructure/\*",
         "kiln preflight reads AWS's public parameters of the services each region offers, in any region.",
     ),
