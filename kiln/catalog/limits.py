@@ -63,6 +63,13 @@ LUSTRE_BACKUP_RETENTION_MAX_DAYS = 90
 # which needs at least a /22.
 VPC_PREFIX_MIN = 16
 VPC_PREFIX_MAX = 22
+PUBLIC_SUBNET_EXTRA_BITS = 4
+PRIVATE_SUBNET_EXTRA_BITS = 2
+# EC2 keeps 5 addresses of every subnet (network, router, DNS, future use, broadcast).
+SUBNET_RESERVED_ADDRESSES = 5
+# The CPU node group kiln adds to an EKS cluster for cluster services: a node loss leaves the services up.
+EKS_SYSTEM_NODE_TYPE = "m5.xlarge"
+EKS_SYSTEM_NODE_COUNT = 2
 # Docker's default bridge network: a node that runs Docker with it cannot reach VPC addresses inside it.
 DOCKER_DEFAULT_BRIDGE = ipaddress.IPv4Network("172.17.0.0/16")
 

@@ -18,7 +18,7 @@ from constructs import Construct
 from kiln.bootstrap.fetch import fetch_user_data
 from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.facts import ACCELERATOR_KINDS, UnknownInstanceType
-from kiln.catalog.limits import EBS_GP3_MAX_GIB
+from kiln.catalog.limits import EBS_GP3_MAX_GIB, EKS_SYSTEM_NODE_COUNT, EKS_SYSTEM_NODE_TYPE
 from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge, acknowledge_wildcards, require, require_in, unresolved
@@ -205,8 +205,8 @@ class SystemNodeGroup:
     root_volume_gib: encrypted gp3 root volume; default 50.
     """
 
-    instance_type: str = "m5.xlarge"
-    count: int = 2
+    instance_type: str = EKS_SYSTEM_NODE_TYPE
+    count: int = EKS_SYSTEM_NODE_COUNT
     root_volume_gib: int = 50
 
     def __post_init__(self) -> None:

@@ -10,7 +10,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from kiln.catalog.limits import VPC_PREFIX_MAX, VPC_PREFIX_MIN
+from kiln.catalog.limits import PRIVATE_SUBNET_EXTRA_BITS, PUBLIC_SUBNET_EXTRA_BITS, VPC_PREFIX_MAX, VPC_PREFIX_MIN
 from kiln.constructs._checks import require, unresolved
 
 
@@ -105,11 +105,13 @@ class TrainingVpc(Construct):
                 ec2.SubnetConfiguration(
                     name="Public",
                     subnet_type=ec2.SubnetType.PUBLIC,
-                    cidr_mask=prefix + 4,
+                    cidr_mask=prefix + PUBLIC_SUBNET_EXTRA_BITS,
                     map_public_ip_on_launch=False,
                 ),
                 ec2.SubnetConfiguration(
-                    name="Private", subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS, cidr_mask=prefix + 2
+                    name="Private",
+                    subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS,
+                    cidr_mask=prefix + PRIVATE_SUBNET_EXTRA_BITS,
                 ),
             ],
             restrict_default_security_group=True,

@@ -16,7 +16,7 @@ from kiln.preflight.findings import Finding
 MAX_ATTEMPTS = 4
 CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS}, connect_timeout=5, read_timeout=20)
 # IAM actions whose name is not the operation's (S3 authorizes HeadBucket as s3:ListBucket).
-IAM_ACTION_OVERRIDES = {("s3", "HeadBucket"): "s3:ListBucket", ("s3", "GetBucketTagging"): "s3:GetBucketTagging"}
+IAM_ACTION_OVERRIDES = {("s3", "HeadBucket"): "s3:ListBucket"}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,18 +10,17 @@ from dataclasses import dataclass
 
 from kiln.catalog import instance_type
 from kiln.catalog.interfaces import addresses_with_efa_everywhere, layout_addresses
-from kiln.catalog.limits import SERVICE_NODE_ROOT_VOLUME_GIB
+from kiln.catalog.limits import (
+    EKS_SYSTEM_NODE_COUNT,
+    EKS_SYSTEM_NODE_TYPE,
+    PRIVATE_SUBNET_EXTRA_BITS,
+    SERVICE_NODE_ROOT_VOLUME_GIB,
+    SUBNET_RESERVED_ADDRESSES,
+)
 from kiln.catalog.names import ec2_type_name
 from kiln.ci.reaper_code.kiln_reaper.contract import environment_bucket_name, stack_name
 from kiln.spec import ClusterSpec
 from kiln.spec.models import Lustre
-
-# EC2 keeps 5 addresses of every subnet (network, router, DNS, future use, broadcast).
-SUBNET_RESERVED_ADDRESSES = 5
-# kiln's new VPC: private subnets are two bits longer than the VPC (kiln/constructs/network.py).
-PRIVATE_SUBNET_EXTRA_BITS = 2
-# The EKS system node group kiln adds for cluster services (kiln/constructs/eks.py SystemNodeGroup defaults).
-EKS_SYSTEM_NODES = ("m5.xlarge", 2)
 
 BACKEND_SERVICES = {
     "pcs": ("pcs",),
@@ -116,8 +115,7 @@ def launched_nodes(spec: ClusterSpec) -> tuple[NodeNeed, ...]:
     if has_login and compute.login_nodes.count:
         nodes.append(need("login nodes", compute.login_nodes.instance_type, compute.login_nodes.count))
     if backend == "eks":
-        system_type, system_count = EKS_SYSTEM_NODES
-        nodes.append(need("EKS system nodes", system_type, system_count))
+        nodes.append(need("EKS system nodes", EKS_SYSTEM_NODE_TYPE, EKS_SYSTEM_NODE_COUNT))
     for group in compute.groups:
         nodes.append(
             need(
@@ -144,11 +142,15 @@ def _services(spec: ClusterSpec) -> tuple[str, ...]:
     return tuple(dict.fromkeys(services))
 
 
+def private_subnet_addresses(vpc_prefix: int) -> int:
+    """Return the usable addresses of the private subnet kiln's new VPC of prefix length VPC_PREFIX gets."""
+    return 2 ** (32 - vpc_prefix - PRIVATE_SUBNET_EXTRA_BITS) - SUBNET_RESERVED_ADDRESSES
+
+
 def _new_subnet_addresses(spec: ClusterSpec) -> int | None:
     if spec.network.vpc_id is not None:
         return None
-    prefix = ipaddress.IPv4Network(spec.network.vpc_cidr).prefixlen + PRIVATE_SUBNET_EXTRA_BITS
-    return 2 ** (32 - prefix) - SUBNET_RESERVED_ADDRESSES
+    return private_subnet_addresses(ipaddress.IPv4Network(spec.network.vpc_cidr).prefixlen)
 
 
 def _smallest_root(spec: ClusterSpec) -> int | None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from botocore.exceptions import ClientError
 
-from kiln.catalog.limits import VPC_PREFIX_MAX, VPC_PREFIX_MIN
+from kiln.catalog.limits import PRIVATE_SUBNET_EXTRA_BITS, SUBNET_RESERVED_ADDRESSES, VPC_PREFIX_MAX, VPC_PREFIX_MIN
 from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
 from kiln.preflight.aws import AwsClients
 from kiln.preflight.findings import Finding, Status
-from kiln.preflight.plan import PRIVATE_SUBNET_EXTRA_BITS, SUBNET_RESERVED_ADDRESSES, Plan
+from kiln.preflight.plan import Plan, private_subnet_addresses
 from kiln.preflight.run import Check
 
 NAME = "subnet"
@@ -36,11 +36,6 @@ def room(free: int, need: int) -> Status:
     return "warn" if need > HEADROOM * free else "ok"
 
 
-def _private_subnet_addresses(vpc_prefix: int) -> int:
-    """Return the usable addresses of the private subnet kiln's new VPC of VPC_PREFIX gets."""
-    return 2 ** (32 - vpc_prefix - PRIVATE_SUBNET_EXTRA_BITS) - SUBNET_RESERVED_ADDRESSES
-
-
 def _vpc_prefix(subnet_addresses: int) -> int:
     """Return the prefix length of the new VPC whose private subnet has SUBNET_ADDRESSES usable addresses."""
     subnet_prefix = 32 - (subnet_addresses + SUBNET_RESERVED_ADDRESSES).bit_length() + 1
@@ -50,7 +45,7 @@ def _vpc_prefix(subnet_addresses: int) -> int:
 def _wide_enough(need: int) -> int | None:
     """Return the longest VPC prefix whose private subnet holds NEED within HEADROOM, or None when none does."""
     for prefix in range(VPC_PREFIX_MAX, VPC_PREFIX_MIN - 1, -1):
-        if room(_private_subnet_addresses(prefix), need) == "ok":
+        if room(private_subnet_addresses(prefix), need) == "ok":
             return prefix
     return None
 
@@ -65,7 +60,7 @@ def _new_vpc_remedy(plan: Plan, status: Status) -> str:
     more = "" if status == "fail" else " for headroom"
     return (
         f"set network.vpc_cidr to a /{prefix} or wider{more} (the private subnet is the VPC's prefix + "
-        f"{PRIVATE_SUBNET_EXTRA_BITS}: a /{subnet} has {_private_subnet_addresses(prefix)} addresses)"
+        f"{PRIVATE_SUBNET_EXTRA_BITS}: a /{subnet} has {private_subnet_addresses(prefix)} addresses)"
     )
 
 
