@@ -16,12 +16,17 @@ NODE_PACKAGES ?= nodejs npm
 # It installs without its dependencies, which would pull CDK v1 and an old jsii next to aws-cdk-lib 2.
 PCLUSTER_VERSION := $(shell sed -n 's/^PARALLELCLUSTER_VERSION = "\(.*\)"/\1/p' kiln/constructs/parallelcluster.py)
 
+# checkov, the second IaC scanner `kiln report` runs, lives in its own venv: it pins boto3 and packaging
+# versions the project's own environment (moto, cfn-lint) has moved past. $(BIN)/checkov links to it.
+CHECKOV_VERSION := 3.3.30
+CHECKOV_VENV ?= .venv-checkov
+
 # The pinned Node 22 and the venv come first, for jsii and for `npx cdk` (cdk.json runs python3).
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup system-deps demo test lint bench clean
 
-setup: system-deps $(BIN)/.installed node_modules/.installed
+setup: system-deps $(BIN)/.installed $(BIN)/checkov node_modules/.installed
 
 system-deps:
 	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done; \
@@ -39,6 +44,12 @@ $(BIN)/.installed: pyproject.toml kiln/constructs/parallelcluster.py
 	$(BIN)/pip install --quiet -e '.[launcher,dev]'
 	$(BIN)/pip install --quiet --no-deps aws-parallelcluster==$(PCLUSTER_VERSION)
 	touch $@
+
+$(BIN)/checkov: $(BIN)/.installed Makefile
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --upgrade pip
+	$(CHECKOV_VENV)/bin/pip install --quiet checkov==$(CHECKOV_VERSION)
+	ln -sfn $(abspath $(CHECKOV_VENV))/bin/checkov $@
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
@@ -65,4 +76,4 @@ bench: setup
 	$(BIN)/python benchmarks/synth_examples.py
 
 clean:
-	rm -rf $(VENV) node_modules cdk.out .pytest_cache
+	rm -rf $(VENV) $(CHECKOV_VENV) node_modules cdk.out .pytest_cache

@@ -4,15 +4,30 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import aws_cdk as cdk
 import jsii
-from aws_cdk import aws_iam as iam
 from constructs import IConstruct
 
 from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
-from kiln.constructs.nag_rules import CheckovSkip, Finding, WildcardGrant, wildcard_action, wildcard_resource
+from kiln.constructs.nag_rules import (
+    CHECKOV_SKIPS,
+    CheckovSkip,
+    Finding,
+    WildcardGrant,
+    wildcard_action,
+    wildcard_resource,
+)
+from kiln.iam_wildcards import (
+    POLICY_PROPERTIES,
+    REVIEW_METADATA,
+    nag_text,
+    policy_documents,
+    review_metadata,
+    wildcard_pairs,
+)
 
 
 def unresolved(value: Any) -> bool:
@@ -61,58 +76,31 @@ def acknowledge(construct: IConstruct, *findings: Finding) -> None:
         )
 
 
-def _nag_text(value: Any) -> str:
-    """Render a resolved CloudFormation value the way cdk-nag names it in finding ids."""
-    if isinstance(value, str):
-        # IAM policy variables (${aws:userid}) read as <aws:userid> in finding ids.
-        return re.sub(r"\$\{([^}]+)\}", r"<\1>", value)
-    if isinstance(value, dict) and len(value) == 1:
-        ((kind, body),) = value.items()
-        if kind == "Ref":
-            return f"<{body}>"
-        if kind == "Fn::GetAtt":
-            return f"<{body[0]}.{body[1]}>"
-        if kind == "Fn::Join":
-            return body[0].join(_nag_text(part) for part in body[1])
-        if kind == "Fn::ImportValue":
-            return _nag_text(body)
-        if kind == "Fn::Sub":
-            template, variables = (body, {}) if isinstance(body, str) else body
-            return re.sub(
-                r"\$\{([^}]+)\}", lambda m: _nag_text(variables[m[1]]) if m[1] in variables else f"<{m[1]}>", template
-            )
-    raise ValueError(f"cannot name {value!r} as cdk-nag does")
+@dataclass(frozen=True)
+class WildcardReview:
+    """What the reviewed grants make of a policy's wildcard pairs.
 
+    accepted: the IAM5 findings every pair behind which is reviewed, each with its grants' reasons.
+    reviewed: each grant's reason with the pairs it covers.
+    unreviewed: the pairs no grant covers.
+    """
 
-def _listed(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else [value]
-
-
-def wildcard_pairs(document: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """Return every (action, resource) an Allow statement of DOCUMENT grants where either holds a '*'."""
-    pairs = []
-    for statement in document.get("Statement", []):
-        if statement.get("Effect") != "Allow":
-            continue
-        for action in _listed(statement.get("Action", [])):
-            for resource in _listed(statement.get("Resource", [])):
-                text = _nag_text(resource)
-                if "*" in action or "*" in text:
-                    pairs.append((action, text))
-    return pairs
+    accepted: list[Finding]
+    reviewed: dict[str, list[tuple[str, str]]]
+    unreviewed: list[tuple[str, str]]
 
 
 def review_wildcards(
     pairs: Iterable[tuple[str, str]], grants: Sequence[WildcardGrant], places: Mapping[str, str]
-) -> tuple[list[Finding], list[tuple[str, str]]]:
+) -> WildcardReview:
     """Match PAIRS against the reviewed GRANTS (their {placeholders} filled from PLACES, as cdk-nag names them).
 
-    Return the IAM5 findings every pair behind which is reviewed, each with its grants' reasons, and the
-    pairs no grant covers. A finding shared by a reviewed and an unreviewed pair stays unacknowledged.
+    A finding shared by a reviewed and an unreviewed pair stays unaccepted.
     """
     escaped = {name: re.escape(text) for name, text in places.items()}
     compiled = [(grant, re.compile(grant.resource.format(**escaped))) for grant in grants]
     reasons: dict[str, list[str]] = {}
+    reviewed: dict[str, list[tuple[str, str]]] = {}
     blocked: set[str] = set()
     unreviewed = []
     for action, resource in pairs:
@@ -122,32 +110,47 @@ def review_wildcards(
             unreviewed.append((action, resource))
             blocked.update(findings)
             continue
+        reviewed.setdefault(grant.reason, []).append((action, resource))
         for finding in findings:
             reasons.setdefault(finding, [])
             if grant.reason not in reasons[finding]:
                 reasons[finding].append(grant.reason)
     accepted = [Finding(rule, " ".join(texts)) for rule, texts in reasons.items() if rule not in blocked]
-    return accepted, unreviewed
+    return WildcardReview(accepted=accepted, reviewed=reviewed, unreviewed=unreviewed)
+
+
+# The policy-bearing types cdk-nag's IAM5 judges; bucket and key policies are reviewed for the report only.
+_NAG_JUDGED = {"AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::IAM::Role", "AWS::IAM::User", "AWS::IAM::Group"}
 
 
 @jsii.implements(cdk.IAspect)
-class _AcknowledgeReviewedWildcards:
-    """At synthesis, acknowledge the IAM5 findings of the policies under a construct that reviewed grants cover."""
+class _ReviewWildcards:
+    """At synthesis, record the reviewed wildcard grants of every policy under a construct and acknowledge their IAM5.
+
+    The reasons go into the resource's template metadata (kiln.iam_wildcards.REVIEW_METADATA), where
+    `kiln report` reads them back beside the grants themselves.
+    """
 
     def __init__(self, grants: Sequence[WildcardGrant], places: Mapping[str, Any]) -> None:
         self.grants, self.places = tuple(grants), dict(places)
 
     def visit(self, node: IConstruct) -> None:
-        if not isinstance(node, iam.CfnPolicy):
+        if not isinstance(node, cdk.CfnResource) or node.cfn_resource_type not in POLICY_PROPERTIES:
             return
         stack = cdk.Stack.of(node)
-        places = {name: _nag_text(stack.resolve(value)) for name, value in self.places.items()}
-        accepted, unreviewed = review_wildcards(
-            wildcard_pairs(stack.resolve(node.policy_document)), self.grants, places
-        )
-        acknowledge(node, *accepted)
-        for action, resource in unreviewed:
-            # cdk-nag then fails synthesis on the finding; this says where the review belongs.
+        documents = policy_documents(node.cfn_resource_type, stack.resolve(node._cfn_properties))
+        pairs = list(dict.fromkeys(pair for document in documents for pair in wildcard_pairs(document)))
+        if not pairs:
+            return
+        places = {name: nag_text(stack.resolve(value)) for name, value in self.places.items()}
+        review = review_wildcards(pairs, self.grants, places)
+        if node.cfn_resource_type in _NAG_JUDGED:
+            acknowledge(node, *review.accepted)
+        recorded = list(node.get_metadata(REVIEW_METADATA) or [])
+        node.add_metadata(REVIEW_METADATA, recorded + review_metadata(review.reviewed))
+        for action, resource in review.unreviewed:
+            # cdk-nag then fails synthesis on an IAM policy's finding, `kiln report` on any policy's; this says
+            # where the review belongs.
             cdk.Annotations.of(node).add_error(
                 f"unreviewed IAM wildcard: {action} on {resource}; add a WildcardGrant with its reason to "
                 "kiln/constructs/nag_rules.py, or narrow the grant"
@@ -155,21 +158,45 @@ class _AcknowledgeReviewedWildcards:
 
 
 def acknowledge_wildcards(construct: IConstruct, grants: Sequence[WildcardGrant], **places: Any) -> None:
-    """Acknowledge the IAM5 wildcard findings under CONSTRUCT that the reviewed GRANTS cover, pair by pair.
+    """Review the wildcard grants of every policy under CONSTRUCT against GRANTS, pair by pair.
 
-    PLACES fill the grants' {placeholders} with the values they stand for (a bucket's ARN, a function's
-    ARN), resolved at synthesis, since cdk-nag names findings by logical ids known only then. A wildcard
-    (action, resource) pair no grant covers is never acknowledged: cdk-nag fails synthesis on it.
+    Covered pairs get their reasons in the template and their IAM5 findings acknowledged. PLACES fill the
+    grants' {placeholders} with the values they stand for (a bucket's ARN, a function's ARN), resolved at
+    synthesis, since cdk-nag names findings by logical ids known only then. A wildcard (action, resource)
+    pair no grant covers is never acknowledged: cdk-nag fails synthesis on it (IAM policies) and `kiln report`
+    fails on it (any policy). Reviewed scopes must not nest: each reviews its whole subtree alone.
     """
     require(bool(grants), "grants", grants, "at least one reviewed WildcardGrant")
-    cdk.Aspects.of(construct).add(_AcknowledgeReviewedWildcards(grants, places))
+    cdk.Aspects.of(construct).add(_ReviewWildcards(grants, places))
 
 
-def skip_checkov(resource: cdk.CfnResource, *skips: CheckovSkip) -> None:
-    """Record on RESOURCE the checkov checks it does not meet (entries of kiln.constructs.nag_rules), with reasons."""
-    for skip in skips:
-        require(bool(skip.reason.strip()), "reason", skip.reason, "a non-empty reason for every checkov skip")
-    metadata = resource.get_metadata("checkov") or {}
-    listed = list(metadata.get("skip", []))
-    listed += [{"id": skip.check, "comment": skip.reason} for skip in skips]
-    resource.add_metadata("checkov", {"skip": listed})
+def stack_path(resource: IConstruct) -> str:
+    """Return RESOURCE's construct path below its stack (Vpc/FlowLogs/Resource)."""
+    return resource.node.path.removeprefix(cdk.Stack.of(resource).node.path + "/")
+
+
+def checkov_skips_for(resource_type: str, path: str, skips: Sequence[CheckovSkip]) -> list[CheckovSkip]:
+    """Return the SKIPS that name a resource of RESOURCE_TYPE at PATH (below its stack)."""
+    return [s for s in skips if s.resource_type == resource_type and any(re.fullmatch(p, path) for p in s.paths)]
+
+
+@jsii.implements(cdk.IAspect)
+class SkipReviewedCheckovChecks:
+    """Write into each resource's checkov metadata the reviewed skips (nag_rules.CHECKOV_SKIPS) that name it.
+
+    Added to every kiln stack: checkov then reports those checks as skipped, with their reasons.
+    """
+
+    def __init__(self, skips: Sequence[CheckovSkip] = CHECKOV_SKIPS) -> None:
+        for skip in skips:
+            require(bool(skip.reason.strip()), "reason", skip.reason, "a non-empty reason for every checkov skip")
+        self.skips = tuple(skips)
+
+    def visit(self, node: IConstruct) -> None:
+        if not isinstance(node, cdk.CfnResource):
+            return
+        matched = checkov_skips_for(node.cfn_resource_type, stack_path(node), self.skips)
+        if matched:
+            listed = list((node.get_metadata("checkov") or {}).get("skip", []))
+            listed += [{"id": skip.check, "comment": skip.reason} for skip in matched]
+            node.add_metadata("checkov", {"skip": listed})

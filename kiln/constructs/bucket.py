@@ -10,7 +10,8 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from kiln.catalog.names import BUCKET_NAME_RULE, is_bucket_name
-from kiln.constructs._checks import require, unresolved
+from kiln.constructs import nag_rules
+from kiln.constructs._checks import acknowledge_wildcards, require, unresolved
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,7 +22,7 @@ class DataBucketProps:
     retain: keep the bucket and its objects on stack deletion; default True. False empties and
         deletes it (for short-lived CI environments).
     abort_incomplete_upload_days: days before unfinished multipart uploads are removed; default 7.
-    noncurrent_version_days: days old object versions are kept; default 30.
+    noncurrent_version_days: days old object versions are kept, in the bucket and its access-log bucket; default 30.
     access_logs: write server access logs to a sibling bucket; default True.
     access_log_prefix: where in that bucket the logs go; name it after the bucket's purpose (default data-bucket/).
     access_log_bucket_name: a fixed name for that bucket; default: CloudFormation generates one.
@@ -64,14 +65,26 @@ class DataBucket(Construct):
             "removal_policy": removal,
             "auto_delete_objects": not props.retain,
         }
+        expire_old_versions = s3.LifecycleRule(
+            id="ExpireOldVersions", noncurrent_version_expiration=Duration.days(props.noncurrent_version_days)
+        )
         self.access_log_bucket: s3.Bucket | None = None
         if props.access_logs:
+            # Versioned, so a log object deleted or overwritten stays recoverable as long as old data versions do.
             self.access_log_bucket = s3.Bucket(
                 self,
                 "AccessLogs",
                 bucket_name=props.access_log_bucket_name,
+                versioned=True,
+                lifecycle_rules=[expire_old_versions],
                 object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
                 **{k: v for k, v in common.items() if k != "object_ownership"},
+            )
+            acknowledge_wildcards(
+                self.access_log_bucket,
+                (nag_rules.ACCESS_LOG_DELIVERY, nag_rules.BUCKET_AUTO_DELETE),
+                bucket=self.access_log_bucket.bucket_arn,
+                prefix=props.access_log_prefix,
             )
         self.bucket = s3.Bucket(
             self,
@@ -85,13 +98,11 @@ class DataBucket(Construct):
                     id="AbortIncompleteUploads",
                     abort_incomplete_multipart_upload_after=Duration.days(props.abort_incomplete_upload_days),
                 ),
-                s3.LifecycleRule(
-                    id="ExpireOldVersions",
-                    noncurrent_version_expiration=Duration.days(props.noncurrent_version_days),
-                ),
+                expire_old_versions,
             ],
             **common,
         )
+        acknowledge_wildcards(self.bucket, (nag_rules.BUCKET_AUTO_DELETE,), bucket=self.bucket.bucket_arn)
 
     @property
     def bucket_name(self) -> str:

@@ -13,6 +13,7 @@ from aws_cdk import Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from kiln.bootstrap.fetch import fetch_user_data
@@ -36,6 +37,7 @@ from kiln.constructs.eks_addons import (
     lustre_volume_manifests,
 )
 from kiln.constructs.ids import hashed_id
+from kiln.constructs.keys import secrets_key
 from kiln.constructs.launch_template import (
     CapacityOption,
     EfaLaunchTemplate,
@@ -269,6 +271,8 @@ class EksTrainingClusterProps:
     bootstrap, cluster_env: the bundle accelerated nodes run at boot (BootstrapAssets.node_bootstrap for kiln's
         `eks` bundle), and its deploy-time values.
     security_groups: further groups for every node's primary interface.
+    secrets_key: the KMS key for envelope encryption of Kubernetes secrets; default: a new key of the cluster's
+        own (rotated yearly, scheduled for deletion with the stack, as the cluster's secrets are).
     """
 
     vpc: ec2.IVpc
@@ -287,6 +291,7 @@ class EksTrainingClusterProps:
     bootstrap: NodeBootstrap | None = None
     cluster_env: Mapping[str, str] = field(default_factory=dict)
     security_groups: Sequence[ec2.ISecurityGroup] = ()
+    secrets_key: kms.IKey | None = None
 
     def __post_init__(self) -> None:
         require_in("kubernetes_version", self.kubernetes_version, KUBERNETES_RELEASES)
@@ -351,6 +356,9 @@ class EksTrainingCluster(Construct):
         control_plane_subnets = list(props.control_plane_subnets) or list(props.vpc.private_subnets)
         self._check_control_plane_subnets(control_plane_subnets)
         self.kubectl_layer = release.kubectl_layer(self, "KubectlLayer")
+        self.secrets_key = props.secrets_key or secrets_key(
+            self, "SecretsKey", description="kiln: envelope encryption of the EKS cluster's Kubernetes secrets"
+        )
         self.cluster = eks.Cluster(
             self,
             "Resource",
@@ -367,6 +375,7 @@ class EksTrainingCluster(Construct):
             default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
             # The private endpoint is always on, so CDK runs the kubectl handler in the private subnets.
             kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=self.kubectl_layer),
+            secrets_encryption_key=self.secrets_key,
         )
         if props.admin_role is not None:
             self.cluster.grant_access(

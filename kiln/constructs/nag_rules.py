@@ -1,6 +1,8 @@
-"""The cdk-nag AwsSolutions findings kiln accepts: one reviewed list, every entry with its reason.
+"""Every scanner finding kiln accepts, and every wildcard grant it makes: one reviewed file, each with its reason.
 
-Constructs acknowledge only entries from here, so a reviewer reads every accepted finding in one file.
+cdk-nag AwsSolutions acknowledgements, the IAM wildcard grants (IAM, bucket and key policies), and the
+checkov checks skipped on named resources all live here, so a reviewer reads every exception in one file.
+Constructs acknowledge only entries from here; the stacks' checkov aspect applies CHECKOV_SKIPS.
 """
 
 from __future__ import annotations
@@ -213,37 +215,6 @@ REAPER_GRANTS = (
 )
 
 
-@dataclass(frozen=True)
-class CheckovSkip:
-    """One checkov check kiln does not meet on a resource, and why that is acceptable there."""
-
-    check: str
-    reason: str
-
-
-REAPER_CHECKOV_SKIPS = (
-    CheckovSkip(
-        "CKV_AWS_117",
-        "The reaper deletes its environment's VPC, so it must not run inside it; it only calls AWS APIs.",
-    ),
-    CheckovSkip(
-        "CKV_AWS_116",
-        "Only its schedule invokes the reaper, and the schedule's retry policy redelivers a failed invocation; the "
-        "event carries nothing a dead-letter queue would need to keep.",
-    ),
-    CheckovSkip(
-        "CKV_AWS_173",
-        "The reaper's environment variables hold only the names of its environment, stack and schedule.",
-    ),
-)
-REAPER_LOG_CHECKOV_SKIPS = (
-    CheckovSkip(
-        "CKV_AWS_158",
-        "The reaper's log lines name the stacks and buckets it deletes and hold no data; CloudWatch Logs encrypts "
-        "every log group at rest, and a customer-managed key would outlive the environment by its deletion window.",
-    ),
-)
-
 # The CI identity: the role GitHub Actions assumes for `kiln ci` (kiln/constructs/ci_identity.py).
 _CI_PARTITION = r"(<AWS::Partition>|aws[a-z-]*)"
 _CI_ACCOUNT = r"(<AWS::AccountId>|[0-9]{{12}})"
@@ -364,10 +335,145 @@ CI_IDENTITY_GRANTS = (
     ),
 )
 
-# Baked images (kiln/constructs/training_image.py).
-IMAGE_LOG_CHECKOV_SKIPS = (
+# Buckets (kiln/constructs/bucket.py): their bucket policies.
+BUCKET_AUTO_DELETE = WildcardGrant(
+    ("s3:PutBucketPolicy", "s3:GetBucket*", "s3:List*", "s3:DeleteObject*"),
+    r"{bucket}(/\*)?",
+    "CDK's auto-delete handler empties a bucket that is not retained (CI environments, the HyperPod lifecycle "
+    "bucket) when its stack is deleted; the bucket policy lets that handler's role alone list and delete in this "
+    "bucket.",
+)
+ACCESS_LOG_DELIVERY = WildcardGrant(
+    ("s3:PutObject",),
+    r"{bucket}/{prefix}\*",
+    "S3's logging service writes the access logs of the one source bucket (aws:SourceArn condition) under one "
+    "prefix; the * is the key of each log object.",
+)
+
+# KMS keys (kiln/constructs/keys.py): their key policies, where a Resource of * is the key itself.
+KEY_ACCOUNT_ADMIN = WildcardGrant(
+    ("kms:*",),
+    r"\*",
+    "CDK's default key policy: the account's root principal holds this key, so that IAM policies of this account "
+    "decide who may use it and the key can never become unmanageable; in a key policy * is this key alone.",
+)
+LOGS_KEY_USE = WildcardGrant(
+    ("kms:Encrypt", "kms:Decrypt", "kms:ReEncryptFrom", "kms:ReEncryptTo", "kms:GenerateDataKey", "kms:DescribeKey"),
+    r"\*",
+    "CloudWatch Logs of this region encrypts and decrypts log events with this key, for log groups of this account "
+    "in this region only (kms:EncryptionContext:aws:logs:arn condition); in a key policy * is this key alone.",
+)
+
+
+@dataclass(frozen=True)
+class CheckovSkip:
+    """One checkov check kiln does not meet on some resources, and why that is acceptable there.
+
+    resource_type: the CloudFormation type of those resources.
+    paths: regular expressions, each matched whole against a resource's construct path below its stack.
+    """
+
+    check: str
+    resource_type: str
+    paths: tuple[str, ...]
+    reason: str
+
+
+# CDK's own deploy-time functions, which CloudFormation invokes for custom resources.
+_RESTRICT_DEFAULT_SG = r"Custom::VpcRestrictDefaultSGCustomResourceProvider/Handler"
+_AUTO_DELETE_OBJECTS = r"Custom::S3AutoDeleteObjectsCustomResourceProvider/Handler"
+_BUCKET_DEPLOYMENT = r"Custom::CDKBucketDeployment[0-9A-F]{32}/Resource"
+_KUBECTL_HANDLER = r"(.+/)?KubectlProvider/Handler/Resource"
+_KUBECTL_FRAMEWORK = r"(.+/)?KubectlProvider/Provider/framework-onEvent/Resource"
+_CDK_FUNCTIONS = (_RESTRICT_DEFAULT_SG, _AUTO_DELETE_OBJECTS, _BUCKET_DEPLOYMENT, _KUBECTL_HANDLER, _KUBECTL_FRAMEWORK)
+_FUNCTION = "AWS::Lambda::Function"
+_LOG_GROUP = "AWS::Logs::LogGroup"
+
+CHECKOV_SKIPS = (
+    CheckovSkip(
+        "CKV_AWS_115",
+        _FUNCTION,
+        _CDK_FUNCTIONS,
+        "CDK's deploy-time handlers (default security group lockdown, bucket emptying, lifecycle script upload, "
+        "kubectl) run a few times per deploy, one request at a time; reserved concurrency would take capacity from "
+        "the account's unreserved pool for good.",
+    ),
+    CheckovSkip(
+        "CKV_AWS_116",
+        _FUNCTION,
+        _CDK_FUNCTIONS,
+        "CloudFormation waits for the answer of CDK's deploy-time handlers to its custom resources: a failure fails "
+        "that resource and the deploy rolls back, so a dead-letter queue would keep an event nothing replays.",
+    ),
+    CheckovSkip(
+        "CKV_AWS_117",
+        _FUNCTION,
+        (_RESTRICT_DEFAULT_SG, _AUTO_DELETE_OBJECTS, _BUCKET_DEPLOYMENT),
+        "CDK's default security group lockdown, bucket emptying and lifecycle script upload only call EC2 and S3 "
+        "APIs and reach nothing inside the cluster's VPC (the kubectl handlers, which reach the private EKS "
+        "endpoint, do run in it).",
+    ),
+    CheckovSkip(
+        "CKV_AWS_173",
+        _FUNCTION,
+        (_BUCKET_DEPLOYMENT,),
+        "The BucketDeployment handler's one environment variable is the path of the CA bundle in its image "
+        "(AWS_CA_BUNDLE), nothing secret; Lambda encrypts it at rest with its AWS-owned key.",
+    ),
+    CheckovSkip(
+        "CKV_AWS_173",
+        _FUNCTION,
+        (_KUBECTL_HANDLER,),
+        "The kubectl handler's one environment variable selects regional STS endpoints "
+        "(AWS_STS_REGIONAL_ENDPOINTS=regional), nothing secret; Lambda encrypts it at rest with its AWS-owned key.",
+    ),
+    CheckovSkip(
+        "CKV_AWS_173",
+        _FUNCTION,
+        (_KUBECTL_FRAMEWORK,),
+        "The provider framework's one environment variable is the ARN of the kubectl handler it calls, nothing "
+        "secret; Lambda encrypts it at rest with its AWS-owned key.",
+    ),
+    CheckovSkip(
+        "CKV_AWS_18",
+        "AWS::S3::Bucket",
+        (r"(.+/)?AccessLogs/Resource",),
+        "An access-log bucket does not log access to itself: S3 would write a log object for every log delivery, "
+        "without end, and logging it to a third bucket only moves the question. Only S3's logging service may "
+        "write to it (bucket policy), and it is versioned, so a deleted log stays recoverable.",
+    ),
+    # The TTL reaper of a short-lived environment (kiln/constructs/reaper.py).
+    CheckovSkip(
+        "CKV_AWS_117",
+        _FUNCTION,
+        (r"(.+/)?Reaper/Function/Resource",),
+        "The reaper deletes its environment's VPC, so it must not run inside it; it only calls AWS APIs.",
+    ),
+    CheckovSkip(
+        "CKV_AWS_116",
+        _FUNCTION,
+        (r"(.+/)?Reaper/Function/Resource",),
+        "Only its schedule invokes the reaper, and the schedule's retry policy redelivers a failed invocation; the "
+        "event carries nothing a dead-letter queue would need to keep.",
+    ),
+    CheckovSkip(
+        "CKV_AWS_173",
+        _FUNCTION,
+        (r"(.+/)?Reaper/Function/Resource",),
+        "The reaper's environment variables hold only the names of its environment, stack and schedule.",
+    ),
     CheckovSkip(
         "CKV_AWS_158",
+        _LOG_GROUP,
+        (r"(.+/)?Reaper/Logs/Resource",),
+        "The reaper's log lines name the stacks and buckets it deletes and hold no data; CloudWatch Logs encrypts "
+        "every log group at rest, and a customer-managed key would outlive the environment by its deletion window.",
+    ),
+    # Baked images (kiln/constructs/training_image.py).
+    CheckovSkip(
+        "CKV_AWS_158",
+        _LOG_GROUP,
+        (r"(.+/)?Image/BuildLogs/Resource",),
         "Image build logs hold package-manager and installer output, no data or secrets; CloudWatch Logs encrypts "
         "every log group at rest.",
     ),

@@ -7,11 +7,13 @@ from dataclasses import dataclass
 
 from aws_cdk import RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from kiln.catalog.limits import PRIVATE_SUBNET_EXTRA_BITS, PUBLIC_SUBNET_EXTRA_BITS, VPC_PREFIX_MAX, VPC_PREFIX_MIN
 from kiln.constructs._checks import require, unresolved
+from kiln.constructs.keys import logs_key
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,11 +63,13 @@ def _second_az(first: str) -> str:
 
 
 class TrainingVpc(Construct):
-    """A VPC for training: public and private subnets in two AZs, one NAT, S3 endpoint, flow logs."""
+    """A VPC for training: public and private subnets in two AZs, one NAT, S3 endpoint, KMS-encrypted flow logs."""
 
     def __init__(self, scope: Construct, construct_id: str, props: TrainingVpcProps | None = None) -> None:
         super().__init__(scope, construct_id)
         props = props or TrainingVpcProps()
+        # The key of the flow logs of a VPC kiln creates (an existing VPC keeps its own logging).
+        self.flow_log_key: kms.Key | None = None
         if props.existing:
             self.vpc = self._import(props.existing)
             self.compute_subnet = ec2.Subnet.from_subnet_attributes(
@@ -118,10 +122,15 @@ class TrainingVpc(Construct):
             **zones,
         )
         vpc.add_gateway_endpoint("S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3)
+        # Flow logs record who talked to whom in the cluster: encrypted with the cluster's own key, kept as long.
+        self.flow_log_key = logs_key(
+            self, "FlowLogsKey", description="kiln: encrypts the VPC flow logs", retain=props.retain_flow_logs
+        )
         log_group = logs.LogGroup(
             self,
             "FlowLogs",
             retention=props.flow_log_retention,
+            encryption_key=self.flow_log_key,
             removal_policy=RemovalPolicy.RETAIN if props.retain_flow_logs else RemovalPolicy.DESTROY,
         )
         self._mark_deliberate_az_choice(vpc)

@@ -24,7 +24,7 @@ from kiln.ci.reaper_code.kiln_reaper.contract import (
 )
 from kiln.ci.reaper_code.kiln_reaper.teardown import at_expression
 from kiln.constructs import nag_rules
-from kiln.constructs._checks import acknowledge_wildcards, require, skip_checkov
+from kiln.constructs._checks import acknowledge_wildcards, require
 
 REAPER_CODE = Path(__file__).resolve().parent.parent / "ci" / "reaper_code"
 HANDLER = "kiln_reaper.handler.main"
@@ -122,8 +122,6 @@ class EnvironmentReaper(Construct):
             ),
         )
         self._grant(props, stack)
-        skip_checkov(self.function.node.default_child, *nag_rules.REAPER_CHECKOV_SKIPS)
-        skip_checkov(self.log_group.node.default_child, *nag_rules.REAPER_LOG_CHECKOV_SKIPS)
         acknowledge_wildcards(self, nag_rules.REAPER_GRANTS, environment=env)
 
     def _grant(self, props: EnvironmentReaperProps, stack: cdk.Stack) -> None:

@@ -25,7 +25,7 @@ from kiln.ami.components import component_documents
 from kiln.ami.names import TAG_RECIPE
 from kiln.ami.recipe import ImageManifest
 from kiln.constructs import nag_rules
-from kiln.constructs._checks import acknowledge, require, require_in, skip_checkov, unresolved
+from kiln.constructs._checks import acknowledge, require, require_in, unresolved
 from kiln.constructs.node_bootstrap import NodeBootstrap
 
 Architecture = Literal["x86_64", "arm64"]
@@ -132,7 +132,6 @@ class TrainingImage(Construct):
             retention=logs.RetentionDays.ONE_YEAR,
             removal_policy=cdk.RemovalPolicy.RETAIN if props.retain else cdk.RemovalPolicy.DESTROY,
         )
-        skip_checkov(self.log_group.node.default_child, *nag_rules.IMAGE_LOG_CHECKOV_SKIPS)
         self.components = self._components(digest)
         self.role = self._build_role()
         self.instance_profile = iam.CfnInstanceProfile(self, "InstanceProfile", roles=[self.role.role_name])

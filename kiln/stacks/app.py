@@ -18,7 +18,7 @@ from kiln.stacks.image import ImageStack, bakes_image
 from kiln.stacks.network import NetworkStack
 from kiln.stacks.reaper import ReaperStack
 from kiln.stacks.storage import StorageStack
-from kiln.stacks.tidy import DropRedundantDependsOn
+from kiln.stacks.tidy import add_template_aspects
 
 # Behaviour switches the stacks rely on; set on the App so every entry point (cdk CLI,
 # `kiln report`, tests) synthesizes the same templates.
@@ -124,7 +124,7 @@ def build_cluster(
     for stack, part in parts:
         if stack is None:
             continue
-        cdk.Aspects.of(stack).add(DropRedundantDependsOn())
+        add_template_aspects(stack)
         tags = ci.tags(part) if ci is not None else {TAG_CLUSTER: spec.name}
         for key, value in (tags | spec.tags).items():
             cdk.Tags.of(stack).add(key, value)

@@ -14,7 +14,7 @@ from constructs import Construct
 from kiln.constructs.ci_identity import GithubDeployIdentity, GithubDeployIdentityProps
 from kiln.safe_output import check_replaceable
 from kiln.stacks.app import new_app
-from kiln.stacks.tidy import DropRedundantDependsOn
+from kiln.stacks.tidy import add_template_aspects
 
 STACK_PREFIX = "kiln-ci-identity-"
 IDENTITY_TAG = "kiln:ci-identity"
@@ -47,7 +47,7 @@ class CiIdentityStack(cdk.Stack):
         super().__init__(scope, construct_id, **kwargs)
         self.identity = GithubDeployIdentity(self, "Identity", props)
         cdk.Tags.of(self).add(IDENTITY_TAG, props.repository)
-        cdk.Aspects.of(self).add(DropRedundantDependsOn())
+        add_template_aspects(self)
         cdk.CfnOutput(
             self,
             "DeployRoleArn",

@@ -1,4 +1,4 @@
-"""Template hygiene every kiln stack gets: no DependsOn that a Ref or GetAtt already implies."""
+"""Template hygiene every kiln stack gets: no DependsOn that a Ref or GetAtt already implies, reviewed checkov skips."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import json
 import aws_cdk as cdk
 import jsii
 from constructs import IConstruct
+
+from kiln.constructs._checks import SkipReviewedCheckovChecks
 
 
 def _rendered_dependencies(node: cdk.CfnResource, stack: cdk.Stack) -> set[str]:
@@ -45,3 +47,9 @@ class DropRedundantDependsOn:
                 node.add_override("DependsOn", remaining)
             else:
                 node.add_deletion_override("DependsOn")
+
+
+def add_template_aspects(stack: cdk.Stack) -> None:
+    """Add the aspects every kiln stack gets: DependsOn without redundancy, and the reviewed checkov skips."""
+    cdk.Aspects.of(stack).add(DropRedundantDependsOn())
+    cdk.Aspects.of(stack).add(SkipReviewedCheckovChecks())

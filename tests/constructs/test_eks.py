@@ -206,6 +206,21 @@ def test_cluster_runs_the_pinned_version_with_a_private_endpoint_and_all_control
     assert {s.availability_zone for s in net.vpc.private_subnets} == {"us-east-1a", "us-east-1b"}
 
 
+def test_secrets_are_envelope_encrypted_with_the_clusters_own_rotating_key(eks) -> None:
+    template, cluster = eks["template"], eks["cluster"]
+    key = cluster.secrets_key.node.default_child
+    props = _props(template, cluster.cluster.node.default_child)
+    assert props["EncryptionConfig"] == [{"Provider": {"KeyArn": get_att(key, "Arn")}, "Resources": ["secrets"]}]
+    resource = template.find_resources("AWS::KMS::Key")[logical_id(key)]
+    assert resource["Properties"]["EnableKeyRotation"] is True
+    # The secrets live and die with the cluster: the key is scheduled for deletion with the stack.
+    assert resource["DeletionPolicy"] == "Delete"
+    # CloudFormation creates the cluster, and EKS takes a grant on the key: the key policy names no one else.
+    (statement,) = resource["Properties"]["KeyPolicy"]["Statement"]
+    assert (statement["Action"], statement["Resource"]) == ("kms:*", "*")
+    assert statement["Principal"] == {"AWS": "arn:aws:iam::111111111111:root"}
+
+
 def test_kubectl_handler_uses_the_layer_of_the_same_kubernetes_version_inside_the_vpc(eks) -> None:
     cluster = eks["cluster"]
     layer = _props(eks["template"], cluster.kubectl_layer.node.default_child)

@@ -8,9 +8,10 @@ from aws_cdk import aws_iam as iam
 from cdk_nag import AwsSolutionsChecks
 
 from kiln.constructs import nag_rules
-from kiln.constructs._checks import review_wildcards, wildcard_pairs
+from kiln.constructs._checks import review_wildcards
 from kiln.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from kiln.constructs.nag_rules import WildcardGrant
+from kiln.iam_wildcards import wildcard_pairs
 from kiln.stacks import new_app
 from kiln.synth import nag_report
 from tests.constructs.conftest import ENV, imported_vpc, plain_bootstrap
@@ -28,9 +29,13 @@ def test_a_reviewed_pair_is_acknowledged_with_its_reason() -> None:
         {"Action": "ec2:DescribeVpcs", "Resource": "*"},
         {"Action": "s3:GetObject", "Resource": {"Fn::Join": ["", [{"Fn::GetAtt": ["B", "Arn"]}, "/logs/*"]]}},
     )
-    accepted, unreviewed = review_wildcards(pairs, [DESCRIBE, OBJECTS], {"bucket": "<B.Arn>"})
-    assert unreviewed == []
-    assert {(f.rule, f.reason) for f in accepted} == {
+    review = review_wildcards(pairs, [DESCRIBE, OBJECTS], {"bucket": "<B.Arn>"})
+    assert review.unreviewed == []
+    assert review.reviewed == {
+        "Describe takes no resource scope.": [("ec2:DescribeVpcs", "*")],
+        "Reads one prefix.": [("s3:GetObject", "<B.Arn>/logs/*")],
+    }
+    assert {(f.rule, f.reason) for f in review.accepted} == {
         ("AwsSolutions-IAM5[Resource::*]", "Describe takes no resource scope."),
         ("AwsSolutions-IAM5[Resource::<B.Arn>/logs/*]", "Reads one prefix."),
     }
@@ -47,16 +52,18 @@ def test_a_reviewed_pair_is_acknowledged_with_its_reason() -> None:
 def test_an_unreviewed_pair_blocks_every_finding_it_shares(statement: dict) -> None:
     # The Resource::* finding is shared with the reviewed Describe pair: it must stay open.
     pairs = _pairs({"Action": "ec2:DescribeVpcs", "Resource": "*"}, statement)
-    accepted, unreviewed = review_wildcards(pairs, [DESCRIBE], {})
-    assert unreviewed == [(statement["Action"], "*")]
-    assert accepted == []
+    review = review_wildcards(pairs, [DESCRIBE], {})
+    assert review.unreviewed == [(statement["Action"], "*")]
+    assert review.accepted == []
 
 
 def test_a_grant_for_another_bucket_or_prefix_does_not_cover() -> None:
     pairs = _pairs({"Action": "s3:GetObject", "Resource": "<Other.Arn>/logs/*"})
-    assert review_wildcards(pairs, [OBJECTS], {"bucket": "<B.Arn>"})[1] == [("s3:GetObject", "<Other.Arn>/logs/*")]
+    assert review_wildcards(pairs, [OBJECTS], {"bucket": "<B.Arn>"}).unreviewed == [
+        ("s3:GetObject", "<Other.Arn>/logs/*")
+    ]
     pairs = _pairs({"Action": "s3:GetObject", "Resource": "<B.Arn>/*"})
-    assert review_wildcards(pairs, [OBJECTS], {"bucket": "<B.Arn>"})[1] == [("s3:GetObject", "<B.Arn>/*")]
+    assert review_wildcards(pairs, [OBJECTS], {"bucket": "<B.Arn>"}).unreviewed == [("s3:GetObject", "<B.Arn>/*")]
 
 
 def test_every_reviewed_grant_has_a_reason_and_exact_actions() -> None:

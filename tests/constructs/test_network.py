@@ -13,6 +13,7 @@ from kiln.constructs import (
     ExistingNetwork,
     TrainingVpc,
     TrainingVpcProps,
+    nag_rules,
 )
 from tests.constructs.conftest import get_att, logical_id, stack
 
@@ -59,6 +60,39 @@ def test_flow_logs_capture_all_traffic_into_a_retained_log_group(new_vpc) -> Non
         {"TrafficType": "ALL", "ResourceType": "VPC", "ResourceId": {"Ref": logical_id(vpc.vpc.node.default_child)}},
     )
     template.has_resource("AWS::Logs::LogGroup", {"Properties": {"RetentionInDays": 365}, "DeletionPolicy": "Retain"})
+
+
+def _key_statements(template: Template, key) -> list[dict]:
+    return template.find_resources("AWS::KMS::Key")[logical_id(key.node.default_child)]["Properties"]["KeyPolicy"][
+        "Statement"
+    ]
+
+
+def test_flow_logs_are_encrypted_with_their_own_rotating_key_kept_as_long_as_they_are(new_vpc) -> None:
+    vpc, _, _, template = new_vpc
+    key = vpc.flow_log_key.node.default_child
+    (group,) = template.find_resources("AWS::Logs::LogGroup").values()
+    assert group["Properties"]["KmsKeyId"] == get_att(key, "Arn")
+    keys = template.find_resources("AWS::KMS::Key")
+    assert list(keys) == [logical_id(key)]
+    assert keys[logical_id(key)]["Properties"]["EnableKeyRotation"] is True
+    assert (keys[logical_id(key)]["DeletionPolicy"], group["DeletionPolicy"]) == ("Retain", "Retain")
+    (logs_use,) = [s for s in _key_statements(template, vpc.flow_log_key) if "Service" in s["Principal"]]
+    assert logs_use["Principal"] == {"Service": "logs.us-east-1.amazonaws.com"}
+    assert sorted(logs_use["Action"]) == sorted(nag_rules.LOGS_KEY_USE.actions)
+    # Only CloudWatch Logs of this account and region, for log groups, may use the key.
+    assert logs_use["Condition"] == {
+        "ArnLike": {"kms:EncryptionContext:aws:logs:arn": "arn:aws:logs:us-east-1:111111111111:log-group:*"}
+    }
+
+
+def test_short_lived_flow_logs_take_their_key_with_them() -> None:
+    st = stack("ShortLivedVpc")
+    vpc = TrainingVpc(st, "Vpc", TrainingVpcProps(availability_zone="us-east-1a", retain_flow_logs=False))
+    template = Template.from_stack(st)
+    key = template.find_resources("AWS::KMS::Key")[logical_id(vpc.flow_log_key.node.default_child)]
+    (group,) = template.find_resources("AWS::Logs::LogGroup").values()
+    assert (key["DeletionPolicy"], group["DeletionPolicy"]) == ("Delete", "Delete")
 
 
 def test_default_security_group_is_restricted(new_vpc) -> None:
@@ -123,6 +157,8 @@ def test_imported_vpc_creates_nothing_and_uses_the_given_subnet() -> None:
     template = Template.from_stack(st)
     template.resource_count_is("AWS::EC2::VPC", 0)
     template.resource_count_is("AWS::EC2::Subnet", 0)
+    template.resource_count_is("AWS::KMS::Key", 0)
+    assert vpc.flow_log_key is None
     template.has_resource_properties("AWS::EC2::SecurityGroup", {"VpcId": "vpc-0123456789abcdef0"})
     assert (vpc.compute_subnet.subnet_id, vpc.availability_zone) == ("subnet-0123456789abcdef0", "us-east-1d")
 

@@ -99,6 +99,16 @@ def test_bucket_aborts_incomplete_uploads_and_expires_old_versions(storage) -> N
     assert rules["ExpireOldVersions"]["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
 
 
+def test_access_log_bucket_is_versioned_and_expires_old_versions_like_the_data(storage) -> None:
+    logs = storage["template"].find_resources("AWS::S3::Bucket")[
+        logical_id(storage["bucket"].access_log_bucket.node.default_child)
+    ]
+    assert logs["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
+    (rule,) = logs["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert rule["NoncurrentVersionExpiration"] == {"NoncurrentDays": 30}
+    assert (logs["DeletionPolicy"], logs["UpdateReplacePolicy"]) == ("Retain", "Retain")
+
+
 def test_bucket_refuses_plain_http_and_old_tls(storage) -> None:
     bucket_id = logical_id(storage["bucket"].bucket.node.default_child)
     storage["template"].has_resource_properties(
