@@ -1,16 +1,21 @@
-"""IAM wildcards are acknowledged only pair by pair from the reviewed list; anything new fails synthesis."""
+"""IAM wildcards are acknowledged pair by pair from the reviewed list; checkov exceptions reach what they name."""
 
 from __future__ import annotations
+
+import json
+import re
 
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
 from cdk_nag import AwsSolutionsChecks
+from constructs import Construct
 
 from kiln.constructs import nag_rules
-from kiln.constructs._checks import review_wildcards
+from kiln.constructs._checks import SkipReviewedCheckovChecks, review_wildcards
 from kiln.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
-from kiln.constructs.nag_rules import WildcardGrant
+from kiln.constructs.nag_rules import CheckovSkip, WildcardGrant
 from kiln.iam_wildcards import wildcard_pairs
 from kiln.stacks import new_app
 from kiln.synth import nag_report
@@ -103,3 +108,52 @@ def test_a_new_wildcard_on_the_hyperpod_role_fails_synthesis(tmp_path) -> None:
         _hyperpod_app(tmp_path, extra).synth()
     open_findings = {v.split(" at ")[0] for v in nag_report(tmp_path).violations}
     assert open_findings == {"AwsSolutions-IAM5[Action::iam:*]", "AwsSolutions-IAM5[Resource::*]"}
+
+
+# --- checkov exceptions --------------------------------------------------------------------------------------
+
+
+def _checkov_app(tmp_path, skips: tuple[CheckovSkip, ...]) -> dict:
+    app = new_app(str(tmp_path))
+    st = cdk.Stack(app, "Scanned", env=ENV)
+    outer = Construct(st, "Outer")
+    s3.Bucket(outer, "AccessLogs")
+    s3.Bucket(st, "AccessLogsElsewhere")
+    already = s3.CfnBucket(st, "Tagged")
+    already.add_metadata("checkov", {"skip": [{"id": "CKV_AWS_21", "comment": "kept"}]})
+    cdk.Aspects.of(st).add(SkipReviewedCheckovChecks(skips))
+    app.synth()
+    return json.loads((tmp_path / "Scanned.template.json").read_text())["Resources"]
+
+
+def _skips(resources: dict, prefix: str) -> list[dict]:
+    (resource,) = [r for lid, r in resources.items() if lid.startswith(prefix) and r["Type"] == "AWS::S3::Bucket"]
+    return resource.get("Metadata", {}).get("checkov", {}).get("skip", [])
+
+
+def test_a_checkov_exception_reaches_exactly_the_resources_its_paths_name(tmp_path) -> None:
+    skips = (
+        CheckovSkip("CKV_AWS_18", "AWS::S3::Bucket", (r"(.+/)?AccessLogs/Resource",), "a log bucket"),
+        CheckovSkip("CKV_AWS_18", "AWS::S3::BucketPolicy", (r"Tagged",), "another type"),
+        CheckovSkip("CKV_AWS_18", "AWS::S3::Bucket", (r"Tagged",), "named whole"),
+    )
+    resources = _checkov_app(tmp_path, skips)
+    assert _skips(resources, "OuterAccessLogs") == [{"id": "CKV_AWS_18", "comment": "a log bucket"}]
+    # The pattern is matched whole: AccessLogsElsewhere/Resource is not AccessLogs/Resource.
+    assert _skips(resources, "AccessLogsElsewhere") == []
+    # Recorded skips are kept, and the type must match as well as the path.
+    assert _skips(resources, "Tagged") == [
+        {"id": "CKV_AWS_21", "comment": "kept"},
+        {"id": "CKV_AWS_18", "comment": "named whole"},
+    ]
+
+
+def test_a_checkov_exception_without_a_reason_is_refused() -> None:
+    with pytest.raises(ValueError, match="a non-empty reason for every checkov skip"):
+        SkipReviewedCheckovChecks((CheckovSkip("CKV_AWS_18", "AWS::S3::Bucket", ("X",), "  "),))
+
+
+def test_every_listed_checkov_exception_names_a_type_and_valid_whole_path_patterns() -> None:
+    for skip in nag_rules.CHECKOV_SKIPS:
+        assert re.fullmatch(r"CKV_AWS_\d+", skip.check) and re.fullmatch(r"AWS::\w+::\w+", skip.resource_type)
+        assert skip.paths and all(re.compile(path) for path in skip.paths)
