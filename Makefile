@@ -17,8 +17,9 @@ NODE_PACKAGES ?= nodejs npm
 PCLUSTER_VERSION := $(shell sed -n 's/^PARALLELCLUSTER_VERSION = "\(.*\)"/\1/p' kiln/constructs/parallelcluster.py)
 
 # checkov, the second IaC scanner `kiln report` runs, lives in its own venv: it pins boto3 and packaging
-# versions the project's own environment (moto, cfn-lint) has moved past. $(BIN)/checkov links to it.
-CHECKOV_VERSION := 3.3.30
+# versions the project's own environment (moto, cfn-lint) has moved past. $(BIN)/checkov links to it, at the
+# version kiln/scan.py expects (its one place).
+CHECKOV_VERSION := $(shell sed -n 's/^CHECKOV_VERSION = "\(.*\)"/\1/p' kiln/scan.py)
 CHECKOV_VENV ?= .venv-checkov
 
 # The pinned Node 22 and the venv come first, for jsii and for `npx cdk` (cdk.json runs python3).
@@ -45,11 +46,12 @@ $(BIN)/.installed: pyproject.toml kiln/constructs/parallelcluster.py
 	$(BIN)/pip install --quiet --no-deps aws-parallelcluster==$(PCLUSTER_VERSION)
 	touch $@
 
-$(BIN)/checkov: $(BIN)/.installed Makefile
+$(BIN)/checkov: $(BIN)/.installed kiln/scan.py
 	$(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/pip install --quiet --upgrade pip
 	$(CHECKOV_VENV)/bin/pip install --quiet checkov==$(CHECKOV_VERSION)
 	ln -sfn $(abspath $(CHECKOV_VENV))/bin/checkov $@
+	touch $(CHECKOV_VENV)/bin/checkov  # make reads the link's time from its target
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
@@ -66,7 +68,7 @@ demo: setup
 	  $(BIN)/kiln local down; exit $$status
 
 test: setup
-	$(BIN)/pytest -n 2 --dist loadgroup -q
+	$(BIN)/pytest -n 2 -q
 
 lint: setup
 	$(BIN)/ruff check .

@@ -226,9 +226,13 @@ def build_parser() -> argparse.ArgumentParser:
     refresh.add_argument("--out", help="the file to write (default: kiln/catalog/data/instance_types.json)")
     refresh.set_defaults(func=_catalog_refresh)
 
-    report = commands.add_parser("report", help="validate, synthesize and lint specs; print a summary table")
+    report = commands.add_parser("report", help="validate, synthesize, lint and scan specs; print a summary table")
     report.add_argument("files", nargs="+", metavar="FILE")
-    report.add_argument("--no-lint", action="store_true", help="skip cfn-lint (cdk-nag always runs)")
+    report.add_argument(
+        "--no-lint",
+        action="store_true",
+        help="skip cfn-lint and checkov (cdk-nag and the IAM wildcard review always run)",
+    )
     _accept_unready_flag(report)
     report.set_defaults(func=_report)
 

@@ -1,17 +1,59 @@
-"""`kiln report`: validate, synthesize and lint specs, judge boot readiness, then print one summary table."""
+"""`kiln report`: validate, synthesize, lint and scan specs, judge boot readiness, then print one summary table."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kiln.bootstrap.readiness import ACCEPT_UNREADY
+from kiln.iam_wildcards import WildcardUse, template_wildcards
+from kiln.scan import CheckovResult, ScanError, run_checkov
 from kiln.spec import SpecError
 from kiln.stacks.bootstrap_config import load_and_judge
-from kiln.synth import nag_report, stack_results, synthesize
+from kiln.synth import NagReport, StackResult, nag_report, stack_results, synthesize
+
+HEADER = (
+    "spec",
+    "stack",
+    "resources",
+    "cfn-lint E/W",
+    "cdk-nag open/ack",
+    "checkov pass/fail/skip",
+    "IAM wildcards",
+    "boot-ready",
+    "synth s",
+)
+UNREVIEWED_REMEDY = "narrow it or add a WildcardGrant with its reason to kiln/constructs/nag_rules.py"
+
+
+@dataclass(frozen=True)
+class Review:
+    """One column's verdict on one stack: its cell, its detail lines, and how many problems it found."""
+
+    cell: str
+    details: tuple[str, ...] = ()
+    problems: int = 0
+
+
+@dataclass
+class _Spec:
+    """One spec on its way through the report: its verdicts so far, and its stacks once synthesized."""
+
+    path: str
+    row: tuple[str, ...] = ()  # the whole row of a spec that did not synthesize
+    boot_cell: str = "-"
+    worst: int = 0
+    details: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    nag: NagReport | None = None
+    stacks: list[StackResult] = field(default_factory=list)
 
 
 def _table(rows: list[tuple[str, ...]]) -> str:
@@ -21,55 +63,136 @@ def _table(rows: list[tuple[str, ...]]) -> str:
     return "\n".join(lines)
 
 
-def run_report(files: Sequence[str], *, lint: bool = True, accept_unready: bool = False) -> int:
-    """Synthesize, lint and judge the boot readiness of every spec in FILES; return 0 when all are clean.
+def checkov_review(path: str, stack: str, result: CheckovResult) -> Review:
+    """Judge STACK of spec PATH by checkov's RESULT: every failed check is a problem; skips list their reasons."""
+    failed = [f"{path}: checkov {f.check_id} failed on {stack} {f.resource}: {f.check_name}" for f in result.failed]
+    skipped = [f"{path}: checkov skipped {s.check_id} on {stack} {s.resource}: {s.reason}" for s in result.skipped]
+    cell = f"{result.passed}/{len(result.failed)}/{len(result.skipped)}"
+    return Review(cell, tuple(failed + skipped), len(result.failed))
 
-    Returns 2 for an invalid spec, 1 for lint findings, failed synthesis or nodes that would not boot
-    (unless ACCEPT_UNREADY, which still prints the verdict), else 0.
-    """
-    rows = [("spec", "stack", "resources", "cfn-lint E/W", "cdk-nag open/ack", "boot-ready", "synth s")]
-    details: list[str] = []
-    totals = dict.fromkeys(("stacks", "resources", "errors", "warnings", "acknowledged", "boot_ready"), 0)
-    worst = 0
-    for path in files:
+
+def wildcard_review(path: str, stack: str, uses: Sequence[WildcardUse]) -> Review:
+    """Judge the wildcard grants USES of STACK of spec PATH: reviewed ones with their reasons, unreviewed ones fail."""
+    reviewed: dict[tuple[str, str], list[str]] = {}
+    unreviewed = []
+    for use in uses:
+        grant = f"{use.action} on {use.resource}"
+        if use.reason is None:
+            unreviewed.append(
+                f"{path}: unreviewed IAM wildcard in {stack} {use.logical_id}: {grant}; {UNREVIEWED_REMEDY}"
+            )
+        else:
+            reviewed.setdefault((use.logical_id, use.reason), []).append(grant)
+    lines = [
+        f"{path}: IAM wildcard in {stack} {where}: {', '.join(grants)}: {why}"
+        for (where, why), grants in reviewed.items()
+    ]
+    cell = f"{len(uses)} ({len(unreviewed)} unreviewed)" if unreviewed else str(len(uses))
+    return Review(cell, tuple(unreviewed + lines), len(unreviewed))
+
+
+def _synthesize(path: str, keep: Path, *, lint: bool, accept_unready: bool) -> _Spec:
+    """Judge, synthesize and lint the spec at PATH; copy its templates into the new directory KEEP."""
+    spec = _Spec(path)
+    try:
+        cluster, readiness = load_and_judge(path)
+    except SpecError as exc:
+        spec.details.extend(exc.lines_out())
+        spec.row, spec.worst = (path, "(invalid spec)", *["-"] * (len(HEADER) - 2)), 2
+        return spec
+    spec.boot_cell = "yes" if readiness.ready else f"NO ({len(readiness.unverifiable)})"
+    spec.details.extend(f"{path}: {reason}" for reason in readiness.reasons())
+    spec.worst = 0 if readiness.ready or accept_unready else 1
+    with tempfile.TemporaryDirectory(prefix=f"kiln-{cluster.name}-") as tmp:
+        started = time.perf_counter()
         try:
-            spec, readiness = load_and_judge(path)
-        except SpecError as exc:
-            details.extend(exc.lines_out())
-            rows.append((path, "(invalid spec)", "-", "-", "-", "-", "-"))
-            worst = 2
-            continue
-        boot_cell = "yes" if readiness.ready else f"NO ({len(readiness.unverifiable)})"
-        totals["boot_ready"] += readiness.ready
-        details.extend(f"{path}: {reason}" for reason in readiness.reasons())
-        if not (readiness.ready or accept_unready):
-            worst = max(worst, 1)
-        with tempfile.TemporaryDirectory(prefix=f"kiln-{spec.name}-") as tmp:
-            started = time.perf_counter()
-            try:
-                synthesize(spec, Path(tmp))
-            except RuntimeError as exc:
-                # cdk-nag findings without an acknowledgement stop synthesis.
-                details.append(f"{path}: synthesis failed: {exc}")
-                rows.append((path, "(synthesis failed)", "-", "-", "-", boot_cell, "-"))
-                worst = max(worst, 1)
+            synthesize(cluster, Path(tmp))
+        except RuntimeError as exc:
+            # cdk-nag findings without an acknowledgement stop synthesis.
+            spec.details.append(f"{path}: synthesis failed: {exc}")
+            cells = ["-"] * (len(HEADER) - 4)
+            spec.row, spec.worst = (path, "(synthesis failed)", *cells, spec.boot_cell, "-"), 1
+            return spec
+        spec.seconds = time.perf_counter() - started
+        spec.nag = nag_report(Path(tmp))
+        # Only the templates wait for checkov: an assembly's assets (bundles, handler code) take far more room.
+        keep.mkdir()
+        spec.stacks = [
+            replace(stack, template_path=Path(shutil.copy(stack.template_path, keep)))
+            for stack in stack_results(Path(tmp), cluster.region, lint=lint)
+        ]
+    return spec
+
+
+def _scan(specs: list[_Spec], *, lint: bool) -> tuple[dict[Path, CheckovResult], str, str | None]:
+    """Run checkov once over every template; return its results, the cell for a stack without one, and any error."""
+    if not lint:
+        return {}, "skipped", None
+    try:
+        return run_checkov([stack.template_path for spec in specs for stack in spec.stacks]), "-", None
+    except ScanError as exc:
+        return {}, "error", f"kiln report: {exc}"
+
+
+def _stack_row(
+    spec: _Spec, stack: StackResult, result: CheckovResult | None, unscanned_cell: str, *, lint: bool, totals: Counter
+) -> tuple[tuple[str, ...], list[str], bool]:
+    """Return STACK's row, its detail lines and whether it has a problem; count it in TOTALS."""
+    uses = list(template_wildcards(json.loads(stack.template_path.read_text())))
+    checks = checkov_review(spec.path, stack.name, result) if result is not None else Review(unscanned_cell)
+    wildcards = wildcard_review(spec.path, stack.name, uses)
+    lint_cell = f"{len(stack.cfn_lint_errors)}/{len(stack.cfn_lint_warnings)}" if lint else "skipped"
+    nag_cell = f"{len(spec.nag.violations)}/{spec.nag.acknowledged_in(stack.name)}" if spec.nag else "-"
+    row = (spec.path, stack.name, str(stack.resources), lint_cell, nag_cell, checks.cell, wildcards.cell)
+    totals.update(
+        stacks=1,
+        resources=stack.resources,
+        errors=len(stack.cfn_lint_errors),
+        warnings=len(stack.cfn_lint_warnings),
+        passed=result.passed if result else 0,
+        skipped=len(result.skipped) if result else 0,
+        wildcards=len(uses),
+    )
+    lint_lines = stack.cfn_lint_errors + stack.cfn_lint_warnings
+    problem = bool(lint_lines) or bool(checks.problems) or bool(wildcards.problems)
+    return row + (spec.boot_cell, f"{spec.seconds:.1f}"), lint_lines + [*checks.details, *wildcards.details], problem
+
+
+def run_report(files: Sequence[str], *, lint: bool = True, accept_unready: bool = False) -> int:
+    """Synthesize, lint, scan and judge the boot readiness of every spec in FILES; return 0 when all are clean.
+
+    Returns 2 for an invalid spec; 1 for cfn-lint findings, checkov failures (or no checkov), unreviewed IAM
+    wildcards, failed synthesis or nodes that would not boot (unless ACCEPT_UNREADY, which still prints the
+    verdict); else 0. Without LINT neither cfn-lint nor checkov runs.
+    """
+    rows = [HEADER]
+    totals: Counter[str] = Counter()
+    with tempfile.TemporaryDirectory(prefix="kiln-report-") as tmp:
+        # Every spec's templates stay in TMP until checkov has scanned them all in one process.
+        specs = [
+            _synthesize(path, Path(tmp) / str(index), lint=lint, accept_unready=accept_unready)
+            for index, path in enumerate(files)
+        ]
+        scanned, unscanned_cell, scan_error = _scan(specs, lint=lint)
+        details = [scan_error] if scan_error else []
+        worst = 1 if scan_error else 0
+        for spec in specs:
+            worst = max(worst, spec.worst)
+            details.extend(spec.details)
+            totals["boot_ready"] += spec.boot_cell == "yes"
+            if spec.row:
+                rows.append(spec.row)
                 continue
-            seconds = time.perf_counter() - started
-            nag = nag_report(Path(tmp))
-            results = stack_results(Path(tmp), spec.region, lint=lint)
-        totals["acknowledged"] += len(nag.acknowledged)
-        for result in results:
-            lint_cell = f"{len(result.cfn_lint_errors)}/{len(result.cfn_lint_warnings)}" if lint else "skipped"
-            nag_cell = f"{len(nag.violations)}/{nag.acknowledged_in(result.name)}"
-            rows.append((path, result.name, str(result.resources), lint_cell, nag_cell, boot_cell, f"{seconds:.1f}"))
-            details.extend(result.cfn_lint_errors + result.cfn_lint_warnings)
-            totals["stacks"] += 1
-            totals["resources"] += result.resources
-            totals["errors"] += len(result.cfn_lint_errors)
-            totals["warnings"] += len(result.cfn_lint_warnings)
-            if result.cfn_lint_errors or result.cfn_lint_warnings:
-                worst = max(worst, 1)
-        details.extend(f"{path}: cdk-nag acknowledged {rule}: {reason}" for rule, reason in nag.acknowledged)
+            for stack in spec.stacks:
+                result = scanned.get(stack.template_path)
+                row, lines, problem = _stack_row(spec, stack, result, unscanned_cell, lint=lint, totals=totals)
+                rows.append(row)
+                details.extend(lines)
+                worst = max(worst, int(problem))
+            totals["acknowledged"] += len(spec.nag.acknowledged)
+            details.extend(
+                f"{spec.path}: cdk-nag acknowledged {rule}: {reason}" for rule, reason in spec.nag.acknowledged
+            )
     print(_table(rows))
     print(_summary(len(files), totals, lint=lint, accept_unready=accept_unready, worst=worst))
     for line in details:
@@ -77,14 +200,18 @@ def run_report(files: Sequence[str], *, lint: bool = True, accept_unready: bool 
     return worst
 
 
-def _summary(specs: int, totals: dict[str, int], *, lint: bool, accept_unready: bool, worst: int) -> str:
+def _summary(specs: int, totals: Counter[str], *, lint: bool, accept_unready: bool, worst: int) -> str:
     boot = f"{totals['boot_ready']} of {specs} specs boot-ready"
     if totals["boot_ready"] < specs:
         boot += f" (accepted by {ACCEPT_UNREADY})" if accept_unready and worst == 0 else " (details below)"
     if worst:
         return f"\n{specs} specs: problems found; {boot}"
     lint_total = f"cfn-lint {totals['errors']} errors, {totals['warnings']} warnings" if lint else "cfn-lint skipped"
+    checkov = f"checkov {totals['passed']} passed, 0 failed, {totals['skipped']} skipped with reasons"
+    if not lint:
+        checkov = "checkov skipped"
     return (
         f"\n{specs} specs, {totals['stacks']} stacks, {totals['resources']} resources; {lint_total}; "
-        f"cdk-nag 0 open, {totals['acknowledged']} acknowledged with reasons; {boot}"
+        f"cdk-nag 0 open, {totals['acknowledged']} acknowledged with reasons; {checkov}; "
+        f"{totals['wildcards']} IAM wildcards, each with its reason; {boot}"
     )

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import http.server
 import json
 import os
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +65,25 @@ def loopback_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterat
         server.server_close()
 
 
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
+    """Return the directory NAME that BUILD filled, built by the first xdist worker to ask and shared by the rest.
+
+    The workers of one run share the parent of their base temp directories; a lock there makes the others
+    wait for the first build instead of repeating it. (pytest 9 ignores xdist_group: the tests of one group
+    may run on every worker.) A build that raised is tried again by the next worker that asks.
+    """
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    directory, done = shared / name, shared / f"{name}.done"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            directory.mkdir(exist_ok=True)
+            build(directory)
+            done.touch()
+    return directory
+
+
 def run_app(spec_path: Path, outdir: Path) -> subprocess.Popen:
     """Start `python app.py` for SPEC_PATH the way the CDK CLI does (context via CDK_CONTEXT_JSON)."""
     env = {**os.environ, "CDK_OUTDIR": str(outdir), "CDK_CONTEXT_JSON": json.dumps({"spec": str(spec_path)})}
@@ -72,13 +92,18 @@ def run_app(spec_path: Path, outdir: Path) -> subprocess.Popen:
     )
 
 
+def _synthesize_examples(base: Path) -> None:
+    running = {path.stem: run_app(path, base / path.stem) for path in EXAMPLES}
+    outcomes = {}
+    for stem, process in running.items():
+        _, stderr = process.communicate(timeout=600)
+        outcomes[stem] = {"returncode": process.returncode, "stderr": stderr}
+    (base / "outcomes.json").write_text(json.dumps(outcomes))
+
+
 @pytest.fixture(scope="session")
 def example_assemblies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Assembly]:
-    """Synthesize every example through app.py, all at once, and return the assemblies by file stem."""
-    base = tmp_path_factory.mktemp("assemblies")
-    running = {path.stem: (path, base / path.stem, run_app(path, base / path.stem)) for path in EXAMPLES}
-    assemblies = {}
-    for stem, (path, outdir, process) in running.items():
-        _, stderr = process.communicate(timeout=600)
-        assemblies[stem] = Assembly(spec_path=path, outdir=outdir, returncode=process.returncode, stderr=stderr)
-    return assemblies
+    """Synthesize every example through app.py, all at once and once per run, and return them by file stem."""
+    base = built_once(tmp_path_factory, "assemblies", _synthesize_examples)
+    outcomes = json.loads((base / "outcomes.json").read_text())
+    return {path.stem: Assembly(spec_path=path, outdir=base / path.stem, **outcomes[path.stem]) for path in EXAMPLES}

@@ -36,6 +36,9 @@ AMI_PURE_FORBIDDEN = ("kiln.spec", "kiln.constructs", "kiln.stacks", "kiln.local
 PREFLIGHT_FOR_BUILDERS = ("kiln.preflight.permissions",)
 # Dev-side tools inside a node-side package, with what they alone may import: nodes never import them.
 EXEMPT = {"kiln/catalog/refresh.py": ("boto3", "botocore")}
+# Single modules of the standard library alone: the constructs and `kiln report` share the wildcard review;
+# checkov runs in its own venv, so the scan module imports nothing of it.
+STDLIB_ONLY = ("kiln/iam_wildcards.py", "kiln/scan.py")
 # The compute constructs take a NodeBootstrap; only BootstrapAssets renders.
 COMPUTE_CONSTRUCTS = ("pcs.py", "parallelcluster.py", "hyperpod.py", "eks.py")
 RENDERING = ("kiln.bootstrap.render", "kiln.bootstrap.config")
@@ -69,6 +72,12 @@ def test_package_imports_only_what_its_layer_may(package: str) -> None:
         if _under(name, FORBIDDEN[package]) and not _under(name, EXEMPT.get(str(path.relative_to(ROOT)), ()))
     }
     assert offenders == set()
+
+
+@pytest.mark.parametrize("module", STDLIB_ONLY)
+def test_module_imports_only_the_standard_library(module: str) -> None:
+    names = imports_of(ROOT / module)
+    assert names and {n for n in names if n.split(".")[0] not in sys.stdlib_module_names} == set()
 
 
 @pytest.mark.parametrize("package", ["kiln.constructs", "kiln.stacks"])

@@ -86,7 +86,6 @@ def test_official_schema_loads_the_config(capacity: str, storage: str) -> None:
     assert loaded.head_node.imds.secured is True
 
 
-@pytest.mark.xdist_group("examples")
 def test_the_parallelcluster_example_loads_with_the_official_schema(example_assemblies) -> None:
     template = example_assemblies["p5-parallelcluster"].templates()["llm-pcluster-compute"]
     (resource,) = [r for r in template["Resources"].values() if r["Type"] == "Custom::PclusterCluster"]

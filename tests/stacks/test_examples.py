@@ -18,9 +18,6 @@ from tests.conftest import EXAMPLES, NODE_BIN, ROOT, run_app
 
 STEMS = [path.stem for path in EXAMPLES]
 
-# One worker synthesizes the examples once; the tests that read them run beside it.
-pytestmark = pytest.mark.xdist_group("examples")
-
 
 @pytest.mark.parametrize("stem", STEMS)
 def test_example_synthesizes_through_app_py(example_assemblies, stem: str) -> None:

@@ -15,8 +15,6 @@ from kiln.stacks import build_cluster, new_app
 from kiln.stacks.ci_mode import ci_environment
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.xdist_group("examples")
-
 BAKED = "p5-pcs-baked"
 PARENT = "ami-0123456789abcdef0"
 PARAMETER_TYPE = "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"

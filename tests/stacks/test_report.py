@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,48 +13,85 @@ import yaml
 from kiln.bootstrap.artifacts import lockable_artifacts
 from kiln.bootstrap.lock import LockedFile, lock_text
 from kiln.cli import main
+from kiln.iam_wildcards import REVIEW_METADATA, review_metadata, template_wildcards
+from kiln.report import UNREVIEWED_REMEDY, Review, checkov_review, wildcard_review
+from kiln.scan import MISSING, CheckovFinding, CheckovResult
 from kiln.spec import load_spec
 from kiln.stacks.bootstrap_config import config_from_spec
 from tests.conftest import ROOT
 
+QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
+STACKS = ("quickstart-compute", "quickstart-network", "quickstart-storage")
 # What quickstart's PCS nodes download that kiln has no published digest for.
 QUICKSTART_LOCKED = ("enroot-deb", "enroot-caps-deb", "pyxis")
+# A policy that grants everything on S3, with no review beside it.
+OPEN_S3 = {
+    "Type": "AWS::IAM::Policy",
+    "Properties": {
+        "PolicyName": "open",
+        "PolicyDocument": {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}],
+        },
+        "Roles": ["node"],
+    },
+}
+
+
+def table(out: list[str]) -> dict[str, dict[str, str]]:
+    """Read the report's table from its stdout lines: each row's cells by column, keyed by stack."""
+    header, rule, *lines = out
+    spans, start = [], 0
+    for dashes in rule.split("  "):
+        spans.append((start, start + len(dashes)))
+        start += len(dashes) + 2
+    columns = [header[a:b].strip() for a, b in spans]
+    rows = {}
+    for line in lines:
+        if not line:
+            break
+        cells = [line[a:b].strip() for a, b in spans]
+        rows[cells[1]] = dict(zip(columns, cells, strict=True))
+    return rows
 
 
 def test_report_tables_stacks_resources_lint_results_and_boot_readiness(capsys: pytest.CaptureFixture) -> None:
-    quickstart = str(ROOT / "examples" / "quickstart.yaml")
     # Every cell is clean but the nodes would refuse unverifiable downloads: the report says so and fails.
-    assert main(["report", quickstart]) == 1
+    assert main(["report", QUICKSTART]) == 1
     captured = capsys.readouterr()
     out = captured.out.splitlines()
     assert out[0].split() == [
-        "spec", "stack", "resources", "cfn-lint", "E/W", "cdk-nag", "open/ack", "boot-ready", "synth", "s"
+        "spec", "stack", "resources", "cfn-lint", "E/W", "cdk-nag", "open/ack", "checkov", "pass/fail/skip",
+        "IAM", "wildcards", "boot-ready", "synth", "s",
     ]  # fmt: skip
-    rows = {line.split()[1]: line.split() for line in out[2:5]}
-    assert set(rows) == {"quickstart-compute", "quickstart-network", "quickstart-storage"}
-    assert all(row[3] == "0/0" for row in rows.values())
-    assert {name: row[4] for name, row in rows.items()} == {
+    rows = table(out)
+    assert set(rows) == set(STACKS)
+    assert all(row["cfn-lint E/W"] == "0/0" for row in rows.values())
+    assert {name: row["cdk-nag open/ack"] for name, row in rows.items()} == {
         "quickstart-compute": "0/1",
         "quickstart-network": "0/0",
         "quickstart-storage": "0/0",
     }
-    assert all(row[5:7] == ["NO", "(3)"] for row in rows.values())
+    assert all(row["boot-ready"] == "NO (3)" for row in rows.values())
     assert out[-1] == "1 specs: problems found; 0 of 1 specs boot-ready (details below)"
     [refused] = [line for line in captured.err.splitlines() if ": not boot-ready: " in line]
     assert all(name in refused for name in QUICKSTART_LOCKED)
     assert refused.endswith(
-        f"run `kiln bootstrap lock --spec {quickstart}` on a machine with internet "
+        f"run `kiln bootstrap lock --spec {QUICKSTART}` on a machine with internet "
         f"(it writes {ROOT / 'examples' / 'quickstart.lock.json'})"
     )
 
 
 def test_report_accepts_unready_nodes_only_when_asked_and_still_says_so(capsys: pytest.CaptureFixture) -> None:
-    quickstart = str(ROOT / "examples" / "quickstart.yaml")
-    assert main(["report", "--no-lint", "--accept-unready", quickstart]) == 0
+    assert main(["report", "--no-lint", "--accept-unready", QUICKSTART]) == 0
     captured = capsys.readouterr()
-    last = captured.out.splitlines()[-1]
-    assert last.startswith("1 specs, 3 stacks,") and "cfn-lint skipped" in last
+    out = captured.out.splitlines()
+    # --no-lint skips both scanners; the IAM wildcard review reads the templates and always runs.
+    assert all(row["checkov pass/fail/skip"] == "skipped" for row in table(out).values())
+    last = out[-1]
+    assert last.startswith("1 specs, 3 stacks,") and "cfn-lint skipped" in last and "; checkov skipped; " in last
     assert "cdk-nag 0 open, 1 acknowledged with reasons" in last
+    assert "IAM wildcards, each with its reason" in last
     assert last.endswith("0 of 1 specs boot-ready (accepted by --accept-unready)")
     assert captured.err.count(": not boot-ready: ") == 1
 
@@ -66,7 +106,7 @@ def test_report_calls_a_spec_with_every_digest_boot_ready(tmp_path: Path, capsys
     (tmp_path / "quickstart.lock.json").write_text(lock_text(entries))
     assert main(["report", "--no-lint", str(path)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert all(line.split()[5] == "yes" for line in out[2:5])
+    assert [row["boot-ready"] for row in table(out).values()] == ["yes"] * 3
     assert out[-1].endswith("; 1 of 1 specs boot-ready")
 
 
@@ -77,3 +117,135 @@ def test_report_marks_an_invalid_spec_and_exits_2(tmp_path: Path, capsys: pytest
     captured = capsys.readouterr()
     assert "(invalid spec)" in captured.out
     assert f"{bad}: compute: is required" in captured.err
+
+
+def test_report_scans_every_template_with_checkov_and_reviews_every_iam_wildcard(capsys: pytest.CaptureFixture) -> None:
+    assert main(["report", "--accept-unready", QUICKSTART]) == 0
+    captured = capsys.readouterr()
+    out, err = captured.out.splitlines(), captured.err.splitlines()
+    rows = table(out)
+    assert set(rows) == set(STACKS)
+    totals = {"passed": 0, "skipped": 0, "wildcards": 0}
+    for stack, row in rows.items():
+        # Every checkov check passed, or was skipped with the reason the template records.
+        passed, failed, skipped = map(int, re.fullmatch(r"(\d+)/(\d+)/(\d+)", row["checkov pass/fail/skip"]).groups())
+        assert passed > 0 and failed == 0
+        skips = [
+            line for line in err if line.startswith(f"{QUICKSTART}: checkov skipped CKV_") and f" on {stack} " in line
+        ]
+        assert len(skips) == skipped
+        assert all(
+            re.fullmatch(rf"\S+: checkov skipped CKV_\w+ on {stack} AWS::\w+::\w+\.\w+: \S.*", line) for line in skips
+        )
+        # Every wildcard pair is reviewed: the cell is a bare count, and each pair is in a line with its reason.
+        assert row["IAM wildcards"].isdigit()
+        prefix = f"{QUICKSTART}: IAM wildcard in {stack} "
+        pairs = 0
+        for line in err:
+            if line.startswith(prefix):
+                _, grants, reason = line.removeprefix(prefix).split(": ", 2)
+                assert reason.strip() and all(" on " in grant for grant in grants.split(", "))
+                pairs += len(grants.split(", "))
+        assert pairs == int(row["IAM wildcards"])
+        totals["passed"] += passed
+        totals["skipped"] += skipped
+        totals["wildcards"] += pairs
+    assert not [line for line in err if " failed on " in line or "unreviewed IAM wildcard" in line]
+    # The flow logs' key policy and the access-log bucket's policy grant on wildcards, for reasons.
+    assert int(rows["quickstart-network"]["IAM wildcards"]) > 0
+    access_logs = rf"{re.escape(QUICKSTART)}: IAM wildcard in quickstart-storage \w+: s3:PutObject on <\w+\.Arn>/"
+    assert any(re.match(access_logs, line) for line in err)
+    assert (
+        f"; checkov {totals['passed']} passed, 0 failed, {totals['skipped']} skipped with reasons; "
+        f"{totals['wildcards']} IAM wildcards, each with its reason; 0 of 1 specs boot-ready" in out[-1]
+    )
+
+
+def _synthesizes(monkeypatch: pytest.MonkeyPatch, resources: dict) -> None:
+    """Let the report's synthesis write one hand-written template, quickstart-compute, instead of the spec's stacks."""
+
+    def synthesize(spec: object, outdir: Path) -> tuple[None, Path]:
+        (outdir / "quickstart-compute.template.json").write_text(json.dumps({"Resources": resources}))
+        return None, outdir
+
+    monkeypatch.setattr("kiln.report.synthesize", synthesize)
+
+
+def test_an_unreviewed_iam_wildcard_fails_the_report_and_says_how_to_fix_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    _synthesizes(monkeypatch, {"Open": OPEN_S3})
+    assert main(["report", "--no-lint", "--accept-unready", QUICKSTART]) == 1
+    captured = capsys.readouterr()
+    out = captured.out.splitlines()
+    assert table(out)["quickstart-compute"]["IAM wildcards"] == "1 (1 unreviewed)"
+    assert out[-1] == "1 specs: problems found; 0 of 1 specs boot-ready (details below)"
+    assert (
+        f"{QUICKSTART}: unreviewed IAM wildcard in quickstart-compute Open: s3:* on *; narrow it or add a "
+        "WildcardGrant with its reason to kiln/constructs/nag_rules.py"
+    ) in captured.err.splitlines()
+
+
+def test_a_missing_checkov_is_an_error_in_every_row_and_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    _synthesizes(monkeypatch, {"Topic": {"Type": "AWS::SNS::Topic"}})
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
+    assert main(["report", "--accept-unready", QUICKSTART]) == 1
+    captured = capsys.readouterr()
+    out = captured.out.splitlines()
+    assert table(out)["quickstart-compute"]["checkov pass/fail/skip"] == "error"
+    assert table(out)["quickstart-compute"]["IAM wildcards"] == "0"
+    assert out[-1] == "1 specs: problems found; 0 of 1 specs boot-ready (details below)"
+    assert captured.err.splitlines().count(f"kiln report: {MISSING}") == 1
+
+
+def test_wildcard_review_groups_reviewed_grants_by_resource_and_reason() -> None:
+    reviews = {
+        "reads and writes the data bucket's objects": [
+            ("s3:GetObject", "arn:aws:s3:::data/*"),
+            ("s3:PutObject", "arn:aws:s3:::data/*"),
+        ],
+        "log streams are named at run time": [("logs:CreateLogStream", "*")],
+    }
+    statements = [
+        {"Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject"], "Resource": "arn:aws:s3:::data/*"},
+        {"Effect": "Allow", "Action": "logs:CreateLogStream", "Resource": "*"},
+        {"Effect": "Allow", "Action": "ec2:Describe*", "Resource": "*"},
+    ]
+    role = {
+        "Type": "AWS::IAM::Role",
+        "Properties": {"Policies": [{"PolicyName": "node", "PolicyDocument": {"Statement": statements}}]},
+        "Metadata": {REVIEW_METADATA: review_metadata(reviews)},
+    }
+    review = wildcard_review("c.yaml", "c-compute", list(template_wildcards({"Resources": {"NodeRole": role}})))
+    assert review == Review(
+        "4 (1 unreviewed)",
+        (
+            f"c.yaml: unreviewed IAM wildcard in c-compute NodeRole: ec2:Describe* on *; {UNREVIEWED_REMEDY}",
+            "c.yaml: IAM wildcard in c-compute NodeRole: s3:GetObject on arn:aws:s3:::data/*, "
+            "s3:PutObject on arn:aws:s3:::data/*: reads and writes the data bucket's objects",
+            "c.yaml: IAM wildcard in c-compute NodeRole: logs:CreateLogStream on *: log streams are named at run time",
+        ),
+        1,
+    )
+    assert wildcard_review("c.yaml", "c-network", []) == Review("0")
+
+
+def test_checkov_review_fails_on_a_failed_check_and_lists_skips_with_reasons() -> None:
+    failed = CheckovFinding("CKV_AWS_21", "Ensure the S3 bucket has versioning enabled", "AWS::S3::Bucket.Logs")
+    skipped = CheckovFinding(
+        "CKV_AWS_18", "Ensure the S3 bucket has access logging enabled", "AWS::S3::Bucket.Logs", "it is the log"
+    )
+    review = checkov_review("c.yaml", "c-storage", CheckovResult(passed=30, failed=(failed,), skipped=(skipped,)))
+    assert review == Review(
+        "30/1/1",
+        (
+            "c.yaml: checkov CKV_AWS_21 failed on c-storage AWS::S3::Bucket.Logs: "
+            "Ensure the S3 bucket has versioning enabled",
+            "c.yaml: checkov skipped CKV_AWS_18 on c-storage AWS::S3::Bucket.Logs: it is the log",
+        ),
+        1,
+    )
+    assert checkov_review("c.yaml", "c-storage", CheckovResult(passed=3)) == Review("3/0/0")
