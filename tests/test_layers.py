@@ -26,7 +26,11 @@ FORBIDDEN = {
     "kiln.preflight": ("kiln.constructs", "kiln.stacks", "kiln.local", "aws_cdk", "constructs", "cdk_nag", "jsii"),
     # The reaper's Lambda code: what the Lambda runtime has (stdlib, boto3), nothing of kiln's beyond itself.
     "kiln.ci.reaper_code": ("kiln", "aws_cdk", "constructs", "cdk_nag", "jsii", "pydantic", "yaml", "jinja2"),
+    # The Grafana provisioning Lambda's code, likewise.
+    "kiln.constructs.grafana_code": ("kiln", "aws_cdk", "constructs", "cdk_nag", "jsii", "pydantic", "yaml", "jinja2"),
 }
+# Node-side kiln-metrics: the standard library, prometheus_client (install_exporters adds it) and itself.
+METRICS_MAY_IMPORT = ("prometheus_client", "kiln.metrics")
 # Of kiln.ci, the constructs and stacks use only the reaper's code (its names, tags and at() expressions).
 CI_FOR_BUILDERS = ("kiln.ci.reaper_code",)
 # Of kiln.ami, they use only the image's names, recipe and component documents: no CDK, no boto3, no spec there.
@@ -38,7 +42,7 @@ PREFLIGHT_FOR_BUILDERS = ("kiln.preflight.permissions",)
 EXEMPT = {"kiln/catalog/refresh.py": ("boto3", "botocore")}
 # Single modules of the standard library alone: the constructs and `kiln report` share the wildcard review;
 # checkov runs in its own venv, so the scan module imports nothing of it.
-STDLIB_ONLY = ("kiln/iam_wildcards.py", "kiln/scan.py")
+STDLIB_ONLY = ("kiln/iam_wildcards.py", "kiln/scan.py", "kiln/dashboards/__init__.py", "kiln/catalog/exporters.py")
 # The compute constructs take a NodeBootstrap; only BootstrapAssets renders.
 COMPUTE_CONSTRUCTS = ("pcs.py", "parallelcluster.py", "hyperpod.py", "eks.py")
 RENDERING = ("kiln.bootstrap.render", "kiln.bootstrap.config")
@@ -72,6 +76,16 @@ def test_package_imports_only_what_its_layer_may(package: str) -> None:
         if _under(name, FORBIDDEN[package]) and not _under(name, EXEMPT.get(str(path.relative_to(ROOT)), ()))
     }
     assert offenders == set()
+
+
+def test_metrics_imports_only_the_standard_library_and_prometheus_client() -> None:
+    offenders = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in _modules("kiln.metrics")
+        for name in imports_of(path)
+        if name.split(".")[0] not in sys.stdlib_module_names and not _under(name, METRICS_MAY_IMPORT)
+    }
+    assert _modules("kiln.metrics") and offenders == set()
 
 
 @pytest.mark.parametrize("module", STDLIB_ONLY)

@@ -20,6 +20,7 @@ STEP_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("scheduler", ("install_slurm", "install_munge")),
     ("containers", ("install_enroot", "install_pyxis", "install_container_runtime")),
     ("launcher", ("install_launcher",)),
+    ("exporters", ("install_exporters",)),
 )
 
 

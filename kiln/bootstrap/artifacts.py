@@ -75,6 +75,26 @@ def artifact_table() -> dict[str, dict[str, Any]]:
     return {entry["name"]: entry for entry in _table()["files"]}
 
 
+@dataclass(frozen=True, kw_only=True)
+class PythonPackage:
+    """A wheel a node installs from PyPI: pinned by version and checked by pip against its published sha256."""
+
+    name: str
+    version: str
+    sha256: str
+
+    @property
+    def requirement(self) -> str:
+        """Return the pip requirement line that installs exactly this wheel: name==version --hash=sha256:..."""
+        return f"{self.name}=={self.version} --hash=sha256:{self.sha256}"
+
+
+def python_package(name: str) -> PythonPackage:
+    """Return python package NAME of artifacts.json."""
+    entry = {entry["name"]: entry for entry in _table()["python_packages"]}[name]
+    return PythonPackage(name=entry["name"], version=entry["version"], sha256=entry["sha256"])
+
+
 def repository_table() -> dict[str, dict[str, Any]]:
     """Return the package repositories of artifacts.json keyed by name."""
     return {entry["name"]: entry for entry in _table()["repositories"]}
@@ -90,8 +110,9 @@ def _wanted(config: BootstrapConfig) -> dict[str, bool]:
     neuron = any(f.neuron_count for f in facts)
     apt = config.os.startswith("ubuntu")
     slurm_containers = config.containers and config.runs_slurm
+    dcgm = gpus and "dcgm" in config.exporters
     return {
-        "cuda": gpus and bool(pins.nvidia_driver or pins.nccl),
+        "cuda": gpus and bool(pins.nvidia_driver or pins.nccl or dcgm),
         "neuron": neuron and bool(pins.neuron),
         "fsx-lustre": config.lustre and apt,
         "nvidia-container-toolkit": config.containers and gpus and bool(pins.nvidia_container_toolkit),
@@ -101,6 +122,7 @@ def _wanted(config: BootstrapConfig) -> dict[str, bool]:
         "enroot-rpm": slurm_containers and not apt and bool(pins.enroot),
         "enroot-caps-rpm": slurm_containers and not apt and bool(pins.enroot),
         "pyxis": slurm_containers and bool(pins.pyxis),
+        "node-exporter": "node" in config.exporters and bool(pins.node_exporter),
     }
 
 
@@ -123,6 +145,9 @@ def resolve_artifact(config: BootstrapConfig, name: str) -> Artifact:
         raise ValueError(f"artifact {name}: software.{entry['version_from']} is not pinned")
     url = _fill(entry["url"], config, version)
     published = entry["sha256"].get(version, "")
+    if isinstance(published, dict):
+        # A build per architecture, each with its own digest.
+        published = published.get(config.architecture, "")
     digest = published or config.locked.get(url, "")
     return Artifact(name=name, version=version, url=url, sha256=digest, published=bool(published))
 

@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 from kiln.bootstrap.checks import check_choice, check_node_path, check_pattern, check_positive
 from kiln.bootstrap.local_target import LocalCluster
 from kiln.catalog import UnknownInstanceType, instance_type
+from kiln.catalog.exporters import EXPORTERS
 from kiln.catalog.names import (
+    DCGM_EXPORTER_VERSION,
+    DCGM_EXPORTER_VERSION_RULE,
     ENV_NAME,
     ENV_NAME_RULE,
     ENV_VALUE,
@@ -48,11 +51,27 @@ class SoftwarePins:
     pyxis: str | None = None
     nvidia_container_toolkit: str | None = None
     torch: str | None = None
+    # Prometheus's node exporter release (its published sha256 per architecture is in artifacts.json).
+    node_exporter: str | None = None
+    # NVIDIA's DCGM and DCGM exporter as the pair its releases name: 4.6.0-4.8.3.
+    dcgm_exporter: str | None = None
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
             if value is not None:
                 check_pattern(f"software.{name}", value, _VERSION, "a version like 1.2.3")
+        if self.dcgm_exporter is not None:
+            check_pattern(
+                "software.dcgm_exporter", self.dcgm_exporter, DCGM_EXPORTER_VERSION, DCGM_EXPORTER_VERSION_RULE
+            )
+
+    @property
+    def dcgm(self) -> tuple[str, str] | None:
+        """Return (DCGM version, DCGM exporter version) of the pinned pair, or None."""
+        if self.dcgm_exporter is None:
+            return None
+        match = DCGM_EXPORTER_VERSION.fullmatch(self.dcgm_exporter)
+        return match.group(1), match.group(2)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +137,8 @@ class BootstrapConfig:
     # HyperPod instance groups whose nodes become the Slurm controller and login nodes.
     hyperpod_controller_group: str = "controller"
     hyperpod_login_group: str = "login"
+    # The exporters (kiln.catalog.exporters names) the nodes run; each runs only on the nodes it is for.
+    exporters: tuple[str, ...] = ()
     local: LocalCluster | None = None
 
     def __post_init__(self) -> None:
@@ -164,9 +185,28 @@ class BootstrapConfig:
         if self.launcher_torch and not self.software.torch:
             raise ValueError("launcher_torch: needs software.torch (a pinned torch version)")
         check_node_path("checkpoint_dir", self.checkpoint_dir)
+        self._check_exporters()
         uids = [user.uid for user in self.users]
         if len(set(uids)) != len(uids):
             raise ValueError(f"users: uids must be unique, got {uids}")
+
+    def _check_exporters(self) -> None:
+        for name in self.exporters:
+            check_choice("exporters", name, tuple(EXPORTERS))
+        if len(set(self.exporters)) != len(self.exporters):
+            raise ValueError(f"exporters: got {', '.join(self.exporters)}, allowed: each exporter once")
+        if "slurm" in self.exporters and not self.runs_slurm:
+            raise ValueError(f"exporters: got 'slurm' for target {self.target!r}, which runs no Slurm")
+        if "node" in self.exporters and self.target != "local" and not self.software.node_exporter:
+            raise ValueError("exporters: 'node' needs software.node_exporter (a pinned release)")
+        for name in ("node", "dcgm"):
+            if name in self.exporters and self.target == "eks":
+                raise ValueError(f"exporters: got {name!r} for target 'eks', which runs it as a Helm chart")
+        for name in ("dcgm", "efa"):
+            if name in self.exporters and self.target == "local":
+                raise ValueError(f"exporters: got {name!r} for target 'local', which has no GPUs and no EFA")
+        if "dcgm" in self.exporters and not self.software.dcgm_exporter:
+            raise ValueError("exporters: 'dcgm' needs software.dcgm_exporter (a pinned DCGM-exporter pair)")
 
     @property
     def instance_types(self) -> tuple[str, ...]:

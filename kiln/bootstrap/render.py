@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jinja2
 
-from kiln.bootstrap.artifacts import bundle_artifacts, bundle_repositories
+from kiln.bootstrap.artifacts import bundle_artifacts, bundle_repositories, python_package
 from kiln.bootstrap.checks import check_pattern, check_quotable
 from kiln.bootstrap.cluster_env import CLUSTER_ENV_PATH, cluster_env_text
 from kiln.bootstrap.config import BootstrapConfig
@@ -17,6 +17,7 @@ from kiln.bootstrap.readiness import BootReadiness, boot_readiness
 from kiln.bootstrap.steps import NODE_CONTEXT, Step, declared_steps
 from kiln.bootstrap.wheel import build_wheel
 from kiln.catalog import InstanceType, SoftwareVersions, instance_type, preset_environment
+from kiln.catalog.exporters import EXPORTERS
 from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE, ENV_VALUE, ENV_VALUE_RULE
 from kiln.catalog.neuron import neuron_packages
 from kiln.safe_output import replaced_directory
@@ -36,6 +37,7 @@ _CLOUD_INSTALL = (
     "install_pyxis",
     "install_container_runtime",
     "install_launcher",
+    "install_exporters",
 )
 _CLOUD_CONFIGURE = (
     "configure_users",
@@ -44,6 +46,7 @@ _CLOUD_CONFIGURE = (
     "configure_fsx",
     "configure_container_storage",
     "configure_training_env",
+    "configure_exporters",
 )
 
 
@@ -105,14 +108,16 @@ PROFILES: dict[str, TargetProfile] = {
         entry_point="eks-user-data.sh",
         how_it_runs="run from the EKS node group's user data before the node joins",
         default_role="worker",
-        # Pods bring the launcher; FSx comes through the CSI driver.
-        install_steps=(*_ACCELERATOR_STEPS, "install_lustre_client", "install_container_runtime"),
+        # Pods bring the launcher; FSx comes through the CSI driver. The node and DCGM exporters run as Helm
+        # charts; kiln's EFA exporter runs on the host (it reads the host's sysfs), from kiln's wheel.
+        install_steps=(*_ACCELERATOR_STEPS, "install_lustre_client", "install_container_runtime", "install_exporters"),
         configure_steps=(
             "configure_users",
             "configure_kernel",
             "configure_accelerators",
             "configure_container_storage",
             "configure_training_env",
+            "configure_exporters",
         ),
         slurm_config=None,
     ),
@@ -120,8 +125,8 @@ PROFILES: dict[str, TargetProfile] = {
         entry_point="local-node.sh",
         how_it_runs="the local cluster runs it once under its prefix; it starts no daemons",
         default_role="controller",
-        install_steps=("install_slurm", "install_munge", "install_launcher"),
-        configure_steps=("configure_munge", "configure_slurm", "configure_training_env"),
+        install_steps=("install_slurm", "install_munge", "install_launcher", "install_exporters"),
+        configure_steps=("configure_munge", "configure_slurm", "configure_training_env", "configure_exporters"),
         slurm_config="kiln",
         slurm_nodes="static",
         munge_key="local",
@@ -296,6 +301,7 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         "KILN_FORK_ENOMEM": "1" if config.fork_enomem else "0",
         "KILN_LAUNCHER_WHEEL": wheel[0],
         "KILN_LAUNCHER_WHEEL_SHA256": wheel[1],
+        **_exporters_env(config),
     }
     for step in declared_steps("install", profile.install_steps):
         env[step.pins_variable] = " ".join(step.pins)
@@ -308,6 +314,27 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
     for name, value in env.items():
         check_quotable(name, value)
     return sorted(env.items())
+
+
+def _exporters_env(config: BootstrapConfig) -> dict[str, str]:
+    """Return what install_exporters and configure_exporters read: which exporters, their pins and ports."""
+    pins = config.software
+    dcgm = pins.dcgm if "dcgm" in config.exporters else None
+    kiln_exporters = any(name in config.exporters for name in ("slurm", "efa"))
+    env = {
+        "KILN_EXPORTERS": " ".join(config.exporters),
+        "KILN_NODE_EXPORTER_VERSION": (pins.node_exporter or "") if "node" in config.exporters else "",
+        "KILN_DCGM_VERSION": dcgm[0] if dcgm else "",
+        "KILN_DCGM_EXPORTER_VERSION": dcgm[1] if dcgm else "",
+        "KILN_PROMETHEUS_CLIENT_REQUIREMENT": python_package("prometheus-client").requirement if kiln_exporters else "",
+        # Where the daemons come from: systemd units on cloud nodes; the local cluster starts its own.
+        "KILN_EXPORTER_DAEMONS": "none" if config.target == "local" else "systemd",
+        # The Slurm exporter runs beside the controller; PCS runs the controller itself, so on its login nodes.
+        "KILN_SLURM_EXPORTER_ROLE": "login" if config.target == "pcs" else "controller",
+    }
+    for exporter in EXPORTERS.values():
+        env[f"KILN_{exporter.name.upper()}_EXPORTER_PORT"] = str(exporter.port)
+    return env
 
 
 def _neuron_packages(config: BootstrapConfig) -> str:

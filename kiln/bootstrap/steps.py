@@ -71,6 +71,19 @@ STEPS: dict[str, Step] = {
             ),
         ),
         Step(name="install_launcher", phase="install", pins=("KILN_LAUNCHER_WHEEL_SHA256", "KILN_TORCH_VERSION")),
+        Step(
+            name="install_exporters",
+            phase="install",
+            pins=(
+                "KILN_EXPORTERS",
+                "KILN_NODE_EXPORTER_VERSION",
+                "KILN_DCGM_VERSION",
+                "KILN_DCGM_EXPORTER_VERSION",
+                "KILN_PROMETHEUS_CLIENT_REQUIREMENT",
+                "KILN_LAUNCHER_WHEEL_SHA256",
+                "KILN_IMAGE_DEVICES",
+            ),
+        ),
         Step(name="configure_users", phase="configure"),
         Step(name="configure_kernel", phase="configure"),
         Step(name="configure_accelerators", phase="configure"),
@@ -79,6 +92,7 @@ STEPS: dict[str, Step] = {
         Step(name="configure_munge", phase="configure"),
         Step(name="configure_slurm", phase="configure"),
         Step(name="configure_training_env", phase="configure"),
+        Step(name="configure_exporters", phase="configure"),
     )
 }
 

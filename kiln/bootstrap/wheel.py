@@ -1,4 +1,4 @@
-"""Build the node-side kiln wheel (launcher + catalog, no CDK) with the standard library only."""
+"""Build the node-side kiln wheel (launcher, metrics exporters, catalog; no CDK) with the standard library only."""
 
 from __future__ import annotations
 
@@ -10,8 +10,14 @@ from pathlib import Path
 import kiln
 
 KILN_DIR = Path(kiln.__file__).parent
-# Node-side packages: standard library (plus torch for the launcher); never CDK, boto3 or pydantic.
-NODE_PACKAGES = ("catalog", "launcher")
+# Node-side packages: standard library (plus torch for the launcher, prometheus_client for the exporters, which
+# install_exporters adds by its pinned digest); never CDK, boto3 or pydantic.
+NODE_PACKAGES = ("catalog", "launcher", "metrics")
+# Console scripts of the node wheel: name -> (module file that must exist, entry point).
+CONSOLE_SCRIPTS = {
+    "kiln-launch": ("launcher/cli.py", "kiln.launcher.cli:main"),
+    "kiln-metrics": ("metrics/cli.py", "kiln.metrics.cli:main"),
+}
 VERSION = "0.1.0"
 # Fixed timestamps so the same sources give the same wheel (and the same asset hash).
 _EPOCH = (1980, 1, 1, 0, 0, 0)
@@ -42,8 +48,11 @@ def build_wheel(out_dir: Path) -> tuple[str, str]:
     files.append(
         (f"{dist_info}/WHEEL", b"Wheel-Version: 1.0\nGenerator: kiln\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
     )
-    if (KILN_DIR / "launcher" / "cli.py").is_file():
-        files.append((f"{dist_info}/entry_points.txt", b"[console_scripts]\nkiln-launch = kiln.launcher.cli:main\n"))
+    scripts = [
+        f"{name} = {entry}\n" for name, (module, entry) in CONSOLE_SCRIPTS.items() if (KILN_DIR / module).is_file()
+    ]
+    if scripts:
+        files.append((f"{dist_info}/entry_points.txt", ("[console_scripts]\n" + "".join(scripts)).encode()))
     record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in files)
     record += f"{dist_info}/RECORD,,\n"
     files.append((f"{dist_info}/RECORD", record.encode()))

@@ -53,6 +53,11 @@ SHA256_RULE = "64 lowercase hex digits of sha256"
 NCCL_VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+-[0-9]+\+cuda[0-9]+\.[0-9]+")
 NCCL_VERSION_RULE = "an NCCL package version such as 2.27.3-1+cuda12.9"
 
+# NVIDIA's DCGM exporter releases pair a DCGM version with an exporter version, written as their container tags
+# write them: DCGM-EXPORTER, e.g. 4.6.0-4.8.3 (DCGM 4.6.0, exporter 4.8.3). Nodes install both at those versions.
+DCGM_EXPORTER_VERSION = re.compile(r"([0-9]+\.[0-9]+\.[0-9]+)-([0-9]+\.[0-9]+\.[0-9]+)")
+DCGM_EXPORTER_VERSION_RULE = "a DCGM-exporter version pair such as 4.6.0-4.8.3 (DCGM 4.6.0 with exporter 4.8.3)"
+
 # A lock file named by a spec: a relative path below the spec's directory, ending in .json.
 LOCK_FILE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9._-]*/)*[A-Za-z0-9_][A-Za-z0-9._-]*\.json")
 LOCK_FILE_RULE = "a relative path of letters, digits and . _ - ending in .json, below the spec's directory"

@@ -32,6 +32,18 @@ from kiln.constructs.parallelcluster import ParallelCluster, ParallelClusterProp
 from kiln.constructs.pcs import PcsCluster, PcsClusterProps, PcsNodeGroup
 from kiln.constructs.training_image import TrainingImage, TrainingImageProps
 
+# Metrics: Amazon Managed Service for Prometheus and the exporters that feed it on EKS.
+from kiln.constructs.prometheus import (  # isort: skip
+    ImportedPrometheusWorkspace,
+    IPrometheusWorkspace,
+    PrometheusWorkspace,
+    PrometheusWorkspaceProps,
+)
+from kiln.constructs.eks_observability import EksObservability, EksObservabilityProps  # isort: skip
+
+# Dashboards: Amazon Managed Grafana with kiln's dashboards on it.
+from kiln.constructs.grafana import GrafanaWorkspace, GrafanaWorkspaceProps  # isort: skip
+
 __all__ = [
     "AcceleratedNodeGroup",
     "BootstrapAssets",
@@ -72,4 +84,14 @@ __all__ = [
     "TrainingImageProps",
     "TrainingVpc",
     "TrainingVpcProps",
+    # Metrics.
+    "EksObservability",
+    "EksObservabilityProps",
+    "IPrometheusWorkspace",
+    "ImportedPrometheusWorkspace",
+    "PrometheusWorkspace",
+    "PrometheusWorkspaceProps",
+    # Dashboards.
+    "GrafanaWorkspace",
+    "GrafanaWorkspaceProps",
 ]

@@ -469,6 +469,29 @@ CHECKOV_SKIPS = (
         "The reaper's log lines name the stacks and buckets it deletes and hold no data; CloudWatch Logs encrypts "
         "every log group at rest, and a customer-managed key would outlive the environment by its deletion window.",
     ),
+    # Amazon Managed Grafana's dashboard provisioning function (kiln/constructs/grafana.py).
+    CheckovSkip(
+        "CKV_AWS_116",
+        _FUNCTION,
+        (r"(.+/)?DashboardProvisioner/Resource",),
+        "Only CloudFormation invokes the dashboard provisioner, for its custom resource, and the function answers "
+        "CloudFormation itself, failure included: a failed deploy rolls back and the next deploy provisions again, "
+        "so a dead-letter queue would keep an event nothing replays.",
+    ),
+    CheckovSkip(
+        "CKV_AWS_117",
+        _FUNCTION,
+        (r"(.+/)?DashboardProvisioner/Resource",),
+        "The dashboard provisioner calls the Amazon Managed Grafana API and the workspace's own HTTPS endpoint, "
+        "both public AWS endpoints; it reaches nothing inside a VPC.",
+    ),
+    CheckovSkip(
+        "CKV_AWS_158",
+        _LOG_GROUP,
+        (r"(.+/)?DashboardProvisionerLogs/Resource",),
+        "The dashboard provisioner's log lines name the dashboards, data source and HTTP statuses, never the "
+        "service account token; CloudWatch Logs encrypts every log group at rest.",
+    ),
     # Baked images (kiln/constructs/training_image.py).
     CheckovSkip(
         "CKV_AWS_158",

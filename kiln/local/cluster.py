@@ -12,11 +12,13 @@ from typing import TextIO
 from kiln.local import daemons, network, preflight, procs, provision, slurm
 from kiln.local import state as state_file
 from kiln.local.errors import LocalError, LocalFailure
+from kiln.local.exporters import exporter_processes, scrape
 from kiln.local.layout import DEFAULT_SUBNET, DEFAULT_TAG, ClusterLayout, default_prefix, plan_layout
 from kiln.local.progress import Progress, table
 from kiln.local.state import ClusterState, ProcessRecord
 from kiln.local.torchlink import link_torch
 from kiln.safe_output import UnsafeOutput, claim_directory, remove_owned_directory
+from kiln.stacks.bootstrap_config import local_exporters
 
 DEFAULT_NODES = 2
 DEFAULT_SLURMCTLD_PORT = 6817
@@ -67,8 +69,10 @@ def _conflicts(options: UpOptions, layout: ClusterLayout) -> list[str]:
 def _plan(options: UpOptions, prefix: Path) -> ClusterLayout:
     cluster_name = "kiln-local"
     spec = os.path.abspath(options.spec) if options.spec else None
+    observability = None
     if spec:
-        cluster_name = provision.load_spec_file(spec).name
+        loaded = provision.load_spec_file(spec)
+        cluster_name, observability = loaded.name, loaded.observability
     return plan_layout(
         prefix=str(prefix),
         nodes=options.nodes or DEFAULT_NODES,
@@ -78,6 +82,7 @@ def _plan(options: UpOptions, prefix: Path) -> ClusterLayout:
         slurmd_port=options.slurmd_port or DEFAULT_SLURMD_PORT,
         cluster_name=cluster_name,
         spec=spec,
+        exporters=local_exporters(observability),
     )
 
 
@@ -94,7 +99,8 @@ def network_problems(current: ClusterState) -> list[str]:
 
 
 def _roles(layout: ClusterLayout) -> list[str]:
-    return [daemons.MUNGED, daemons.SLURMCTLD, *(daemons.slurmd_role(node) for node in layout.nodes)]
+    exporters = [exporter.role for exporter in exporter_processes(layout)]
+    return [daemons.MUNGED, daemons.SLURMCTLD, *(daemons.slurmd_role(node) for node in layout.nodes), *exporters]
 
 
 def stopped_roles(current: ClusterState) -> list[str]:
@@ -145,6 +151,9 @@ class _Up:
         nodes = [node for node in self.layout.nodes if daemons.slurmd_role(node) in stopped]
         if nodes:
             self.slurmds(nodes)
+        exporters = [exporter for exporter in exporter_processes(self.layout) if exporter.role in stopped]
+        if exporters:
+            self.exporters(exporters)
         count = len(self.layout.nodes)
         with self.progress.phase(f"wait until {'the node is' if count == 1 else f'the {count} nodes are'} idle"):
             slurm.wait_ready(self.layout, timeout_s, alive=self.check_alive)
@@ -212,6 +221,21 @@ class _Up:
                     self.env,
                 )
                 self.record(record)
+
+    def exporters(self, exporters) -> None:
+        kinds = ", ".join(dict.fromkeys(exporter.kind for exporter in exporters))
+        with self.progress.phase(f"start {len(exporters)} exporter{'s' * (len(exporters) > 1)} ({kinds})"):
+            for exporter in exporters:
+                log = daemons.log_path(self.layout, exporter.role)
+                env = slurm.client_env(self.layout, self.env) if exporter.kind == "slurm" else self.env
+                record, _ = procs.start(exporter.role, list(exporter.launch), list(exporter.argv), log, env)
+                self.record(record)
+                daemons.wait_until(
+                    lambda exporter=exporter: daemons.accepts_connections(exporter.address, exporter.port),
+                    lambda record=record: procs.is_running(record),
+                    exporter.role,
+                    log,
+                )
 
     def check_alive(self) -> None:
         for role in _roles(self.layout):
@@ -285,6 +309,8 @@ def up(options: UpOptions, out: TextIO = sys.stdout) -> int:
             ) from None
         print(f"cluster up in {progress.elapsed:.1f}s", file=out)
     print_nodes(layout, out)
+    for exporter in exporter_processes(layout):
+        print(f"metrics: {exporter.kind} exporter on {exporter.where}: {exporter.url}", file=out)
     print(
         "next: kiln local run -- hostname | kiln local smoke | kiln local down"
         + ("" if prefix == Path(os.path.abspath(default_prefix())) else f"  (with --prefix {prefix})"),
@@ -335,6 +361,15 @@ def status(prefix: str, out: TextIO = sys.stdout) -> int:
         jobs = slurm.client(layout, "squeue", "-h", "-o", "%i %T").stdout.split("\n")
         jobs = [line for line in jobs if line.strip()]
         print(f"jobs: {len(jobs)} in the queue", file=out)
+    endpoints = exporter_processes(layout)
+    if endpoints:
+        rows = []
+        for exporter in endpoints:
+            answers = scrape(exporter.url) is not None
+            rows.append([exporter.kind, exporter.where, exporter.url, "answering" if answers else "NOT ANSWERING"])
+            if not answers:
+                found.append(f"{exporter.role} does not answer at {exporter.url}")
+        print(table(["EXPORTER", "ON", "ENDPOINT", "STATE"], rows), file=out)
     if found:
         print(f"unhealthy: {'; '.join(found)}; `kiln local up` heals it", file=out)
         return 1

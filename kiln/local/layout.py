@@ -60,6 +60,8 @@ class ClusterLayout:
     slurmd_port: int
     nodes: tuple[NodeLayout, ...]
     spec: str | None = None
+    # The exporters `up` runs (kiln.catalog.exporters names): node on every node, slurm beside slurmctld.
+    exporters: tuple[str, ...] = ()
 
     @property
     def bridge(self) -> str:
@@ -166,7 +168,7 @@ class ClusterLayout:
     @classmethod
     def from_dict(cls, data: dict) -> ClusterLayout:
         nodes = tuple(NodeLayout(**node) for node in data["nodes"])
-        return cls(**{**data, "nodes": nodes})
+        return cls(**{**data, "nodes": nodes, "exporters": tuple(data.get("exporters", ()))})
 
 
 def plan_layout(
@@ -179,6 +181,7 @@ def plan_layout(
     slurmd_port: int = 6818,
     cluster_name: str = DEFAULT_CLUSTER_NAME,
     spec: str | None = None,
+    exporters: tuple[str, ...] = (),
 ) -> ClusterLayout:
     """Return the layout of a new cluster; raise LocalError for values that cannot work."""
     if not _TAG.match(tag):
@@ -221,4 +224,5 @@ def plan_layout(
             for index, node in enumerate(cluster.nodes, start=1)
         ),
         spec=spec,
+        exporters=exporters,
     )

@@ -13,6 +13,8 @@ from kiln.catalog.names import (
     AVAILABILITY_ZONE,
     CLUSTER_NAME,
     CLUSTER_NAME_RULE,
+    DCGM_EXPORTER_VERSION,
+    DCGM_EXPORTER_VERSION_RULE,
     LOCK_FILE,
     LOCK_FILE_RULE,
     NCCL_VERSION,
@@ -35,6 +37,7 @@ SUBNET_ID_PATTERN = r"^subnet-([0-9a-f]{8}|[0-9a-f]{17})$"
 AMI_ID_PATTERN = r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$"
 VERSION_PATTERN = f"^{VERSION.pattern}$"
 NCCL_PATTERN = f"^{NCCL_VERSION.pattern}$"
+DCGM_EXPORTER_PATTERN = f"^{DCGM_EXPORTER_VERSION.pattern}$"
 LOCK_FILE_PATTERN = f"^{LOCK_FILE.pattern}$"
 
 # What each pattern means, for error messages.
@@ -48,6 +51,7 @@ PATTERN_RULES = {
     AMI_ID_PATTERN: "an AMI id such as ami-0123456789abcdef0",
     VERSION_PATTERN: VERSION_RULE,
     NCCL_PATTERN: NCCL_VERSION_RULE,
+    DCGM_EXPORTER_PATTERN: DCGM_EXPORTER_VERSION_RULE,
     LOCK_FILE_PATTERN: LOCK_FILE_RULE,
 }
 
@@ -205,6 +209,17 @@ class Software(SpecModel):
         description="AWS Neuron SDK release for Trainium/Inferentia nodes (Slurm backends; EKS images bring theirs).",
     )
     slurm: str = Field("24.11", pattern=VERSION_PATTERN)
+    node_exporter: str = Field(
+        "1.9.1",
+        pattern=VERSION_PATTERN,
+        description="Prometheus node exporter release (observability); versions with a digest in kiln need no lock.",
+    )
+    dcgm_exporter: str = Field(
+        "4.6.0-4.8.3",
+        pattern=DCGM_EXPORTER_PATTERN,
+        description="NVIDIA DCGM and DCGM exporter as the pair NVIDIA's releases name, DCGM-EXPORTER "
+        "(observability on GPU nodes of Slurm backends; EKS takes NVIDIA's chart).",
+    )
     enroot: str = Field("3.5.0", pattern=VERSION_PATTERN)
     pyxis: str = Field("0.20.0", pattern=VERSION_PATTERN)
     containers: bool = Field(True, description="enroot + pyxis (Slurm) or the container toolkit (EKS).")
@@ -225,6 +240,34 @@ class Launcher(SpecModel):
     nccl_env: dict[str, str] = Field(
         default_factory=dict,
         description="Overrides of the NCCL/EFA presets: NAME (A-Z, 0-9, _) to a value of letters, digits, ^_,.:/=+-.",
+    )
+
+
+class Observability(SpecModel):
+    """Prometheus exporters on the nodes (ports: node 9100, Slurm 9341, DCGM 9400, EFA 9342)."""
+
+    node_exporter: bool = Field(
+        True, description="Prometheus's node exporter on every node (EKS: its Helm chart as a DaemonSet)."
+    )
+    slurm_exporter: bool | None = Field(
+        None,
+        description="kiln's Slurm exporter beside the Slurm controller (PCS: on its login nodes); unset: wherever "
+        "kiln can run it (not on EKS, which runs no Slurm, nor on PCS without login nodes).",
+    )
+    dcgm_exporter: bool = Field(
+        True, description="NVIDIA's DCGM exporter on GPU nodes (EKS: NVIDIA's Helm chart on the GPU node groups)."
+    )
+    efa_exporter: bool = Field(True, description="kiln's EFA hardware-counter exporter on EFA nodes.")
+    prometheus: bool = Field(
+        False,
+        description="An Amazon Managed Service for Prometheus workspace (kept like the data bucket) that the "
+        "exporters' metrics go to, labelled cluster=<name>: on EKS through an AWS managed collector, on Slurm backends "
+        "through a Prometheus agent beside the Slurm exporter.",
+    )
+    grafana: bool = Field(
+        False,
+        description="An Amazon Managed Grafana workspace (sign-in through IAM Identity Center, which the account must "
+        "have) with kiln's dashboards (cluster, GPU, EFA, Slurm) over the Prometheus workspace; needs prometheus.",
     )
 
 
@@ -252,6 +295,7 @@ class ClusterSpec(SpecModel):
     software: Software = Software()
     launcher: Launcher = Launcher()
     ci: Ci = Ci()
+    observability: Observability | None = Field(None, description="Metrics exporters on the nodes; leave out for none.")
     tags: dict[str, str] = Field(
         default_factory=dict,
         description="Tags for every resource: at most 45, keys 1-128 and values 0-256 of letters, digits, spaces "

@@ -559,6 +559,32 @@ def ci(spec: ClusterSpec) -> Iterator[Problem]:
         )
 
 
+def observability(spec: ClusterSpec) -> Iterator[Problem]:
+    """Dashboards need the Prometheus workspace; the Slurm exporter goes only where a kiln node runs beside Slurm's
+    controller."""
+    wanted = spec.observability
+    if wanted is None:
+        return
+    if wanted.grafana and not wanted.prometheus:
+        yield _p(
+            ("observability", "grafana"),
+            "got true without prometheus: the dashboards read the Prometheus workspace; set prometheus: true",
+            ("observability", "prometheus"),
+        )
+    if wanted.slurm_exporter is not True:
+        return
+    path = ("observability", "slurm_exporter")
+    if not _slurm_nodes(spec):
+        yield _p(path, "got true, but this cluster runs no Slurm (EKS): leave it out")
+    elif spec.compute.backend == "pcs" and not spec.compute.login_nodes.count:
+        yield _p(
+            path,
+            "got true, but PCS runs the Slurm controller itself and this cluster has no login node to run the "
+            "exporter on: set compute.login_nodes.count, or leave slurm_exporter out",
+            ("compute", "login_nodes", "count"),
+        )
+
+
 def _tag_problem(key: str, value: str) -> str | None:
     if key.lower().startswith(RESERVED_TAG_PREFIX):
         return f"tag keys must not start with {RESERVED_TAG_PREFIX!r} (reserved by AWS)"
@@ -603,6 +629,7 @@ RULES: tuple[Rule, ...] = (
     software,
     launcher,
     ci,
+    observability,
     tags,
 )
 

@@ -12,6 +12,7 @@ from kiln.bootstrap.readiness import BootReadiness, boot_readiness
 from kiln.catalog import instance_type
 from kiln.catalog.names import ec2_type_name
 from kiln.spec import ClusterSpec, Problem, SpecError, load_spec
+from kiln.spec.models import Observability
 
 
 def _architecture(instance_types: tuple[str, ...]) -> str:
@@ -40,7 +41,9 @@ def config_from_spec(
     if target == "local":
         if local is None:
             raise ValueError("target 'local': needs local=LocalCluster(...) (the nodes are not in the spec)")
-        return BootstrapConfig(target="local", os="debian12", local=local, **common)
+        return BootstrapConfig(
+            target="local", os="debian12", local=local, exporters=local_exporters(spec.observability), **common
+        )
     allowed = ("eks",) if hyperpod_on_eks else (compute.backend,)
     if target not in allowed:
         choices = ", ".join(allowed)
@@ -73,12 +76,46 @@ def config_from_spec(
             slurm=software.slurm,
             enroot=software.enroot,
             pyxis=software.pyxis,
+            node_exporter=software.node_exporter,
+            dcgm_exporter=software.dcgm_exporter,
         ),
+        exporters=node_exporters(spec, target, types),
         containers=software.containers,
         container_runtime="containerd" if target == "eks" else "docker",
         lustre=spec.storage.lustre is not None,
         **common,
     )
+
+
+# The local cluster has no GPUs and no EFA: of the exporters, it runs the node and Slurm ones.
+LOCAL_EXPORTERS = ("node", "slurm")
+
+
+def local_exporters(wanted: Observability | None) -> tuple[str, ...]:
+    """Return the exporters the local cluster runs: both it can without a spec, else the ones the spec keeps on."""
+    if wanted is None:
+        return LOCAL_EXPORTERS
+    return tuple(name for name in LOCAL_EXPORTERS if getattr(wanted, f"{name}_exporter") is not False)
+
+
+def node_exporters(spec: ClusterSpec, target: str, instance_types: tuple[str, ...]) -> tuple[str, ...]:
+    """Return the exporters the bootstrap of TARGET installs for SPEC's nodes (on EKS, Helm charts run the rest)."""
+    wanted = spec.observability
+    if wanted is None:
+        return ()
+    facts = [instance_type(name) for name in instance_types]
+    exporters = []
+    if wanted.node_exporter and target != "eks":
+        exporters.append("node")
+    # PCS runs the Slurm controller itself: the exporter goes on its login nodes, when it has any.
+    slurm_node = target != "eks" and (target != "pcs" or bool(spec.compute.login_nodes.count))
+    if wanted.slurm_exporter is not False and slurm_node:
+        exporters.append("slurm")
+    if wanted.dcgm_exporter and target != "eks" and any(f.gpu_count for f in facts):
+        exporters.append("dcgm")
+    if wanted.efa_exporter and any(f.efa_supported for f in facts):
+        exporters.append("efa")
+    return tuple(exporters)
 
 
 def spec_lock(spec: ClusterSpec) -> dict[str, str]:

@@ -14,7 +14,10 @@ from kiln.constructs import (
     BootstrapAssetsProps,
     DataBucket,
     DataBucketProps,
+    EksObservability,
     EksTrainingCluster,
+    GrafanaWorkspace,
+    GrafanaWorkspaceProps,
     HyperPodCluster,
     NodeBootstrap,
     ParallelCluster,
@@ -24,7 +27,7 @@ from kiln.spec import ClusterSpec
 from kiln.stacks.bootstrap_config import config_from_spec
 from kiln.stacks.ci_mode import CiEnvironment
 from kiln.stacks.compute_context import ComputeContext
-from kiln.stacks.eks import eks_props
+from kiln.stacks.eks import eks_observability_props, eks_props
 from kiln.stacks.hyperpod import hyperpod_props
 from kiln.stacks.image import ImageStack
 from kiln.stacks.network import NetworkStack
@@ -67,6 +70,7 @@ class ComputeStack(cdk.Stack):
         )
         self.spec = spec
         self.ci = ci
+        self.context = context
         self.pcs: PcsCluster | None = None
         self.parallelcluster: ParallelCluster | None = None
         self.hyperpod: HyperPodCluster | None = None
@@ -97,7 +101,32 @@ class ComputeStack(cdk.Stack):
             if self.eks is not None:
                 # HyperPod's nodes join as EKS workers: the CNI's identity must exist before the first one.
                 self.hyperpod.cluster.node.add_dependency(self.eks.cni_identity, self.eks.pod_identity_agent)
+        self._observability(storage)
         self._outputs()
+
+    def _observability(self, storage: StorageStack) -> None:
+        """Exporters on EKS (Helm charts and AMP's collector) and the Grafana workspace with kiln's dashboards."""
+        wanted = self.spec.observability
+        self.eks_observability: EksObservability | None = None
+        self.grafana: GrafanaWorkspace | None = None
+        if wanted is None:
+            return
+        props = eks_observability_props(self.context, self.eks.cluster) if self.eks is not None else None
+        if props is not None:
+            self.eks_observability = EksObservability(self, "Observability", props)
+        if wanted.grafana and storage.prometheus is not None:
+            workspace = storage.prometheus
+            self.grafana = GrafanaWorkspace(
+                self,
+                "Grafana",
+                GrafanaWorkspaceProps(
+                    name=f"{self.spec.name}-dashboards",
+                    prometheus_workspace_arn=workspace.workspace_arn,
+                    prometheus_endpoint=workspace.prometheus_endpoint,
+                    prometheus_key_arn=workspace.key.key_arn,
+                ),
+            )
+            cdk.CfnOutput(self, "GrafanaUrl", value=self.grafana.url)
 
     def _node_image(self, spec: ClusterSpec, image: ImageStack | None) -> str | None:
         """Return the AMI nodes boot: the newest image the image stack baked (read at each deploy), else ami_id."""

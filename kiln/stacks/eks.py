@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 
 from kiln.catalog import instance_type
+from kiln.catalog.exporters import EXPORTERS
 from kiln.constructs import (
     AcceleratedNodeGroup,
+    EksObservabilityProps,
     EksTrainingClusterProps,
     LustreVolume,
     NodeBootstrap,
     SystemNodeGroup,
 )
+from kiln.constructs.eks_observability import GPU_NODE_SELECTOR
 from kiln.stacks.compute_context import ComputeContext
 
 
@@ -52,4 +56,29 @@ def eks_props(
         bootstrap=bootstrap,
         cluster_env=context.cluster_env(mounts_fsx=False) if own_nodes else {},
         admin_role=admin_role,
+    )
+
+
+def eks_observability_props(context: ComputeContext, cluster: eks.ICluster) -> EksObservabilityProps | None:
+    """Translate the spec's observability section for CLUSTER (EKS backend, or HyperPod orchestrated by EKS); None
+    when nothing runs there.
+
+    The node and DCGM exporters run as Helm charts; kiln's EFA exporter runs on the hosts (the bootstrap starts it)
+    and is scraped when the metrics go to the Prometheus workspace.
+    """
+    spec, workspace = context.spec, context.storage.prometheus
+    wanted = spec.observability
+    facts = [instance_type(group.instance_type) for group in spec.compute.groups]
+    gpus = any(f.gpu_count for f in facts)
+    efa = wanted.efa_exporter and any(f.efa_supported for f in facts) and workspace is not None
+    if not (wanted.node_exporter or (wanted.dcgm_exporter and gpus) or efa):
+        return None
+    return EksObservabilityProps(
+        cluster=cluster,
+        workspace=workspace,
+        node_exporter=wanted.node_exporter,
+        dcgm_exporter=wanted.dcgm_exporter,
+        gpu_node_selector=GPU_NODE_SELECTOR if gpus else None,
+        efa_exporter_port=EXPORTERS["efa"].port if efa else None,
+        cluster_label=spec.name,
     )

@@ -1,4 +1,4 @@
-"""StorageStack: the data bucket and FSx for Lustre, from the spec."""
+"""StorageStack: the data bucket, FSx for Lustre and the metrics workspace, from the spec."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
-from kiln.constructs import DataBucket, DataBucketProps, DataRepositoryLink, LustreFileSystem, LustreFileSystemProps
+from kiln.constructs import (
+    DataBucket,
+    DataBucketProps,
+    DataRepositoryLink,
+    LustreFileSystem,
+    LustreFileSystemProps,
+    PrometheusWorkspace,
+    PrometheusWorkspaceProps,
+)
 from kiln.spec import ClusterSpec
 from kiln.stacks.ci_mode import CiEnvironment
 from kiln.stacks.network import NetworkStack
@@ -26,7 +34,7 @@ def _import_link(spec: ClusterSpec, bucket: DataBucket, scope: Construct) -> Dat
 
 
 class StorageStack(cdk.Stack):
-    """Durable data: the S3 bucket, and Lustre in the compute subnet linked to it."""
+    """Durable data: the S3 bucket, Lustre in the compute subnet linked to it, and the metrics workspace."""
 
     def __init__(
         self,
@@ -49,6 +57,13 @@ class StorageStack(cdk.Stack):
         self.lustre: LustreFileSystem | None = None
         self.lustre_clients: ec2.SecurityGroup | None = None
         cdk.CfnOutput(self, "BucketName", value=self.bucket.bucket_name)
+        # Metrics outlive a cluster as its data does: the workspace is kept exactly when the bucket is.
+        self.prometheus: PrometheusWorkspace | None = None
+        if spec.observability is not None and spec.observability.prometheus:
+            self.prometheus = PrometheusWorkspace(
+                self, "Metrics", PrometheusWorkspaceProps(alias=f"{spec.name}-metrics", retain=retain)
+            )
+            cdk.CfnOutput(self, "PrometheusEndpoint", value=self.prometheus.prometheus_endpoint)
         fs = spec.storage.lustre
         if fs is None:
             return

@@ -76,6 +76,9 @@ case "$name" in
     if [[ "${1:-}" == enable && "${2:-}" == --now ]]; then
       touch "$state/active/$3"
     fi
+    if [[ "${1:-}" == start || "${1:-}" == restart ]]; then
+      touch "$state/active/$2"
+    fi
     exit 0 ;;
   mount)
     target="${*: -1}"

@@ -22,6 +22,7 @@ STEP_GROUPS = (
     ("install_lustre_client",),
     ("install_enroot", "install_pyxis", "install_container_runtime"),
     ("install_launcher",),
+    ("install_exporters",),
 )
 
 

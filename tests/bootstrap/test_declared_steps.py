@@ -111,6 +111,7 @@ NOT_PINS = {
     "KILN_FETCHED": "run",
     "KILN_CHANGED": "run",
     "KILN_PYTHON": "run",
+    "KILN_VENV": "run",
 }
 # Instance facts (an image build reads image-facts.env): the pin that stands for them.
 FACTS = {

@@ -16,6 +16,7 @@ ACTIVE_STEPS = (
     "install_enroot",
     "install_pyxis",
     "install_container_runtime",
+    "install_exporters",
     "configure_users",
     "configure_kernel",
     "configure_accelerators",
@@ -23,6 +24,7 @@ ACTIVE_STEPS = (
     "configure_container_storage",
     "configure_training_env",
     "configure_slurm",
+    "configure_exporters",
 )
 
 

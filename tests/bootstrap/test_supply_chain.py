@@ -130,7 +130,8 @@ CASES = [
 def _node(tmp_path: Path, case: Case) -> Node:
     changes = {"target": case.target, "os": case.os, "groups": (NodeGroup(name="accel", instance_type=case.instance),)}
     if case.target == "eks":
-        changes.update(service_instance_types=(), container_runtime="containerd", software=_eks_pins())
+        # EKS runs the node and DCGM exporters as Helm charts; only kiln's EFA exporter is the bootstrap's there.
+        changes.update(service_instance_types=(), container_runtime="containerd", software=_eks_pins(), exporters=())
     config = pcs_config(**changes)
     bundle = render_bundle(config, tmp_path / "bundle").directory
     node = make_node(

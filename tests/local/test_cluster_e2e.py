@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from kiln.local import procs
+from kiln.local.exporters import exporter_processes, scrape
 from kiln.local.jobs import parse_step
 from kiln.local.slurm import slurmd_timeout_s
 from kiln.local.state import load
@@ -63,7 +65,8 @@ def test_up_brings_two_nodes_to_idle_with_progress_and_a_table(cluster):
         assert row[2] == "idle", row
         assert row[1].startswith(settings.subnet.rsplit(".", 1)[0] + "."), row
     state = _state(settings)
-    assert {r.role for r in state.processes} == {"munged", "slurmctld", "slurmd:node1", "slurmd:node2"}
+    exporters = {"node-exporter:node1", "node-exporter:node2", "slurm-exporter"}
+    assert {r.role for r in state.processes} == {"munged", "slurmctld", "slurmd:node1", "slurmd:node2", *exporters}
     assert all(procs.is_running(record) for record in state.processes)
     for node in state.layout.nodes:
         assert node.netns_path.exists()
@@ -152,6 +155,85 @@ def test_smoke_trains_across_both_nodes_and_its_loss_falls(cluster):
     assert f"smoke: checkpoints: {checkpoints} (step-00000010)" in result.stdout
     summary = json.loads((checkpoints / "smoke-summary.json").read_text())
     assert summary["world_size"] == 2
+
+
+def _samples(url: str) -> dict[str, list]:
+    """Scrape URL and return its samples by metric name, parsed by prometheus_client's own parser."""
+    text = scrape(url)
+    assert text is not None, f"{url} did not answer"
+    found: dict[str, list] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found.setdefault(sample.name, []).append(sample)
+    return found
+
+
+def _value(samples: dict[str, list], name: str, **labels: str) -> float | None:
+    matching = [s.value for s in samples.get(name, []) if all(s.labels.get(k) == v for k, v in labels.items())]
+    return matching[0] if len(matching) == 1 else None
+
+
+def test_exporters_serve_each_node_and_the_slurm_queue(cluster):
+    settings, result = cluster
+    layout = _state(settings).layout
+    endpoints = {exporter.role: exporter for exporter in exporter_processes(layout)}
+    assert sorted(endpoints) == ["node-exporter:node1", "node-exporter:node2", "slurm-exporter"]
+    for exporter in endpoints.values():
+        assert f"metrics: {exporter.kind} exporter on {exporter.where}: {exporter.url}" in result.stdout
+
+    for node in layout.nodes:
+        samples = _samples(endpoints[f"node-exporter:{node.name}"].url)
+        assert _value(samples, "node_cpu_seconds_total", cpu="0", mode="idle") > 0
+        assert _value(samples, "node_memory_MemTotal_bytes") > 0
+        # It runs in the node's namespace: it sees the node's interface, not this machine's bridge and veths.
+        devices = {s.labels["device"] for s in samples["node_network_receive_bytes_total"]}
+        assert devices and not any(name.startswith(f"{settings.tag}-") for name in devices), devices
+
+    slurm = endpoints["slurm-exporter"].url
+    idle = _samples(slurm)
+    assert _value(idle, "kiln_slurm_up") == 1
+    assert [_value(idle, "kiln_slurm_node_state", node=n, state="idle") for n in ("node1", "node2")] == [1, 1]
+    assert _value(idle, "kiln_slurm_node_cpus", node="node1") == layout.node("node1").cpus
+
+    # A running job shows in the queue and on the node it holds.
+    job = kiln_local_popen("run", "--prefix", str(settings.prefix), "--nodes", "1", "--", "sleep", "60")
+    try:
+
+        def running():
+            samples = _samples(slurm)
+            jobs = sum(s.value for s in samples.get("kiln_slurm_jobs", []) if s.labels["state"] == "running")
+            return samples if jobs >= 1 else None
+
+        busy = _wait_for(running, 30, "the Slurm exporter did not report the running job")
+        allocated = [s.labels["node"] for s in busy["kiln_slurm_node_cpus_allocated"] if s.value > 0]
+        assert len(allocated) == 1, busy["kiln_slurm_node_cpus_allocated"]
+        assert _value(busy, "kiln_slurm_node_state", node=allocated[0], state="allocated") == 1
+    finally:
+        _slurm(settings, "scancel", "--full", "--name", "kiln-run")
+        job.kill()
+        job.wait()
+
+    status = kiln_local("status", "--prefix", str(settings.prefix))
+    assert status.returncode == 0, status.stdout + status.stderr
+    for exporter in endpoints.values():
+        assert re.search(
+            rf"^{exporter.kind}\s+{exporter.where}\s+{re.escape(exporter.url)}\s+answering$", status.stdout, re.M
+        )
+
+
+def test_a_killed_exporter_is_reported_and_up_restarts_it(cluster):
+    settings, _ = cluster
+    prefix = str(settings.prefix)
+    record = _state(settings).process("slurm-exporter")
+    os.kill(record.pid, signal.SIGKILL)
+    _wait_for(lambda: not procs.is_running(record), 10, "the Slurm exporter did not die")
+    status = kiln_local("status", "--prefix", prefix)
+    assert status.returncode == 1
+    assert "slurm-exporter does not answer" in status.stdout and "NOT RUNNING" in status.stdout
+    healed = kiln_local("up", "--prefix", prefix)
+    assert healed.returncode == 0, healed.stdout + healed.stderr
+    assert "start 1 exporter (slurm)" in healed.stdout and "start slurmd" not in healed.stdout
+    assert kiln_local("status", "--prefix", prefix).returncode == 0
 
 
 def _wait_for(predicate, timeout_s: float, what: str):

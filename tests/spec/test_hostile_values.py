@@ -134,6 +134,8 @@ FIELDS: list[tuple[str, Callable[[str], dict], str]] = [
             ("neuron", "2.32.0"),
             ("nvidia_container_toolkit", "1.17.8"),
             ("nccl", "2.27.3-1+cuda12.9"),
+            ("node_exporter", "1.9.1"),
+            ("dcgm_exporter", "4.6.0-4.8.3"),
             ("lock_file", "valid.lock.json"),
         )
     ),
@@ -205,6 +207,7 @@ EXAMPLES = {
     "private_subnet_id": "subnet-0123456789abcdef0",
     "ami_id": "ami-0123456789abcdef0",
     "nccl": "2.27.3-1+cuda12.9",
+    "dcgm_exporter": "4.6.0-4.8.3",
     "lock_file": "cluster.lock.json",
 }
 

@@ -288,6 +288,29 @@ write_file() {
   fi
 }
 
+# Install kiln's node wheel from the bundle into kiln's venv (/opt/kiln/venv), creating the venv when missing;
+# --no-deps --no-index: no network and no CDK dependency. Sets KILN_VENV to the venv's path.
+install_kiln_wheel() {
+  local wheel
+  wheel="${KILN_BUNDLE_DIR}/launcher/${KILN_LAUNCHER_WHEEL}"
+  [[ -r "$wheel" ]] || die "kiln's node wheel ${wheel} is missing from the bundle"
+  KILN_VENV="$(root_path /opt/kiln/venv)"
+  if [[ ! -x "${KILN_VENV}/bin/python" ]]; then
+    if [[ "$KILN_PKG" == apt ]]; then
+      ensure_packages python3-venv
+    else
+      ensure_packages python3
+    fi
+    "${KILN_PYTHON:-python3}" -m venv "$KILN_VENV"
+  fi
+  "${KILN_VENV}/bin/python" -m pip install --quiet --no-deps --no-index --force-reinstall "$wheel"
+}
+
+# True when the bundle asks for exporter $1 (install_exporters and configure_exporters share it).
+exporter_wanted() {
+  [[ " ${KILN_EXPORTERS:-} " == *" $1 "* ]]
+}
+
 # True when the image was baked: install steps ran at image build, configure must not download.
 is_baked() {
   [[ "${KILN_BAKED:-0}" == 1 || -f "$(root_path /etc/kiln/baked)" ]]
