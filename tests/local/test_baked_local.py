@@ -46,7 +46,7 @@ def test_a_baked_local_bundle_boots_with_configure_steps_only_and_no_network(e2e
     assert baked.returncode == 0, baked.stdout + baked.stderr
     assert (prefix / "etc/kiln/baked").read_text() == "local\n"
     markers = sorted(path.name for path in (prefix / "etc/kiln/image").iterdir())
-    assert markers == ["install_launcher.env", "install_munge.env", "install_slurm.env"]
+    assert markers == ["install_exporters.env", "install_launcher.env", "install_munge.env", "install_slurm.env"]
     assert (prefix / "etc/kiln/image/install_slurm.env").read_text() == "KILN_SLURM_SOURCE='distro'\n"
     assert not (prefix / "etc/slurm/slurm.conf").exists(), "a bake runs no configure step"
     venv = prefix / "opt/kiln/venv"
@@ -64,12 +64,12 @@ def test_a_baked_local_bundle_boots_with_configure_steps_only_and_no_network(e2e
     boot_log = (prefix / "var/log/kiln/bootstrap.log").read_text().split("phase all")[1]
     assert "baked yes" in boot_log
     assert "baked image: install steps ran at image build; checking their markers against this bundle" in boot_log
-    for step in ("install_slurm", "install_munge", "install_launcher"):
+    for step in ("install_slurm", "install_munge", "install_launcher", "install_exporters"):
         assert f"[{step}] the image matches this bundle" in boot_log
     assert "ClusterName=baked" in (prefix / "etc/slurm/slurm.conf").read_text()
     assert (prefix / "etc/munge/munge.key").stat().st_size == 1024
     # What kiln-launch check will find on these nodes: every step's marker matches the bundle they booted.
     image = scan_image(prefix)
-    assert sorted(image.wanted or {}) == ["install_launcher", "install_munge", "install_slurm"]
+    assert sorted(image.wanted or {}) == ["install_exporters", "install_launcher", "install_munge", "install_slurm"]
     assert (image.missing, image.mismatches(), image.error) == ([], [], None)
     assert f"KILN_ROOT={prefix}" in (prefix / "etc/kiln/launcher.env").read_text()
