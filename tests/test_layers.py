@@ -29,8 +29,9 @@ FORBIDDEN = {
     # The Grafana provisioning Lambda's code, likewise.
     "kiln.constructs.grafana_code": ("kiln", "aws_cdk", "constructs", "cdk_nag", "jsii", "pydantic", "yaml", "jinja2"),
 }
-# Node-side kiln-metrics: the standard library, prometheus_client (install_exporters adds it) and itself.
-METRICS_MAY_IMPORT = ("prometheus_client", "kiln.metrics")
+# Node-side kiln-metrics: the standard library, prometheus_client (install_exporters adds it), itself, and the
+# exporters' names and ports and the region's shape from the catalog (standard library only, in kiln's wheel).
+METRICS_MAY_IMPORT = ("prometheus_client", "kiln.metrics", "kiln.catalog.exporters", "kiln.catalog.names")
 # Of kiln.ci, the constructs and stacks use only the reaper's code (its names, tags and at() expressions).
 CI_FOR_BUILDERS = ("kiln.ci.reaper_code",)
 # Of kiln.ami, they use only the image's names, recipe and component documents: no CDK, no boto3, no spec there.

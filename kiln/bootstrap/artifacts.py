@@ -123,6 +123,7 @@ def _wanted(config: BootstrapConfig) -> dict[str, bool]:
         "enroot-caps-rpm": slurm_containers and not apt and bool(pins.enroot),
         "pyxis": slurm_containers and bool(pins.pyxis),
         "node-exporter": "node" in config.exporters and bool(pins.node_exporter),
+        "prometheus": config.prometheus_agent and config.target != "local" and bool(pins.prometheus),
     }
 
 

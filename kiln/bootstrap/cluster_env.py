@@ -24,6 +24,7 @@ CLUSTER_ENV_VARIABLES: dict[str, str] = {
     "KILN_SHARED_DIR": "shared directory for the munge key on HyperPod (default: KILN_MOUNT_POINT)",
     "KILN_CONTAINER_VOLUME": "block device or mount point for container storage where there is no local NVMe",
     "KILN_SCRATCH_DIR": "where local NVMe is mounted for container storage (default /scratch)",
+    "KILN_PROMETHEUS_REMOTE_WRITE_URL": "the Prometheus workspace's remote-write URL the agent sends metrics to",
 }
 
 _TOKEN = re.compile(r"\$\{Token\[[^\]]+\]\}")

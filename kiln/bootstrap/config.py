@@ -53,6 +53,8 @@ class SoftwarePins:
     torch: str | None = None
     # Prometheus's node exporter release (its published sha256 per architecture is in artifacts.json).
     node_exporter: str | None = None
+    # The Prometheus release the agent of Slurm backends runs (sha256 per architecture in artifacts.json).
+    prometheus: str | None = None
     # NVIDIA's DCGM and DCGM exporter as the pair its releases name: 4.6.0-4.8.3.
     dcgm_exporter: str | None = None
 
@@ -139,6 +141,9 @@ class BootstrapConfig:
     hyperpod_login_group: str = "login"
     # The exporters (kiln.catalog.exporters names) the nodes run; each runs only on the nodes it is for.
     exporters: tuple[str, ...] = ()
+    # A Prometheus agent on the Slurm exporter's node that scrapes every node's exporters (found through sinfo) and
+    # remote-writes to cluster.env's KILN_PROMETHEUS_REMOTE_WRITE_URL; on the local target, Debian's Prometheus.
+    prometheus_agent: bool = False
     local: LocalCluster | None = None
 
     def __post_init__(self) -> None:
@@ -205,6 +210,14 @@ class BootstrapConfig:
         for name in ("dcgm", "efa"):
             if name in self.exporters and self.target == "local":
                 raise ValueError(f"exporters: got {name!r} for target 'local', which has no GPUs and no EFA")
+        if self.prometheus_agent and not self.runs_slurm:
+            raise ValueError(
+                f"prometheus_agent: got True for target {self.target!r}, which runs no Slurm to find nodes"
+            )
+        if self.prometheus_agent and self.target != "local" and not self.software.prometheus:
+            raise ValueError("prometheus_agent: needs software.prometheus (a pinned release)")
+        if self.prometheus_agent and not self.exporters:
+            raise ValueError("prometheus_agent: got True without exporters to scrape")
         if "dcgm" in self.exporters and not self.software.dcgm_exporter:
             raise ValueError("exporters: 'dcgm' needs software.dcgm_exporter (a pinned DCGM-exporter pair)")
 

@@ -17,7 +17,7 @@ from kiln.bootstrap.readiness import BootReadiness, boot_readiness
 from kiln.bootstrap.steps import NODE_CONTEXT, Step, declared_steps
 from kiln.bootstrap.wheel import build_wheel
 from kiln.catalog import InstanceType, SoftwareVersions, instance_type, preset_environment
-from kiln.catalog.exporters import EXPORTERS
+from kiln.catalog.exporters import EXPORTERS, PROMETHEUS_PORT
 from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE, ENV_VALUE, ENV_VALUE_RULE
 from kiln.catalog.neuron import neuron_packages
 from kiln.safe_output import replaced_directory
@@ -250,6 +250,8 @@ def required_cluster_env(config: BootstrapConfig) -> tuple[str, ...]:
         required += ["KILN_FSX_DNS", "KILN_FSX_MOUNT_NAME", "KILN_MOUNT_POINT"]
     elif PROFILES[config.target].munge_key == "shared":
         required.append("KILN_SHARED_DIR")
+    if config.prometheus_agent:
+        required.append("KILN_PROMETHEUS_REMOTE_WRITE_URL")
     return tuple(required)
 
 
@@ -320,20 +322,26 @@ def _exporters_env(config: BootstrapConfig) -> dict[str, str]:
     """Return what install_exporters and configure_exporters read: which exporters, their pins and ports."""
     pins = config.software
     dcgm = pins.dcgm if "dcgm" in config.exporters else None
-    kiln_exporters = any(name in config.exporters for name in ("slurm", "efa"))
+    # kiln-metrics serves the Slurm and EFA exporters and, for the agent, finds the nodes and writes its config.
+    kiln_metrics = config.prometheus_agent or any(name in config.exporters for name in ("slurm", "efa"))
+    agent_release = config.prometheus_agent and config.target != "local"
     env = {
         "KILN_EXPORTERS": " ".join(config.exporters),
+        "KILN_PROMETHEUS_AGENT": "1" if config.prometheus_agent else "0",
+        "KILN_PROMETHEUS_VERSION": (pins.prometheus or "") if agent_release else "",
         "KILN_NODE_EXPORTER_VERSION": (pins.node_exporter or "") if "node" in config.exporters else "",
         "KILN_DCGM_VERSION": dcgm[0] if dcgm else "",
         "KILN_DCGM_EXPORTER_VERSION": dcgm[1] if dcgm else "",
-        "KILN_PROMETHEUS_CLIENT_REQUIREMENT": python_package("prometheus-client").requirement if kiln_exporters else "",
+        "KILN_PROMETHEUS_CLIENT_REQUIREMENT": python_package("prometheus-client").requirement if kiln_metrics else "",
         # Where the daemons come from: systemd units on cloud nodes; the local cluster starts its own.
         "KILN_EXPORTER_DAEMONS": "none" if config.target == "local" else "systemd",
-        # The Slurm exporter runs beside the controller; PCS runs the controller itself, so on its login nodes.
+        # The Slurm exporter (and the agent) runs beside the controller; PCS runs the controller itself, so on its
+        # login nodes.
         "KILN_SLURM_EXPORTER_ROLE": "login" if config.target == "pcs" else "controller",
     }
     for exporter in EXPORTERS.values():
         env[f"KILN_{exporter.name.upper()}_EXPORTER_PORT"] = str(exporter.port)
+    env["KILN_PROMETHEUS_PORT"] = str(PROMETHEUS_PORT)
     return env
 
 

@@ -77,6 +77,8 @@ STEPS: dict[str, Step] = {
             pins=(
                 "KILN_EXPORTERS",
                 "KILN_NODE_EXPORTER_VERSION",
+                "KILN_PROMETHEUS_AGENT",
+                "KILN_PROMETHEUS_VERSION",
                 "KILN_DCGM_VERSION",
                 "KILN_DCGM_EXPORTER_VERSION",
                 "KILN_PROMETHEUS_CLIENT_REQUIREMENT",

@@ -22,6 +22,10 @@ class Exporter:
     description: str
 
 
+# The port Prometheus serves on where kiln runs it: the agent on a Slurm backend's node (loopback only), the
+# local cluster's server (on the controller's address).
+PROMETHEUS_PORT = 9090
+
 EXPORTERS: dict[str, Exporter] = {
     exporter.name: exporter
     for exporter in (
@@ -50,7 +54,7 @@ EXPORTERS: dict[str, Exporter] = {
             name="efa",
             port=9342,
             job="efa",
-            runs_on="EFA nodes",
+            runs_on="every node of a cluster with EFA nodes (0 devices on the others); on EKS the training nodes",
             description="kiln's EFA exporter: the EFA devices' hardware counters (bytes, RDMA, drops, retransmits)",
         ),
     )

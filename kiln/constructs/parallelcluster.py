@@ -10,6 +10,7 @@ from typing import Any, Literal
 from aws_cdk import CfnOutput, CustomResource, Fn, Stack
 from aws_cdk import aws_cloudformation as cfn
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
@@ -85,6 +86,7 @@ class ParallelClusterProps:
     file_system: an FSx for Lustre file system (LustreFileSystem, or from_lustre_attributes) mounted at
         fsx_mount_dir (/fsx); default none.
     security_groups: added to every node (e.g. one the file system admits).
+    head_node_policies: managed policies for the head node alone (e.g. writing to a Prometheus workspace).
     scaledown_idle_minutes: idle time before dynamic nodes stop; default 10.
     slurm_settings: further Scheduling.SlurmSettings entries.
     delete_with_stack: delete the cluster with the stack (default True; data lives in FSx and S3).
@@ -103,6 +105,7 @@ class ParallelClusterProps:
     file_system: ILustreFileSystem | None = None
     fsx_mount_dir: str = "/fsx"
     security_groups: Sequence[ec2.ISecurityGroup] = ()
+    head_node_policies: Sequence[iam.IManagedPolicy] = ()
     scaledown_idle_minutes: int = 10
     slurm_settings: Mapping[str, Any] = field(default_factory=dict)
     delete_with_stack: bool = True
@@ -165,7 +168,7 @@ class ParallelCluster(Construct):
             }
         }
 
-    def _iam(self) -> dict[str, Any]:
+    def _iam(self, policies: Sequence[iam.IManagedPolicy] = ()) -> dict[str, Any]:
         # Nodes read exactly the two objects they need: fetch.sh and the bundle.
         s3_access = [
             {
@@ -179,7 +182,8 @@ class ParallelCluster(Construct):
                 "EnableWriteAccess": False,
             },
         ]
-        return {"S3Access": s3_access, "AdditionalIamPolicies": [{"Policy": Fn.sub(SSM_POLICY)}]}
+        additional = [Fn.sub(SSM_POLICY), *(policy.managed_policy_arn for policy in policies)]
+        return {"S3Access": s3_access, "AdditionalIamPolicies": [{"Policy": arn} for arn in additional]}
 
     def _root_volume(self, size: int) -> dict[str, Any]:
         return {"LocalStorage": {"RootVolume": {"Size": size, "Encrypted": True, "VolumeType": "gp3"}}}
@@ -228,7 +232,7 @@ class ParallelCluster(Construct):
                 "InstanceType": props.head_node_instance_type,
                 "Networking": head_networking,
                 **self._root_volume(SERVICE_NODE_ROOT_VOLUME_GIB),
-                "Iam": self._iam(),
+                "Iam": self._iam(props.head_node_policies),
                 "Imds": {"Secured": True},
                 "CustomActions": self._on_node_configured(),
             },

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from aws_cdk import Arn, ArnFormat, RemovalPolicy, Stack
 from aws_cdk import aws_aps as aps
@@ -81,17 +81,39 @@ class _WorkspaceAccess:
         """Let GRANTEE query this workspace: PromQL, series, labels and metric metadata."""
         return self._grant(grantee, QUERY_ACTIONS, QUERY_KEY_ACTIONS)
 
+    def remote_write_statements(self) -> list[iam.PolicyStatement]:
+        """Return grant_remote_write's permissions as statements, for a managed policy (ParallelCluster's head node)."""
+        return [
+            iam.PolicyStatement(**access) for access in self._access(REMOTE_WRITE_ACTIONS, REMOTE_WRITE_KEY_ACTIONS)
+        ]
+
     def _grant(self, grantee: iam.IGrantable, actions: tuple[str, ...], key_actions: tuple[str, ...]) -> iam.Grant:
-        grant = iam.Grant.add_to_principal(grantee=grantee, actions=list(actions), resource_arns=[self.workspace_arn])
-        if self.key is None:
-            return grant
-        key_grant = iam.Grant.add_to_principal(
-            grantee=grantee,
-            actions=list(key_actions),
-            resource_arns=[self.key.key_arn],
-            conditions={"StringEquals": {"kms:ViaService": f"aps.{self._region}.amazonaws.com"}},
-        )
-        return grant.combine(key_grant)
+        grants = [
+            iam.Grant.add_to_principal(
+                grantee=grantee,
+                actions=access["actions"],
+                resource_arns=access["resources"],
+                conditions=access.get("conditions"),
+            )
+            for access in self._access(actions, key_actions)
+        ]
+        grant = grants[0]
+        for other in grants[1:]:
+            grant = grant.combine(other)
+        return grant
+
+    def _access(self, actions: tuple[str, ...], key_actions: tuple[str, ...]) -> list[dict[str, Any]]:
+        """Return ACTIONS on the workspace and, under a key of its own, KEY_ACTIONS on that key through AMP alone."""
+        access: list[dict[str, Any]] = [{"actions": list(actions), "resources": [self.workspace_arn]}]
+        if self.key is not None:
+            access.append(
+                {
+                    "actions": list(key_actions),
+                    "resources": [self.key.key_arn],
+                    "conditions": {"StringEquals": {"kms:ViaService": f"aps.{self._region}.amazonaws.com"}},
+                }
+            )
+        return access
 
 
 @dataclass(frozen=True, kw_only=True)

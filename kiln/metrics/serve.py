@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import select
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType, TracebackType
@@ -50,7 +52,7 @@ def log(kind: str, message: str) -> None:
 def serve(registry: CollectorRegistry, listen: Listen, kind: str, on_start: Callable[[], None] | None = None) -> int:
     """Serve REGISTRY on LISTEN until SIGTERM or SIGINT; return the exit code (1 when it cannot listen)."""
     # The handlers come first: a signal sent as soon as the serving line appears must stop the server cleanly.
-    with _StopSignals() as stop:
+    with StopSignals() as stop:
         try:
             server, thread = start_http_server(listen.port, addr=listen.host or ALL_INTERFACES, registry=registry)
         except OSError as exc:
@@ -74,19 +76,23 @@ def _note(signum: int, frame: FrameType | None) -> None:
     return None
 
 
-class _StopSignals:
+class StopSignals:
     """SIGTERM and SIGINT as bytes on a pipe the main thread blocks on (no race between a check and a wait)."""
 
-    def __enter__(self) -> _StopSignals:
+    def __enter__(self) -> StopSignals:
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)
         self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
         self._previous = {signum: signal.signal(signum, _note) for signum in STOP_SIGNALS}
         return self
 
-    def wait(self) -> int:
-        """Block until a stop signal arrives; return its number."""
+    def wait(self, timeout_s: float | None = None) -> int | None:
+        """Block until a stop signal arrives and return its number, or return None after TIMEOUT_S seconds."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not select.select([self._read], [], [], remaining)[0]:
+                return None
             for signum in os.read(self._read, 64):
                 if signum in STOP_SIGNALS:
                     return signum

@@ -9,9 +9,10 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -19,15 +20,17 @@ from prometheus_client.registry import Collector
 SEPARATOR = "|"
 DEFAULT_TIMEOUT_S = 10.0
 SINFO_FIELDS = ("NodeList", "PartitionName", "StateLong", "CPUsState", "Gres", "GresUsed")
-# `Field:|` is width 0 (the whole value, never cut or padded) with "|" as the field's suffix; the last field
-# needs none. One line per node and partition (--Node); hidden partitions too (--all).
-SINFO_COMMAND = (
-    "sinfo",
-    "--noheader",
-    "--Node",
-    "--all",
-    "--Format=" + ",".join(f"{field}:{SEPARATOR}" for field in SINFO_FIELDS[:-1]) + f",{SINFO_FIELDS[-1]}:",
-)
+
+
+def sinfo_command(fields: Sequence[str]) -> tuple[str, ...]:
+    """Return the sinfo command line printing FIELDS with SEPARATOR between them, one line per node and partition."""
+    # `Field:|` is width 0 (the whole value, never cut or padded) with "|" as the field's suffix; the last field
+    # needs none. One line per node and partition (--Node); hidden partitions too (--all).
+    formats = [f"{field}:{SEPARATOR}" for field in fields[:-1]] + [f"{fields[-1]}:"]
+    return ("sinfo", "--noheader", "--Node", "--all", "--Format=" + ",".join(formats))
+
+
+SINFO_COMMAND = sinfo_command(SINFO_FIELDS)
 # One line per array task (--array), every user's jobs in every partition (--all), in the states squeue shows by
 # default. The reason comes last: it may be free text (a job's state description).
 SQUEUE_COMMAND = ("squeue", "--noheader", "--all", "--array", f"--format=%P{SEPARATOR}%T{SEPARATOR}%r")
@@ -42,6 +45,7 @@ ALWAYS_SHOWN_JOB_STATES = ("pending", "running")
 MAX_REASON_CHARS = 120
 GRES_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
 _COUNT = re.compile(r"^(\d+)([KMGTP]?)$", re.IGNORECASE)
+T = TypeVar("T")
 
 
 class CommandError(Exception):
@@ -74,8 +78,18 @@ class JobRow:
 
 def base_state(text: str) -> str:
     """Return a node's base state in lowercase, without sinfo's flag suffixes or `+flags`."""
-    state = text.strip().lower().split("+", 1)[0].rstrip(STATE_FLAGS)
-    return state or "unknown"
+    return _split_state(text)[0] or "unknown"
+
+
+def state_flags(text: str) -> str:
+    """Return the flag characters sinfo appended to a node's state ("~" powered off, "#" powering up, ...)."""
+    return _split_state(text)[1]
+
+
+def _split_state(text: str) -> tuple[str, str]:
+    word = text.strip().lower().split("+", 1)[0]
+    state = word.rstrip(STATE_FLAGS)
+    return state, word[len(state) :]
 
 
 def gres_count(text: str, name: str) -> int:
@@ -109,10 +123,7 @@ def _gres_items(text: str) -> list[str]:
 def parse_sinfo(text: str) -> list[NodeRow]:
     """Parse the output of SINFO_COMMAND; raise ValueError on a line it cannot read."""
     rows = []
-    for number, line in _lines(text):
-        fields = [field.strip() for field in line.split(SEPARATOR)]
-        if len(fields) != len(SINFO_FIELDS) or not fields[0]:
-            raise ValueError(f"sinfo line {number}: expected {len(SINFO_FIELDS)} fields, got {line!r}")
+    for number, fields in sinfo_lines(text, len(SINFO_FIELDS)):
         node, partition, state, cpus_state, gres, gres_used = fields
         allocated, total = _cpus(cpus_state, number)
         rows.append(
@@ -129,6 +140,15 @@ def parse_sinfo(text: str) -> list[NodeRow]:
             )
         )
     return rows
+
+
+def sinfo_lines(text: str, count: int) -> Iterator[tuple[int, list[str]]]:
+    """Yield each non-blank line's number and its COUNT fields; raise ValueError on a line without them or a node."""
+    for number, line in _lines(text):
+        fields = [field.strip() for field in line.split(SEPARATOR)]
+        if len(fields) != count or not fields[0]:
+            raise ValueError(f"sinfo line {number}: expected {count} fields, got {line!r}")
+        yield number, fields
 
 
 def _cpus(text: str, number: int) -> tuple[int, int]:
@@ -262,14 +282,16 @@ def scrape(timeout_s: float = DEFAULT_TIMEOUT_S) -> tuple[list[NodeRow], list[Jo
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="kiln-slurm") as pool:
         sinfo = pool.submit(run_command, SINFO_COMMAND, timeout_s)
         squeue = pool.submit(run_command, SQUEUE_COMMAND, timeout_s)
-        outputs = [(SINFO_COMMAND, sinfo.result(), parse_sinfo), (SQUEUE_COMMAND, squeue.result(), parse_squeue)]
-    parsed = []
-    for argv, text, parse in outputs:
-        try:
-            parsed.append(parse(text))
-        except ValueError as exc:
-            raise CommandError(f"{shlex.join(argv)} printed what kiln cannot read: {exc}") from None
-    return parsed[0], parsed[1]
+        sinfo_text, squeue_text = sinfo.result(), squeue.result()
+    return parse_output(SINFO_COMMAND, sinfo_text, parse_sinfo), parse_output(SQUEUE_COMMAND, squeue_text, parse_squeue)
+
+
+def parse_output(argv: Sequence[str], text: str, parse: Callable[[str], T]) -> T:
+    """Return PARSE(TEXT), what ARGV printed; raise CommandError with one line when PARSE cannot read it."""
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise CommandError(f"{shlex.join(argv)} printed what kiln cannot read: {exc}") from None
 
 
 class SlurmCollector(Collector):

@@ -214,6 +214,12 @@ class Software(SpecModel):
         pattern=VERSION_PATTERN,
         description="Prometheus node exporter release (observability); versions with a digest in kiln need no lock.",
     )
+    prometheus: str = Field(
+        "3.5.0",
+        pattern=VERSION_PATTERN,
+        description="Prometheus release the agent runs as on Slurm backends (observability.prometheus); versions with "
+        "a digest in kiln need no lock.",
+    )
     dcgm_exporter: str = Field(
         "4.6.0-4.8.3",
         pattern=DCGM_EXPORTER_PATTERN,
@@ -257,12 +263,17 @@ class Observability(SpecModel):
     dcgm_exporter: bool = Field(
         True, description="NVIDIA's DCGM exporter on GPU nodes (EKS: NVIDIA's Helm chart on the GPU node groups)."
     )
-    efa_exporter: bool = Field(True, description="kiln's EFA hardware-counter exporter on EFA nodes.")
+    efa_exporter: bool = Field(
+        True,
+        description="kiln's EFA hardware-counter exporter, where the cluster has EFA nodes (Slurm backends: on every "
+        "node, so each one's device count shows; EKS: on the training nodes).",
+    )
     prometheus: bool = Field(
         False,
         description="An Amazon Managed Service for Prometheus workspace (kept like the data bucket) that the "
         "exporters' metrics go to, labelled cluster=<name>: on EKS through an AWS managed collector, on Slurm backends "
-        "through a Prometheus agent beside the Slurm exporter.",
+        "through a Prometheus agent on the Slurm exporter's node (it finds the nodes through sinfo); the local cluster "
+        "runs Debian's Prometheus over its exporters instead.",
     )
     grafana: bool = Field(
         False,

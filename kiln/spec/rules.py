@@ -571,18 +571,23 @@ def observability(spec: ClusterSpec) -> Iterator[Problem]:
             "got true without prometheus: the dashboards read the Prometheus workspace; set prometheus: true",
             ("observability", "prometheus"),
         )
-    if wanted.slurm_exporter is not True:
-        return
-    path = ("observability", "slurm_exporter")
-    if not _slurm_nodes(spec):
-        yield _p(path, "got true, but this cluster runs no Slurm (EKS): leave it out")
-    elif spec.compute.backend == "pcs" and not spec.compute.login_nodes.count:
-        yield _p(
-            path,
-            "got true, but PCS runs the Slurm controller itself and this cluster has no login node to run the "
-            "exporter on: set compute.login_nodes.count, or leave slurm_exporter out",
-            ("compute", "login_nodes", "count"),
-        )
+    login_nodes = spec.compute.login_nodes.count
+    for field, value, what in (
+        ("slurm_exporter", wanted.slurm_exporter is True, "the exporter"),
+        ("prometheus", wanted.prometheus and _slurm_nodes(spec), "the Prometheus agent"),
+    ):
+        if not value:
+            continue
+        path = ("observability", field)
+        if not _slurm_nodes(spec):
+            yield _p(path, "got true, but this cluster runs no Slurm (EKS): leave it out")
+        elif spec.compute.backend == "pcs" and not login_nodes:
+            yield _p(
+                path,
+                f"got true, but PCS runs the Slurm controller itself and this cluster has no login node to run "
+                f"{what} on: set compute.login_nodes.count, or leave {field} out",
+                ("compute", "login_nodes", "count"),
+            )
 
 
 def _tag_problem(key: str, value: str) -> str | None:

@@ -41,8 +41,14 @@ def config_from_spec(
     if target == "local":
         if local is None:
             raise ValueError("target 'local': needs local=LocalCluster(...) (the nodes are not in the spec)")
+        exporters = local_exporters(spec.observability)
         return BootstrapConfig(
-            target="local", os="debian12", local=local, exporters=local_exporters(spec.observability), **common
+            target="local",
+            os="debian12",
+            local=local,
+            exporters=exporters,
+            prometheus_agent=local_prometheus(spec.observability, exporters),
+            **common,
         )
     allowed = ("eks",) if hyperpod_on_eks else (compute.backend,)
     if target not in allowed:
@@ -58,6 +64,7 @@ def config_from_spec(
         for group in compute.groups
     )
     types = tuple(dict.fromkeys(ec2_type_name(name) for name in (*service, *(g.instance_type for g in groups))))
+    exporters = node_exporters(spec, target, types)
     return BootstrapConfig(
         target=target,
         # EKS nodes (and HyperPod's EKS nodes) boot the EKS-optimized Amazon Linux 2023 image.
@@ -77,9 +84,11 @@ def config_from_spec(
             enroot=software.enroot,
             pyxis=software.pyxis,
             node_exporter=software.node_exporter,
+            prometheus=software.prometheus,
             dcgm_exporter=software.dcgm_exporter,
         ),
-        exporters=node_exporters(spec, target, types),
+        exporters=exporters,
+        prometheus_agent=runs_prometheus_agent(spec, target, exporters),
         containers=software.containers,
         container_runtime="containerd" if target == "eks" else "docker",
         lustre=spec.storage.lustre is not None,
@@ -98,6 +107,23 @@ def local_exporters(wanted: Observability | None) -> tuple[str, ...]:
     return tuple(name for name in LOCAL_EXPORTERS if getattr(wanted, f"{name}_exporter") is not False)
 
 
+def local_prometheus(wanted: Observability | None, exporters: tuple[str, ...]) -> bool:
+    """Return whether the local cluster runs Prometheus over its exporters: when the spec asks for a workspace."""
+    return bool(wanted is not None and wanted.prometheus and exporters)
+
+
+def slurm_exporter_node(spec: ClusterSpec, target: str) -> bool:
+    """Return whether TARGET has a node beside Slurm's controller for the Slurm exporter and the agent: not on EKS
+    (no Slurm), and on PCS (which runs the controller itself) only with login nodes."""
+    return target != "eks" and (target != "pcs" or bool(spec.compute.login_nodes.count))
+
+
+def runs_prometheus_agent(spec: ClusterSpec, target: str, exporters: tuple[str, ...]) -> bool:
+    """Return whether TARGET's nodes run the Prometheus agent (Slurm backends; EKS has AMP's collector)."""
+    wanted = spec.observability
+    return bool(wanted is not None and wanted.prometheus and exporters and slurm_exporter_node(spec, target))
+
+
 def node_exporters(spec: ClusterSpec, target: str, instance_types: tuple[str, ...]) -> tuple[str, ...]:
     """Return the exporters the bootstrap of TARGET installs for SPEC's nodes (on EKS, Helm charts run the rest)."""
     wanted = spec.observability
@@ -107,9 +133,7 @@ def node_exporters(spec: ClusterSpec, target: str, instance_types: tuple[str, ..
     exporters = []
     if wanted.node_exporter and target != "eks":
         exporters.append("node")
-    # PCS runs the Slurm controller itself: the exporter goes on its login nodes, when it has any.
-    slurm_node = target != "eks" and (target != "pcs" or bool(spec.compute.login_nodes.count))
-    if wanted.slurm_exporter is not False and slurm_node:
+    if wanted.slurm_exporter is not False and slurm_exporter_node(spec, target):
         exporters.append("slurm")
     if wanted.dcgm_exporter and target != "eks" and any(f.gpu_count for f in facts):
         exporters.append("dcgm")

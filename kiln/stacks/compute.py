@@ -65,8 +65,14 @@ class ComputeStack(cdk.Stack):
             raise ValueError(
                 f"compute.backend: got {spec.compute.backend!r}; allowed here: {', '.join(BACKENDS_WITH_COMPUTE)}"
             )
+        config = config_from_spec(spec)
         context = ComputeContext(
-            spec=spec, network=network, storage=storage, ci=ci, image_id=self._node_image(spec, image)
+            spec=spec,
+            network=network,
+            storage=storage,
+            ci=ci,
+            image_id=self._node_image(spec, image),
+            agent_workspace=storage.prometheus if config.prometheus_agent else None,
         )
         self.spec = spec
         self.ci = ci
@@ -76,7 +82,7 @@ class ComputeStack(cdk.Stack):
         self.hyperpod: HyperPodCluster | None = None
         self.eks: EksTrainingCluster | None = None
         # The one rendered bundle of this spec's nodes (HyperPod's lifecycle scripts included).
-        self.bootstrap = BootstrapAssets(self, "Bootstrap", BootstrapAssetsProps(config=config_from_spec(spec)))
+        self.bootstrap = BootstrapAssets(self, "Bootstrap", BootstrapAssetsProps(config=config))
         nodes: NodeBootstrap = self.bootstrap.node_bootstrap
         backend = spec.compute.backend
         if backend == "pcs":
@@ -84,7 +90,9 @@ class ComputeStack(cdk.Stack):
             self.pcs = PcsCluster(self, "Pcs", props)
         elif backend == "parallelcluster":
             self.parallelcluster = ParallelCluster(
-                self, "ParallelCluster", parallelcluster_props(context, bootstrap=nodes)
+                self,
+                "ParallelCluster",
+                parallelcluster_props(context, bootstrap=nodes, head_node_policies=self._agent_policies(context)),
             )
         elif backend == "eks":
             self.eks = EksTrainingCluster(self, "Eks", eks_props(context, bootstrap=nodes, admin_role=self._ci_admin()))
@@ -101,8 +109,31 @@ class ComputeStack(cdk.Stack):
             if self.eks is not None:
                 # HyperPod's nodes join as EKS workers: the CNI's identity must exist before the first one.
                 self.hyperpod.cluster.node.add_dependency(self.eks.cni_identity, self.eks.pod_identity_agent)
+        self._grant_agent(context)
         self._observability(storage)
         self._outputs()
+
+    def _agent_policies(self, context: ComputeContext) -> list[iam.IManagedPolicy]:
+        """ParallelCluster's head node runs the agent: a managed policy letting it write to the workspace."""
+        workspace = context.agent_workspace
+        if workspace is None:
+            return []
+        policy = iam.ManagedPolicy(
+            self,
+            "MetricsWriter",
+            description=f"kiln {self.spec.name}: the head node's Prometheus agent writes to the metrics workspace",
+            statements=workspace.remote_write_statements(),
+        )
+        return [policy]
+
+    def _grant_agent(self, context: ComputeContext) -> None:
+        """PCS and HyperPod give all their nodes one role: the node running the agent writes through it."""
+        workspace = context.agent_workspace
+        if workspace is None:
+            return
+        role = self.pcs.role if self.pcs is not None else self.hyperpod.role if self.hyperpod is not None else None
+        if role is not None:
+            workspace.grant_remote_write(role)
 
     def _observability(self, storage: StorageStack) -> None:
         """Exporters on EKS (Helm charts and AMP's collector) and the Grafana workspace with kiln's dashboards."""

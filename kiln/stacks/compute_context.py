@@ -8,7 +8,7 @@ from typing import Any
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 
-from kiln.constructs import CapacityOption
+from kiln.constructs import CapacityOption, IPrometheusWorkspace
 from kiln.spec import ClusterSpec
 from kiln.spec.models import ComputeGroup
 from kiln.stacks.ci_mode import CiEnvironment
@@ -29,6 +29,8 @@ class ComputeContext:
     ci: CiEnvironment | None = None
     # The AMI nodes boot: the newest baked image, else the spec's ami_id; None: the backend's default image.
     image_id: str | None = None
+    # The Prometheus workspace the nodes' agent remote-writes to (observability.prometheus on a Slurm backend).
+    agent_workspace: IPrometheusWorkspace | None = None
 
     def cluster_env(self, *, mounts_fsx: bool) -> dict[str, str]:
         """Return the deploy-time values nodes read from cluster.env (FSx only where the nodes mount it)."""
@@ -44,6 +46,8 @@ class ComputeContext:
                 "KILN_FSX_MOUNT_NAME": lustre.mount_name,
                 "KILN_MOUNT_POINT": MOUNT_POINT,
             }
+        if self.agent_workspace is not None:
+            values["KILN_PROMETHEUS_REMOTE_WRITE_URL"] = self.agent_workspace.remote_write_url
         return values
 
     def client_groups(self) -> list[ec2.ISecurityGroup]:

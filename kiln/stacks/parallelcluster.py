@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from aws_cdk import aws_iam as iam
+
 from kiln.constructs import NodeBootstrap, ParallelClusterProps, SlurmQueue
 from kiln.stacks.compute_context import MOUNT_POINT, ComputeContext, capacity_option
 from kiln.stacks.network import wants_placement_group
 
 
-def parallelcluster_props(context: ComputeContext, *, bootstrap: NodeBootstrap) -> ParallelClusterProps:
+def parallelcluster_props(
+    context: ComputeContext, *, bootstrap: NodeBootstrap, head_node_policies: Sequence[iam.IManagedPolicy] = ()
+) -> ParallelClusterProps:
     """Translate the spec into ParallelCluster props (ParallelCluster makes its own placement groups)."""
     spec = context.spec
     compute = spec.compute
@@ -38,4 +44,5 @@ def parallelcluster_props(context: ComputeContext, *, bootstrap: NodeBootstrap) 
         file_system=context.storage.lustre,
         fsx_mount_dir=MOUNT_POINT,
         security_groups=context.client_groups(),
+        head_node_policies=tuple(head_node_policies),
     )

@@ -86,6 +86,7 @@ PINS = SoftwarePins(
     nvidia_container_toolkit="1.17.8",
     # A release artifacts.json has no digest for, so the stand-in tarball is verified through the lock.
     node_exporter="1.9.0",
+    prometheus="3.4.0",
     dcgm_exporter="4.6.0-4.8.3",
 )
 
@@ -135,6 +136,10 @@ def payloads() -> dict[str, tuple[str, bytes]]:
         "enroot-rpm": ("enroot-3.5.0-1.el8.x86_64.rpm", b"enroot rpm"),
         "enroot-caps-rpm": ("enroot+caps-3.5.0-1.el8.x86_64.rpm", b"caps rpm"),
         "pyxis": ("v0.20.0.tar.gz", _tar_gz({"pyxis-0.20.0/Makefile": ("all:\n", 0o644)})),
+        "prometheus": (
+            "prometheus-3.4.0.linux-amd64.tar.gz",
+            _tar_gz({"prometheus-3.4.0.linux-amd64/prometheus": ("#!/bin/sh\nexit 0\n", 0o755)}),
+        ),
         "node-exporter": (
             "node_exporter-1.9.0.linux-amd64.tar.gz",
             _tar_gz({"node_exporter-1.9.0.linux-amd64/node_exporter": ("#!/bin/sh\nexit 0\n", 0o755)}),

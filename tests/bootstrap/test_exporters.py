@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import sys
 
 import pytest
 
 from kiln.bootstrap.artifacts import python_package, resolve_artifact
+from kiln.bootstrap.cluster_env import cluster_env_text
 from kiln.bootstrap.config import BootstrapConfig
 from kiln.bootstrap.render import render_bundle
 from kiln.catalog.envfile import parse_env_file
-from kiln.catalog.exporters import EXPORTERS
+from kiln.catalog.exporters import EXPORTERS, PROMETHEUS_PORT
 from tests.bootstrap.conftest import CLUSTER_ENV, make_node, pcs_config
+from tests.conftest import ROOT
+
+WORKSPACE = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-0123/"
 
 
 def _bundle_env(config: BootstrapConfig, tmp_path) -> dict[str, str]:
@@ -43,33 +49,38 @@ def test_prometheus_client_is_the_version_pyproject_pins_and_a_full_digest():
     package = python_package("prometheus-client")
     assert package.requirement == f"prometheus-client=={package.version} --hash=sha256:{package.sha256}"
     assert len(package.sha256) == 64
-    from tests.conftest import ROOT
-
     assert f'"prometheus-client=={package.version}"' in (ROOT / "pyproject.toml").read_text()
 
 
-@pytest.mark.parametrize(
-    ("architecture", "instance", "digest"),
-    [
-        ("x86_64", "p5.48xlarge", "becb950ee80daa8ae7331d77966d94a611af79ad0d3307380907e0ec08f5b4e8"),
-        ("arm64", "m7g.16xlarge", "848f139986f63232ced83babe3cad1679efdbb26c694737edc1f4fbd27b96203"),
-    ],
-)
-def test_the_node_exporter_release_has_its_published_digest_per_architecture(architecture, instance, digest):
-    pins = dataclasses.replace(pcs_config().software, node_exporter="1.9.1")
+# Prometheus's releases with the digests of their sha256sums.txt, per architecture.
+RELEASES = {
+    ("node-exporter", "x86_64"): "becb950ee80daa8ae7331d77966d94a611af79ad0d3307380907e0ec08f5b4e8",
+    ("node-exporter", "arm64"): "848f139986f63232ced83babe3cad1679efdbb26c694737edc1f4fbd27b96203",
+    ("prometheus", "x86_64"): "e811827af26d822afb09a4f28314f61b618b12cff5369835a67f674d8b46f39a",
+    ("prometheus", "arm64"): "173389cc42bf09c4e6e54cb53fa07a5a835d7c261e14775d2183181d6e385d1c",
+}
+RELEASE_URLS = {
+    "node-exporter": "https://github.com/prometheus/node_exporter/releases/download/v1.9.1/node_exporter-1.9.1.linux-{}.tar.gz",
+    "prometheus": "https://github.com/prometheus/prometheus/releases/download/v3.5.0/prometheus-3.5.0.linux-{}.tar.gz",
+}
+
+
+@pytest.mark.parametrize(("name", "architecture"), sorted(RELEASES))
+def test_prometheus_releases_have_their_published_digest_per_architecture(name, architecture):
+    pins = dataclasses.replace(pcs_config().software, node_exporter="1.9.1", prometheus="3.5.0")
+    instance = {"x86_64": "p5.48xlarge", "arm64": "m7g.16xlarge"}[architecture]
     config = pcs_config(
         architecture=architecture,
         groups=(dataclasses.replace(pcs_config().groups[0], instance_type=instance),),
         service_instance_types=(),
         software=pins,
+        exporters=("node", "slurm"),
+        prometheus_agent=True,
         locked={},
     )
-    artifact = resolve_artifact(config, "node-exporter")
-    deb_arch = {"x86_64": "amd64", "arm64": "arm64"}[architecture]
-    assert artifact.url == (
-        f"https://github.com/prometheus/node_exporter/releases/download/v1.9.1/node_exporter-1.9.1.linux-{deb_arch}.tar.gz"
-    )
-    assert artifact.published and artifact.sha256 == digest
+    artifact = resolve_artifact(config, name)
+    assert artifact.url == RELEASE_URLS[name].format({"x86_64": "amd64", "arm64": "arm64"}[architecture])
+    assert artifact.published and artifact.sha256 == RELEASES[(name, architecture)]
 
 
 @pytest.mark.parametrize(
@@ -79,6 +90,8 @@ def test_the_node_exporter_release_has_its_published_digest_per_architecture(arc
         ({"exporters": ("node", "node")}, "each exporter once"),
         ({"exporters": ("prom",)}, "exporters: got 'prom'"),
         ({"target": "eks", "service_instance_types": (), "exporters": ("slurm",)}, "runs no Slurm"),
+        ({"target": "eks", "service_instance_types": (), "exporters": (), "prometheus_agent": True}, "runs no Slurm"),
+        ({"exporters": (), "prometheus_agent": True}, "without exporters to scrape"),
     ],
 )
 def test_exporters_a_target_cannot_run_are_refused(changes, message):
@@ -145,7 +158,12 @@ def _with_kiln_metrics(node) -> None:
             "p5.48xlarge",
             ["kiln-dcgm-exporter.service", "kiln-efa-exporter.service", "kiln-node-exporter.service"],
         ),
-        ("login", "m5.8xlarge", ["kiln-node-exporter.service", "kiln-slurm-exporter.service"]),
+        # kiln's EFA exporter runs on every node of a cluster with EFA nodes (0 devices here).
+        (
+            "login",
+            "m5.8xlarge",
+            ["kiln-efa-exporter.service", "kiln-node-exporter.service", "kiln-slurm-exporter.service"],
+        ),
     ],
 )
 def test_each_node_starts_the_exporters_of_its_role_and_hardware(tmp_path, slurm_bundle, role, instance, units):
@@ -162,3 +180,105 @@ def test_each_node_starts_the_exporters_of_its_role_and_hardware(tmp_path, slurm
     else:
         efa = (node.root / "etc/systemd/system/kiln-efa-exporter.service").read_text()
         assert "ExecStart=/opt/kiln/venv/bin/kiln-metrics efa --listen :9342" in efa
+
+
+@pytest.fixture(scope="module")
+def agent_bundle(tmp_path_factory):
+    config = pcs_config(exporters=("node", "slurm", "dcgm", "efa"), prometheus_agent=True)
+    return render_bundle(config, tmp_path_factory.mktemp("agent") / "bundle").directory
+
+
+AGENT_ENV = {**CLUSTER_ENV, "KILN_PROMETHEUS_REMOTE_WRITE_URL": f"{WORKSPACE}api/v1/remote_write"}
+
+
+def test_the_agent_bundle_pins_prometheus_and_needs_the_remote_write_url(agent_bundle):
+    env = parse_env_file((agent_bundle / "bundle.env").read_text())
+    assert (env["KILN_PROMETHEUS_AGENT"], env["KILN_PROMETHEUS_VERSION"], env["KILN_PROMETHEUS_PORT"]) == (
+        "1",
+        "3.4.0",
+        str(PROMETHEUS_PORT),
+    )
+    assert env["KILN_ARTIFACT_PROMETHEUS_URL"].endswith("/v3.4.0/prometheus-3.4.0.linux-amd64.tar.gz")
+    assert "KILN_PROMETHEUS_REMOTE_WRITE_URL" in env["KILN_REQUIRED_CLUSTER_ENV"].split()
+    assert "KILN_PROMETHEUS_AGENT" in env["KILN_PINS_INSTALL_EXPORTERS"].split()
+
+
+def test_a_node_without_the_remote_write_url_stops_before_any_step(tmp_path, agent_bundle):
+    node = make_node(tmp_path, agent_bundle)
+    result = node.run("configure_exporters", KILN_NODE_ROLE="login")
+    assert result.returncode != 0
+    assert "lacks KILN_PROMETHEUS_REMOTE_WRITE_URL" in result.stderr
+
+
+@pytest.mark.parametrize(("role", "installed"), [("login", True), ("worker", False)])
+def test_prometheus_is_fetched_only_where_the_agent_runs(tmp_path, agent_bundle, role, installed):
+    node = make_node(tmp_path, agent_bundle, cluster_env={**AGENT_ENV, "KILN_INSTANCE_TYPE": "m5.8xlarge"})
+    _with_kiln_metrics(node)
+    result = node.run("install_exporters", KILN_NODE_ROLE=role)
+    assert result.returncode == 0, result.stderr
+    binary = node.root / "opt/kiln/prometheus/prometheus"
+    assert binary.is_file() is installed
+    if installed:
+        assert (node.root / "opt/kiln/prometheus").resolve().name == "prometheus-3.4.0"
+    else:
+        assert "Prometheus agent: it runs on the login node, this is a worker" in result.stdout + result.stderr
+
+
+def _with_real_kiln_metrics(node) -> None:
+    # kiln-metrics itself, from this checkout, where the venv's entry point would be.
+    venv_bin = node.root / "opt/kiln/venv/bin"
+    venv_bin.mkdir(parents=True)
+    script = venv_bin / "kiln-metrics"
+    script.write_text(f'#!/bin/sh\nPYTHONPATH="{ROOT}" exec "{sys.executable}" -m kiln.metrics "$@"\n')
+    script.chmod(0o755)
+
+
+def test_the_agent_node_writes_the_agent_config_and_starts_the_agent_and_its_node_list(tmp_path, agent_bundle):
+    node = make_node(tmp_path, agent_bundle, cluster_env={**AGENT_ENV, "KILN_INSTANCE_TYPE": "m5.8xlarge"})
+    _with_real_kiln_metrics(node)
+    result = node.run("configure_exporters", KILN_NODE_ROLE="login")
+    assert result.returncode == 0, result.stderr
+    config = json.loads((node.root / "etc/kiln/prometheus/agent.yml").read_text())
+    assert config["global"]["external_labels"] == {"cluster": "llm"}
+    assert config["remote_write"] == [{"url": f"{WORKSPACE}api/v1/remote_write", "sigv4": {"region": "us-east-1"}}]
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert set(jobs) == {"node", "slurm", "dcgm", "efa"}
+    assert jobs["dcgm"]["file_sd_configs"][0]["files"] == ["/var/lib/kiln-prometheus/targets/dcgm.json"]
+    units = node.root / "etc/systemd/system"
+    targets = (units / "kiln-metrics-targets.service").read_text()
+    assert "kiln-metrics targets --dir /var/lib/kiln-prometheus/targets --exporters node,dcgm,efa --self " in targets
+    assert "Environment=PATH=/opt/aws/pcs/scheduler/slurm-24.11/bin:" in targets
+    agent = (units / "kiln-prometheus-agent.service").read_text()
+    assert "ExecStart=/opt/kiln/prometheus/prometheus --agent --config.file=/etc/kiln/prometheus/agent.yml " in agent
+    assert f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}" in agent
+    assert "ExecReload=/bin/kill -HUP $MAINPID" in agent
+    for unit in (targets, agent):
+        assert "User=kiln-prometheus" in unit and "StateDirectory=kiln-prometheus" in unit
+        assert "DynamicUser=yes" in unit
+    calls = node.calls()
+    assert "systemctl restart kiln-prometheus-agent.service" in calls
+    assert "systemctl restart kiln-metrics-targets.service" in calls
+
+    # Booted again with the same values: nothing restarts. With another workspace URL: the agent rereads its config.
+    since = len(node.calls())
+    again = node.run("configure_exporters", KILN_NODE_ROLE="login")
+    assert again.returncode == 0, again.stderr
+    assert [c for c in node.calls()[since:] if "restart" in c] == []
+    moved = {**AGENT_ENV, "KILN_INSTANCE_TYPE": "m5.8xlarge", "KILN_PROMETHEUS_REMOTE_WRITE_URL": "https://x/"}
+    (node.root / "etc/kiln/cluster.env").write_text(cluster_env_text(moved))
+    since = len(node.calls())
+    reloaded = node.run("configure_exporters", KILN_NODE_ROLE="login")
+    assert reloaded.returncode == 0, reloaded.stderr
+    assert [c for c in node.calls()[since:] if "restart" in c] == [
+        "systemctl reload-or-restart kiln-prometheus-agent.service"
+    ]
+
+
+def test_workers_run_no_agent(tmp_path, agent_bundle):
+    node = make_node(tmp_path, agent_bundle, cluster_env=AGENT_ENV)
+    _with_kiln_metrics(node)
+    result = node.run("configure_exporters", KILN_NODE_ROLE="worker")
+    assert result.returncode == 0, result.stderr
+    units = node.root / "etc/systemd/system"
+    assert not (units / "kiln-prometheus-agent.service").exists()
+    assert not (units / "kiln-metrics-targets.service").exists()

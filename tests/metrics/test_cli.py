@@ -237,8 +237,11 @@ def test_a_missing_sysfs_is_exit_2_and_one_line(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "kiln-metrics: error: the following arguments are required: {slurm,efa}"),
-        (["prometheus"], "kiln-metrics: error: argument {slurm,efa}: invalid choice: 'prometheus'"),
+        ([], "kiln-metrics: error: the following arguments are required: {slurm,efa,targets,agent-config}"),
+        (
+            ["prometheus"],
+            "kiln-metrics: error: argument {slurm,efa,targets,agent-config}: invalid choice: 'prometheus'",
+        ),
         (["slurm"], "kiln-metrics slurm: error: the following arguments are required: --listen"),
     ],
 )

@@ -1,29 +1,48 @@
 # shellcheck shell=bash
-# The Prometheus exporters of the spec's observability section, each verified like every other download:
-# the node exporter from Prometheus's release (sha256 from artifacts.json; on the local target Debian's
-# signed package), NVIDIA's DCGM and DCGM exporter pinned from the signed CUDA repository on GPU nodes, and
-# prometheus_client (pip --require-hashes) in kiln's venv for kiln's own Slurm and EFA exporters.
+# The Prometheus exporters of the spec's observability section, each verified like every other download: the
+# node exporter (and the agent's Prometheus) from Prometheus's releases (sha256 from artifacts.json; on the
+# local target Debian's signed packages), NVIDIA's DCGM and DCGM exporter pinned from the signed CUDA
+# repository on GPU nodes, and prometheus_client (pip --require-hashes) in kiln's venv for kiln-metrics.
+
+# Unpack release tarball artifact $1 (version $2) into /opt/kiln/$1-$2, which must then hold binary $3, and point
+# /opt/kiln/$1 at it.
+install_release() {
+  local name="$1" version="$2" binary="$3" dest staging
+  dest="$(root_path "/opt/kiln/${name}-${version}")"
+  if [[ -x "${dest}/${binary}" ]]; then
+    skip "${name} ${version} is installed"
+  else
+    fetch_artifact "$name"
+    staging="${dest}.kiln-new"
+    rm -rf "$staging"
+    mkdir -p "$staging"
+    tar -xzf "$KILN_FETCHED" -C "$staging" --strip-components=1
+    [[ -x "${staging}/${binary}" ]] || die "${name} ${version}: no ${binary} in ${KILN_FETCHED}"
+    mv -f "$staging" "$dest"
+  fi
+  ln -sfn "${name}-${version}" "$(root_path "/opt/kiln/${name}")"
+}
 
 install_node_exporter() {
-  local version="${KILN_NODE_EXPORTER_VERSION:-}" dest staging
   if [[ "$KILN_TARGET" == local ]]; then
     # The local cluster's nodes share this machine: Debian's package, which kiln local starts per node.
     ensure_packages prometheus-node-exporter
     return 0
   fi
-  dest="$(root_path "/opt/kiln/node-exporter-${version}")"
-  if [[ -x "${dest}/node_exporter" ]]; then
-    skip "node exporter ${version} is installed"
+  install_release node-exporter "$KILN_NODE_EXPORTER_VERSION" node_exporter
+}
+
+# The agent runs on one node (the Slurm exporter's): an image serves every role, a node booting unbaked fetches
+# Prometheus only where it runs.
+install_prometheus_agent() {
+  if [[ "$KILN_TARGET" == local ]]; then
+    # kiln local runs Debian's Prometheus over the local exporters.
+    ensure_packages prometheus
+  elif [[ "${KILN_PHASE:-}" != bake && "$KILN_NODE_ROLE" != "$KILN_SLURM_EXPORTER_ROLE" ]]; then
+    skip "Prometheus agent: it runs on the ${KILN_SLURM_EXPORTER_ROLE} node, this is a ${KILN_NODE_ROLE}"
   else
-    fetch_artifact node-exporter
-    staging="${dest}.kiln-new"
-    rm -rf "$staging"
-    mkdir -p "$staging"
-    tar -xzf "$KILN_FETCHED" -C "$staging" --strip-components=1
-    [[ -x "${staging}/node_exporter" ]] || die "node exporter ${version}: no node_exporter in ${KILN_FETCHED}"
-    mv -f "$staging" "$dest"
+    install_release prometheus "$KILN_PROMETHEUS_VERSION" prometheus
   fi
-  ln -sfn "node-exporter-${version}" "$(root_path /opt/kiln/node-exporter)"
 }
 
 # The DCGM exporter must run with the DCGM release it was built against: both are held at the pinned pair.
@@ -47,7 +66,8 @@ install_dcgm_exporter() {
   record_installed dcgm-exporter "${dcgm}-${exporter}"
 }
 
-# kiln's Slurm and EFA exporters are kiln-metrics, from kiln's wheel, with prometheus_client beside it.
+# kiln's Slurm and EFA exporters (and the agent's node discovery) are kiln-metrics, from kiln's wheel, with
+# prometheus_client beside it.
 install_kiln_metrics() {
   local requirements want="${KILN_LAUNCHER_WHEEL_SHA256} ${KILN_PROMETHEUS_CLIENT_REQUIREMENT}"
   if [[ -x "$(root_path /opt/kiln/venv)/bin/kiln-metrics" ]] && already_installed kiln-metrics "$want"; then
@@ -78,7 +98,11 @@ install_exporters() {
       skip "DCGM exporter: no GPUs on ${KILN_INSTANCE_TYPE}"
     fi
   fi
-  if exporter_wanted slurm || { exporter_wanted efa && ((KILN_EFA_COUNT > 0)); }; then
+  # The EFA exporter runs on every node of a cluster with EFA nodes: elsewhere it reports 0 devices.
+  if exporter_wanted slurm || exporter_wanted efa || ((KILN_PROMETHEUS_AGENT == 1)); then
     install_kiln_metrics
+  fi
+  if ((KILN_PROMETHEUS_AGENT == 1)); then
+    install_prometheus_agent
   fi
 }
