@@ -12,13 +12,13 @@ from typing import TextIO
 from kiln.local import daemons, network, preflight, procs, provision, slurm
 from kiln.local import state as state_file
 from kiln.local.errors import LocalError, LocalFailure
-from kiln.local.exporters import exporter_processes, scrape
+from kiln.local.exporters import exporter_processes, prepare, scrape
 from kiln.local.layout import DEFAULT_SUBNET, DEFAULT_TAG, ClusterLayout, default_prefix, plan_layout
 from kiln.local.progress import Progress, table
 from kiln.local.state import ClusterState, ProcessRecord
 from kiln.local.torchlink import link_torch
 from kiln.safe_output import UnsafeOutput, claim_directory, remove_owned_directory
-from kiln.stacks.bootstrap_config import local_exporters
+from kiln.stacks.bootstrap_config import local_exporters, local_prometheus
 
 DEFAULT_NODES = 2
 DEFAULT_SLURMCTLD_PORT = 6817
@@ -83,6 +83,7 @@ def _plan(options: UpOptions, prefix: Path) -> ClusterLayout:
         cluster_name=cluster_name,
         spec=spec,
         exporters=local_exporters(observability),
+        prometheus=local_prometheus(observability, local_exporters(observability)),
     )
 
 
@@ -228,6 +229,7 @@ class _Up:
             for exporter in exporters:
                 log = daemons.log_path(self.layout, exporter.role)
                 env = slurm.client_env(self.layout, self.env) if exporter.kind == "slurm" else self.env
+                prepare(exporter, slurm.client_env(self.layout, self.env))
                 record, _ = procs.start(exporter.role, list(exporter.launch), list(exporter.argv), log, env)
                 self.record(record)
                 daemons.wait_until(
@@ -310,7 +312,7 @@ def up(options: UpOptions, out: TextIO = sys.stdout) -> int:
         print(f"cluster up in {progress.elapsed:.1f}s", file=out)
     print_nodes(layout, out)
     for exporter in exporter_processes(layout):
-        print(f"metrics: {exporter.kind} exporter on {exporter.where}: {exporter.url}", file=out)
+        print(f"metrics: {exporter.title} on {exporter.where}: {exporter.url}", file=out)
     print(
         "next: kiln local run -- hostname | kiln local smoke | kiln local down"
         + ("" if prefix == Path(os.path.abspath(default_prefix())) else f"  (with --prefix {prefix})"),

@@ -62,6 +62,8 @@ class ClusterLayout:
     spec: str | None = None
     # The exporters `up` runs (kiln.catalog.exporters names): node on every node, slurm beside slurmctld.
     exporters: tuple[str, ...] = ()
+    # Whether `up` runs Prometheus over the exporters (the spec's observability.prometheus).
+    prometheus: bool = False
 
     @property
     def bridge(self) -> str:
@@ -182,6 +184,7 @@ def plan_layout(
     cluster_name: str = DEFAULT_CLUSTER_NAME,
     spec: str | None = None,
     exporters: tuple[str, ...] = (),
+    prometheus: bool = False,
 ) -> ClusterLayout:
     """Return the layout of a new cluster; raise LocalError for values that cannot work."""
     if not _TAG.match(tag):
@@ -225,4 +228,5 @@ def plan_layout(
         ),
         spec=spec,
         exporters=exporters,
+        prometheus=prometheus,
     )

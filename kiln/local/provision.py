@@ -54,9 +54,14 @@ def bootstrap_config(layout: ClusterLayout) -> BootstrapConfig:
             config = config_from_spec(load_spec_file(layout.spec), "local", local=local)
         else:
             config = BootstrapConfig(target="local", os="debian12", local=local)
-        # Checkpoints stay under the prefix: a spec's /fsx path means nothing on this machine. The exporters are
-        # the ones the layout recorded when the cluster was planned.
-        return dataclasses.replace(config, checkpoint_dir=str(layout.checkpoint_dir), exporters=layout.exporters)
+        # Checkpoints stay under the prefix: a spec's /fsx path means nothing on this machine. The exporters (and
+        # Prometheus) are the ones the layout recorded when the cluster was planned.
+        return dataclasses.replace(
+            config,
+            checkpoint_dir=str(layout.checkpoint_dir),
+            exporters=layout.exporters,
+            prometheus_agent=layout.prometheus and bool(layout.exporters),
+        )
     except ValueError as error:
         raise LocalError(f"bootstrap config: {error}") from None
 

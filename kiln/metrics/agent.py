@@ -81,6 +81,7 @@ def agent_config(
     # One job per exporter, in the catalog's order whatever the order asked.
     scrape_configs = [
         _scrape_config(exporter, targets_dir, self_name, self_address if exporter.name in on_self else None)
+        | {"relabel_configs": [{"target_label": "cluster", "replacement": cluster}]}
         for exporter in EXPORTERS.values()
         if exporter.name in asked
     ]
@@ -88,6 +89,8 @@ def agent_config(
         "global": {
             "scrape_interval": f"{SCRAPE_INTERVAL_S}s",
             "scrape_timeout": f"{SCRAPE_TIMEOUT_S}s",
+            # Every series carries cluster=<name> as the dashboards select it: set on each target (so a Prometheus
+            # queried where it scrapes has it too) and as an external label (kept on what is remote-written).
             "external_labels": {"cluster": cluster},
         },
         "scrape_configs": scrape_configs,

@@ -159,9 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     agent.add_argument(
         "--self-exporters",
-        type=_argument(lambda text: tuple(exporter.name for exporter in parse_exporters(text))),
+        type=_argument(lambda text: tuple(exporter.name for exporter in parse_exporters(text)) if text else ()),
         metavar="NAME,...",
-        help="the exporters this node runs itself (default: slurm and the every-node ones asked)",
+        help="the exporters this node runs itself (default: slurm and the every-node ones asked; empty for none)",
     )
     agent.add_argument("--out", required=True, type=Path, metavar="FILE", help="the configuration file to write")
     agent.add_argument(

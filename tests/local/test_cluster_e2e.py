@@ -11,17 +11,20 @@ import re
 import signal
 import subprocess
 import time
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from kiln.dashboards import dashboard_names, dashboard_queries, load_dashboard, substitute_variables
 from kiln.local import procs
 from kiln.local.exporters import exporter_processes, scrape
 from kiln.local.jobs import parse_step
 from kiln.local.slurm import slurmd_timeout_s
 from kiln.local.state import load
-from tests.conftest import ROOT
+from tests.conftest import MINIMAL_SPEC, ROOT
 from tests.local.conftest import Settings, kiln_local, kiln_local_popen, unique_settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("kiln-local")]
@@ -31,7 +34,10 @@ pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("kiln-local")]
 def cluster(e2e_ready, searchable_dir) -> tuple[Settings, subprocess.CompletedProcess]:
     """Bring up 2 nodes once for the module; take them down at the end even when a test failed."""
     settings = unique_settings(searchable_dir)
-    result = kiln_local(*settings.up_args(nodes=2))
+    # A spec asking for Prometheus: the cluster runs it over the exporters, as a Slurm backend's agent would.
+    spec = settings.prefix.parent / f"{settings.tag}-spec.json"
+    spec.write_text(json.dumps({**MINIMAL_SPEC, "name": "e2e", "observability": {"prometheus": True}}))
+    result = kiln_local(*settings.up_args(nodes=2), "--spec", str(spec))
     yield settings, result
     if (settings.prefix / "state.json").exists():
         kiln_local("down", "--prefix", str(settings.prefix))
@@ -65,7 +71,7 @@ def test_up_brings_two_nodes_to_idle_with_progress_and_a_table(cluster):
         assert row[2] == "idle", row
         assert row[1].startswith(settings.subnet.rsplit(".", 1)[0] + "."), row
     state = _state(settings)
-    exporters = {"node-exporter:node1", "node-exporter:node2", "slurm-exporter"}
+    exporters = {"node-exporter:node1", "node-exporter:node2", "slurm-exporter", "prometheus"}
     assert {r.role for r in state.processes} == {"munged", "slurmctld", "slurmd:node1", "slurmd:node2", *exporters}
     assert all(procs.is_running(record) for record in state.processes)
     for node in state.layout.nodes:
@@ -177,9 +183,10 @@ def test_exporters_serve_each_node_and_the_slurm_queue(cluster):
     settings, result = cluster
     layout = _state(settings).layout
     endpoints = {exporter.role: exporter for exporter in exporter_processes(layout)}
-    assert sorted(endpoints) == ["node-exporter:node1", "node-exporter:node2", "slurm-exporter"]
+    assert sorted(endpoints) == ["node-exporter:node1", "node-exporter:node2", "prometheus", "slurm-exporter"]
+    assert "metrics: Prometheus on controller: " in result.stdout
     for exporter in endpoints.values():
-        assert f"metrics: {exporter.kind} exporter on {exporter.where}: {exporter.url}" in result.stdout
+        assert f"metrics: {exporter.title} on {exporter.where}: {exporter.url}" in result.stdout
 
     for node in layout.nodes:
         samples = _samples(endpoints[f"node-exporter:{node.name}"].url)
@@ -219,6 +226,48 @@ def test_exporters_serve_each_node_and_the_slurm_queue(cluster):
         assert re.search(
             rf"^{exporter.kind}\s+{exporter.where}\s+{re.escape(exporter.url)}\s+answering$", status.stdout, re.M
         )
+
+
+def _prometheus_query(layout, query: str) -> list[dict]:
+    url = f"http://{layout.controller_address}:9090/api/v1/query?" + urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - the local cluster's own Prometheus
+        answer = json.loads(response.read())
+    assert answer["status"] == "success", answer
+    return answer["data"]["result"]
+
+
+def test_prometheus_scrapes_every_exporter_and_answers_every_dashboard_query(cluster):
+    settings, _ = cluster
+    layout = _state(settings).layout
+
+    def all_up():
+        found = {(s["metric"]["job"], s["metric"]["instance"]): s for s in _prometheus_query(layout, "up")}
+        return found if len(found) == 3 and all(s["value"][1] == "1" for s in found.values()) else None
+
+    # The first scrape comes within one interval (30 s) of Prometheus starting.
+    up = _wait_for(all_up, 45, "Prometheus did not scrape the two node exporters and the Slurm exporter")
+    assert set(up) == {("node", "node1"), ("node", "node2"), ("slurm", "controller")}
+    assert {s["metric"]["cluster"] for s in up.values()} == {"e2e"}
+
+    # Every query of every dashboard is valid PromQL for this Prometheus; those over the node and Slurm exporters
+    # find series (the GPU and EFA ones have no exporter to read here). Rates need two scrapes (a minute here), and
+    # a panel that filters for failures (`== 0`, `> 0`) is empty while every node and exporter is well, and pending
+    # reasons exist only while a job waits.
+    answered = {}
+    for name in dashboard_names():
+        for query in dashboard_queries(load_dashboard(name)):
+            filled = substitute_variables(query, {"cluster": "e2e", "instance": ".*", "partition": ".*"})
+            answered[(name, query)] = _prometheus_query(layout, filled)
+    with_data = {key for key, result in answered.items() if result}
+    for name in ("cluster", "slurm"):
+        queries = [key for key in answered if key[0] == name]
+        expected = [
+            key
+            for key in queries
+            if "rate(" not in key[1] and "pending_reason" not in key[1] and not re.search(r"(==|>)\s*0\s*$", key[1])
+        ]
+        assert expected and [key[1] for key in expected if key not in with_data] == []
+    assert {key[0] for key in answered} == set(dashboard_names())
 
 
 def test_a_killed_exporter_is_reported_and_up_restarts_it(cluster):

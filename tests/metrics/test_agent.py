@@ -63,6 +63,10 @@ def _args(tmp_path: Path, *more: str, exporters: str = "node,slurm,dcgm,efa") ->
     ]  # fmt: skip
 
 
+# Every target gets the cluster label the dashboards select, so a Prometheus queried where it scrapes has it too.
+CLUSTER_LABEL = [{"target_label": "cluster", "replacement": "p5-demo"}]
+
+
 def test_the_whole_configuration(tmp_path: Path) -> None:
     targets = tmp_path / "targets"
 
@@ -82,17 +86,20 @@ def test_the_whole_configuration(tmp_path: Path) -> None:
                 "job_name": "node",
                 "static_configs": [{"targets": ["localhost:9100"], "labels": {"instance": "head", "node": "head"}}],
                 "file_sd_configs": _file_sd(targets, "node"),
+                "relabel_configs": CLUSTER_LABEL,
             },
             {
                 "job_name": "slurm",
                 # No node label: the Slurm exporter's samples carry their own, naming the node they describe.
                 "static_configs": [{"targets": ["localhost:9341"], "labels": {"instance": "head"}}],
+                "relabel_configs": CLUSTER_LABEL,
             },
-            {"job_name": "dcgm", "file_sd_configs": _file_sd(targets, "dcgm")},
+            {"job_name": "dcgm", "file_sd_configs": _file_sd(targets, "dcgm"), "relabel_configs": CLUSTER_LABEL},
             {
                 "job_name": "efa",
                 "static_configs": [{"targets": ["localhost:9342"], "labels": {"instance": "head", "node": "head"}}],
                 "file_sd_configs": _file_sd(targets, "efa"),
+                "relabel_configs": CLUSTER_LABEL,
             },
         ],
         "remote_write": [{"url": AMP_URL, "sigv4": {"region": "us-east-1"}}],
@@ -114,7 +121,11 @@ def test_jobs_follow_the_catalog_whatever_the_order_asked(tmp_path: Path) -> Non
 
     assert agent_config(**common, exporters=reversed(ALL)) == agent_config(**common, exporters=ALL)
     assert agent_config(**common, exporters=parse_exporters("dcgm"))["scrape_configs"] == [
-        {"job_name": "dcgm", "file_sd_configs": _file_sd(tmp_path, "dcgm")}
+        {
+            "job_name": "dcgm",
+            "file_sd_configs": _file_sd(tmp_path, "dcgm"),
+            "relabel_configs": [{"target_label": "cluster", "replacement": "c"}],
+        }
     ]
     jobs = agent_config(**common, exporters=parse_exporters("efa,slurm"))["scrape_configs"]
     assert [job["job_name"] for job in jobs] == ["slurm", "efa"]
@@ -410,11 +421,16 @@ def test_a_real_prometheus_agent_scrapes_the_nodes_kiln_metrics_targets_found(
     efa_target = active[("efa", "gpu-1")]
     assert efa_target["health"] == "up", (tmp_path / "prometheus.log").read_text()[-2000:]
     assert efa_target["scrapeUrl"] == f"http://{node}:9342/metrics"
-    assert efa_target["labels"] == {"instance": "gpu-1", "job": "efa", "node": "gpu-1"}
+    assert efa_target["labels"] == {"cluster": "p5-demo", "instance": "gpu-1", "job": "efa", "node": "gpu-1"}
     assert efa_target["discoveredLabels"]["__meta_filepath"] == str(targets / "efa.json")
     assert active[("dcgm", "gpu-1")]["scrapeUrl"] == f"http://{node}:9400/metrics"
     assert active[("node", "head")]["scrapeUrl"] == "http://localhost:9100/metrics"
-    assert active[("node", "head")]["labels"] == {"instance": "head", "job": "node", "node": "head"}
+    assert active[("node", "head")]["labels"] == {
+        "cluster": "p5-demo",
+        "instance": "head",
+        "job": "node",
+        "node": "head",
+    }
 
 
 def test_the_agent_scrapes_only_the_exporters_its_own_node_runs_where_they_listen(tmp_path):
