@@ -7,9 +7,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Debian packages the project needs: Slurm's client for the launcher's hostlist tests (the local
 # cluster adds the Slurm daemons and munge), gpg for the test that checks repository keys with the real
-# thing. npm (any Node) only bootstraps the pinned Node 22, so Debian's nodejs/npm are installed only
+# thing, Prometheus (promtool and the server) for the tests of the agent's configuration. npm (any Node) only bootstraps the pinned Node 22, so Debian's nodejs/npm are installed only
 # when no npm is on PATH at all.
-DEBIAN_PACKAGES ?= slurm-client gpg
+DEBIAN_PACKAGES ?= slurm-client gpg prometheus
 NODE_PACKAGES ?= nodejs npm
 
 # ParallelCluster's official config schema, at the version kiln's construct pins (its one place).

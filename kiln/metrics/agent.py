@@ -24,6 +24,9 @@ FILE_SD_REFRESH_S = 30
 # Plain HTTP only to this machine (tests, a local receiver); anything remote is HTTPS.
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost")
 SLURM_EXPORTER = "slurm"
+SLURM_INSTANCE = "slurmctld"
+# Amazon Managed Prometheus's high-availability label: one agent per value, deduplicated per cluster label.
+REPLICA_LABEL = "__replica__"
 
 
 def check_label_value(what: str, value: str) -> str:
@@ -96,6 +99,10 @@ def agent_config(
         "scrape_configs": scrape_configs,
     }
     if remote_write_url:
+        # Several agents of one cluster (PCS with more than one login node) send the same series: Amazon Managed
+        # Prometheus keeps one replica's samples per cluster label and drops the replica label (its HA
+        # deduplication), so the Slurm and compute-node series are not counted twice.
+        config["global"]["external_labels"][REPLICA_LABEL] = self_name
         # Queue settings stay Prometheus's own defaults: nothing measured here argues for others.
         remote_write: dict = {"url": check_remote_write_url(remote_write_url)}
         if region:
@@ -110,8 +117,9 @@ def _scrape_config(exporter: Exporter, targets_dir: Path, self_name: str, self_a
     if self_address is None:
         pass
     elif exporter.name == SLURM_EXPORTER:
-        # instance only: the Slurm exporter's samples carry a node label of their own (the node they describe).
-        job["static_configs"] = [{"targets": [target], "labels": {"instance": self_name}}]
+        # One instance name whichever node serves it: the exporter describes the cluster (its samples carry a node
+        # label of their own, naming the node they describe), so every agent's copy is the same series.
+        job["static_configs"] = [{"targets": [target], "labels": {"instance": SLURM_INSTANCE}}]
     elif exporter.name in EVERY_NODE_EXPORTERS:
         job["static_configs"] = [{"targets": [target], "labels": {"instance": self_name, "node": self_name}}]
     if exporter.name in PER_NODE_EXPORTERS:

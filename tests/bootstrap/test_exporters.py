@@ -239,7 +239,10 @@ def test_the_agent_node_writes_the_agent_config_and_starts_the_agent_and_its_nod
     result = node.run("configure_exporters", KILN_NODE_ROLE="login")
     assert result.returncode == 0, result.stderr
     config = json.loads((node.root / "etc/kiln/prometheus/agent.yml").read_text())
-    assert config["global"]["external_labels"] == {"cluster": "llm"}
+    assert config["global"]["external_labels"] == {
+        "cluster": "llm",
+        "__replica__": config["scrape_configs"][0]["static_configs"][0]["labels"]["instance"],
+    }
     assert config["remote_write"] == [{"url": f"{WORKSPACE}api/v1/remote_write", "sigv4": {"region": "us-east-1"}}]
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
     assert set(jobs) == {"node", "slurm", "dcgm", "efa"}

@@ -246,7 +246,7 @@ def test_prometheus_scrapes_every_exporter_and_answers_every_dashboard_query(clu
 
     # The first scrape comes within one interval (30 s) of Prometheus starting.
     up = _wait_for(all_up, 45, "Prometheus did not scrape the two node exporters and the Slurm exporter")
-    assert set(up) == {("node", "node1"), ("node", "node2"), ("slurm", "controller")}
+    assert set(up) == {("node", "node1"), ("node", "node2"), ("slurm", "slurmctld")}
     assert {s["metric"]["cluster"] for s in up.values()} == {"e2e"}
 
     # Every query of every dashboard is valid PromQL for this Prometheus; those over the node and Slurm exporters

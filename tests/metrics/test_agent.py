@@ -80,7 +80,12 @@ def test_the_whole_configuration(tmp_path: Path) -> None:
     )
 
     assert config == {
-        "global": {"scrape_interval": "30s", "scrape_timeout": "20s", "external_labels": {"cluster": "p5-demo"}},
+        # __replica__: Amazon Managed Prometheus deduplicates the agents of one cluster (PCS with two login nodes).
+        "global": {
+            "scrape_interval": "30s",
+            "scrape_timeout": "20s",
+            "external_labels": {"cluster": "p5-demo", "__replica__": "head"},
+        },
         "scrape_configs": [
             {
                 "job_name": "node",
@@ -91,7 +96,7 @@ def test_the_whole_configuration(tmp_path: Path) -> None:
             {
                 "job_name": "slurm",
                 # No node label: the Slurm exporter's samples carry their own, naming the node they describe.
-                "static_configs": [{"targets": ["localhost:9341"], "labels": {"instance": "head"}}],
+                "static_configs": [{"targets": ["localhost:9341"], "labels": {"instance": "slurmctld"}}],
                 "relabel_configs": CLUSTER_LABEL,
             },
             {"job_name": "dcgm", "file_sd_configs": _file_sd(targets, "dcgm"), "relabel_configs": CLUSTER_LABEL},
@@ -444,6 +449,7 @@ def test_the_agent_scrapes_only_the_exporters_its_own_node_runs_where_they_liste
         self_exporters=("slurm",),
     )
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    assert jobs["slurm"]["static_configs"] == [{"targets": ["10.77.0.1:9341"], "labels": {"instance": "controller"}}]
+    assert jobs["slurm"]["static_configs"] == [{"targets": ["10.77.0.1:9341"], "labels": {"instance": "slurmctld"}}]
+    assert config["global"]["external_labels"] == {"cluster": "local"}
     assert "static_configs" not in jobs["node"]
     assert jobs["node"]["file_sd_configs"][0]["files"] == [str(tmp_path.resolve() / "node.json")]
