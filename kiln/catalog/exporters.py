@@ -22,6 +22,10 @@ class Exporter:
     description: str
 
 
+# How often kiln's agents and AMP's collector scrape the exporters (AMP's collectors scrape at most every 30 s); the
+# dashboards' data source is told, so Grafana's $__rate_interval spans enough samples.
+SCRAPE_INTERVAL_S = 30
+
 # The port Prometheus serves on where kiln runs it: the agent on a Slurm backend's node (loopback only), the
 # local cluster's server (on the controller's address).
 PROMETHEUS_PORT = 9090

@@ -15,7 +15,7 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from kiln.catalog.exporters import EXPORTERS
+from kiln.catalog.exporters import EXPORTERS, SCRAPE_INTERVAL_S
 from kiln.constructs._checks import require
 from kiln.constructs.eks import NODE_GROUP_LABEL, SYSTEM_NODE_GROUP
 from kiln.constructs.eks_addons import GPU_PRESENT_LABEL, TOLERATE_EVERYTHING, HelmAddon, kiln_labels
@@ -104,7 +104,7 @@ class EksObservabilityProps:
     gpu_node_selector: Mapping[str, str] | None = None
     subnet_ids: Sequence[str] = ()
     security_group_ids: Sequence[str] = ()
-    scrape_interval_seconds: int = MIN_SCRAPE_INTERVAL_SECONDS
+    scrape_interval_seconds: int = SCRAPE_INTERVAL_S
     efa_exporter_port: int | None = None
     cluster_label: str | None = None
 

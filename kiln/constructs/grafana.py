@@ -14,6 +14,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from kiln.catalog.exporters import SCRAPE_INTERVAL_S
 from kiln.constructs._checks import require, require_in, unresolved
 from kiln.constructs.grafana_code.kiln_grafana import contract
 from kiln.dashboards import dashboard_names, load_dashboard
@@ -64,6 +65,8 @@ class GrafanaWorkspaceProps:
     grafana_version: the workspace's Grafana version; default "10.4". Grafana 9 or later: provisioning uses
         service accounts.
     log_retention: how long the provisioning function's log lines are kept; default one year.
+    scrape_interval_seconds: how often the exporters are scraped (the data source's minimum interval); default
+        kiln's (kiln.catalog.exporters.SCRAPE_INTERVAL_S).
     """
 
     name: str
@@ -75,6 +78,7 @@ class GrafanaWorkspaceProps:
     dashboards: tuple[str, ...] = dashboard_names()
     grafana_version: GrafanaVersion = "10.4"
     log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR
+    scrape_interval_seconds: int = SCRAPE_INTERVAL_S
 
     def __post_init__(self) -> None:
         require(
@@ -234,6 +238,7 @@ class GrafanaWorkspace(Construct):
                 contract.WORKSPACE_ENDPOINT: self.endpoint,
                 contract.PROMETHEUS_URL: props.prometheus_endpoint,
                 contract.PROMETHEUS_REGION: self.prometheus_region,
+                contract.SCRAPE_INTERVAL: str(props.scrape_interval_seconds),
                 contract.DASHBOARDS: [{"Name": name, "Body": body} for name, body in dashboards],
                 # A changed dashboard changes the digest (and the body): CloudFormation sends an Update.
                 contract.DASHBOARDS_DIGEST: self.dashboards_digest,

@@ -11,11 +11,10 @@ import urllib.parse
 from collections.abc import Iterable
 from pathlib import Path
 
-from kiln.catalog.exporters import EXPORTERS, Exporter
+from kiln.catalog.exporters import EXPORTERS, SCRAPE_INTERVAL_S, Exporter
 from kiln.catalog.names import REGION
 from kiln.metrics.targets import EVERY_NODE_EXPORTERS, PER_NODE_EXPORTERS, render, targets_file, write_if_changed
 
-SCRAPE_INTERVAL_S = 30
 # Longer than the Slurm exporter's clients may take (kiln.metrics.slurm.DEFAULT_TIMEOUT_S), so a slow
 # controller reads as kiln_slurm_up 0 rather than a failed scrape; below the interval, as Prometheus requires.
 SCRAPE_TIMEOUT_S = 20

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import copy
 import json
+import re
 import shutil
 import ssl
 import subprocess
@@ -23,6 +24,7 @@ from aws_cdk import CfnParameter
 from aws_cdk.assertions import Template
 from botocore.stub import ANY, Stubber
 
+from kiln.catalog.exporters import SCRAPE_INTERVAL_S
 from kiln.constructs import GrafanaWorkspace, GrafanaWorkspaceProps, nag_rules
 from kiln.constructs import grafana as grafana_module
 from kiln.constructs.grafana import (
@@ -279,6 +281,7 @@ def test_the_custom_resource_carries_every_chosen_dashboard_and_their_digest(bui
         "WorkspaceEndpoint": get_att(grafana.workspace, "Endpoint"),
         "PrometheusUrl": AMP_ENDPOINT,
         "PrometheusRegion": "us-west-2",  # the Prometheus workspace's, from its ARN
+        "ScrapeIntervalSeconds": str(SCRAPE_INTERVAL_S),  # how often kiln scrapes, for $__rate_interval
         "Dashboards": [{"Name": name, "Body": body} for name, body in bodies],
         "DashboardsDigest": contract.dashboards_digest(bodies),
     }
@@ -591,6 +594,7 @@ def _properties(names: tuple[str, ...] = ("cluster", "efa", "gpu", "slurm")) -> 
         "WorkspaceEndpoint": ENDPOINT,
         "PrometheusUrl": AMP_ENDPOINT,
         "PrometheusRegion": "us-west-2",
+        "ScrapeIntervalSeconds": "30",
         "Dashboards": [{"Name": name, "Body": body} for name, body in bodies],
         "DashboardsDigest": contract.dashboards_digest(bodies),
     }
@@ -624,7 +628,13 @@ EXPECTED_DATA_SOURCE = {
     "access": "proxy",
     "url": AMP_ENDPOINT,
     "isDefault": False,
-    "jsonData": {"httpMethod": "POST", "sigV4Auth": True, "sigV4AuthType": "ec2_iam_role", "sigV4Region": "us-west-2"},
+    "jsonData": {
+        "httpMethod": "POST",
+        "sigV4Auth": True,
+        "sigV4AuthType": "ec2_iam_role",
+        "sigV4Region": "us-west-2",
+        "timeInterval": "30s",
+    },
 }
 
 
@@ -895,3 +905,11 @@ def test_certificates_are_verified(tmp_path: Path) -> None:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+@pytest.mark.parametrize("interval", ["", "0", "30s", "-5"])
+def test_a_scrape_interval_that_is_not_whole_seconds_is_refused_naming_it(interval: str) -> None:
+    properties = {**_properties(("gpu",)), "ScrapeIntervalSeconds": interval}
+    expected = "missing ScrapeIntervalSeconds" if not interval else f"ScrapeIntervalSeconds: got '{interval}'"
+    with pytest.raises(provision.ProvisioningFailed, match=re.escape(expected)):
+        provision.Settings.from_properties(properties)

@@ -11,6 +11,7 @@ WORKSPACE_ID = "WorkspaceId"
 WORKSPACE_ENDPOINT = "WorkspaceEndpoint"
 PROMETHEUS_URL = "PrometheusUrl"
 PROMETHEUS_REGION = "PrometheusRegion"
+SCRAPE_INTERVAL = "ScrapeIntervalSeconds"  # how often the exporters are scraped: the data source's timeInterval
 DASHBOARDS = "Dashboards"  # a list of {"Name": name, "Body": the dashboard's JSON}
 DASHBOARDS_DIGEST = "DashboardsDigest"
 

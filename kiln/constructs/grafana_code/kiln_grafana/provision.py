@@ -19,6 +19,7 @@ from .contract import (
     DATA_SOURCE_VARIABLE,
     PROMETHEUS_REGION,
     PROMETHEUS_URL,
+    SCRAPE_INTERVAL,
     SERVICE_ACCOUNT,
     SERVICE_ACCOUNT_ROLE,
     TOKEN_PREFIX,
@@ -50,6 +51,7 @@ class Settings:
     endpoint: str
     prometheus_url: str
     prometheus_region: str
+    scrape_interval_seconds: int
     dashboards: tuple[tuple[str, dict[str, Any]], ...]
     digest: str
 
@@ -58,11 +60,23 @@ class Settings:
         """Read PROPERTIES; ProvisioningFailed names a missing property or a dashboard that is not JSON."""
         missing = [
             key
-            for key in (WORKSPACE_ID, WORKSPACE_ENDPOINT, PROMETHEUS_URL, PROMETHEUS_REGION, DASHBOARDS)
+            for key in (
+                WORKSPACE_ID,
+                WORKSPACE_ENDPOINT,
+                PROMETHEUS_URL,
+                PROMETHEUS_REGION,
+                SCRAPE_INTERVAL,
+                DASHBOARDS,
+            )
             if not properties.get(key)
         ]
         if missing:
             raise ProvisioningFailed(f"custom resource properties: missing {', '.join(missing)}")
+        scrape_interval = str(properties[SCRAPE_INTERVAL])
+        if not scrape_interval.isdigit() or int(scrape_interval) < 1:
+            raise ProvisioningFailed(
+                f"custom resource property {SCRAPE_INTERVAL}: got {scrape_interval!r}, allowed: seconds"
+            )
         dashboards = []
         for entry in properties[DASHBOARDS]:
             name = str(entry.get("Name", ""))
@@ -75,6 +89,7 @@ class Settings:
             endpoint=str(properties[WORKSPACE_ENDPOINT]),
             prometheus_url=str(properties[PROMETHEUS_URL]),
             prometheus_region=str(properties[PROMETHEUS_REGION]),
+            scrape_interval_seconds=int(scrape_interval),
             dashboards=tuple(dashboards),
             digest=str(properties.get(DASHBOARDS_DIGEST, "")),
         )
@@ -139,6 +154,8 @@ def upsert_data_source(api: GrafanaApi, settings: Settings) -> None:
             # Amazon Managed Grafana's name for "sign with the workspace's IAM role".
             "sigV4AuthType": "ec2_iam_role",
             "sigV4Region": settings.prometheus_region,
+            # Grafana's $__rate_interval is at least four of these: every rate spans enough samples.
+            "timeInterval": f"{settings.scrape_interval_seconds}s",
         },
     }
     what = f"data source {DATA_SOURCE_UID}"
