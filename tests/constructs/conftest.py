@@ -89,3 +89,27 @@ def synth_as_kiln(app: cdk.App, outdir: Path, stacks: list[cdk.Stack]) -> dict[s
         each.stack_name: Template.from_json(json.loads((outdir / f"{each.stack_name}.template.json").read_text()))
         for each in stacks
     }
+
+
+def policy_rows(document: dict) -> set[tuple[str, str, str | None]]:
+    """Every (action, resource, condition) a policy document allows, one row per pair."""
+    rows = set()
+    for statement in document["Statement"]:
+        assert statement["Effect"] == "Allow"
+        assert not {"NotAction", "NotResource", "NotPrincipal"} & statement.keys()
+        condition = json.dumps(statement["Condition"], sort_keys=True) if "Condition" in statement else None
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        rows |= {(a, json.dumps(r, sort_keys=True), condition) for a in actions for r in resources}
+    return rows
+
+
+def role_policies(template: Template, role: IConstruct) -> list[dict]:
+    """The documents of the inline policies TEMPLATE attaches to ROLE alone."""
+    policies = template.find_resources("AWS::IAM::Policy").values()
+    return [p["Properties"]["PolicyDocument"] for p in policies if p["Properties"]["Roles"] == [ref(role)]]
+
+
+def trust_statements(template: Template, role: IConstruct) -> list[dict]:
+    """ROLE's trust policy statements in TEMPLATE."""
+    return template.to_json()["Resources"][logical_id(role)]["Properties"]["AssumeRolePolicyDocument"]["Statement"]

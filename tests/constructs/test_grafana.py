@@ -38,7 +38,17 @@ from kiln.dashboards import dashboard_names, load_dashboard
 from kiln.scan import run_checkov
 from kiln.stacks import new_app
 from kiln.synth import lint_template, nag_report
-from tests.constructs.conftest import ENV, get_att, logical_id, ref, stack, synth_as_kiln
+from tests.constructs.conftest import (
+    ENV,
+    get_att,
+    logical_id,
+    policy_rows,
+    ref,
+    role_policies,
+    stack,
+    synth_as_kiln,
+    trust_statements,
+)
 
 ACCOUNT = ENV.account
 STACK_NAME = "llm-dashboards"
@@ -120,31 +130,9 @@ def test_the_other_choices_reach_the_workspace(plain: Built) -> None:
     assert properties["GrafanaVersion"] == "9.4"
 
 
-def _rows(document: dict) -> set[tuple[str, str, str | None]]:
-    """Every (action, resource, condition) a policy document allows, one row per pair."""
-    rows = set()
-    for statement in document["Statement"]:
-        assert statement["Effect"] == "Allow"
-        assert not {"NotAction", "NotResource", "NotPrincipal"} & statement.keys()
-        condition = json.dumps(statement["Condition"], sort_keys=True) if "Condition" in statement else None
-        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-        rows |= {(a, json.dumps(r, sort_keys=True), condition) for a in actions for r in resources}
-    return rows
-
-
-def _policies_of(built: Built, role) -> list[dict]:
-    policies = built.template.find_resources("AWS::IAM::Policy").values()
-    return [p["Properties"]["PolicyDocument"] for p in policies if p["Properties"]["Roles"] == [ref(role)]]
-
-
-def _trust(built: Built, role) -> list[dict]:
-    return built.resource(role)["Properties"]["AssumeRolePolicyDocument"]["Statement"]
-
-
 def test_only_grafana_of_this_account_assumes_the_workspace_role(built: Built) -> None:
     role = built.grafana.role.node.default_child
-    assert _trust(built, role) == [
+    assert trust_statements(built.template, role) == [
         {
             "Action": "sts:AssumeRole",
             "Condition": {"StringEquals": {"aws:SourceAccount": ACCOUNT}},
@@ -159,13 +147,13 @@ def test_only_grafana_of_this_account_assumes_the_workspace_role(built: Built) -
 def test_the_workspace_role_may_only_query_the_one_prometheus_workspace(built: Built, plain: Built) -> None:
     assert PROMETHEUS_QUERY_ACTIONS == ("aps:GetLabels", "aps:GetMetricMetadata", "aps:GetSeries", "aps:QueryMetrics")
     via_aps = json.dumps({"StringEquals": {"kms:ViaService": "aps.us-west-2.amazonaws.com"}}, sort_keys=True)
-    (document,) = _policies_of(built, built.grafana.role.node.default_child)
-    assert _rows(document) == {(a, json.dumps(AMP_ARN), None) for a in PROMETHEUS_QUERY_ACTIONS} | {
+    (document,) = role_policies(built.template, built.grafana.role.node.default_child)
+    assert policy_rows(document) == {(a, json.dumps(AMP_ARN), None) for a in PROMETHEUS_QUERY_ACTIONS} | {
         ("kms:Decrypt", json.dumps(KEY_ARN), via_aps)
     }
     # Without a key of its own, the workspace role touches no key.
-    (document,) = _policies_of(plain, plain.grafana.role.node.default_child)
-    assert _rows(document) == {(a, json.dumps(AMP_ARN), None) for a in PROMETHEUS_QUERY_ACTIONS}
+    (document,) = role_policies(plain.template, plain.grafana.role.node.default_child)
+    assert policy_rows(document) == {(a, json.dumps(AMP_ARN), None) for a in PROMETHEUS_QUERY_ACTIONS}
 
 
 # --- the provisioning function ---------------------------------------------------------------------------------
@@ -193,7 +181,7 @@ def test_the_function_runs_the_provisioner_one_at_a_time_with_its_own_logs(built
 def test_the_function_may_only_manage_its_service_account_tokens_on_this_workspace(built: Built) -> None:
     grafana = built.grafana
     role = grafana.provisioner_role.node.default_child
-    assert _trust(built, role) == [
+    assert trust_statements(built.template, role) == [
         {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}}
     ]
     assert PROVISIONER_ACTIONS == (
@@ -212,10 +200,11 @@ def test_the_function_may_only_manage_its_service_account_tokens_on_this_workspa
         ]
     }
     log_group = get_att(grafana.log_group.node.default_child, "Arn")
-    (document,) = _policies_of(built, role)
-    assert _rows(document) == {(a, json.dumps(workspace_arn, sort_keys=True), None) for a in PROVISIONER_ACTIONS} | {
-        (a, json.dumps(log_group, sort_keys=True), None) for a in ("logs:CreateLogStream", "logs:PutLogEvents")
-    }
+    (document,) = role_policies(built.template, role)
+    writes = ("logs:CreateLogStream", "logs:PutLogEvents")
+    assert policy_rows(document) == {
+        (a, json.dumps(workspace_arn, sort_keys=True), None) for a in PROVISIONER_ACTIONS
+    } | {(a, json.dumps(log_group, sort_keys=True), None) for a in writes}
     assert not {"ManagedPolicyArns", "Policies", "PermissionsBoundary"} & built.resource(role)["Properties"].keys()
     # Two roles, two policies; CloudFormation invokes the function with the deploying role, so no resource policy.
     assert len(built.template.find_resources("AWS::IAM::Role")) == 2
@@ -584,6 +573,13 @@ def _expect_token_deleted(stubber: Stubber) -> None:
     )
 
 
+def _expect_whole_run(stubber: Stubber) -> None:
+    """A run that finds its service account, makes its token and deletes it at the end."""
+    _expect_account(stubber)
+    _expect_token(stubber)
+    _expect_token_deleted(stubber)
+
+
 def _properties(names: tuple[str, ...] = ("cluster", "efa", "gpu", "slurm")) -> dict:
     """The custom resource's properties as CloudFormation hands them to the function."""
     bodies = [(name, contract.compact(load_dashboard(name))) for name in names]
@@ -649,9 +645,7 @@ def test_create_makes_the_account_and_token_saves_the_data_source_and_every_dash
     fake_grafana: FakeGrafana, grafana_client: tuple[Any, Stubber]
 ) -> None:
     client, stubber = grafana_client
-    _expect_account(stubber)
-    _expect_token(stubber)
-    _expect_token_deleted(stubber)
+    _expect_whole_run(stubber)
     answer = _run(fake_grafana, client, _event(fake_grafana))
     stubber.assert_no_pending_responses()
     digest = _properties()["DashboardsDigest"]
@@ -717,9 +711,7 @@ def test_a_failed_dashboard_fails_the_resource_naming_it_and_its_status_and_the_
     fake_grafana: FakeGrafana, grafana_client: tuple[Any, Stubber]
 ) -> None:
     client, stubber = grafana_client
-    _expect_account(stubber)
-    _expect_token(stubber)
-    _expect_token_deleted(stubber)
+    _expect_whole_run(stubber)
     fake_grafana.dashboard_statuses["kiln-gpu"] = [400]
     answer = _run(fake_grafana, client, _event(fake_grafana))
     stubber.assert_no_pending_responses()  # the token went, too
@@ -737,9 +729,7 @@ def test_a_refused_data_source_fails_the_resource_naming_it_and_its_status(
     fake_grafana: FakeGrafana, grafana_client: tuple[Any, Stubber]
 ) -> None:
     client, stubber = grafana_client
-    _expect_account(stubber)
-    _expect_token(stubber)
-    _expect_token_deleted(stubber)
+    _expect_whole_run(stubber)
     fake_grafana.data_source_status = 403
     answer = _run(fake_grafana, client, _event(fake_grafana))
     stubber.assert_no_pending_responses()
@@ -825,9 +815,7 @@ def test_grafana_redirects_are_not_followed_with_the_token(
     fake_grafana: FakeGrafana, grafana_client: tuple[Any, Stubber]
 ) -> None:
     client, stubber = grafana_client
-    _expect_account(stubber)
-    _expect_token(stubber)
-    _expect_token_deleted(stubber)
+    _expect_whole_run(stubber)
     fake_grafana.redirect_dashboards = True
     answer = _run(fake_grafana, client, _event(fake_grafana, properties=_properties(("gpu",))))
     assert answer["Status"] == "FAILED"
@@ -837,9 +825,7 @@ def test_grafana_redirects_are_not_followed_with_the_token(
 
 def test_a_busy_grafana_is_asked_again(fake_grafana: FakeGrafana, grafana_client: tuple[Any, Stubber]) -> None:
     client, stubber = grafana_client
-    _expect_account(stubber)
-    _expect_token(stubber)
-    _expect_token_deleted(stubber)
+    _expect_whole_run(stubber)
     fake_grafana.dashboard_statuses["kiln-gpu"] = [503, 200]
     waits: list[float] = []
     settings = provision.Settings.from_properties(_properties(("gpu",)))
@@ -853,9 +839,7 @@ def test_an_unreachable_grafana_fails_naming_what_was_asked_and_the_token_is_del
     grafana_client: tuple[Any, Stubber],
 ) -> None:
     client, stubber = grafana_client
-    _expect_account(stubber)
-    _expect_token(stubber)
-    _expect_token_deleted(stubber)
+    _expect_whole_run(stubber)
     closed = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     port = closed.server_address[1]
     closed.server_close()  # nothing listens there now

@@ -16,7 +16,17 @@ from kiln.constructs import reaper as reaper_module
 from kiln.constructs.reaper import HANDLER, REAPER_CODE, EnvironmentReaper, EnvironmentReaperProps
 from kiln.stacks import new_app
 from kiln.synth import nag_report
-from tests.constructs.conftest import ENV, get_att, logical_id, ref, stack, synth_as_kiln
+from tests.constructs.conftest import (
+    ENV,
+    get_att,
+    logical_id,
+    policy_rows,
+    ref,
+    role_policies,
+    stack,
+    synth_as_kiln,
+    trust_statements,
+)
 
 ACCOUNT = ENV.account
 ENVIRONMENT = "llm-pr7"
@@ -126,32 +136,10 @@ def test_bytecode_never_reaches_the_asset_nor_changes_it(built: Built, from_a_us
 # --- what the roles may do -----------------------------------------------------------------------------------
 
 
-def _rows(document: dict) -> set[tuple[str, str, str | None]]:
-    """Every (action, resource, condition) a policy document allows, one row per pair."""
-    rows = set()
-    for statement in document["Statement"]:
-        assert statement["Effect"] == "Allow"
-        assert not {"NotAction", "NotResource", "NotPrincipal"} & statement.keys()
-        condition = json.dumps(statement["Condition"], sort_keys=True) if "Condition" in statement else None
-        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
-        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
-        rows |= {(a, json.dumps(r, sort_keys=True), condition) for a in actions for r in resources}
-    return rows
-
-
-def _policies_of(built: Built, role) -> list[dict]:
-    policies = built.template.find_resources("AWS::IAM::Policy").values()
-    return [p["Properties"]["PolicyDocument"] for p in policies if p["Properties"]["Roles"] == [ref(role)]]
-
-
-def _trust(built: Built, role) -> list[dict]:
-    return built.resource(role)["Properties"]["AssumeRolePolicyDocument"]["Statement"]
-
-
 def test_the_reaper_role_may_delete_only_its_environment(built: Built) -> None:
     reaper = built.reaper
     role = reaper.role.node.default_child
-    (document,) = _policies_of(built, role)
+    (document,) = role_policies(built.template, role)
     arn = f"arn:aws:cloudformation:us-east-1:{ACCOUNT}:stack"
     passed = json.dumps({"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}, sort_keys=True)
     expected = {
@@ -171,7 +159,7 @@ def test_the_reaper_role_may_delete_only_its_environment(built: Built) -> None:
     # GetAtt Arn of a log group is arn:...:log-group:<name>:*, its streams and nothing else.
     log_group = json.dumps(get_att(reaper.log_group.node.default_child, "Arn"), sort_keys=True)
     expected |= {(a, log_group, None) for a in ("logs:CreateLogStream", "logs:PutLogEvents")}
-    assert _rows(document) == expected
+    assert policy_rows(document) == expected
     assert nag_rules.REAPER_STACK_ACTIONS == (
         "cloudformation:DeleteStack",
         "cloudformation:DescribeStackEvents",
@@ -182,20 +170,20 @@ def test_the_reaper_role_may_delete_only_its_environment(built: Built) -> None:
     properties = built.resource(role)["Properties"]
     assert properties["RoleName"] == f"{ENVIRONMENT}-reaper"
     assert not {"ManagedPolicyArns", "Policies", "PermissionsBoundary"} & properties.keys()
-    assert _trust(built, role) == [
+    assert trust_statements(built.template, role) == [
         {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}}
     ]
 
 
 def test_without_buckets_the_reaper_may_touch_no_bucket(from_a_used_checkout: Built) -> None:
-    (document,) = _policies_of(from_a_used_checkout, from_a_used_checkout.reaper.role.node.default_child)
-    assert not [row for row in _rows(document) if row[0].startswith("s3:")]
+    (document,) = role_policies(from_a_used_checkout.template, from_a_used_checkout.reaper.role.node.default_child)
+    assert not [row for row in policy_rows(document) if row[0].startswith("s3:")]
 
 
 def test_only_the_scheduler_of_this_account_may_invoke_the_function(built: Built) -> None:
     reaper = built.reaper
     role = reaper.invoke_role.node.default_child
-    assert _trust(built, role) == [
+    assert trust_statements(built.template, role) == [
         {
             "Action": "sts:AssumeRole",
             "Condition": {"StringEquals": {"aws:SourceAccount": ACCOUNT}},
@@ -203,9 +191,9 @@ def test_only_the_scheduler_of_this_account_may_invoke_the_function(built: Built
             "Principal": {"Service": "scheduler.amazonaws.com"},
         }
     ]
-    (document,) = _policies_of(built, role)
+    (document,) = role_policies(built.template, role)
     function = json.dumps(get_att(reaper.function.node.default_child, "Arn"), sort_keys=True)
-    assert _rows(document) == {("lambda:InvokeFunction", function, None)}
+    assert policy_rows(document) == {("lambda:InvokeFunction", function, None)}
     properties = built.resource(role)["Properties"]
     assert properties["RoleName"] == f"{ENVIRONMENT}-reaper-invoke"
     assert not {"ManagedPolicyArns", "Policies", "PermissionsBoundary"} & properties.keys()
