@@ -30,7 +30,7 @@ export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(BIN):$(PATH)
 setup: system-deps $(BIN)/.installed $(BIN)/checkov node_modules/.installed
 
 system-deps:
-	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done; \
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done; \
 	  command -v npm >/dev/null || echo $(NODE_PACKAGES)); \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
