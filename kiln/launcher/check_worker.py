@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from kiln.launcher.busbw import allreduce_is_correct, sizes, sweep
+from kiln.launcher.teardown import end_distributed_worker, leave
 
 # fp32 with TF32 off accumulates about sqrt(n) roundings of 2^-24; 1e-4 is far
 # above that for n of a few thousand and far below what a faulty GPU produces.
@@ -100,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         temporary = path.with_name(f".{path.name}.tmp")
         temporary.write_text(json.dumps(result, indent=2))
         os.replace(temporary, path)
-    dist.destroy_process_group()
-    return 0
+    # Never returns: the process group must not be torn down with the GIL held (kiln.launcher.teardown).
+    end_distributed_worker()
 
 
 def _gather_matmuls(matmul: dict[str, object] | None, device: torch.device) -> list[dict[str, object]]:
@@ -137,4 +138,4 @@ def _synchronize(device: torch.device) -> None:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    leave(main())

@@ -30,6 +30,7 @@ from kiln.launcher.checkpoint import Checkpointer
 from kiln.launcher.errors import UsageError
 from kiln.launcher.model import GPTConfig, TinyGPT, synthetic_batch
 from kiln.launcher.smoke_options import parse_args
+from kiln.launcher.teardown import end_distributed_worker, leave
 
 SUMMARY_FILE = "smoke-summary.json"
 WARMUP_STEPS = 5
@@ -127,9 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         final = summary["final_loss"]
         print(f"smoke: done, final loss {final:.4f}" if final is not None else "smoke: nothing left to do", flush=True)
     if proc.distributed:
-        # Let gloo finish every in-flight work item (the wait releases the GIL) before teardown.
-        dist.barrier()
-        dist.destroy_process_group()
+        # Never returns: the process group must not be torn down with the GIL held (kiln.launcher.teardown).
+        end_distributed_worker()
     return 0
 
 
@@ -212,9 +212,4 @@ def _write_summary(path: Path, summary: dict) -> None:
 
 
 if __name__ == "__main__":
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Skip interpreter teardown: freeing DDP's reducer there joins gloo's threads while holding the
-    # GIL, and a gloo thread that still has to drop a tensor waits for that GIL forever.
-    os._exit(code)
+    leave(main())
