@@ -10,12 +10,12 @@ from typing import Literal
 import aws_cdk as cdk
 from aws_cdk import aws_grafana as grafana
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from kiln.catalog.exporters import SCRAPE_INTERVAL_S
 from kiln.constructs._checks import require, require_in, unresolved
+from kiln.constructs.functions import kiln_function
 from kiln.constructs.grafana_code.kiln_grafana import contract
 from kiln.dashboards import dashboard_names, load_dashboard
 
@@ -211,16 +211,13 @@ class GrafanaWorkspace(Construct):
             iam.PolicyStatement(actions=list(PROVISIONER_ACTIONS), resources=[self.workspace_arn])
         )
         self.log_group.grant_write(self.provisioner_role)
-        self.provisioner = lambda_.Function(
+        self.provisioner = kiln_function(
             self,
             "DashboardProvisioner",
-            runtime=lambda_.Runtime.PYTHON_3_14,
+            code_dir=GRAFANA_CODE,
             handler=HANDLER,
-            code=lambda_.Code.from_asset(str(GRAFANA_CODE), exclude=["__pycache__", "*.pyc"]),
             role=self.provisioner_role,
             timeout=cdk.Duration.seconds(contract.TIMEOUT_S),
-            memory_size=256,
-            reserved_concurrent_executions=1,
             log_group=self.log_group,
             description=f"kiln: data source and dashboards of Grafana workspace {props.name}",
         )

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_scheduler as scheduler
 from constructs import Construct
@@ -25,6 +24,7 @@ from kiln.ci.reaper_code.kiln_reaper.contract import (
 from kiln.ci.reaper_code.kiln_reaper.teardown import at_expression
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge_wildcards, require
+from kiln.constructs.functions import kiln_function
 
 REAPER_CODE = Path(__file__).resolve().parent.parent / "ci" / "reaper_code"
 HANDLER = "kiln_reaper.handler.main"
@@ -72,16 +72,13 @@ class EnvironmentReaper(Construct):
             assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
             description=f"kiln reaper of {env}: deletes its stacks and empties their non-retained buckets",
         )
-        self.function = lambda_.Function(
+        self.function = kiln_function(
             self,
             "Function",
-            runtime=lambda_.Runtime.PYTHON_3_14,
+            code_dir=REAPER_CODE,
             handler=HANDLER,
-            code=lambda_.Code.from_asset(str(REAPER_CODE), exclude=["__pycache__", "*.pyc"]),
             role=self.role,
             timeout=TIMEOUT,
-            memory_size=256,
-            reserved_concurrent_executions=1,
             log_group=self.log_group,
             description=f"kiln reaper of {env}",
             environment={
