@@ -113,13 +113,11 @@ def agent_config(
 def _scrape_config(exporter: Exporter, targets_dir: Path, self_name: str, self_address: str | None) -> dict:
     job: dict = {"job_name": exporter.job}
     target = f"{self_address}:{exporter.port}"
-    if self_address is None:
-        pass
-    elif exporter.name == SLURM_EXPORTER:
+    if self_address is not None and exporter.name == SLURM_EXPORTER:
         # One instance name whichever node serves it: the exporter describes the cluster (its samples carry a node
         # label of their own, naming the node they describe), so every agent's copy is the same series.
         job["static_configs"] = [{"targets": [target], "labels": {"instance": SLURM_INSTANCE}}]
-    elif exporter.name in EVERY_NODE_EXPORTERS:
+    elif self_address is not None and exporter.name in EVERY_NODE_EXPORTERS:
         job["static_configs"] = [{"targets": [target], "labels": {"instance": self_name, "node": self_name}}]
     if exporter.name in PER_NODE_EXPORTERS:
         files = [os.path.abspath(targets_file(targets_dir, exporter))]
