@@ -9,6 +9,7 @@ from kiln.bootstrap.checks import check_choice, check_node_path, check_pattern, 
 from kiln.bootstrap.local_target import LocalCluster
 from kiln.catalog import UnknownInstanceType, instance_type
 from kiln.catalog.exporters import EXPORTERS
+from kiln.catalog.platforms import PIN_FIELDS, ImageProfile, image_profile, image_profile_for, known_image_profiles
 from kiln.catalog.names import (
     DCGM_EXPORTER_VERSION,
     DCGM_EXPORTER_VERSION_RULE,
@@ -23,6 +24,9 @@ from kiln.catalog.names import (
     ec2_type_name,
 )
 
+# The targets whose nodes kiln mounts FSx for Lustre on (configure_fsx), so it configures LNet over EFA before the
+# mount: ParallelCluster mounts the file system itself before kiln's bootstrap runs, EKS through the CSI driver.
+LUSTRE_EFA_TARGETS = ("pcs", "hyperpod")
 TARGETS = ("pcs", "parallelcluster", "hyperpod", "eks", "local")
 OPERATING_SYSTEMS = ("ubuntu2204", "ubuntu2404", "al2023", "debian12")
 ARCHITECTURES = ("x86_64", "arm64")
@@ -36,7 +40,11 @@ _HTTPS_URL = re.compile(r"https://[!#-&(-~]+")
 
 @dataclass(frozen=True, kw_only=True)
 class SoftwarePins:
-    """Versions the install steps pin; None means the step keeps what the image has."""
+    """Versions kiln installs; None means kiln installs none (the image's own copy is adopted, or none is needed).
+
+    A component the node's image owns (kiln.catalog.platforms) takes no pin unless BootstrapConfig.replace names
+    it: kiln adopts the image's copy and never installs a second one at boot.
+    """
 
     nvidia_driver: str | None = None
     efa_installer: str | None = None
@@ -128,6 +136,8 @@ class BootstrapConfig:
     # Docker for Slurm targets; EKS nodes run containerd from the EKS image.
     container_runtime: str = "docker"
     lustre: bool = False
+    # LNet over EFA to an EFA-enabled FSx for Lustre file system (kiln mounts it: configure_fsx).
+    lustre_efa: bool = False
     nccl_env: dict[str, str] = field(default_factory=dict)
     # Only where DataLoader workers hit fork() ENOMEM with EFA: EFA stops using huge pages.
     fork_enomem: bool = False
@@ -145,9 +155,22 @@ class BootstrapConfig:
     # remote-writes to cluster.env's KILN_PROMETHEUS_REMOTE_WRITE_URL; on the local target, Debian's Prometheus.
     prometheus_agent: bool = False
     local: LocalCluster | None = None
+    # The image profile nodes boot (kiln.catalog.platforms): the components it ships are adopted, not installed.
+    # Default: the image the target's backend publishes (image_profile_for).
+    image: str = ""
+    # Image-owned components kiln installs its pinned version of all the same: only in a bake, never at boot.
+    replace: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_choice("target", self.target, TARGETS)
+        if not self.image:
+            object.__setattr__(self, "image", image_profile_for(self.target))
+        check_choice("image", self.image, known_image_profiles())
+        if self.target not in image_profile(self.image).targets:
+            raise ValueError(
+                f"image: got {self.image!r} for target {self.target!r}, allowed: "
+                f"{', '.join(name for name in known_image_profiles() if self.target in image_profile(name).targets)}"
+            )
         check_choice("os", self.os, OPERATING_SYSTEMS)
         check_choice("architecture", self.architecture, ARCHITECTURES)
         check_choice("container_runtime", self.container_runtime, CONTAINER_RUNTIMES)
@@ -160,6 +183,11 @@ class BootstrapConfig:
         if self.target == "local" and (self.groups or self.service_instance_types or self.lustre):
             raise ValueError(
                 "local: groups, service_instance_types and lustre are cloud-only (the local nodes are given)"
+            )
+        if self.lustre_efa and not (self.lustre and self.target in LUSTRE_EFA_TARGETS):
+            raise ValueError(
+                f"lustre_efa: got True for target {self.target!r}, allowed: with lustre, on targets whose nodes kiln "
+                f"mounts it on ({', '.join(LUSTRE_EFA_TARGETS)})"
             )
         if self.target != "local" and not self.groups:
             raise ValueError(f"groups: got none for target {self.target!r}, allowed: at least one NodeGroup")
@@ -187,10 +215,13 @@ class BootstrapConfig:
             raise ValueError(f"hugepages_2m: got {self.hugepages_2m!r}, allowed: an integer >= 0 or None")
         if self.fork_enomem and self.hugepages_2m:
             raise ValueError("hugepages_2m: must be unset with fork_enomem (EFA then stops using huge pages)")
+        if self.target == "eks" and self.software.nccl:
+            raise ValueError(f"software.nccl: got {self.software.nccl!r} for target 'eks', allowed: none (pods bring NCCL)")
         if self.launcher_torch and not self.software.torch:
             raise ValueError("launcher_torch: needs software.torch (a pinned torch version)")
         check_node_path("checkpoint_dir", self.checkpoint_dir)
         self._check_exporters()
+        self._check_ownership()
         uids = [user.uid for user in self.users]
         if len(set(uids)) != len(uids):
             raise ValueError(f"users: uids must be unique, got {uids}")
@@ -220,6 +251,33 @@ class BootstrapConfig:
             raise ValueError("prometheus_agent: got True without exporters to scrape")
         if "dcgm" in self.exporters and not self.software.dcgm_exporter:
             raise ValueError("exporters: 'dcgm' needs software.dcgm_exporter (a pinned DCGM-exporter pair)")
+
+    def _check_ownership(self) -> None:
+        """Refuse a pin on a component the image owns, unless the config replaces it (in a bake)."""
+        profile = image_profile(self.image)
+        for component in self.replace:
+            check_choice("replace", component, tuple(PIN_FIELDS))
+            if not getattr(self.software, PIN_FIELDS[component], None):
+                raise ValueError(f"replace: {component} needs software.{PIN_FIELDS[component]} (what kiln installs instead)")
+        if len(set(self.replace)) != len(self.replace):
+            raise ValueError(f"replace: got {', '.join(self.replace)}, allowed: each component once")
+        for component, owned in profile.owned_on(self.os).items():
+            pin = PIN_FIELDS.get(component)
+            if component in self.replace or pin is None or getattr(self.software, pin) is None:
+                continue
+            raise ValueError(
+                f"software.{pin}: got {getattr(self.software, pin)!r}, but the {profile.title} ships "
+                f"{owned.describe()} and kiln adopts it; leave it unpinned, or replace it in a bake"
+            )
+
+    @property
+    def image_profile(self) -> ImageProfile:
+        """Return the image nodes boot: what it ships and owns."""
+        return image_profile(self.image)
+
+    def adopts(self, component: str) -> bool:
+        """Return whether nodes adopt COMPONENT from their image instead of installing it."""
+        return component in self.image_profile.owned_on(self.os) and component not in self.replace
 
     @property
     def instance_types(self) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from kiln.catalog import InstanceType, SoftwareVersions, instance_type, preset_e
 from kiln.catalog.exporters import EXPORTERS, PROMETHEUS_PORT
 from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE, ENV_VALUE, ENV_VALUE_RULE
 from kiln.catalog.neuron import neuron_packages
+from kiln.catalog.platforms import COMPONENTS, lustre_efa_interfaces, service_fact
 from kiln.safe_output import replaced_directory
 
 PACKAGE_DIR = Path(__file__).parent
@@ -155,6 +156,10 @@ class SlurmLayout:
     # Slurm GRES kinds of the cluster's nodes: gpu, neuron.
     gres_types: tuple[str, ...]
     plugstack: bool
+    # Where pyxis's SPANK configuration goes, and the plugstack.conf that must include that directory ('' where
+    # the platform reads the directory itself, as PCS does).
+    plugstack_dir: str = ""
+    plugstack_conf: str = ""
 
     @property
     def directories(self) -> tuple[str, ...]:
@@ -199,7 +204,7 @@ def slurm_layout(config: BootstrapConfig) -> SlurmLayout | None:
         return None
     facts = [instance_type(name) for name in config.instance_types]
     gres_types = tuple(kind for kind in ("gpu", "neuron") if any(getattr(f, f"{kind}_count") for f in facts))
-    plugstack = config.containers and config.target != "local" and bool(config.software.pyxis)
+    plugstack = config.containers and config.target != "local" and (bool(config.software.pyxis) or config.adopts("pyxis"))
     if config.target == "local":
         local = config.local
         root = "@KILN_ROOT@"
@@ -218,10 +223,11 @@ def slurm_layout(config: BootstrapConfig) -> SlurmLayout | None:
             gres_types=(),
             plugstack=False,
         )
+    plugstack_dir, plugstack_conf = _spank_paths(config)
     if config.target == "pcs":
         if not config.software.slurm:
             raise ValueError("software.slurm: required for target 'pcs' (PCS installs Slurm under its version)")
-        prefix = f"/opt/aws/pcs/scheduler/slurm-{config.software.slurm}"
+        prefix = service_fact("pcs", "slurm_prefix").value.format(version=config.software.slurm)
     else:
         prefix = _SLURM_PREFIX[config.target]
     return SlurmLayout(
@@ -238,7 +244,30 @@ def slurm_layout(config: BootstrapConfig) -> SlurmLayout | None:
         munge_socket="",
         gres_types=gres_types,
         plugstack=plugstack,
+        plugstack_dir=plugstack_dir if plugstack else "",
+        plugstack_conf=plugstack_conf if plugstack else "",
     )
+
+
+def _spank_paths(config: BootstrapConfig) -> tuple[str, str]:
+    """Return where pyxis's SPANK configuration goes on CONFIG's nodes and the plugstack.conf that must include it."""
+    if config.target == "pcs":
+        # PCS reads SPANK configuration from its own directory per Slurm version, and nothing else.
+        template = service_fact("pcs", "plugstack_dir").value
+        return template.format(version=config.software.slurm), ""
+    if config.target == "parallelcluster":
+        image = config.image_profile
+        return image.fact("plugstack_dir").value, image.fact("plugstack_conf").value
+    # kiln writes Slurm's configuration (HyperPod): its own plugstack.conf includes its own directory.
+    conf_dir = f"{_SLURM_PREFIX[config.target]}/etc"
+    return f"{conf_dir}/plugstack.conf.d", ""
+
+
+def pyxis_plugin(config: BootstrapConfig) -> str:
+    """Return the path of pyxis's SPANK plugin: where the image has it, else where kiln builds it."""
+    if config.adopts("pyxis"):
+        return config.image_profile.fact("pyxis_plugin").value
+    return f"{PYXIS_PREFIX}/lib/slurm/spank_pyxis.so"
 
 
 def required_cluster_env(config: BootstrapConfig) -> tuple[str, ...]:
@@ -276,6 +305,7 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         "KILN_CONTAINERS": "1" if config.containers and config.target != "local" else "0",
         "KILN_CONTAINER_RUNTIME": config.container_runtime,
         "KILN_LUSTRE": "1" if config.lustre else "0",
+        **_lustre_efa_env(config),
         "KILN_NVIDIA_DRIVER_VERSION": pins.nvidia_driver or "",
         "KILN_EFA_INSTALLER_VERSION": pins.efa_installer or "",
         "KILN_NCCL_VERSION": pins.nccl or "",
@@ -284,6 +314,10 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         "KILN_ENROOT_VERSION": (pins.enroot or "") if slurm_target else "",
         "KILN_PYXIS_VERSION": (pins.pyxis or "") if slurm_target else "",
         "KILN_PYXIS_PREFIX": PYXIS_PREFIX,
+        "KILN_PYXIS_PLUGIN": pyxis_plugin(config),
+        "KILN_SLURM_PLUGSTACK_DIR": layout.plugstack_dir if layout else "",
+        "KILN_SLURM_PLUGSTACK_CONF": layout.plugstack_conf if layout else "",
+        **_image_env(config),
         "KILN_NVIDIA_CONTAINER_TOOLKIT_VERSION": pins.nvidia_container_toolkit or "",
         "KILN_TORCH_VERSION": pins.torch if config.launcher_torch else "",
         "KILN_SLURM_SOURCE": "distro" if config.target == "local" else "backend",
@@ -316,6 +350,33 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
     for name, value in env.items():
         check_quotable(name, value)
     return sorted(env.items())
+
+
+def _lustre_efa_env(config: BootstrapConfig) -> dict[str, str]:
+    """Return how configure_fsx sets up LNet over EFA (FSx's client guide), or KILN_LUSTRE_EFA=0."""
+    if not config.lustre_efa:
+        return {"KILN_LUSTRE_EFA": "0"}
+    lnet = service_fact("fsx_lustre", "efa_lnet").value
+    least_kernel = service_fact("fsx_lustre", "efa_client_os").value
+    if config.os not in least_kernel:
+        raise ValueError(f"lustre_efa: FSx for Lustre takes no EFA clients on {config.os}")
+    return {
+        "KILN_LUSTRE_EFA": "1",
+        "KILN_LUSTRE_EFA_PEER_CREDITS": str(lnet["peer_credits"]),
+        "KILN_LUSTRE_EFA_DISCOVERY": str(lnet["discovery"]),
+        "KILN_LUSTRE_EFA_UDSP_PRIORITY": str(lnet["udsp_priority"]),
+        "KILN_LUSTRE_EFA_MIN_KERNEL": least_kernel[config.os] or "",
+    }
+
+
+def _image_env(config: BootstrapConfig) -> dict[str, str]:
+    """Return what install steps adopt from the image: KILN_IMAGE_<COMPONENT> is '' where kiln installs it."""
+    profile = config.image_profile
+    env = {"KILN_IMAGE_PROFILE": profile.name, "KILN_IMAGE_TITLE": profile.title, "KILN_REPLACE": " ".join(config.replace)}
+    owned = profile.owned_on(config.os)
+    for component in COMPONENTS:
+        env[f"KILN_IMAGE_{component.upper()}"] = owned[component].bundle_value if config.adopts(component) else ""
+    return env
 
 
 def _exporters_env(config: BootstrapConfig) -> dict[str, str]:
@@ -362,6 +423,8 @@ def _facts_env(facts: InstanceType) -> dict[str, int]:
         # NVLink 5 NVSwitch baseboards (HGX B200/B300): fabric manager needs the NVLink subnet manager.
         "KILN_NVLSM": int(facts.nvswitch and (facts.nvlink_generation or 0) >= 5),
         "KILN_INSTANCE_STORAGE_GB": facts.instance_storage_gb,
+        # EFA interfaces LNet gives FSx for Lustre (used only with an EFA-enabled file system).
+        "KILN_LUSTRE_EFA_INTERFACES": lustre_efa_interfaces(facts.name, facts.network_cards, facts.efa_supported),
     }
 
 
@@ -423,11 +486,8 @@ def _render_slurm(config: BootstrapConfig, layout: SlurmLayout, out: Path, env: 
         if layout.plugstack:
             _write(slurm_dir / "plugstack.conf", env.get_template("slurm/plugstack.conf.j2").render(context))
     if layout.plugstack:
-        plugin = f"{PYXIS_PREFIX}/lib/slurm/spank_pyxis.so"
-        _write(
-            slurm_dir / "plugstack.conf.d" / "pyxis.conf",
-            env.get_template("slurm/pyxis.conf.j2").render(pyxis_plugin=plugin),
-        )
+        # Copied into KILN_SLURM_PLUGSTACK_DIR, which only the backend decides.
+        _write(out / "spank" / "pyxis.conf", env.get_template("slurm/pyxis.conf.j2").render(pyxis_plugin=pyxis_plugin(config)))
 
 
 def local_cluster_env(config: BootstrapConfig) -> dict[str, str]:

@@ -28,7 +28,7 @@ from kiln.constructs.lustre import (
 )
 from kiln.constructs.network import ExistingNetwork, TrainingVpc, TrainingVpcProps
 from kiln.constructs.node_bootstrap import NodeBootstrap
-from kiln.constructs.parallelcluster import ParallelCluster, ParallelClusterProps, SlurmQueue
+from kiln.constructs.parallelcluster import ParallelCluster, ParallelClusterProps, SlurmQueue, attachable_policy
 from kiln.constructs.pcs import PcsCluster, PcsClusterProps, PcsNodeGroup
 from kiln.constructs.training_image import TrainingImage, TrainingImageProps
 
@@ -75,6 +75,7 @@ __all__ = [
     "NodeBootstrap",
     "ParallelCluster",
     "ParallelClusterProps",
+    "attachable_policy",
     "PcsCluster",
     "PcsClusterProps",
     "PcsNodeGroup",

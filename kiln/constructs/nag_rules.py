@@ -57,6 +57,12 @@ SSM_CORE = Finding(
     "sessions alone: it also lets a node read this account's SSM parameters and run Run Command documents.",
 )
 
+IMAGE_BUILDER_INSTANCE = Finding(
+    managed_policy("EC2InstanceProfileForImageBuilder"),
+    "EC2 Image Builder requires this AWS-maintained policy on build and test instances' profiles: its agent fetches "
+    "components and their documents, writes the build's logs and snapshots the volume it builds.",
+)
+
 # EKS.
 EKS_CLUSTER_ROLE = Finding(
     managed_policy("AmazonEKSClusterPolicy"), "EKS requires this AWS-maintained policy on its cluster service role."

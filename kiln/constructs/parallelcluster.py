@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,7 +18,8 @@ from constructs import Construct
 from kiln.bootstrap.fetch import FETCH_SCRIPT, fetch_arguments
 from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.limits import SERVICE_NODE_ROOT_VOLUME_GIB
-from kiln.constructs._checks import require, require_in, require_node_group
+from kiln.catalog.platforms import service_fact
+from kiln.constructs._checks import require, require_in, require_node_group, unresolved
 from kiln.constructs.launch_template import CapacityOption
 from kiln.constructs.lustre import ILustreFileSystem
 from kiln.constructs.node_bootstrap import NodeBootstrap
@@ -33,6 +35,28 @@ OperatingSystem = Literal["ubuntu2204", "ubuntu2404", "al2023"]
 OPERATING_SYSTEMS: dict[str, str] = {"ubuntu2204": "ubuntu2204", "ubuntu2404": "ubuntu2404", "al2023": "alinux2023"}
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$")
 SSM_POLICY = "arn:${AWS::Partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
+OPEN_TO_ALL = ("0.0.0.0/0", "::/0")
+# The provider's default Lambda role attaches a cluster's AdditionalIamPolicies only when their ARN is like these
+# (besides ten AWS managed policies): kiln's own policies take the path below instead of widening that role.
+ATTACHABLE_POLICIES: tuple[str, ...] = tuple(service_fact("parallelcluster", "provider_attachable_policies").value)
+ATTACHABLE_PATH = "/parallelcluster/"
+
+
+def attachable_policy(scope: Construct, construct_id: str, **kwargs: Any) -> iam.ManagedPolicy:
+    """Return a managed policy the ParallelCluster provider's Lambda role may attach to cluster roles."""
+    return iam.ManagedPolicy(scope, construct_id, path=ATTACHABLE_PATH, **kwargs)
+
+
+def is_attachable(policy: iam.IManagedPolicy) -> bool:
+    """Return whether the provider's default Lambda role may attach POLICY (kiln's path, or a matching ARN)."""
+    if isinstance(policy, iam.ManagedPolicy):
+        return policy.node.default_child.path == ATTACHABLE_PATH
+    arn = policy.managed_policy_arn
+    if unresolved(arn):
+        return False
+    # ARN patterns with ${AWS::Partition} and ${AWS::AccountId}: any partition and account.
+    patterns = [re.sub(r"\$\{AWS::[A-Za-z]+\}", "*", pattern) for pattern in ATTACHABLE_POLICIES]
+    return any(fnmatch.fnmatchcase(arn, pattern) for pattern in patterns)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +110,11 @@ class ParallelClusterProps:
     file_system: an FSx for Lustre file system (LustreFileSystem, or from_lustre_attributes) mounted at
         fsx_mount_dir (/fsx); default none.
     security_groups: added to every node (e.g. one the file system admits).
-    head_node_policies: managed policies for the head node alone (e.g. writing to a Prometheus workspace).
+    ssh_allowed_ips: the CIDR (or prefix list) that may reach the head and login nodes over SSH; ParallelCluster's
+        own default is 0.0.0.0/0, so it is required (the VPC's CIDR, say).
+    head_node_policies: managed policies for the head node alone (e.g. writing to a Prometheus workspace). The
+        provider's Lambda role attaches only policies ParallelCluster's own policy lets it (ATTACHABLE_POLICIES):
+        make them with attachable_policy (path /parallelcluster/).
     scaledown_idle_minutes: idle time before dynamic nodes stop; default 10.
     slurm_settings: further Scheduling.SlurmSettings entries.
     delete_with_stack: delete the cluster with the stack (default True; data lives in FSx and S3).
@@ -97,6 +125,7 @@ class ParallelClusterProps:
     queues: Sequence[SlurmQueue]
     bootstrap: NodeBootstrap
     cluster_env: Mapping[str, str]
+    ssh_allowed_ips: str
     head_node_instance_type: str = "m5.8xlarge"
     login_instance_type: str = "m5.2xlarge"
     login_count: int = 1
@@ -123,6 +152,21 @@ class ParallelClusterProps:
         require_in("os", self.os, OPERATING_SYSTEMS)
         require(self.login_count >= 0, "login_count", self.login_count, "0 or more")
         require(self.scaledown_idle_minutes >= 1, "scaledown_idle_minutes", self.scaledown_idle_minutes, "1 or more")
+        if not unresolved(self.ssh_allowed_ips):
+            require(
+                self.ssh_allowed_ips not in OPEN_TO_ALL,
+                "ssh_allowed_ips",
+                self.ssh_allowed_ips,
+                "a CIDR narrower than the whole internet (the VPC's, or a prefix list)",
+            )
+        for policy in self.head_node_policies:
+            require(
+                is_attachable(policy),
+                "head_node_policies",
+                policy.node.path if isinstance(policy, Construct) else policy.managed_policy_arn,
+                "a policy the provider may attach: made with attachable_policy (path "
+                f"{ATTACHABLE_PATH}), or an ARN matching {' or '.join(ATTACHABLE_POLICIES)}",
+            )
 
 
 class ParallelCluster(Construct):
@@ -234,6 +278,7 @@ class ParallelCluster(Construct):
                 **self._root_volume(SERVICE_NODE_ROOT_VOLUME_GIB),
                 "Iam": self._iam(props.head_node_policies),
                 "Imds": {"Secured": True},
+                "Ssh": {"AllowedIps": props.ssh_allowed_ips},
                 "CustomActions": self._on_node_configured(),
             },
             "Scheduling": {
@@ -259,6 +304,8 @@ class ParallelCluster(Construct):
                         "Name": "login",
                         "InstanceType": props.login_instance_type,
                         "Count": props.login_count,
+                        # Without its own, a pool takes the head node's (ParallelCluster 3.11+); said outright.
+                        "Ssh": {"AllowedIps": props.ssh_allowed_ips},
                         "Networking": {
                             "SubnetIds": [props.subnet.subnet_id],
                             **(

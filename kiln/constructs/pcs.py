@@ -15,6 +15,7 @@ from constructs import Construct
 
 from kiln.bootstrap.fetch import fetch_user_data
 from kiln.catalog.limits import SERVICE_NODE_ROOT_VOLUME_GIB
+from kiln.catalog.platforms import newest_pcs_slurm, pcs_slurm_versions
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge, require, require_in, require_node_group, unresolved
 from kiln.constructs.ids import hashed_id
@@ -63,7 +64,7 @@ class PcsClusterProps:
     login: the login node group (static), or None for none.
     bootstrap: the bundle nodes fetch and run at boot (BootstrapAssets.node_bootstrap for kiln's `pcs` bundle);
         cluster_env: its deploy-time values.
-    slurm_version: PCS Slurm version; default 24.11.
+    slurm_version: PCS Slurm version; default the newest PCS runs (kiln.catalog.platforms).
     size: controller size, SMALL (default), MEDIUM or LARGE.
     scale_down_idle_seconds: idle time before dynamic nodes are stopped; default 600.
     slurm_custom_settings: further slurm.conf parameters PCS accepts at cluster level.
@@ -78,7 +79,7 @@ class PcsClusterProps:
     bootstrap: NodeBootstrap
     cluster_env: Mapping[str, str]
     login: PcsNodeGroup | None = None
-    slurm_version: str = "24.11"
+    slurm_version: str = field(default_factory=newest_pcs_slurm)
     size: ClusterSize = "SMALL"
     scale_down_idle_seconds: int = 600
     slurm_custom_settings: Mapping[str, str] = field(default_factory=dict)
@@ -86,6 +87,7 @@ class PcsClusterProps:
 
     def __post_init__(self) -> None:
         require_in("size", self.size, CLUSTER_SIZES)
+        require_in("slurm_version", self.slurm_version, pcs_slurm_versions())
         require(bool(self.compute_groups), "compute_groups", list(self.compute_groups), "at least one node group")
         names = [g.name for g in self.compute_groups] + ([self.login.name] if self.login else [])
         require(len(set(names)) == len(names), "node group names", names, "unique names")

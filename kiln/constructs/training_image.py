@@ -24,6 +24,7 @@ from constructs import Construct
 from kiln.ami.components import component_documents
 from kiln.ami.names import TAG_RECIPE
 from kiln.ami.recipe import ImageManifest
+from kiln.catalog.platforms import service_fact
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge, require, require_in, unresolved
 from kiln.constructs.node_bootstrap import NodeBootstrap
@@ -36,6 +37,8 @@ DEFAULT_BUILD_TYPES: dict[str, tuple[str, ...]] = {"x86_64": ("m6i.2xlarge",), "
 ROOT_DEVICES: dict[str, str] = {"ubuntu2204": "/dev/sda1", "ubuntu2404": "/dev/sda1", "al2023": "/dev/xvda"}
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,40}[a-z0-9]")
 _PARENT = re.compile(r"ami-[0-9a-f]{8,17}|ssm:/[A-Za-z0-9_./-]+|arn:aws[a-z-]*:imagebuilder:[^\s]+")
+# The managed policies Image Builder requires of a build instance's profile (its setting-up guide).
+BUILD_INSTANCE_POLICIES: tuple[str, ...] = tuple(service_fact("imagebuilder", "instance_profile_policies").value)
 # Image Builder's own test phase: every install step's marker, checked again on an instance of the new AMI.
 TEST_TIMEOUT_MINUTES = 60
 
@@ -263,20 +266,14 @@ class TrainingImage(Construct):
 
     def _build_role(self) -> iam.Role:
         props = self.props
+        # Exactly the policies Image Builder documents for a build instance's profile, plus the bundle.
         role = iam.Role(
             self,
             "BuildRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description=f"kiln {props.name} image builds: the bundle, this recipe's components, its logs, SSM",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+            description=f"kiln {props.name} image builds: what Image Builder requires of build instances, the bundle",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name) for name in BUILD_INSTANCE_POLICIES],
         )
         props.bundle.grant_read(role)
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["imagebuilder:GetComponent"],
-                resources=[component.attr_arn for component in self.components],
-            )
-        )
-        self.log_group.grant_write(role)
-        acknowledge(role, nag_rules.SSM_CORE)
+        acknowledge(role, nag_rules.SSM_CORE, nag_rules.IMAGE_BUILDER_INSTANCE)
         return role

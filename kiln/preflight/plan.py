@@ -14,7 +14,6 @@ from kiln.catalog.limits import (
     EKS_SYSTEM_NODE_COUNT,
     EKS_SYSTEM_NODE_TYPE,
     PRIVATE_SUBNET_EXTRA_BITS,
-    SERVICE_NODE_ROOT_VOLUME_GIB,
     SUBNET_RESERVED_ADDRESSES,
 )
 from kiln.catalog.names import ec2_type_name
@@ -153,17 +152,6 @@ def _new_subnet_addresses(spec: ClusterSpec) -> int | None:
     return private_subnet_addresses(ipaddress.IPv4Network(spec.network.vpc_cidr).prefixlen)
 
 
-def _smallest_root(spec: ClusterSpec) -> int | None:
-    """Return the smallest root volume a node booting compute.image.ami_id gets (its snapshot must fit in it)."""
-    backend = spec.compute.backend
-    if backend == "hyperpod":
-        return None  # HyperPod sizes its own root volumes; the spec's size is a secondary volume there
-    sizes = [group.root_volume_gib for group in spec.compute.groups]
-    if backend == "parallelcluster" or (backend == "pcs" and spec.compute.login_nodes.count):
-        sizes.append(SERVICE_NODE_ROOT_VOLUME_GIB)
-    return min(sizes)
-
-
 def _import_bucket(spec: ClusterSpec) -> str | None:
     lustre = spec.storage.lustre
     if lustre is None or not lustre.data_repository.import_path:
@@ -193,7 +181,7 @@ def plan_for(
         backend=spec.compute.backend,
         nodes=nodes,
         ami_id=ami_id,
-        smallest_root_gib=_smallest_root(spec) if ami_id else None,
+        smallest_root_gib=spec.smallest_root_volume_gib if ami_id else None,
         lustre=spec.storage.lustre,
         bucket_name=bucket_name,
         import_bucket=_import_bucket(spec),

@@ -8,7 +8,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from kiln.catalog.capacity import CapacityType
-from kiln.catalog.limits import ROOT_VOLUME_MAX_GIB, ROOT_VOLUME_MIN_GIB
+from kiln.catalog.limits import ROOT_VOLUME_MAX_GIB, ROOT_VOLUME_MIN_GIB, SERVICE_NODE_ROOT_VOLUME_GIB
+from kiln.catalog.platforms import KILN_INSTALLS, Component, image_profile_for, newest_pcs_slurm
 from kiln.catalog.names import (
     AVAILABILITY_ZONE,
     CLUSTER_NAME,
@@ -163,7 +164,17 @@ class Image(SpecModel):
         "(PCS: one with the PCS agent and Slurm; ParallelCluster: an official ParallelCluster AMI; HyperPod: a "
         "HyperPod base AMI).",
     )
-    os: Literal["ubuntu2204", "ubuntu2404", "al2023"] = "ubuntu2204"
+    os: Literal["ubuntu2204", "ubuntu2404", "al2023"] | None = Field(
+        None,
+        description="Unset: al2023 on PCS (its sample AMIs run Amazon Linux 2023) and EKS, ubuntu2204 elsewhere.",
+    )
+    base: Literal["sample", "own"] | None = Field(
+        None,
+        description="PCS only: what the AMI is, so kiln knows what it ships. sample (default): a PCS sample AMI (the "
+        "one ami_id names, or looked up at deploy); kiln adopts the driver and EFA its release notes list. own: your own "
+        "AMI with the PCS agent and Slurm (needs ami_id); kiln checks each component on the node, installs what is "
+        "missing and refuses to put another version over what is there.",
+    )
     bake: bool = Field(
         False,
         description="Bake the install steps into an AMI (stack <name>-image, EC2 Image Builder) on top of ami_id; "
@@ -182,17 +193,27 @@ class Compute(SpecModel):
     image: Image = Image()
 
 
+# Said of every component the backend's image may own (kiln.catalog.platforms): kiln adopts the image's copy.
+_ADOPTED = (
+    "Unset: the copy the backend's image ships where it owns one (kiln adopts it and installs none; a differing "
+    "pin is refused unless software.replace names it in a bake), else kiln's {default}."
+)
+
+
 class Software(SpecModel):
     """Pinned versions the bootstrap installs, and the lock file of downloads without a published digest."""
 
-    efa_installer: str = Field(
-        "1.41.0", pattern=VERSION_PATTERN, description="EFA installer; versions with an AWS digest need no lock."
-    )
-    nvidia_driver: str = Field(
-        "570.172.08",
+    efa_installer: str | None = Field(
+        None,
         pattern=VERSION_PATTERN,
-        description="NVIDIA data center driver from NVIDIA's CUDA repository (Slurm backends; EKS images bring "
-        "their own).",
+        description="EFA installer; versions with an AWS digest need no lock. "
+        + _ADOPTED.format(default=KILN_INSTALLS["efa_installer"]),
+    )
+    nvidia_driver: str | None = Field(
+        None,
+        pattern=VERSION_PATTERN,
+        description="NVIDIA data center driver from NVIDIA's CUDA repository. "
+        + _ADOPTED.format(default=KILN_INSTALLS["nvidia_driver"]),
     )
     nccl: str | None = Field(
         None,
@@ -200,15 +221,24 @@ class Software(SpecModel):
         description="NCCL from NVIDIA's CUDA repository as its package version, e.g. 2.27.3-1+cuda12.9; "
         "unset: the framework or container brings its own.",
     )
-    nvidia_container_toolkit: str = Field(
-        "1.17.8", pattern=VERSION_PATTERN, description="NVIDIA container toolkit on GPU nodes with containers."
-    )
-    neuron: str = Field(
-        "2.32.0",
+    nvidia_container_toolkit: str | None = Field(
+        None,
         pattern=VERSION_PATTERN,
-        description="AWS Neuron SDK release for Trainium/Inferentia nodes (Slurm backends; EKS images bring theirs).",
+        description="NVIDIA container toolkit on GPU nodes with containers. "
+        + _ADOPTED.format(default=KILN_INSTALLS["nvidia_container_toolkit"]),
     )
-    slurm: str = Field("24.11", pattern=VERSION_PATTERN)
+    neuron: str | None = Field(
+        None,
+        pattern=VERSION_PATTERN,
+        description="AWS Neuron SDK release for Trainium/Inferentia nodes. "
+        + _ADOPTED.format(default=KILN_INSTALLS["neuron"]),
+    )
+    slurm: str | None = Field(
+        None,
+        pattern=VERSION_PATTERN,
+        description="PCS only: the Slurm version of the cluster (PCS installs it); unset: the newest PCS runs. Other "
+        "backends' images bring their own Slurm.",
+    )
     node_exporter: str = Field(
         "1.9.1",
         pattern=VERSION_PATTERN,
@@ -226,8 +256,13 @@ class Software(SpecModel):
         description="NVIDIA DCGM and DCGM exporter as the pair NVIDIA's releases name, DCGM-EXPORTER "
         "(observability on GPU nodes of Slurm backends; EKS takes NVIDIA's chart).",
     )
-    enroot: str = Field("3.5.0", pattern=VERSION_PATTERN)
-    pyxis: str = Field("0.20.0", pattern=VERSION_PATTERN)
+    enroot: str | None = Field(None, pattern=VERSION_PATTERN, description=_ADOPTED.format(default=KILN_INSTALLS["enroot"]))
+    pyxis: str | None = Field(None, pattern=VERSION_PATTERN, description=_ADOPTED.format(default=KILN_INSTALLS["pyxis"]))
+    replace: list[Component] = Field(
+        default_factory=list,
+        description="Components the backend's image owns that kiln replaces with the pinned version, in a bake only "
+        "(compute.image.bake): never at boot, where a loaded driver cannot be swapped.",
+    )
     containers: bool = Field(True, description="enroot + pyxis (Slurm) or the container toolkit (EKS).")
     lock_file: str | None = Field(
         None,
@@ -319,6 +354,48 @@ class ClusterSpec(SpecModel):
         if self.software.lock_file is None:
             return None
         return (self._source_dir or Path()) / self.software.lock_file
+
+    @property
+    def node_image(self) -> str:
+        """Return the image profile nodes boot (kiln.catalog.platforms): the image the backend publishes, or on PCS
+        with base own the AMI compute.image.ami_id names (kiln knows nothing it ships and checks each component on the
+        node). Elsewhere ami_id is taken to be built from the backend's own image, as its description asks."""
+        if self.compute.backend == "pcs" and self.compute.image.base == "own":
+            return "pcs-custom"
+        if self.effective_orchestrator == "eks":
+            return "hyperpod-eks"
+        return image_profile_for(self.compute.backend)
+
+    @property
+    def slurm_version(self) -> str | None:
+        """Return the Slurm version a PCS cluster runs (software.slurm, else PCS's newest); None elsewhere."""
+        if self.compute.backend != "pcs":
+            return None
+        return self.software.slurm or newest_pcs_slurm()
+
+    @property
+    def image_os(self) -> str:
+        """Return the OS nodes boot: compute.image.os, else the backend's usual one (PCS's sample AMIs and EKS's
+        accelerated AMIs run Amazon Linux 2023; ParallelCluster and HyperPod Slurm default to Ubuntu 22.04)."""
+        if self.compute.image.os is not None:
+            return self.compute.image.os
+        if self.compute.backend in ("pcs", "eks") or self.effective_orchestrator == "eks":
+            return "al2023"
+        return "ubuntu2204"
+
+    @property
+    def smallest_root_volume_gib(self) -> int | None:
+        """Return the smallest root volume of a node that boots compute.image (baked or ami_id): every such volume
+        must hold the image's snapshot (EC2 refuses a smaller one). None on HyperPod, which sizes root volumes itself
+        (a group's root_volume_gib is a secondary volume there), and on EKS, whose nodes boot EKS's image."""
+        backend = self.compute.backend
+        if backend in ("hyperpod", "eks"):
+            return None
+        sizes = [group.root_volume_gib for group in self.compute.groups]
+        # ParallelCluster's head and login nodes and PCS's login nodes boot the image too, at kiln's size for them.
+        if backend == "parallelcluster" or self.compute.login_nodes.count:
+            sizes.append(SERVICE_NODE_ROOT_VOLUME_GIB)
+        return min(sizes)
 
     @property
     def effective_orchestrator(self) -> str | None:

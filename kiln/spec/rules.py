@@ -7,6 +7,7 @@ synthesizes and renders.
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import ipaddress
 from collections.abc import Callable, Iterator
@@ -60,6 +61,13 @@ from kiln.catalog.names import (
 )
 from kiln.catalog.nccl import forbidden_variable
 from kiln.catalog.neuron import known_neuron_releases
+from kiln.catalog.platforms import (
+    PIN_FIELDS,
+    image_profile,
+    lustre_efa_interfaces,
+    newest_pcs_slurm,
+    service_fact,
+)
 from kiln.spec.models import ClusterSpec, Lustre
 from kiln.spec.problems import Path, Problem, dotted, shown
 
@@ -221,9 +229,49 @@ def lustre(spec: ClusterSpec) -> Iterator[Problem]:
             )
         if fs.efa:
             yield _p((*base, "efa"), f"EFA-enabled FSx needs deployment PERSISTENT_2 (got {fs.deployment})", deployment)
+    if fs.efa:
+        yield from _lustre_efa_clients(spec)
     path = fs.data_repository.import_path
     if path is not None and (why := _s3_uri_problem(path)):
         yield _p((*base, "data_repository", "import_path"), f"{why}: an s3://bucket/prefix URI (got {shown(path)})")
+
+
+# Where kiln mounts FSx itself (configure_fsx) and so can give LNet the node's EFA interfaces before the mount.
+LUSTRE_EFA_BACKENDS = {"pcs": None, "hyperpod": "slurm"}
+
+
+def _lustre_efa_clients(spec: ClusterSpec) -> Iterator[Problem]:
+    """EFA to Lustre only where kiln configures the clients, on an OS FSx takes EFA clients on, within its limit."""
+    efa = ("storage", "lustre", "efa")
+    backend = spec.compute.backend
+    if backend not in LUSTRE_EFA_BACKENDS or LUSTRE_EFA_BACKENDS[backend] != spec.effective_orchestrator:
+        yield _p(
+            efa,
+            f"is not offered on {backend}{' with EKS' if spec.effective_orchestrator == 'eks' else ''}: its nodes "
+            "mount the file system before kiln could give LNet their EFA interfaces (kiln does so on pcs and "
+            "hyperpod with Slurm)",
+            BACKEND,
+            ORCHESTRATOR,
+        )
+        return
+    least_kernel = service_fact("fsx_lustre", "efa_client_os")
+    if spec.image_os not in least_kernel.value:
+        yield _p(efa, f"FSx takes no EFA clients on {spec.image_os} ({least_kernel.source})", ("compute", "image", "os"))
+    limit = service_fact("fsx_lustre", "efa_connection_limit")
+    connections = 0
+    for group in spec.compute.groups:
+        try:
+            facts = instance_type(group.instance_type)
+        except UnknownInstanceType:
+            return
+        connections += group.max_count * lustre_efa_interfaces(facts.name, facts.network_cards, facts.efa_supported)
+    if connections > limit.value:
+        yield _p(
+            efa,
+            f"the groups' nodes would open {connections} EFA connections to the file system, more than the "
+            f"{limit.value} FSx allows ({limit.source}): lower max_count, or turn efa off",
+            ("compute", "groups"),
+        )
 
 
 def bucket(spec: ClusterSpec) -> Iterator[Problem]:
@@ -454,7 +502,7 @@ def kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
     if spec.compute.backend != "eks" and spec.effective_orchestrator != "eks":
         return
     image = spec.compute.image
-    if "os" in image.model_fields_set and image.os != "al2023":
+    if image.os is not None and image.os != "al2023":
         yield _p(
             ("compute", "image", "os"),
             f"must be al2023 with EKS, whose GPU nodes run Amazon Linux 2023 (got {image.os!r})",
@@ -477,7 +525,7 @@ NO_BAKE_IN_CI = (
 )
 # What a baked image starts from, per backend: the backend's own agent or cookbook must already be on it.
 BAKE_PARENTS = {
-    "pcs": "an AMI with the PCS agent and Slurm software.slurm (e.g. a PCS sample AMI)",
+    "pcs": "an AMI with the PCS agent and the cluster's Slurm (e.g. a PCS sample AMI)",
     "parallelcluster": "an official ParallelCluster AMI of the version kiln deploys (`pcluster list-official-images`)",
     "hyperpod": "a SageMaker HyperPod base AMI",
 }
@@ -517,15 +565,114 @@ def image(spec: ClusterSpec) -> Iterator[Problem]:
         yield _p(("compute", "image", "bake"), NO_BAKE_IN_CI, ("ci", "ttl_hours"))
 
 
+# What pods bring on EKS, so a host pin there would change nothing.
+EKS_POD_SOFTWARE = {
+    "nccl": "pods bring their own NCCL",
+    "enroot": "pods run in containerd, not enroot",
+    "pyxis": "there is no Slurm for pyxis to plug into",
+}
+
+
 def software(spec: ClusterSpec) -> Iterator[Problem]:
-    """The Neuron release is one whose packages kiln knows."""
+    """The Neuron release is one whose packages kiln knows; NCCL on EKS hosts has no use."""
     release = spec.software.neuron
-    if release not in known_neuron_releases():
+    if release is not None and release not in known_neuron_releases():
         yield _p(
             ("software", "neuron"),
             f"is not a Neuron SDK release kiln knows the packages of (got {shown(release)}; "
             f"allowed: {', '.join(known_neuron_releases())})",
         )
+    if spec.compute.backend == "eks" or spec.effective_orchestrator == "eks":
+        for field, why in EKS_POD_SOFTWARE.items():
+            if getattr(spec.software, field) is not None:
+                yield _p(("software", field), f"has no effect on EKS nodes: {why}", BACKEND, ORCHESTRATOR)
+
+
+def today() -> datetime.date:
+    """Return today's date (the rules' one clock: tests set it)."""
+    return datetime.date.today()
+
+
+def slurm(spec: ClusterSpec) -> Iterator[Problem]:
+    """software.slurm only on PCS, at a version PCS still creates clusters with."""
+    path = ("software", "slurm")
+    pinned = spec.software.slurm
+    if pinned is None:
+        return
+    if spec.compute.backend != "pcs":
+        yield _p(path, f"has no effect on {spec.compute.backend}: its image brings its own Slurm (unset it)", BACKEND)
+        return
+    fact = service_fact("pcs", "slurm_versions")
+    versions = fact.value
+    if pinned not in versions:
+        yield _p(path, f"got {shown(pinned)}; allowed: {', '.join(versions)} (Slurm versions PCS runs, {fact.source})")
+    elif versions[pinned] is not None and datetime.date.fromisoformat(versions[pinned]) < today():
+        yield _p(
+            path,
+            f"got {shown(pinned)}, which PCS stopped supporting on {versions[pinned]}: no new cluster may run it "
+            f"({fact.source}); use {newest_pcs_slurm()}",
+        )
+
+
+def pcs_image(spec: ClusterSpec) -> Iterator[Problem]:
+    """compute.image.base only on PCS, own with its AMI; a PCS sample AMI must exist for the OS."""
+    image = spec.compute.image
+    base = ("compute", "image", "base")
+    if image.base is not None and spec.compute.backend != "pcs":
+        yield _p(base, f"is for pcs only: {spec.compute.backend}'s nodes boot its own image (unset it)", BACKEND)
+        return
+    if image.base == "own" and image.ami_id is None:
+        yield _p(("compute", "image", "ami_id"), "is required with base: own (the AMI of your own)", base)
+
+
+
+def image_os(spec: ClusterSpec) -> Iterator[Problem]:
+    """The image nodes boot exists for the OS the spec names."""
+    profile = image_profile(spec.node_image)
+    if "operating_systems" not in profile.facts:
+        return
+    offered = profile.fact("operating_systems")
+    if spec.image_os in offered.value:
+        return
+    hint = " or base: own with ami_id (your own AMI with the PCS agent and Slurm)" if profile.name == "pcs-sample" else ""
+    yield _p(
+        ("compute", "image", "os"),
+        f"got {spec.image_os}, but the {profile.title} runs {', '.join(offered.value)} only ({offered.source}): "
+        f"set os: {offered.value[0]}{hint}",
+        BACKEND,
+        ("compute", "image", "base"),
+    )
+
+
+def image_ownership(spec: ClusterSpec) -> Iterator[Problem]:
+    """A pin on a component the backend's image owns differs from it only where a bake replaces it."""
+    profile = image_profile(spec.node_image)
+    owned = profile.owned_on(spec.image_os)
+    replace = spec.software.replace
+    for component, entry in owned.items():
+        field = PIN_FIELDS.get(component)
+        pinned = getattr(spec.software, field) if field else None
+        if pinned is None or component in replace or pinned == entry.version:
+            continue
+        yield _p(
+            ("software", field),
+            f"got {shown(pinned)}, but the {profile.title} ships {entry.describe()} and kiln adopts it ({entry.source}); "
+            f"leave it unset, or replace it in a bake (software.replace: [{component}] with compute.image.bake)",
+            BACKEND,
+        )
+    for index, component in enumerate(replace):
+        path = ("software", "replace", index)
+        if replace.index(component) != index:
+            yield _p(path, f"names {component} twice")
+        elif not spec.compute.image.bake:
+            yield _p(
+                path,
+                f"replaces the image's {component} only in a bake: set compute.image.bake (a node cannot swap a "
+                "loaded driver or library at boot)",
+                ("compute", "image", "bake"),
+            )
+        elif PIN_FIELDS.get(component) is None:
+            yield _p(path, f"names {component}, which kiln has no pin for: it follows the OS's repository")
 
 
 def launcher(spec: ClusterSpec) -> Iterator[Problem]:
@@ -636,6 +783,10 @@ RULES: tuple[Rule, ...] = (
     ci,
     observability,
     tags,
+    image_ownership,
+    slurm,
+    pcs_image,
+    image_os,
 )
 
 

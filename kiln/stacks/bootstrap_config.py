@@ -11,6 +11,7 @@ from kiln.bootstrap.lock import LockError, locked_digests, read_lock
 from kiln.bootstrap.readiness import BootReadiness, boot_readiness
 from kiln.catalog import instance_type
 from kiln.catalog.names import ec2_type_name
+from kiln.catalog.platforms import KILN_INSTALLS, PIN_FIELDS, image_profile
 from kiln.spec import ClusterSpec, Problem, SpecError, load_spec
 from kiln.spec.models import Observability
 
@@ -65,24 +66,21 @@ def config_from_spec(
     )
     types = tuple(dict.fromkeys(ec2_type_name(name) for name in (*service, *(g.instance_type for g in groups))))
     exporters = node_exporters(spec, target, types)
+    os = spec.image_os
+    image = spec.node_image
+    pins = installed_pins(spec, image, os)
     return BootstrapConfig(
         target=target,
-        # EKS nodes (and HyperPod's EKS nodes) boot the EKS-optimized Amazon Linux 2023 image.
-        os="al2023" if target == "eks" else compute.image.os,
+        # EKS nodes (and HyperPod's EKS nodes) boot an Amazon Linux 2023 image.
+        os=os,
         architecture=_architecture(types),
         service_instance_types=service,
         groups=groups,
+        image=image,
+        replace=tuple(software.replace),
         software=SoftwarePins(
-            # EKS's accelerated images (AL2023 NVIDIA and Neuron) bring their drivers and container toolkit, and
-            # pods bring their NCCL: kiln installs none of them on EKS nodes.
-            nvidia_driver=None if target == "eks" else software.nvidia_driver,
-            neuron=None if target == "eks" else software.neuron,
-            nvidia_container_toolkit=None if target == "eks" else software.nvidia_container_toolkit,
-            nccl=None if target == "eks" else software.nccl,
-            efa_installer=software.efa_installer,
-            slurm=software.slurm,
-            enroot=software.enroot,
-            pyxis=software.pyxis,
+            **pins,
+            slurm=spec.slurm_version,
             node_exporter=software.node_exporter,
             prometheus=software.prometheus,
             dcgm_exporter=software.dcgm_exporter,
@@ -92,8 +90,26 @@ def config_from_spec(
         containers=software.containers,
         container_runtime="containerd" if target == "eks" else "docker",
         lustre=spec.storage.lustre is not None,
+        lustre_efa=spec.storage.lustre is not None and spec.storage.lustre.efa,
         **common,
     )
+
+
+def installed_pins(spec: ClusterSpec, image: str, os: str) -> dict[str, str | None]:
+    """Return the version kiln installs of each component on SPEC's nodes: none where the IMAGE owns it (adopted),
+    else the spec's pin or kiln's own choice (kiln.catalog.platforms.KILN_INSTALLS)."""
+    owned = image_profile(image).owned_on(os)
+    pins: dict[str, str | None] = {}
+    for component, field in PIN_FIELDS.items():
+        pinned = getattr(spec.software, field)
+        if component in owned and component not in spec.software.replace:
+            pins[field] = None
+        elif spec.compute.backend == "eks" and component == "nccl":
+            # EKS pods bring their NCCL; the host has no use for one (the spec rules refuse a pin).
+            pins[field] = None
+        else:
+            pins[field] = pinned or KILN_INSTALLS.get(component)
+    return pins
 
 
 # The local cluster has no GPUs and no EFA: of the exporters, it runs the node and Slurm ones.

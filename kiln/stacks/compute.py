@@ -22,6 +22,7 @@ from kiln.constructs import (
     NodeBootstrap,
     ParallelCluster,
     PcsCluster,
+    attachable_policy,
 )
 from kiln.spec import ClusterSpec
 from kiln.stacks.bootstrap_config import config_from_spec
@@ -118,7 +119,7 @@ class ComputeStack(cdk.Stack):
         workspace = context.agent_workspace
         if workspace is None:
             return []
-        policy = iam.ManagedPolicy(
+        policy = attachable_policy(
             self,
             "MetricsWriter",
             description=f"kiln {self.spec.name}: the head node's Prometheus agent writes to the metrics workspace",

@@ -39,10 +39,11 @@ def parallelcluster_props(
         head_node_instance_type=compute.head_node.instance_type,
         login_instance_type=compute.login_nodes.instance_type,
         login_count=compute.login_nodes.count,
-        os=compute.image.os,
+        os=spec.image_os,
         custom_ami=context.image_id,
         file_system=context.storage.lustre,
         fsx_mount_dir=MOUNT_POINT,
         security_groups=context.client_groups(),
         head_node_policies=tuple(head_node_policies),
+        ssh_allowed_ips=context.network.training_vpc.vpc.vpc_cidr_block,
     )

@@ -50,7 +50,7 @@ def pcs_cluster_props(context: ComputeContext, *, bootstrap: NodeBootstrap, ami_
         else None,
         bootstrap=bootstrap,
         cluster_env=context.cluster_env(mounts_fsx=True),
-        slurm_version=spec.software.slurm,
+        slurm_version=spec.slurm_version,
         size=pcs_size(spec),
         security_groups=context.client_groups(),
     )

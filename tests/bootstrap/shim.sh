@@ -148,5 +148,24 @@ case "$name" in
       grep -qx "FINGERPRINT=$export" "$home/shim-keys" || exit 2
       printf 'key %s armor %s\n' "$export" "$armor"
     fi ;;
+  uname)
+    # The running kernel: an AWS kernel new enough for FSx's EFA clients unless the test says otherwise.
+    if [[ "${1:-}" == -r ]]; then
+      echo "${SHIM_KERNEL:-6.8.0-1015-aws}"
+    else
+      echo Linux
+    fi ;;
+  ip)
+    echo "default via 10.1.0.1 dev ens5 proto dhcp src 10.1.0.5 metric 100" ;;
+  modinfo)
+    # modinfo -F version MODULE: a module built for the kernel but not loaded (state/modinfo-MODULE).
+    [[ -f "$state/modinfo-${*: -1}" ]] || exit 1
+    cat "$state/modinfo-${*: -1}" ;;
+  lnetctl)
+    case "$*" in
+      "net show --net efa") [[ -f "$state/lnet-efa" ]] && printf 'net:\n    - net type: efa\n' ;;
+      "net add --net efa "*) touch "$state/lnet-efa" ;;
+    esac
+    exit 0 ;;
   *) exit 0 ;;
 esac

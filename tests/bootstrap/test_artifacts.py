@@ -6,9 +6,11 @@ import dataclasses
 import re
 
 import pytest
+import yaml
 
 from kiln.bootstrap.artifacts import (
     artifact_table,
+    bundle_artifacts,
     bundle_repositories,
     lockable_artifacts,
     repository_table,
@@ -16,7 +18,7 @@ from kiln.bootstrap.artifacts import (
     resolve_repository,
 )
 from kiln.bootstrap.config import NodeGroup
-from kiln.spec import load_spec
+from kiln.spec import load_spec, parse_spec
 from kiln.stacks.bootstrap_config import config_from_spec
 from tests.bootstrap.conftest import pcs_config
 from tests.conftest import ROOT
@@ -26,7 +28,16 @@ FINGERPRINT = re.compile(r"[0-9A-F]{40}")
 
 
 def _pcs_config():
-    return config_from_spec(load_spec(ROOT / "examples" / "p5-pcs.yaml"), "pcs")
+    """The p5 PCS example on an AMI of the user's own: kiln installs the EFA software itself (kiln's default)."""
+    spec = yaml.safe_load((ROOT / "examples" / "p5-pcs.yaml").read_text())
+    spec["compute"]["image"] = {"base": "own", "ami_id": "ami-0123456789abcdef0"}
+    return config_from_spec(parse_spec(spec), "pcs")
+
+
+def test_the_sample_ami_brings_efa_so_nothing_is_downloaded_for_it() -> None:
+    config = config_from_spec(load_spec(ROOT / "examples" / "p5-pcs.yaml"), "pcs")
+    assert config.image == "pcs-sample" and config.software.efa_installer is None
+    assert "efa-installer" not in {artifact.name for artifact in bundle_artifacts(config)}
 
 
 def test_default_efa_installer_has_its_published_digest() -> None:

@@ -12,7 +12,7 @@ import pytest
 from kiln.bootstrap.config import NodeGroup
 from kiln.bootstrap.render import SCRIPTS_DIR, render_bundle
 from kiln.catalog.envfile import parse_env_file
-from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, stub_network
+from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, simulate_image, stub_network
 
 ENTRY = "pcs-user-data.sh"
 REMEDY = "rebuild the image: kiln ami build --spec SPEC"
@@ -70,7 +70,7 @@ def test_bake_installs_for_every_instance_type_and_leaves_every_marker(baked: No
         assert marker.stat().st_mode & 0o777 == 0o644
     # Skipped (no Neuron device on any type), but it ran: its marker says with which pins.
     assert (baked.root / "etc/kiln/image/install_neuron.env").read_text() == (
-        "KILN_NEURON_VERSION='2.32.0'\nKILN_NEURON_PACKAGES=''\n"
+        "KILN_NEURON_VERSION='2.32.0'\nKILN_NEURON_PACKAGES=''\nKILN_IMAGE_NEURON=''\n"
     )
     assert (baked.root / "etc/kiln/baked").read_text() == "pcs\n"
     assert not (baked.root / "var/cache/kiln/downloads").exists(), "the image must carry no installer files"
@@ -264,12 +264,15 @@ def test_a_hyperpod_image_bakes_outside_any_hyperpod_cluster(tmp_path: Path):
     config = pcs_config(target="hyperpod", groups=(NodeGroup(name="gpu", instance_type="p5.48xlarge", max_count=4),))
     node = make_node(tmp_path / "node", render_bundle(config, tmp_path / "bundle").directory)
     without_cluster_env(node)
-    # HyperPod's images carry Slurm, pyxis builds against it.
-    spank = node.root / "opt/slurm/include/slurm/spank.h"
-    spank.parent.mkdir(parents=True)
-    spank.write_text("")
+    # HyperPod's image, on a build instance without GPUs: the driver is built but not loaded; Slurm's headers are
+    # under /opt/slurm for pyxis to build against.
+    simulate_image(node, config.image, config.os, gpus=False)
     # No /opt/ml/config/resource_config.json: that exists only on the cluster's instances.
     result = node.run("--phase", "bake", entry="on_create.sh")
     assert result.returncode == 0, result.stderr
     assert "image build: no cluster to ask for this node's role" in node.log.read_text()
     assert (node.root / "etc/kiln/baked").read_text() == "hyperpod\n"
+    log = node.log.read_text()
+    assert "NVIDIA driver 580.126.09: adopted from the SageMaker HyperPod AMI for Slurm" in log
+    driver_packages = ("nvidia-driver-", "nvidia-open", "nvidia-fabricmanager")
+    assert not any(c.startswith(("apt-get", "dnf")) and any(p in c for p in driver_packages) for c in node.calls())

@@ -102,6 +102,7 @@ NOT_PINS = {
     # In messages only; a sealed image names its target in /etc/kiln/baked, which verification checks.
     "KILN_TARGET": "message",
     "KILN_INSTANCE_TYPE": "message",
+    "KILN_IMAGE_TITLE": "message",
     # Named by its digest, KILN_LAUNCHER_WHEEL_SHA256.
     "KILN_LAUNCHER_WHEEL": "digest",
     # The run itself: where it writes, its bundle, its retries, the file just fetched, the Python a venv starts from.

@@ -176,7 +176,7 @@ def test_each_node_starts_the_exporters_of_its_role_and_hardware(tmp_path, slurm
     if role == "login":
         slurm = (node.root / "etc/systemd/system/kiln-slurm-exporter.service").read_text()
         assert "ExecStart=/opt/kiln/venv/bin/kiln-metrics slurm --listen :9341" in slurm
-        assert "Environment=PATH=/opt/aws/pcs/scheduler/slurm-24.11/bin:" in slurm
+        assert "Environment=PATH=/opt/aws/pcs/scheduler/slurm-25.11/bin:" in slurm
     else:
         efa = (node.root / "etc/systemd/system/kiln-efa-exporter.service").read_text()
         assert "ExecStart=/opt/kiln/venv/bin/kiln-metrics efa --listen :9342" in efa
@@ -250,7 +250,7 @@ def test_the_agent_node_writes_the_agent_config_and_starts_the_agent_and_its_nod
     units = node.root / "etc/systemd/system"
     targets = (units / "kiln-metrics-targets.service").read_text()
     assert "kiln-metrics targets --dir /var/lib/kiln-prometheus/targets --exporters node,dcgm,efa --self " in targets
-    assert "Environment=PATH=/opt/aws/pcs/scheduler/slurm-24.11/bin:" in targets
+    assert "Environment=PATH=/opt/aws/pcs/scheduler/slurm-25.11/bin:" in targets
     agent = (units / "kiln-prometheus-agent.service").read_text()
     assert "ExecStart=/opt/kiln/prometheus/prometheus --agent --config.file=/etc/kiln/prometheus/agent.yml " in agent
     assert f"--web.listen-address=127.0.0.1:{PROMETHEUS_PORT}" in agent

@@ -33,12 +33,19 @@ SPEC = {
     "software": VERSIONS,
     "launcher": {"checkpoint_dir": CHECKPOINT_DIR, "nccl_env": NCCL_ENV},
 }
+BAKE = {"ami_id": "ami-0123456789abcdef0", "bake": True}
+# Where the backend's image owns a component, only a bake may pin (and replace) it.
 COMPUTE = {
-    "pcs": {},
-    "parallelcluster": {"backend": "parallelcluster"},
-    "hyperpod": {"backend": "hyperpod", "groups": [{"name": "gpu", "instance_type": "p5.48xlarge", "min_count": 2}]},
+    "pcs": {"image": {"base": "own", "ami_id": "ami-0123456789abcdef0"}},
+    "parallelcluster": {"backend": "parallelcluster", "image": BAKE},
+    "hyperpod": {
+        "backend": "hyperpod",
+        "groups": [{"name": "gpu", "instance_type": "p5.48xlarge", "min_count": 2}],
+        "image": BAKE,
+    },
     "eks": {"backend": "eks", "image": {"os": "al2023"}},
 }
+REPLACE = {"parallelcluster": ["nvidia_driver", "enroot", "pyxis"], "hyperpod": ["nvidia_driver"]}
 TARGETS = (*COMPUTE, "local")
 # Sources FILE with every assignment exported, then prints the environment NUL-separated.
 SOURCE = 'cd "$1" && set -a && . "$2" && set +a && env -0'
@@ -46,10 +53,15 @@ SOURCE = 'cd "$1" && set -a && . "$2" && set +a && env -0'
 
 def spec_for(target: str) -> dict:
     spec = copy.deepcopy(SPEC)
-    if target != "local":
-        spec["compute"] |= copy.deepcopy(COMPUTE[target])
-        if target == "hyperpod":
-            spec["compute"]["groups"][0]["max_count"] = 2
+    if target == "eks":
+        # EKS's image owns the driver, and pods bring enroot's and pyxis's part: nothing to pin there.
+        spec["software"] = {}
+    if target in REPLACE:
+        spec["software"]["replace"] = REPLACE[target]
+    # The local target renders the PCS spec's bundle for the local cluster.
+    spec["compute"] |= copy.deepcopy(COMPUTE["pcs" if target == "local" else target])
+    if target == "hyperpod":
+        spec["compute"]["groups"][0]["max_count"] = 2
     return spec
 
 
@@ -117,6 +129,7 @@ def test_sourcing_every_env_file_runs_nothing_and_gives_back_every_value(
             assert seen[name] == value
         assert seen["KILN_ENROOT_VERSION"] == (VERSIONS["enroot"] if target != "eks" else "")
         assert seen["KILN_PYXIS_VERSION"] == (VERSIONS["pyxis"] if target != "eks" else "")
+        assert seen["KILN_NVIDIA_DRIVER_VERSION"] == (VERSIONS["nvidia_driver"] if target != "eks" else "")
 
 
 def test_launcher_env_is_quoted_so_sourcing_it_only_assigns(bundles: dict[str, Path], tmp_path: Path) -> None:

@@ -19,9 +19,10 @@ from kiln.spec import load_spec
 from kiln.stacks.bootstrap_config import config_from_spec, load_and_judge
 from tests.conftest import ROOT, loopback_server
 
+# The quickstart boots the PCS sample AMI (Amazon Linux 2023): enroot comes as RPMs.
 FILES = {
-    "enroot_3.5.0-1_amd64.deb": b"enroot package",
-    "enroot+caps_3.5.0-1_amd64.deb": b"caps",
+    "enroot-3.5.0-1.el8.x86_64.rpm": b"enroot package",
+    "enroot+caps-3.5.0-1.el8.x86_64.rpm": b"caps",
     "v0.20.0.tar.gz": b"src",
 }
 
@@ -87,7 +88,7 @@ def test_lock_command_writes_the_spec_lock_and_makes_the_example_boot_ready(
     written = tmp_path / "quickstart.lock.json"
     assert out.strip() == str(written)
     entries = {entry.name: entry for entry in read_lock(written)}
-    assert set(entries) == {"enroot-deb", "enroot-caps-deb", "pyxis"}
+    assert set(entries) == {"enroot-rpm", "enroot-caps-rpm", "pyxis"}
     assert entries["pyxis"].url == "https://github.com/NVIDIA/pyxis/archive/refs/tags/v0.20.0.tar.gz"
     assert entries["pyxis"].sha256 == hashlib.sha256(b"src").hexdigest() and entries["pyxis"].size_bytes == 3
     assert "pyxis 0.20.0: " + hashlib.sha256(b"src").hexdigest() in err
@@ -122,7 +123,7 @@ def test_refresh_stops_when_a_published_file_changed_and_keeps_the_lock(
 
 def test_a_download_failure_writes_nothing(tmp_path: Path, via_loopback: str, monkeypatch, capsys) -> None:
     spec = _spec(tmp_path)
-    monkeypatch.delitem(FILES, "enroot+caps_3.5.0-1_amd64.deb")
+    monkeypatch.delitem(FILES, "enroot+caps-3.5.0-1.el8.x86_64.rpm")
     assert main(["bootstrap", "lock", "--spec", str(spec)]) == 1
     assert "download failed" in capsys.readouterr().err
     assert not (tmp_path / "quickstart.lock.json").exists()

@@ -133,8 +133,8 @@ def test_bundle_env_lists_the_pins_of_each_install_step_and_of_nothing_else(ever
 
 def test_pins_are_written_as_image_builds_read_them(every_target):
     values = parse_env_file((every_target["pcs"] / "bundle.env").read_text())
-    assert values["KILN_PINS_INSTALL_EFA"] == "KILN_EFA_INSTALLER_VERSION KILN_IMAGE_DEVICES"
-    assert values["KILN_PINS_INSTALL_LUSTRE_CLIENT"] == "KILN_LUSTRE"
+    assert values["KILN_PINS_INSTALL_EFA"] == "KILN_EFA_INSTALLER_VERSION KILN_IMAGE_EFA_INSTALLER KILN_IMAGE_DEVICES"
+    assert values["KILN_PINS_INSTALL_LUSTRE_CLIENT"] == "KILN_LUSTRE KILN_IMAGE_LUSTRE_CLIENT"
     local = parse_env_file((every_target["local"] / "bundle.env").read_text())
     assert local["KILN_PINS_INSTALL_MUNGE"] == "KILN_SLURM_SOURCE"
     assert local["KILN_SLURM_SOURCE"] == "distro"
@@ -155,6 +155,8 @@ def test_image_facts_are_the_union_of_the_bundles_instance_types(tmp_path):
         "KILN_NVSWITCH": "1",
         "KILN_NVLSM": "0",
         "KILN_INSTANCE_STORAGE_GB": str(max(t.instance_storage_gb for t in types)),
+        # AWS's default for a multi-card type other than the p5 and p6 classes: 2.
+        "KILN_LUSTRE_EFA_INTERFACES": "2",
     }
     # Same format as one type's facts, so the bake loads it the same way.
     assert set(facts) == set(parse_env_file((bundle / "instances/g5.48xlarge/facts.env").read_text()))
@@ -189,18 +191,23 @@ def test_hyperpod_slurm_conf_uses_cgroups_and_dynamic_nodes(every_target):
     assert "NodeSet=p5-nodes Feature=p5" in conf and "MaxNodeCount=2" in conf
     assert "GresTypes=gpu" in conf
     assert (slurm / "cgroup.conf").exists()
-    assert (slurm / "plugstack.conf.d" / "pyxis.conf").exists()
+    assert "include /opt/slurm/etc/plugstack.conf.d/*.conf" in (slurm / "plugstack.conf").read_text()
+    # pyxis's drop-in goes to KILN_SLURM_PLUGSTACK_DIR, the directory kiln's plugstack.conf includes.
+    assert (every_target["hyperpod"] / "spank" / "pyxis.conf").exists()
+    values = parse_env_file((every_target["hyperpod"] / "bundle.env").read_text())
+    assert values["KILN_SLURM_PLUGSTACK_DIR"] == "/opt/slurm/etc/plugstack.conf.d"
     gres = every_target["hyperpod"] / "instances" / "p5.48xlarge" / "gres.conf"
     assert "Name=gpu File=/dev/nvidia[0-7]" in gres.read_text()
 
 
 def test_backends_that_own_slurm_get_only_the_pyxis_drop_in(every_target):
-    files = sorted(
-        p.relative_to(every_target["pcs"] / "slurm").as_posix()
-        for p in (every_target["pcs"] / "slurm").rglob("*")
-        if p.is_file()
-    )
-    assert files == ["plugstack.conf.d/pyxis.conf"]
+    bundle = every_target["pcs"]
+    assert [p for p in (bundle / "slurm").rglob("*") if p.is_file()] == []
+    assert sorted(p.name for p in (bundle / "spank").iterdir()) == ["pyxis.conf"]
+    values = parse_env_file((bundle / "bundle.env").read_text())
+    # PCS reads SPANK configuration only from its own directory, and needs no plugstack.conf line.
+    assert values["KILN_SLURM_PLUGSTACK_DIR"] == "/etc/aws/pcs/scheduler/slurm-25.11/plugstack.conf.d"
+    assert values["KILN_SLURM_PLUGSTACK_CONF"] == ""
 
 
 def test_nccl_profile_is_the_catalog_preset_plus_overrides(tmp_path):
@@ -254,7 +261,10 @@ def test_spec_adapter_maps_backend_groups_and_pins():
     config = config_from_spec(load_spec(EXAMPLES / "p5-hyperpod-slurm.yaml"))
     assert config.target == "hyperpod"
     assert config.instance_types == ("m5.8xlarge", "m5.2xlarge", "p5.48xlarge")
-    assert config.lustre and config.software.efa_installer and config.software.pyxis
+    assert config.lustre and config.software.pyxis
+    # HyperPod's AMI ships the driver, EFA and the Lustre client: kiln adopts them and pins none.
+    assert config.image == "hyperpod-slurm"
+    assert config.software.efa_installer is None and config.software.nvidia_driver is None
     on_eks = load_spec(EXAMPLES / "p5-hyperpod-eks.yaml")
     assert config_from_spec(on_eks).target == "eks"
     with pytest.raises(ValueError, match="target: got 'hyperpod' for this 'hyperpod' spec, allowed: eks, local"):

@@ -194,16 +194,15 @@ def test_fsx_mount_is_retried_until_writable(node):
     assert "/fsx lustre" in (node.root / "etc/fstab").read_text()
 
 
-def test_pyxis_is_made_known_to_slurm(node):
+def test_pyxis_is_made_known_to_slurm_where_pcs_reads_spank_plugins(node):
     assert node.run("configure_slurm").returncode == 0
-    conf = node.root / "opt/aws/pcs/scheduler/slurm-24.11/etc"
-    assert (conf / "plugstack.conf.d/pyxis.conf").read_text() == "required /usr/local/lib/slurm/spank_pyxis.so\n"
-    assert (
-        "include /opt/aws/pcs/scheduler/slurm-24.11/etc/plugstack.conf.d/*.conf"
-        in (conf / "plugstack.conf").read_text()
-    )
+    # PCS reads SPANK configuration from its own directory per Slurm version, and only from there.
+    spank = node.root / "etc/aws/pcs/scheduler/slurm-25.11/plugstack.conf.d"
+    assert (spank / "pyxis.conf").read_text() == "required /usr/local/lib/slurm/spank_pyxis.so\n"
+    # Nothing of PCS's own Slurm configuration is written.
+    assert not (node.root / "opt/aws/pcs/scheduler/slurm-25.11/etc").exists()
     node.set_state("active/slurmd")
-    (conf / "plugstack.conf.d/pyxis.conf").write_text("stale\n")
+    (spank / "pyxis.conf").write_text("stale\n")
     assert node.run("configure_slurm").returncode == 0
     assert "systemctl restart slurmd" in node.calls()
 

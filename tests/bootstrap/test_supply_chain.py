@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from dataclasses import dataclass
@@ -9,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from kiln.bootstrap.config import NodeGroup, SoftwarePins
+from kiln.bootstrap.config import NodeGroup
 from kiln.bootstrap.render import PROFILES, render_bundle
-from tests.bootstrap.conftest import CLUSTER_ENV, PINS, Node, make_node, pcs_config
+from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, pins_beside, simulate_image
 
-OS_RELEASE = {"ubuntu2204": 'ID=ubuntu\nVERSION_ID="22.04"\n', "al2023": 'ID="amzn"\nVERSION_ID="2023"\n'}
 CUDA_APT = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
 CUDA_DNF = "https://developer.download.nvidia.com/compute/cuda/repos/amzn2023/x86_64"
 NEURON_KEY = "https://apt.repos.neuron.amazonaws.com/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB"
@@ -78,8 +78,11 @@ def _p5_ubuntu(target: str) -> Case:
     )
 
 
+# Where kiln owns the image (PCS with base: own) it installs everything; on HyperPod's image it adopts the driver, EFA
+# and the Lustre client and installs only what the image lacks (Neuron); on EKS's it installs nothing. Each node is
+# laid out as its image ships (simulate_image).
 CASES = [
-    *(_p5_ubuntu(target) for target in ("pcs", "parallelcluster", "hyperpod")),
+    _p5_ubuntu("pcs"),
     Case(
         "pcs",
         "al2023",
@@ -115,6 +118,14 @@ CASES = [
     ),
     Case(
         "hyperpod",
+        "ubuntu2204",
+        "trn1.32xlarge",
+        {"kiln-neuron.list": "deb [signed-by=/etc/apt/keyrings/kiln-neuron.gpg] https://apt.repos.neuron.amazonaws.com jammy main"},
+        (NEURON_KEY,),
+        tuple(NEURON_APT),
+    ),
+    Case(
+        "pcs",
         "al2023",
         "trn1.32xlarge",
         {"kiln-neuron.repo": "baseurl=https://yum.repos.neuron.amazonaws.com"},
@@ -131,15 +142,16 @@ def _node(tmp_path: Path, case: Case) -> Node:
     changes = {"target": case.target, "os": case.os, "groups": (NodeGroup(name="accel", instance_type=case.instance),)}
     if case.target == "eks":
         # EKS runs the node and DCGM exporters as Helm charts; only kiln's EFA exporter is the bootstrap's there.
-        changes.update(service_instance_types=(), container_runtime="containerd", software=_eks_pins(), exporters=())
+        # Pods bring NCCL there.
+        software = dataclasses.replace(pins_beside("eks-al2023", "al2023"), nccl=None)
+        changes.update(service_instance_types=(), container_runtime="containerd", exporters=(), software=software)
     config = pcs_config(**changes)
     bundle = render_bundle(config, tmp_path / "bundle").directory
-    node = make_node(
-        tmp_path / "node", bundle, {**CLUSTER_ENV, "KILN_INSTANCE_TYPE": case.instance}, OS_RELEASE[case.os]
-    )
+    node = make_node(tmp_path / "node", bundle, {**CLUSTER_ENV, "KILN_INSTANCE_TYPE": case.instance})
+    simulate_image(node, config.image, case.os)
     # ParallelCluster and HyperPod keep Slurm (and the headers pyxis builds against) under /opt/slurm.
     spank = node.root / "opt/slurm/include/slurm/spank.h"
-    spank.parent.mkdir(parents=True)
+    spank.parent.mkdir(parents=True, exist_ok=True)
     spank.write_text("")
     if case.target == "hyperpod":
         path = node.root / "opt/ml/config/resource_config.json"
@@ -147,11 +159,6 @@ def _node(tmp_path: Path, case: Case) -> Node:
         groups = [{"Name": "accel", "Instances": [{"CustomerIpAddress": "10.1.0.5"}]}]
         path.write_text(json.dumps({"InstanceGroups": groups}))
     return node
-
-
-def _eks_pins() -> SoftwarePins:
-    image_brings = ("nvidia_driver", "neuron", "nvidia_container_toolkit", "nccl")
-    return SoftwarePins(**{**vars(PINS), **dict.fromkeys(image_brings)})
 
 
 def _install_steps(case: Case) -> list[str]:

@@ -203,6 +203,62 @@ apt_get() {
     -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"
 }
 
+# Print the installed version of package $1, or nothing when it is not installed.
+package_version() {
+  local have
+  if [[ "$KILN_PKG" == apt ]]; then
+    have="$(dpkg-query -W -f='${Status} ${Version}' "$1" 2>/dev/null)" || return 0
+    [[ "$have" == "install ok installed "* ]] && printf '%s\n' "${have#install ok installed }"
+  else
+    rpm -q --qf '%{VERSION}-%{RELEASE}' "$1" 2>/dev/null || true
+  fi
+  return 0
+}
+
+# True when version $1 is $2 or newer (dotted versions, compared numerically part by part).
+version_at_least() {
+  [[ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n 1)" == "$2" ]]
+}
+
+# Adopt component $1 ("NVIDIA driver") from the image, which ships it per kiln's platform data: $2 is the node's
+# copy (a version, "present", or nothing when it has none) and $3 what the data records (KILN_IMAGE_<COMPONENT>: a
+# version, "branch:VERSION", or "present"). A missing or older copy ends the bootstrap: kiln never installs a
+# second copy of what the image owns at boot.
+adopt_component() {
+  local what="$1" have="$2" recorded="$3" floor
+  if [[ -z "$have" ]]; then
+    die "${what}: the ${KILN_IMAGE_TITLE} ships it (kiln's platform data), but this node has none; boot that image, or bake ${what} into your own (compute.image.bake)"
+  fi
+  case "$recorded" in
+    present) ;;
+    branch:*)
+      floor="${recorded#branch:}"
+      if ! version_at_least "${have%%.*}" "${floor%%.*}"; then
+        die "${what} ${have}: older than the ${floor%%.*} branch the ${KILN_IMAGE_TITLE} ships (${floor}); kiln does not replace the image's ${what} at boot"
+      fi ;;
+    *)
+      if ! version_at_least "$have" "$recorded"; then
+        die "${what} ${have}: older than the ${recorded} the ${KILN_IMAGE_TITLE} ships; kiln does not replace the image's ${what} at boot"
+      fi ;;
+  esac
+  skip "${what} ${have}: adopted from the ${KILN_IMAGE_TITLE} (kiln installs none)"
+}
+
+# Let install step of component $1 ($2 in words) put version $4 on a node that has $3 (nothing: none) only where
+# nothing is there, it is the same version, or a bake replaces it (software.replace): a node keeps what its image
+# ships, and a boot never swaps it.
+guard_replacement() {
+  local component="$1" what="$2" have="$3" want="$4"
+  if [[ -z "$have" || "$have" == "$want" ]]; then
+    return 0
+  fi
+  if [[ "${KILN_PHASE:-}" == bake && " ${KILN_REPLACE:-} " == *" ${component} "* ]]; then
+    log "replacing the image's ${what} ${have} with ${want} (software.replace names ${component})"
+    return 0
+  fi
+  die "the image has ${what} ${have}: kiln does not install ${want} over it; pin software.${component}: ${have} to adopt it, or replace it in a bake (software.replace: [${component}])"
+}
+
 # Install packages (name, name=version, or a local file) through apt or dnf, with lock waiting and retries.
 install_packages() {
   refuse_when_baked "packages $*"
@@ -267,7 +323,12 @@ ensure_dir() {
 ensure_line() {
   mkdir -p "${1%/*}"
   touch "$1"
-  grep -qxF -- "$2" "$1" || printf '%s\n' "$2" >>"$1"
+  KILN_CHANGED=0
+  if ! grep -qxF -- "$2" "$1"; then
+    printf '%s\n' "$2" >>"$1"
+    KILN_CHANGED=1
+    log "added to ${1}: ${2}"
+  fi
 }
 
 # Write stdin to file $1 (mode $2) only when the content differs; KILN_CHANGED tells whether it did.

@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # Slurm configuration rendered from kiln's templates (slurm.conf fragments, gres.conf,
-# cgroup.conf, plugstack.conf for pyxis), then a reconfigure: slurmd only learns of pyxis
-# when it restarts, and slurmctld when it is reconfigured.
+# cgroup.conf, plugstack.conf for pyxis) where kiln owns it, pyxis's SPANK configuration in the
+# directory the backend reads, then a reconfigure: slurmd only learns of pyxis when it restarts,
+# and slurmctld when it is reconfigured.
 
 # Copy the bundle's Slurm files into the configuration directory, filling deploy-time values.
 install_slurm_files() {
@@ -27,10 +28,29 @@ install_slurm_files() {
     if ((KILN_CHANGED == 1)); then
       KILN_SLURM_CHANGED=1
     fi
-  elif [[ -n "${KILN_PYXIS_VERSION:-}" && "${KILN_CONTAINERS:-0}" == 1 ]]; then
-    # The backend owns plugstack.conf: only make sure it reads kiln's drop-in directory.
-    ensure_line "$(root_path "${KILN_SLURM_CONF_DIR}/plugstack.conf")" \
-      "include ${KILN_SLURM_CONF_DIR}/plugstack.conf.d/*.conf"
+  fi
+  install_spank_files
+}
+
+# Put pyxis's SPANK configuration where the backend reads it (PCS: its own directory per Slurm version), and where
+# the backend's plugstack.conf must name that directory (ParallelCluster ships none: pyxis is off until one does),
+# make sure it does. Nothing else of the backend's configuration is touched.
+install_spank_files() {
+  local source
+  if [[ -z "${KILN_SLURM_PLUGSTACK_DIR:-}" || ! -d "${KILN_BUNDLE_DIR}/spank" ]]; then
+    return 0
+  fi
+  for source in "${KILN_BUNDLE_DIR}"/spank/*.conf; do
+    write_file "$(root_path "${KILN_SLURM_PLUGSTACK_DIR}/${source##*/}")" <"$source"
+    if ((KILN_CHANGED == 1)); then
+      KILN_SLURM_CHANGED=1
+    fi
+  done
+  if [[ -n "${KILN_SLURM_PLUGSTACK_CONF:-}" ]]; then
+    ensure_line "$(root_path "$KILN_SLURM_PLUGSTACK_CONF")" "include ${KILN_SLURM_PLUGSTACK_DIR}/*.conf"
+    if ((KILN_CHANGED == 1)); then
+      KILN_SLURM_CHANGED=1
+    fi
   fi
 }
 

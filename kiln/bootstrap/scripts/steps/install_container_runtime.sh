@@ -39,7 +39,10 @@ install_container_runtime() {
     install_packages "$package"
     systemctl enable "$KILN_CONTAINER_RUNTIME"
   fi
-  if ((KILN_GPU_COUNT > 0)) && [[ -n "${KILN_NVIDIA_CONTAINER_TOOLKIT_VERSION:-}" ]]; then
+  if ((KILN_GPU_COUNT > 0)) && [[ -n "${KILN_IMAGE_NVIDIA_CONTAINER_TOOLKIT:-}" ]]; then
+    adopt_component "NVIDIA container toolkit" "$(package_version nvidia-container-toolkit)" \
+      "$KILN_IMAGE_NVIDIA_CONTAINER_TOOLKIT"
+  elif ((KILN_GPU_COUNT > 0)) && [[ -n "${KILN_NVIDIA_CONTAINER_TOOLKIT_VERSION:-}" ]]; then
     install_nvidia_container_toolkit "$KILN_NVIDIA_CONTAINER_TOOLKIT_VERSION"
   fi
 }

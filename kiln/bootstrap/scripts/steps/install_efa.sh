@@ -16,19 +16,33 @@ efa_installed_version() {
   installed_version efa-installer
 }
 
+# Print the EFA software on this node: the installer's version, "present" for a loaded EFA module that no installer
+# version names (an image's minimal install), or nothing.
+efa_on_node() {
+  local version
+  version="$(efa_installed_version)"
+  if [[ -n "$version" ]]; then
+    printf '%s\n' "$version"
+  elif [[ -d "$(root_path /sys/module/efa)" ]]; then
+    printf 'present\n'
+  fi
+}
+
 install_efa() {
   local want="${KILN_EFA_INSTALLER_VERSION:-}" have work
   if ((KILN_EFA_COUNT == 0)); then
     skip "${KILN_INSTANCE_TYPE} has no EFA interfaces"
     return 0
   fi
-  if [[ -z "$want" ]]; then
-    skip "software.efa_installer is not pinned: keeping the image's EFA software"
+  if [[ -n "${KILN_IMAGE_EFA_INSTALLER:-}" ]]; then
+    adopt_component "EFA software" "$(efa_on_node)" "$KILN_IMAGE_EFA_INSTALLER"
     return 0
   fi
+  [[ -n "$want" ]] || die "software.efa_installer is not pinned and the ${KILN_IMAGE_TITLE} ships no EFA software"
   have="$(efa_installed_version)"
-  if [[ "$have" == "$want" ]]; then
-    skip "EFA installer ${want} is installed"
+  if [[ -n "$have" ]] && version_at_least "$have" "$want"; then
+    # An older installer over a newer one would downgrade libfabric and the plugin under running software.
+    skip "EFA installer ${have} is installed (${want} or newer): kept"
     return 0
   fi
   log "installing EFA installer ${want} (found: ${have:-none})"

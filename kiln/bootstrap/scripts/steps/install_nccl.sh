@@ -29,14 +29,18 @@ install_nccl() {
       ldconfig
     fi
   fi
-  if [[ -z "$want" ]]; then
-    skip "software.nccl is not pinned: NCCL comes with the framework or container"
-    return 0
-  fi
   if [[ "$KILN_PKG" == apt ]]; then
     runtime=libnccl2 devel=libnccl-dev
   else
     runtime=libnccl devel=libnccl-devel
+  fi
+  if [[ -n "${KILN_IMAGE_NCCL:-}" ]]; then
+    adopt_component NCCL "$(package_version "$runtime")" "$KILN_IMAGE_NCCL"
+    return 0
+  fi
+  if [[ -z "$want" ]]; then
+    skip "software.nccl is not pinned: NCCL comes with the framework or container"
+    return 0
   fi
   if package_installed "$runtime" "$want" && package_installed "$devel" "$want"; then
     skip "NCCL ${want} is installed"

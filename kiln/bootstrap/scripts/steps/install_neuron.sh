@@ -9,10 +9,11 @@ install_neuron() {
     skip "no Neuron devices on ${KILN_INSTANCE_TYPE}"
     return 0
   fi
-  if [[ -z "$release" ]]; then
-    skip "software.neuron is not pinned: keeping the image's Neuron software"
+  if [[ -n "${KILN_IMAGE_NEURON:-}" ]]; then
+    adopt_component "Neuron driver" "$(package_version aws-neuronx-dkms)" "$KILN_IMAGE_NEURON"
     return 0
   fi
+  [[ -n "$release" ]] || die "software.neuron is not pinned and the ${KILN_IMAGE_TITLE} ships no Neuron driver"
   for pair in $KILN_NEURON_PACKAGES; do
     name="${pair%%:*}"
     version="${pair#*:}"

@@ -4,14 +4,28 @@
 # version must equal the driver's or the GPUs stay unusable, and on NVLink 5 NVSwitch types (HGX B200/B300)
 # the NVLink subnet manager that fabric manager starts.
 
-# Print the loaded driver's version, else the one kiln recorded.
-nvidia_driver_version() {
+# Print the loaded driver's version, or nothing when no NVIDIA kernel module is loaded.
+loaded_nvidia_driver() {
   local module
   module="$(root_path /sys/module/nvidia/version)"
   if [[ -r "$module" ]]; then
     cat "$module"
-  else
-    installed_version nvidia-driver
+  fi
+}
+
+# Print the driver on this node: the loaded one's version, else the installed kernel module's (an image built on a
+# machine without GPUs has one it never loaded), else the one kiln recorded.
+nvidia_driver_version() {
+  local version
+  version="$(loaded_nvidia_driver)"
+  if [[ -z "$version" ]]; then
+    version="$(modinfo -F version nvidia 2>/dev/null || true)"
+  fi
+  if [[ -z "$version" ]]; then
+    version="$(installed_version nvidia-driver)"
+  fi
+  if [[ -n "$version" ]]; then
+    printf '%s\n' "$version"
   fi
 }
 
@@ -48,20 +62,29 @@ nvidia_driver_packages() {
 }
 
 install_nvidia_driver() {
-  local want="${KILN_NVIDIA_DRIVER_VERSION:-}" have fabric_manager
+  local want="${KILN_NVIDIA_DRIVER_VERSION:-}" have loaded fabric_manager
   if ((KILN_GPU_COUNT == 0)); then
     skip "no NVIDIA GPUs on ${KILN_INSTANCE_TYPE}"
     return 0
   fi
-  if [[ -z "$want" ]]; then
-    skip "software.nvidia_driver is not pinned: keeping the image's driver"
+  have="$(nvidia_driver_version)"
+  if [[ -n "${KILN_IMAGE_NVIDIA_DRIVER:-}" ]]; then
+    adopt_component "NVIDIA driver" "$have" "$KILN_IMAGE_NVIDIA_DRIVER"
     return 0
   fi
-  have="$(nvidia_driver_version)"
+  [[ -n "$want" ]] || die "software.nvidia_driver is not pinned and the ${KILN_IMAGE_TITLE} ships no driver"
   fabric_manager="$(fabric_manager_package "${want%%.*}")"
   if [[ "$have" == "$want" ]] && { ((KILN_NVSWITCH == 0)) || package_installed "$fabric_manager" "$want"; }; then
     skip "NVIDIA driver ${want} is installed"
     return 0
+  fi
+  loaded="$(loaded_nvidia_driver)"
+  if [[ -n "$loaded" && "$loaded" != "$want" && "${KILN_PHASE:-}" != bake ]]; then
+    # The new module would only load after a reboot, which a node cannot take in the middle of its setup.
+    die "NVIDIA driver ${loaded} is loaded; kiln installs driver ${want} in its place only in a bake (compute.image.bake), never at boot"
+  fi
+  if [[ "$have" != "$(installed_version nvidia-driver)" ]]; then
+    guard_replacement nvidia_driver "NVIDIA driver" "$have" "$want"
   fi
   log "installing NVIDIA driver ${want} (found: ${have:-none})"
   install_kernel_build_packages

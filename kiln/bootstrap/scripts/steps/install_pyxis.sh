@@ -15,11 +15,19 @@ slurm_include_dir() {
 
 install_pyxis() {
   local want="${KILN_PYXIS_VERSION:-}" plugin include work
-  if [[ "${KILN_CONTAINERS:-0}" != 1 || -z "$want" ]]; then
+  if [[ "${KILN_CONTAINERS:-0}" != 1 ]]; then
     skip "pyxis is not part of this bundle"
     return 0
   fi
-  plugin="$(root_path "${KILN_PYXIS_PREFIX}/lib/slurm/spank_pyxis.so")"
+  plugin="$(root_path "$KILN_PYXIS_PLUGIN")"
+  if [[ -n "${KILN_IMAGE_PYXIS:-}" ]]; then
+    adopt_component pyxis "$([[ -f "$plugin" ]] && printf 'present\n')" "$KILN_IMAGE_PYXIS"
+    return 0
+  fi
+  if [[ -z "$want" ]]; then
+    skip "pyxis is not part of this bundle"
+    return 0
+  fi
   if [[ -f "$plugin" ]] && already_installed pyxis "$want"; then
     skip "pyxis ${want} is installed"
     return 0

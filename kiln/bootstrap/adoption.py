@@ -1,0 +1,85 @@
+"""What each node adopts from its image and what kiln installs on it: the plan `kiln validate`, `kiln report` and
+the bundle share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from kiln.bootstrap.config import BootstrapConfig
+from kiln.catalog import InstanceType, instance_type
+from kiln.catalog.platforms import COMPONENTS, PIN_FIELDS
+
+Action = Literal["adopt", "install"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComponentPlan:
+    """One component on one kind of node: adopted from the image (verified at boot) or installed by kiln."""
+
+    component: str
+    action: Action
+    # adopt: the version the image's documentation names (the floor a node's copy must reach), None when only
+    # presence is checked; install: the version kiln pins.
+    version: str | None
+    # adopt: the documentation page that says the image ships it; install: the spec field that pins it.
+    source: str
+
+    def describe(self) -> str:
+        return self.component if self.version is None else f"{self.component} {self.version}"
+
+
+def needed(config: BootstrapConfig, facts: InstanceType, component: str) -> bool:
+    """Return whether a node of type FACTS in CONFIG's cluster needs COMPONENT at all."""
+    containers = config.containers and config.target != "local"
+    return {
+        "nvidia_driver": facts.gpu_count > 0,
+        "neuron": facts.neuron_count > 0,
+        "efa_installer": facts.efa_supported,
+        # NCCL comes from the framework or container unless the spec pins one for the host.
+        "nccl": facts.gpu_count > 0 and (config.adopts("nccl") or bool(config.software.nccl)),
+        "enroot": containers and config.runs_slurm,
+        "pyxis": containers and config.runs_slurm,
+        "nvidia_container_toolkit": containers and facts.gpu_count > 0,
+        "lustre_client": config.lustre,
+    }[component]
+
+
+def component_plan(config: BootstrapConfig, component: str) -> ComponentPlan | None:
+    """Return how CONFIG's nodes come by COMPONENT, or None where kiln neither adopts nor installs it."""
+    if config.adopts(component):
+        owned = config.image_profile.owned_on(config.os)[component]
+        return ComponentPlan(component=component, action="adopt", version=owned.version, source=owned.source)
+    if component == "lustre_client":
+        return ComponentPlan(
+            component=component, action="install", version=None, source="the OS's Lustre client repository"
+        )
+    pin = getattr(config.software, PIN_FIELDS[component])
+    if not pin:
+        return None
+    return ComponentPlan(component=component, action="install", version=pin, source=f"software.{PIN_FIELDS[component]}")
+
+
+def node_plans(config: BootstrapConfig) -> dict[str, tuple[ComponentPlan, ...]]:
+    """Return, per instance type of CONFIG's nodes, the components a node of it adopts and installs, in step order."""
+    plans = {}
+    for name in config.instance_types:
+        facts = instance_type(name)
+        chosen = (component_plan(config, c) for c in COMPONENTS if needed(config, facts, c))
+        plans[name] = tuple(plan for plan in chosen if plan is not None)
+    return plans
+
+
+def plan_lines(config: BootstrapConfig, roles: dict[str, str]) -> list[str]:
+    """Return one line per kind of node: what it adopts from the image and what kiln installs.
+
+    ROLES names the nodes of each instance type (`p5: p5.48xlarge`); a type missing there is named by itself.
+    """
+    lines = []
+    for name, plans in node_plans(config).items():
+        adopted = ", ".join(plan.describe() for plan in plans if plan.action == "adopt") or "nothing"
+        installed = ", ".join(plan.describe() for plan in plans if plan.action == "install") or "nothing"
+        lines.append(
+            f"{roles.get(name, name)}: adopts {adopted} from the {config.image_profile.title}; installs {installed}"
+        )
+    return lines
