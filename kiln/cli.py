@@ -33,6 +33,7 @@ def _validate(args: argparse.Namespace) -> int:
         summary = f"{spec.compute.backend}; {groups}"
         if readiness.ready:
             print(f"{path}: ok ({summary}); boot-ready")
+            _print_nodes(readiness.nodes)
             continue
         for reason in readiness.reasons():
             print(f"{path}: {reason}", file=sys.stderr)
@@ -42,7 +43,14 @@ def _validate(args: argparse.Namespace) -> int:
         else:
             print(verdict)
             worst = max(worst, 1)
+        _print_nodes(readiness.nodes)
     return worst
+
+
+def _print_nodes(lines: tuple[str, ...]) -> None:
+    """Print what each kind of node adopts from its image and what kiln installs, indented under the verdict."""
+    for line in lines:
+        print(f"  {line}")
 
 
 def _schema(args: argparse.Namespace) -> int:

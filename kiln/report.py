@@ -102,6 +102,7 @@ def _synthesize(path: str, keep: Path, *, lint: bool, accept_unready: bool) -> _
         return spec
     spec.boot_cell = "yes" if readiness.ready else f"NO ({len(readiness.unverifiable)})"
     spec.details.extend(f"{path}: {reason}" for reason in readiness.reasons())
+    spec.details.extend(f"{path}: nodes: {line}" for line in readiness.nodes)
     spec.worst = 0 if readiness.ready or accept_unready else 1
     with tempfile.TemporaryDirectory(prefix=f"kiln-{cluster.name}-") as tmp:
         started = time.perf_counter()

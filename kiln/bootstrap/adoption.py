@@ -70,16 +70,15 @@ def node_plans(config: BootstrapConfig) -> dict[str, tuple[ComponentPlan, ...]]:
     return plans
 
 
-def plan_lines(config: BootstrapConfig, roles: dict[str, str]) -> list[str]:
+def plan_lines(config: BootstrapConfig, nodes: dict[str, str]) -> tuple[str, ...]:
     """Return one line per kind of node: what it adopts from the image and what kiln installs.
 
-    ROLES names the nodes of each instance type (`p5: p5.48xlarge`); a type missing there is named by itself.
+    NODES maps each kind of node to its instance type, in the order to list them (`{"p5": "p5.48xlarge"}`).
     """
+    plans = node_plans(config)
     lines = []
-    for name, plans in node_plans(config).items():
-        adopted = ", ".join(plan.describe() for plan in plans if plan.action == "adopt") or "nothing"
-        installed = ", ".join(plan.describe() for plan in plans if plan.action == "install") or "nothing"
-        lines.append(
-            f"{roles.get(name, name)}: adopts {adopted} from the {config.image_profile.title}; installs {installed}"
-        )
-    return lines
+    for kind, name in nodes.items():
+        adopted = ", ".join(plan.describe() for plan in plans[name] if plan.action == "adopt") or "nothing"
+        installed = ", ".join(plan.describe() for plan in plans[name] if plan.action == "install") or "nothing"
+        lines.append(f"{kind} ({name}): adopts {adopted} from the {config.image_profile.title}; installs {installed}")
+    return tuple(lines)

@@ -9,7 +9,6 @@ from kiln.bootstrap.checks import check_choice, check_node_path, check_pattern, 
 from kiln.bootstrap.local_target import LocalCluster
 from kiln.catalog import UnknownInstanceType, instance_type
 from kiln.catalog.exporters import EXPORTERS
-from kiln.catalog.platforms import PIN_FIELDS, ImageProfile, image_profile, image_profile_for, known_image_profiles
 from kiln.catalog.names import (
     DCGM_EXPORTER_VERSION,
     DCGM_EXPORTER_VERSION_RULE,
@@ -23,6 +22,7 @@ from kiln.catalog.names import (
     SHA256_RULE,
     ec2_type_name,
 )
+from kiln.catalog.platforms import PIN_FIELDS, ImageProfile, image_profile, image_profile_for, known_image_profiles
 
 # The targets whose nodes kiln mounts FSx for Lustre on (configure_fsx), so it configures LNet over EFA before the
 # mount: ParallelCluster mounts the file system itself before kiln's bootstrap runs, EKS through the CSI driver.
@@ -216,7 +216,9 @@ class BootstrapConfig:
         if self.fork_enomem and self.hugepages_2m:
             raise ValueError("hugepages_2m: must be unset with fork_enomem (EFA then stops using huge pages)")
         if self.target == "eks" and self.software.nccl:
-            raise ValueError(f"software.nccl: got {self.software.nccl!r} for target 'eks', allowed: none (pods bring NCCL)")
+            raise ValueError(
+                f"software.nccl: got {self.software.nccl!r} for target 'eks', allowed: none (pods bring NCCL)"
+            )
         if self.launcher_torch and not self.software.torch:
             raise ValueError("launcher_torch: needs software.torch (a pinned torch version)")
         check_node_path("checkpoint_dir", self.checkpoint_dir)
@@ -258,7 +260,9 @@ class BootstrapConfig:
         for component in self.replace:
             check_choice("replace", component, tuple(PIN_FIELDS))
             if not getattr(self.software, PIN_FIELDS[component], None):
-                raise ValueError(f"replace: {component} needs software.{PIN_FIELDS[component]} (what kiln installs instead)")
+                raise ValueError(
+                    f"replace: {component} needs software.{PIN_FIELDS[component]} (what kiln installs instead)"
+                )
         if len(set(self.replace)) != len(self.replace):
             raise ValueError(f"replace: got {', '.join(self.replace)}, allowed: each component once")
         for component, owned in profile.owned_on(self.os).items():

@@ -21,6 +21,8 @@ class BootReadiness:
     unverifiable: tuple[Artifact, ...]
     # The one step that makes every unverifiable download verifiable.
     remedy: str = LOCK_REMEDY
+    # One line per kind of node: what it adopts from its image and what kiln installs (kiln.bootstrap.adoption).
+    nodes: tuple[str, ...] = ()
 
     @property
     def ready(self) -> bool:

@@ -134,8 +134,9 @@ PROFILES: dict[str, TargetProfile] = {
     ),
 }
 
-# Where Slurm lives per target (the local cluster's paths are under its prefix at run time).
-_SLURM_PREFIX = {"parallelcluster": "/opt/slurm", "hyperpod": "/opt/slurm", "local": "/usr"}
+# Where Debian's Slurm lives for the local target (its paths are under the cluster's prefix at run time); the cloud
+# images' Slurm prefixes are platform facts (kiln.catalog.platforms).
+LOCAL_SLURM_PREFIX = "/usr"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,12 +205,14 @@ def slurm_layout(config: BootstrapConfig) -> SlurmLayout | None:
         return None
     facts = [instance_type(name) for name in config.instance_types]
     gres_types = tuple(kind for kind in ("gpu", "neuron") if any(getattr(f, f"{kind}_count") for f in facts))
-    plugstack = config.containers and config.target != "local" and (bool(config.software.pyxis) or config.adopts("pyxis"))
+    plugstack = (
+        config.containers and config.target != "local" and (bool(config.software.pyxis) or config.adopts("pyxis"))
+    )
     if config.target == "local":
         local = config.local
         root = "@KILN_ROOT@"
         return SlurmLayout(
-            prefix=_SLURM_PREFIX["local"],
+            prefix=LOCAL_SLURM_PREFIX,
             conf_dir="/etc/slurm",
             state_dir=f"{root}/var/spool/slurmctld",
             spool_dir=f"{root}/var/spool/slurmd/%n",
@@ -229,7 +232,7 @@ def slurm_layout(config: BootstrapConfig) -> SlurmLayout | None:
             raise ValueError("software.slurm: required for target 'pcs' (PCS installs Slurm under its version)")
         prefix = service_fact("pcs", "slurm_prefix").value.format(version=config.software.slurm)
     else:
-        prefix = _SLURM_PREFIX[config.target]
+        prefix = config.image_profile.fact("slurm_prefix").value
     return SlurmLayout(
         prefix=prefix,
         conf_dir=f"{prefix}/etc",
@@ -259,8 +262,7 @@ def _spank_paths(config: BootstrapConfig) -> tuple[str, str]:
         image = config.image_profile
         return image.fact("plugstack_dir").value, image.fact("plugstack_conf").value
     # kiln writes Slurm's configuration (HyperPod): its own plugstack.conf includes its own directory.
-    conf_dir = f"{_SLURM_PREFIX[config.target]}/etc"
-    return f"{conf_dir}/plugstack.conf.d", ""
+    return f"{config.image_profile.fact('slurm_prefix').value}/etc/plugstack.conf.d", ""
 
 
 def pyxis_plugin(config: BootstrapConfig) -> str:
@@ -372,7 +374,11 @@ def _lustre_efa_env(config: BootstrapConfig) -> dict[str, str]:
 def _image_env(config: BootstrapConfig) -> dict[str, str]:
     """Return what install steps adopt from the image: KILN_IMAGE_<COMPONENT> is '' where kiln installs it."""
     profile = config.image_profile
-    env = {"KILN_IMAGE_PROFILE": profile.name, "KILN_IMAGE_TITLE": profile.title, "KILN_REPLACE": " ".join(config.replace)}
+    env = {
+        "KILN_IMAGE_PROFILE": profile.name,
+        "KILN_IMAGE_TITLE": profile.title,
+        "KILN_REPLACE": " ".join(config.replace),
+    }
     owned = profile.owned_on(config.os)
     for component in COMPONENTS:
         env[f"KILN_IMAGE_{component.upper()}"] = owned[component].bundle_value if config.adopts(component) else ""
@@ -487,7 +493,10 @@ def _render_slurm(config: BootstrapConfig, layout: SlurmLayout, out: Path, env: 
             _write(slurm_dir / "plugstack.conf", env.get_template("slurm/plugstack.conf.j2").render(context))
     if layout.plugstack:
         # Copied into KILN_SLURM_PLUGSTACK_DIR, which only the backend decides.
-        _write(out / "spank" / "pyxis.conf", env.get_template("slurm/pyxis.conf.j2").render(pyxis_plugin=pyxis_plugin(config)))
+        _write(
+            out / "spank" / "pyxis.conf",
+            env.get_template("slurm/pyxis.conf.j2").render(pyxis_plugin=pyxis_plugin(config)),
+        )
 
 
 def local_cluster_env(config: BootstrapConfig) -> dict[str, str]:

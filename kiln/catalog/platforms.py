@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -68,7 +68,9 @@ DEFAULT_IMAGES = {
 # branch runs what an older one ran, and an image's patch release moves within a branch), or it is present.
 Check = Literal["at-least", "branch", "present"]
 CHECKS: tuple[str, ...] = ("at-least", "branch", "present")
-SOURCE = re.compile(r"https://(docs\.aws\.amazon\.com|aws\.amazon\.com|github\.com/(aws|awslabs|aws-samples)|[a-z0-9.-]+\.amazonaws\.com)/\S+")
+SOURCE = re.compile(
+    r"https://(docs\.aws\.amazon\.com|aws\.amazon\.com|github\.com/(aws|awslabs|aws-samples)|[a-z0-9.-]+\.amazonaws\.com)/\S+"
+)
 
 
 class UnknownPlatformFact(KeyError):
@@ -98,7 +100,7 @@ class Owned:
 
     @property
     def bundle_value(self) -> str:
-        """Return what a node's install step checks its copy against (KILN_IMAGE_<COMPONENT>, lib.sh adopt_component)."""
+        """Return what a node's install step checks its copy against (KILN_IMAGE_<COMPONENT>, adopt_component)."""
         if self.check == "present":
             return "present"
         if self.check == "branch":
@@ -149,7 +151,7 @@ def _fact(raw: dict[str, Any]) -> Fact:
     return Fact(value=raw["value"], source=raw["source"], note=raw.get("note", ""))
 
 
-@lru_cache(maxsize=None)
+@cache
 def image_profile(name: str) -> ImageProfile:
     """Return the image profile NAME; raise UnknownPlatformFact for one the data does not describe."""
     images = platform_data()["images"]

@@ -23,6 +23,8 @@ class ExistingNetwork:
     vpc_id: str
     private_subnet_id: str
     availability_zone: str
+    # The VPC's CIDR, where something must admit the whole VPC (ParallelCluster's SSH rule); None: unknown.
+    cidr: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +91,7 @@ class TrainingVpc(Construct):
             self,
             "Resource",
             vpc_id=existing.vpc_id,
+            vpc_cidr_block=existing.cidr,
             availability_zones=[existing.availability_zone],
             private_subnet_ids=[existing.private_subnet_id],
         )

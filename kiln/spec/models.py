@@ -9,7 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from kiln.catalog.capacity import CapacityType
 from kiln.catalog.limits import ROOT_VOLUME_MAX_GIB, ROOT_VOLUME_MIN_GIB, SERVICE_NODE_ROOT_VOLUME_GIB
-from kiln.catalog.platforms import KILN_INSTALLS, Component, image_profile_for, newest_pcs_slurm
 from kiln.catalog.names import (
     AVAILABILITY_ZONE,
     CLUSTER_NAME,
@@ -26,6 +25,7 @@ from kiln.catalog.names import (
     VERSION,
     VERSION_RULE,
 )
+from kiln.catalog.platforms import KILN_INSTALLS, Component, image_profile_for, newest_pcs_slurm
 
 # pydantic matches Field patterns with Rust's regex crate, where $ is the end of the text (a trailing
 # newline does not pass, tests/spec/test_hostile_values.py checks each) and classes are spelled in ASCII.
@@ -68,7 +68,8 @@ class Network(SpecModel):
 
     vpc_cidr: str = Field(
         "10.0.0.0/16",
-        description="Private CIDR of a new VPC, /16 to /22; not Docker's 172.17.0.0/16 on Slurm backends.",
+        description="Private CIDR of a new VPC, /16 to /22; not Docker's 172.17.0.0/16 on Slurm backends. With "
+        "vpc_id: the existing VPC's CIDR (required on parallelcluster, whose SSH rule admits it alone).",
     )
     vpc_id: str | None = Field(None, pattern=VPC_ID_PATTERN, description="An existing VPC to use instead.")
     private_subnet_id: str | None = Field(
@@ -171,7 +172,8 @@ class Image(SpecModel):
     base: Literal["sample", "own"] | None = Field(
         None,
         description="PCS only: what the AMI is, so kiln knows what it ships. sample (default): a PCS sample AMI (the "
-        "one ami_id names, or looked up at deploy); kiln adopts the driver and EFA its release notes list. own: your own "
+        "one ami_id names, or looked up at deploy); kiln adopts the driver and EFA its release notes list. own: your "
+        "own "
         "AMI with the PCS agent and Slurm (needs ami_id); kiln checks each component on the node, installs what is "
         "missing and refuses to put another version over what is there.",
     )
@@ -256,8 +258,12 @@ class Software(SpecModel):
         description="NVIDIA DCGM and DCGM exporter as the pair NVIDIA's releases name, DCGM-EXPORTER "
         "(observability on GPU nodes of Slurm backends; EKS takes NVIDIA's chart).",
     )
-    enroot: str | None = Field(None, pattern=VERSION_PATTERN, description=_ADOPTED.format(default=KILN_INSTALLS["enroot"]))
-    pyxis: str | None = Field(None, pattern=VERSION_PATTERN, description=_ADOPTED.format(default=KILN_INSTALLS["pyxis"]))
+    enroot: str | None = Field(
+        None, pattern=VERSION_PATTERN, description=_ADOPTED.format(default=KILN_INSTALLS["enroot"])
+    )
+    pyxis: str | None = Field(
+        None, pattern=VERSION_PATTERN, description=_ADOPTED.format(default=KILN_INSTALLS["pyxis"])
+    )
     replace: list[Component] = Field(
         default_factory=list,
         description="Components the backend's image owns that kiln replaces with the pinned version, in a bake only "

@@ -134,7 +134,8 @@ def cluster_name(spec: ClusterSpec) -> Iterator[Problem]:
 
 
 def network(spec: ClusterSpec) -> Iterator[Problem]:
-    """A new VPC needs a sane CIDR clear of Docker's bridge; an existing VPC needs its private subnet and AZ."""
+    """A new VPC needs a sane CIDR clear of Docker's bridge; an existing VPC needs its private subnet and AZ (and
+    on ParallelCluster its CIDR)."""
     net = spec.network
     if net.vpc_id:
         if not net.private_subnet_id:
@@ -150,21 +151,31 @@ def network(spec: ClusterSpec) -> Iterator[Problem]:
                 ("network", "vpc_id"),
             )
         if "vpc_cidr" in net.model_fields_set:
+            yield from _vpc_cidr(spec, existing=True)
+        elif spec.compute.backend == "parallelcluster":
             yield _p(
                 ("network", "vpc_cidr"),
-                "cannot be set with vpc_id (choose a new VPC or an existing one)",
+                "is required with vpc_id on parallelcluster: the existing VPC's CIDR, the only addresses its head "
+                "and login nodes admit SSH from (kiln cannot read it offline)",
                 ("network", "vpc_id"),
+                BACKEND,
             )
         return
     if net.private_subnet_id:
         yield _p(("network", "private_subnet_id"), "needs vpc_id (the subnet's VPC)", ("network", "vpc_id"))
+    yield from _vpc_cidr(spec, existing=False)
+
+
+def _vpc_cidr(spec: ClusterSpec, *, existing: bool) -> Iterator[Problem]:
+    """A VPC's CIDR is a private IPv4 network clear of Docker's bridge; a new one also fits kiln's subnet split."""
+    net = spec.network
     field = ("network", "vpc_cidr")
     try:
         cidr = ipaddress.IPv4Network(net.vpc_cidr, strict=True)
     except ValueError as exc:
         yield _p(field, f"is not an IPv4 network (got {shown(net.vpc_cidr)}: {shown(str(exc))})")
         return
-    if not VPC_PREFIX_MIN <= cidr.prefixlen <= VPC_PREFIX_MAX:
+    if not existing and not VPC_PREFIX_MIN <= cidr.prefixlen <= VPC_PREFIX_MAX:
         yield _p(field, f"prefix must be /{VPC_PREFIX_MIN} to /{VPC_PREFIX_MAX} (got /{cidr.prefixlen})")
     if not cidr.is_private:
         yield _p(field, f"must be a private range such as 10.0.0.0/16 (got {net.vpc_cidr!r})")
@@ -256,7 +267,9 @@ def _lustre_efa_clients(spec: ClusterSpec) -> Iterator[Problem]:
         return
     least_kernel = service_fact("fsx_lustre", "efa_client_os")
     if spec.image_os not in least_kernel.value:
-        yield _p(efa, f"FSx takes no EFA clients on {spec.image_os} ({least_kernel.source})", ("compute", "image", "os"))
+        yield _p(
+            efa, f"FSx takes no EFA clients on {spec.image_os} ({least_kernel.source})", ("compute", "image", "os")
+        )
     limit = service_fact("fsx_lustre", "efa_connection_limit")
     connections = 0
     for group in spec.compute.groups:
@@ -498,17 +511,10 @@ def hyperpod_nodes(spec: ClusterSpec) -> Iterator[Problem]:
 
 
 def kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
-    """EKS nodes run Amazon Linux 2023, and its control plane needs subnets in two AZs."""
+    """EKS's control plane needs subnets in two AZs."""
     if spec.compute.backend != "eks" and spec.effective_orchestrator != "eks":
         return
-    image = spec.compute.image
-    if image.os is not None and image.os != "al2023":
-        yield _p(
-            ("compute", "image", "os"),
-            f"must be al2023 with EKS, whose GPU nodes run Amazon Linux 2023 (got {image.os!r})",
-            BACKEND,
-            ORCHESTRATOR,
-        )
+    # The OS (Amazon Linux 2023) is image_os's to check, from the image's data.
     if spec.network.vpc_id:
         yield _p(
             ("network", "vpc_id"),
@@ -625,7 +631,6 @@ def pcs_image(spec: ClusterSpec) -> Iterator[Problem]:
         yield _p(("compute", "image", "ami_id"), "is required with base: own (the AMI of your own)", base)
 
 
-
 def image_os(spec: ClusterSpec) -> Iterator[Problem]:
     """The image nodes boot exists for the OS the spec names."""
     profile = image_profile(spec.node_image)
@@ -634,7 +639,9 @@ def image_os(spec: ClusterSpec) -> Iterator[Problem]:
     offered = profile.fact("operating_systems")
     if spec.image_os in offered.value:
         return
-    hint = " or base: own with ami_id (your own AMI with the PCS agent and Slurm)" if profile.name == "pcs-sample" else ""
+    hint = (
+        " or base: own with ami_id (your own AMI with the PCS agent and Slurm)" if profile.name == "pcs-sample" else ""
+    )
     yield _p(
         ("compute", "image", "os"),
         f"got {spec.image_os}, but the {profile.title} runs {', '.join(offered.value)} only ({offered.source}): "
@@ -656,9 +663,19 @@ def image_ownership(spec: ClusterSpec) -> Iterator[Problem]:
             continue
         yield _p(
             ("software", field),
-            f"got {shown(pinned)}, but the {profile.title} ships {entry.describe()} and kiln adopts it ({entry.source}); "
+            f"got {shown(pinned)}, but the {profile.title} ships {entry.describe()} and kiln adopts it "
+            f"({entry.source}); "
             f"leave it unset, or replace it in a bake (software.replace: [{component}] with compute.image.bake)",
             BACKEND,
+        )
+    if spec.storage.lustre is not None and spec.compute.backend == "parallelcluster" and "lustre_client" not in owned:
+        lustre = profile.owns["lustre_client"]
+        yield _p(
+            ("compute", "image", "os"),
+            f"got {spec.image_os}, where the {profile.title} has no Lustre client ({lustre.source}), and "
+            "ParallelCluster "
+            f"mounts FSx itself: choose {' or '.join(lustre.operating_systems)}",
+            ("storage", "lustre"),
         )
     for index, component in enumerate(replace):
         path = ("software", "replace", index)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+from kiln.bootstrap.adoption import plan_lines
 from kiln.bootstrap.checks import check_choice
 from kiln.bootstrap.config import ARCHITECTURES, TARGETS, BootstrapConfig, NodeGroup, SoftwarePins
 from kiln.bootstrap.local_target import LocalCluster
@@ -174,11 +176,28 @@ def lock_remedy(spec: ClusterSpec, path: str) -> str:
     return f"{command} (it writes {spec.lock_path})"
 
 
+def node_kinds(spec: ClusterSpec) -> dict[str, str]:
+    """Return each kind of node SPEC's backend boots with kiln's bootstrap -> its instance type, in spec order."""
+    compute = spec.compute
+    kinds = {}
+    # PCS runs the controller itself, and EKS has no Slurm head node.
+    if compute.backend in ("parallelcluster", "hyperpod") and spec.effective_orchestrator != "eks":
+        kinds["head node"] = compute.head_node.instance_type
+    if compute.backend != "eks" and spec.effective_orchestrator != "eks" and compute.login_nodes.count:
+        kinds["login"] = compute.login_nodes.instance_type
+    for group in compute.groups:
+        kinds[group.name] = group.instance_type
+    return {kind: ec2_type_name(name) for kind, name in kinds.items()}
+
+
 def load_and_judge(path: str) -> tuple[ClusterSpec, BootReadiness]:
-    """Load the spec at PATH and judge its nodes; every failure is a SpecError naming the file."""
+    """Load the spec at PATH and judge its nodes (downloads they could not verify, what they adopt and install);
+    every failure is a SpecError naming the file."""
     spec = load_spec(path)
     try:
-        return spec, boot_readiness(config_from_spec(spec), remedy=lock_remedy(spec, path))
+        config = config_from_spec(spec)
+        readiness = boot_readiness(config, remedy=lock_remedy(spec, path))
+        return spec, dataclasses.replace(readiness, nodes=plan_lines(config, node_kinds(spec)))
     except LockError as exc:
         raise SpecError(str(path), [Problem(path=("software", "lock_file"), message=str(exc))]) from None
     except ValueError as exc:

@@ -24,7 +24,8 @@ from kiln.stacks.network import NetworkStack
 
 def image_root_volume_gib(spec: ClusterSpec) -> int:
     """Return the image's root volume: the smallest of every node that boots it (login and head nodes too), so each
-    one's root volume can hold the AMI's snapshot; on HyperPod, which sizes root volumes itself, the smallest group's."""
+    one's root volume can hold the AMI's snapshot; on HyperPod, which sizes root volumes itself, the smallest group's.
+    """
     return spec.smallest_root_volume_gib or min(group.root_volume_gib for group in spec.compute.groups)
 
 

@@ -42,7 +42,10 @@ def vpc_props(spec: ClusterSpec, *, retain_flow_logs: bool = True) -> TrainingVp
     net = spec.network
     if net.vpc_id:
         existing = ExistingNetwork(
-            vpc_id=net.vpc_id, private_subnet_id=net.private_subnet_id, availability_zone=spec.availability_zone
+            vpc_id=net.vpc_id,
+            private_subnet_id=net.private_subnet_id,
+            availability_zone=spec.availability_zone,
+            cidr=net.vpc_cidr if "vpc_cidr" in net.model_fields_set else None,
         )
         return TrainingVpcProps(existing=existing)
     return TrainingVpcProps(

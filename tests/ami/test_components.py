@@ -66,11 +66,12 @@ def test_documents_parse_and_follow_the_bootstrap_order(target: str) -> None:
 
 @pytest.mark.parametrize("target", CLOUD)
 def test_documents_name_only_steps_and_scripts_the_bundle_has(target: str, tmp_path: Path) -> None:
+    # Each target's own image: it brings the EFA software, so kiln pins none.
     config = BootstrapConfig(
         target=target,
-        os="al2023" if target == "eks" else "ubuntu2204",
+        os="al2023" if target in ("eks", "pcs") else "ubuntu2204",
         groups=(NodeGroup(name="gpu", instance_type="p5.48xlarge"),),
-        software=SoftwarePins(slurm="24.11", efa_installer="1.43.2"),
+        software=SoftwarePins(slurm="25.11"),
     )
     bundle = render_bundle(config, tmp_path / "bundle").directory
     assert (bundle / "kiln-step").is_file()

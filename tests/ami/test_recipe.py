@@ -22,6 +22,8 @@ def pcs(**changes: object) -> BootstrapConfig:
         "service_instance_types": ("m5.8xlarge",),
         "software": PINS,
         "lustre": True,
+        # An AMI of the user's own: kiln installs (and bakes) every component.
+        "image": "pcs-custom",
     }
     return BootstrapConfig(**(settings | changes))
 

@@ -222,7 +222,7 @@ class Node:
         return [
             c
             for c in self.calls()[since:]
-            if c.split()[0] in MUTATING or (c.startswith("systemctl") and not c.startswith(ignored))
+            if not c.startswith(ignored) and (c.split()[0] in MUTATING or c.startswith("systemctl"))
         ]
 
     def run(self, *args: str, entry: str = "kiln-step", **extra: str) -> subprocess.CompletedProcess:
@@ -344,7 +344,9 @@ def simulate_image(node: Node, image: str, os: str, *, gpus: bool = True) -> dic
             plugin.parent.mkdir(parents=True, exist_ok=True)
             plugin.write_text("")
         elif component == "lustre_client":
-            node.set_state("pkgs/lustre-client" if os == "al2023" else f"pkgs/lustre-client-modules-{SHIM_KERNEL}", "2.15.6")
+            node.set_state(
+                "pkgs/lustre-client" if os == "al2023" else f"pkgs/lustre-client-modules-{SHIM_KERNEL}", "2.15.6"
+            )
         else:
             package = {
                 "enroot": "enroot",

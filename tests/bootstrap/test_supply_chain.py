@@ -120,7 +120,10 @@ CASES = [
         "hyperpod",
         "ubuntu2204",
         "trn1.32xlarge",
-        {"kiln-neuron.list": "deb [signed-by=/etc/apt/keyrings/kiln-neuron.gpg] https://apt.repos.neuron.amazonaws.com jammy main"},
+        {
+            "kiln-neuron.list": "deb [signed-by=/etc/apt/keyrings/kiln-neuron.gpg] "
+            "https://apt.repos.neuron.amazonaws.com jammy main"
+        },
         (NEURON_KEY,),
         tuple(NEURON_APT),
     ),

@@ -51,6 +51,7 @@ def imported_vpc(st: cdk.Stack) -> ec2.IVpc:
         st,
         "Vpc",
         vpc_id="vpc-0123456789abcdef0",
+        vpc_cidr_block="10.0.0.0/16",
         availability_zones=["us-east-1a"],
         private_subnet_ids=["subnet-0123456789abcdef0"],
     )

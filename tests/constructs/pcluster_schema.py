@@ -17,6 +17,7 @@ CONCRETE = {
     "BucketName": "cdk-assets-bucket",
     "KeyName": "bundle.zip",
     "Policy": "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
+    "AllowedIps": "10.0.0.0/16",
 }
 
 

@@ -7,10 +7,19 @@ from importlib.metadata import version
 import pytest
 from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
+from kiln.catalog.platforms import service_fact
 from kiln.constructs import CapacityOption, LustreFileSystem, LustreFileSystemAttributes
-from kiln.constructs.parallelcluster import PARALLELCLUSTER_VERSION, ParallelCluster, ParallelClusterProps, SlurmQueue
+from kiln.constructs.parallelcluster import (
+    PARALLELCLUSTER_VERSION,
+    ParallelCluster,
+    ParallelClusterProps,
+    SlurmQueue,
+    attachable_policy,
+    is_attachable,
+)
 from tests.constructs.conftest import imported_vpc, logical_id, plain_bootstrap, stack
 from tests.constructs.pcluster_schema import concrete, load_with_official_schema
 
@@ -63,6 +72,7 @@ def build(capacity: str, fsx: str | None, login_count: int = 1):
             else None,
             security_groups=[clients],
             login_count=login_count,
+            ssh_allowed_ips=vpc.vpc_cidr_block,
         ),
     )
     return cluster
@@ -92,6 +102,70 @@ def test_the_parallelcluster_example_loads_with_the_official_schema(example_asse
     loaded = load_with_official_schema(concrete(resource["Properties"]["ClusterConfiguration"]), "llm-pcluster")
     assert [q.name for q in loaded.scheduling.queues] == ["p5", "debug"]
     assert loaded.scheduling.queues[0].capacity_reservation_target.capacity_reservation_id == "cr-0abcdef0123456789"
+
+
+def test_ssh_reaches_head_and_login_nodes_from_the_vpc_only(example_assemblies) -> None:
+    """ParallelCluster's default is 0.0.0.0/0 (platforms.json); kiln sets the VPC's CIDR on the head and login nodes."""
+    assert service_fact("parallelcluster", "ssh_allowed_ips_default").value == "0.0.0.0/0"
+    template = example_assemblies["p5-parallelcluster"].templates()["llm-pcluster-compute"]
+    (resource,) = [r for r in template["Resources"].values() if r["Type"] == "Custom::PclusterCluster"]
+    config = resource["Properties"]["ClusterConfiguration"]
+    head = config["HeadNode"]["Ssh"]["AllowedIps"]
+    (pool,) = config["LoginNodes"]["Pools"]
+    assert pool["Ssh"]["AllowedIps"] == head
+    # The network stack's VPC's CIDR, exported to the compute stack.
+    assert list(head) == ["Fn::ImportValue"] and "CidrBlock" in head["Fn::ImportValue"]
+    loaded = load_with_official_schema(concrete(config), "llm-pcluster")
+    assert loaded.head_node.ssh.allowed_ips == "10.0.0.0/16"
+
+
+def test_the_head_nodes_metrics_policy_is_one_the_provider_may_attach(example_assemblies) -> None:
+    template = example_assemblies["p5-parallelcluster"].templates()["llm-pcluster-compute"]
+    policies = {k: r for k, r in template["Resources"].items() if r["Type"] == "AWS::IAM::ManagedPolicy"}
+    [(logical, policy)] = [(k, r) for k, r in policies.items() if k.startswith("MetricsWriter")]
+    assert policy["Properties"]["Path"] == "/parallelcluster/"
+    (cluster,) = [r for r in template["Resources"].values() if r["Type"] == "Custom::PclusterCluster"]
+    attached = [
+        p["Policy"] for p in cluster["Properties"]["ClusterConfiguration"]["HeadNode"]["Iam"]["AdditionalIamPolicies"]
+    ]
+    assert {"Ref": logical} in attached
+    # The ARN IAM gives a policy on that path, against the provider's documented condition.
+    arn = f"arn:aws:iam::123456789012:policy/parallelcluster/{logical}-ABCDEF"
+    assert is_attachable(iam.ManagedPolicy.from_managed_policy_arn(stack("Arn"), "P", arn))
+
+
+def test_a_policy_the_provider_may_not_attach_is_refused() -> None:
+    st = stack("Unattachable")
+    vpc = imported_vpc(st)
+    policy = iam.ManagedPolicy(st, "Mine", statements=[iam.PolicyStatement(actions=["s3:ListBucket"], resources=["*"])])
+    with pytest.raises(ValueError, match="head_node_policies: got 'Unattachable/Mine'; allowed: a policy the provider"):
+        ParallelClusterProps(
+            cluster_name="c",
+            subnet=vpc.private_subnets[0],
+            queues=[SlurmQueue(name="cpu", instance_type="c5.4xlarge")],
+            bootstrap=plain_bootstrap(st, "on-node-configured.sh"),
+            cluster_env={},
+            ssh_allowed_ips="10.0.0.0/16",
+            head_node_policies=[policy],
+        )
+    assert not is_attachable(iam.ManagedPolicy.from_managed_policy_arn(st, "Other", "arn:aws:iam::1:policy/team/x"))
+    assert is_attachable(
+        attachable_policy(st, "Ok", statements=[iam.PolicyStatement(actions=["s3:ListBucket"], resources=["*"])])
+    )
+
+
+def test_ssh_open_to_the_internet_is_refused() -> None:
+    st = stack("OpenSsh")
+    vpc = imported_vpc(st)
+    with pytest.raises(ValueError, match="ssh_allowed_ips: got '0.0.0.0/0'; allowed: a CIDR narrower"):
+        ParallelClusterProps(
+            cluster_name="c",
+            subnet=vpc.private_subnets[0],
+            queues=[SlurmQueue(name="cpu", instance_type="c5.4xlarge")],
+            bootstrap=plain_bootstrap(st, "on-node-configured.sh"),
+            cluster_env={},
+            ssh_allowed_ips="0.0.0.0/0",
+        )
 
 
 @pytest.fixture(scope="module")

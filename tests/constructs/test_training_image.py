@@ -4,6 +4,7 @@ an AMI distribution that tags every image with its versions and publishes its id
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from aws_cdk.assertions import Match, Template
 
 from kiln.ami.names import TAG_CLUSTER, TAG_RECIPE, pin_tag
 from kiln.ami.recipe import ImageManifest
+from kiln.catalog.platforms import service_fact
 from kiln.constructs import TrainingImage, TrainingImageProps
 from kiln.stacks import new_app
 from tests.constructs.conftest import efa_network, get_att, logical_id, plain_bootstrap, ref, stack, synth_as_kiln
@@ -115,15 +117,21 @@ def test_build_instances_are_locked_down(built) -> None:
     assert sorted(rule["FromPort"] for rule in group["SecurityGroupEgress"]) == [80, 443]
 
 
-def test_build_role_reads_the_bundle_and_gets_only_its_components(built) -> None:
+def test_build_role_is_what_image_builder_documents_plus_the_bundle(built) -> None:
     image, template = built
-    policies = template.find_resources("AWS::IAM::Policy")
-    statements = [s for p in policies.values() for s in p["Properties"]["PolicyDocument"]["Statement"]]
+    role_id = logical_id(image.role.node.default_child)
+    policies = [
+        p for p in template.find_resources("AWS::IAM::Policy").values() if {"Ref": role_id} in p["Properties"]["Roles"]
+    ]
+    statements = [s for p in policies for s in p["Properties"]["PolicyDocument"]["Statement"]]
     by_action = {str(s["Action"]): s["Resource"] for s in statements}
-    assert by_action["s3:GetObject"] == "arn:aws:s3:::kiln-bundles-111111111111/bundles/node.zip"
-    granted = sorted(map(str, by_action["imagebuilder:GetComponent"]))
-    assert granted == sorted(str(get_att(c, "Arn")) for c in image.components)
-    assert all("*" not in str(s["Action"]) for s in statements)
+    assert by_action == {"s3:GetObject": "arn:aws:s3:::kiln-bundles-111111111111/bundles/node.zip"}
+    # Image Builder's setting-up guide: the build instance profile carries both AWS managed policies.
+    role = template.find_resources("AWS::IAM::Role")[role_id]
+    attached = sorted(json.dumps(arn) for arn in role["Properties"]["ManagedPolicyArns"])
+    expected = service_fact("imagebuilder", "instance_profile_policies").value
+    assert expected == ["EC2InstanceProfileForImageBuilder", "AmazonSSMManagedInstanceCore"]
+    assert len(attached) == 2 and all(any(f"policy/{name}" in arn for arn in attached) for name in expected)
 
 
 def test_every_ami_is_tagged_with_its_versions_and_published(built) -> None:

@@ -43,7 +43,7 @@ CASES = [
             },
         ),
         "compute.image.os",
-        "must be al2023 with EKS",
+        "runs al2023 only",
     ),
     (
         "eks-in-existing-vpc",
@@ -335,10 +335,18 @@ def test_base_spec_of_the_table_is_valid(tmp_path: Path, capsys: pytest.CaptureF
     # Valid, but its p5 nodes would refuse downloads kiln has no digest for: not "ok", exit 1.
     assert main(["validate", str(path)]) == 1
     out, err = capsys.readouterr()
-    assert out.strip() == f"{path}: valid (pcs; gpu=2x p5.48xlarge) but NOT boot-ready: 3 unverifiable downloads"
-    assert "ok" not in out.split(":", 1)[1]
+    verdict, *plan = out.strip().splitlines()
+    assert verdict == f"{path}: valid (pcs; gpu=2x p5.48xlarge) but NOT boot-ready: 3 unverifiable downloads"
+    assert "ok" not in verdict.split(":", 1)[1]
+    # What the nodes adopt from the PCS sample AMI and what kiln installs on them.
+    assert plan == [
+        "  login (m5.2xlarge): adopts nothing from the AWS PCS sample AMI for Slurm 25.11; installs lustre_client, "
+        "enroot 3.5.0, pyxis 0.20.0",
+        "  gpu (p5.48xlarge): adopts nvidia_driver 590.48.01, efa_installer 1.47.0 from the AWS PCS sample AMI for "
+        "Slurm 25.11; installs lustre_client, enroot 3.5.0, pyxis 0.20.0, nvidia_container_toolkit 1.17.8",
+    ]
     [line] = err.strip().splitlines()
-    assert line.startswith(f"{path}: not boot-ready: pcs nodes would refuse enroot-deb 3.5.0, enroot-caps-deb 3.5.0")
+    assert line.startswith(f"{path}: not boot-ready: pcs nodes would refuse enroot-rpm 3.5.0, enroot-caps-rpm 3.5.0")
     assert line.endswith(
         f"add lock_file: {path.stem}.lock.json under software, then run `kiln bootstrap lock --spec {path}` "
         "on a machine with internet"

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from kiln.ami.names import OUTPUT_IMAGE_ID, OUTPUT_IMAGE_PARAMETER, OUTPUT_PIPELINE_ARN, image_parameter_name
+from kiln.catalog.platforms import service_fact
 from kiln.spec import parse_spec
 from kiln.stacks import build_cluster, new_app
 from kiln.stacks.ci_mode import ci_environment
@@ -39,8 +40,16 @@ def test_baked_example_has_an_image_stack_the_compute_stack_depends_on(example_a
     assert "llm-baked-image" in manifest["artifacts"]["llm-baked-compute"]["dependencies"]
     (recipe,) = resources(image, "AWS::ImageBuilder::ImageRecipe")
     assert recipe["Properties"]["ParentImage"] == PARENT
-    # The smallest group's root volume: every node can hold the AMI.
-    assert recipe["Properties"]["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"] == 512
+    # The smallest root volume of any node booting it (the login nodes' 200 GiB beside the p5s' 512): EC2 refuses a
+    # launch whose volume is smaller than the AMI's snapshot (platforms.json, ec2.volume_at_least_snapshot).
+    image_gib = recipe["Properties"]["BlockDeviceMappings"][0]["Ebs"]["VolumeSize"]
+    assert image_gib == 200 and service_fact("ec2", "volume_at_least_snapshot").value
+    templates_gib = [
+        mapping["Ebs"]["VolumeSize"]
+        for template in resources(compute, "AWS::EC2::LaunchTemplate")
+        for mapping in template["Properties"]["LaunchTemplateData"]["BlockDeviceMappings"]
+    ]
+    assert sorted(templates_gib) == [200, 512] and min(templates_gib) >= image_gib
 
 
 def test_the_image_bundle_is_its_own_asset_holding_install_settings_only(example_assemblies) -> None:
@@ -49,7 +58,9 @@ def test_the_image_bundle_is_its_own_asset_holding_install_settings_only(example
     tags = distribution["Properties"]["Distributions"][0]["AmiDistributionConfiguration"]["AmiTags"]
     assert tags["kiln:cluster"] == "llm-baked" and tags["team"] == "ml"
     assert tags["kiln:pin:nccl_version"] == "2.27.3-1+cuda12.9"
-    assert tags["kiln:pin:nvidia_driver_version"] == "570.172.08"
+    # The PCS sample AMI's driver is adopted, not baked over.
+    assert tags["kiln:pin:nvidia_driver_version"] == ""
+    assert tags["kiln:pin:image_nvidia_driver"] == "branch:590.48.01"
     assert tags["kiln:target"] == "pcs"
 
 

@@ -23,7 +23,8 @@ from tests.conftest import ROOT
 QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
 STACKS = ("quickstart-compute", "quickstart-network", "quickstart-storage")
 # What quickstart's PCS nodes download that kiln has no published digest for.
-QUICKSTART_LOCKED = ("enroot-deb", "enroot-caps-deb", "pyxis")
+# The quickstart's nodes boot the PCS sample AMI (Amazon Linux 2023): enroot's RPMs.
+QUICKSTART_LOCKED = ("enroot-rpm", "enroot-caps-rpm", "pyxis")
 # A policy that grants everything on S3, with no review beside it.
 OPEN_S3 = {
     "Type": "AWS::IAM::Policy",
@@ -76,6 +77,10 @@ def test_report_tables_stacks_resources_lint_results_and_boot_readiness(capsys: 
     assert out[-1] == "1 specs: problems found; 0 of 1 specs boot-ready (details below)"
     [refused] = [line for line in captured.err.splitlines() if ": not boot-ready: " in line]
     assert all(name in refused for name in QUICKSTART_LOCKED)
+    # What each kind of node adopts from its image and what kiln installs on it.
+    nodes = [line for line in captured.err.splitlines() if line.startswith(f"{QUICKSTART}: nodes: ")]
+    assert [line.split(": nodes: ")[1].split(":")[0] for line in nodes] == ["login (m5.xlarge)", "gpu (g5.12xlarge)"]
+    assert "adopts nvidia_driver 590.48.01 from the AWS PCS sample AMI for Slurm 25.11" in nodes[1]
     assert refused.endswith(
         f"run `kiln bootstrap lock --spec {QUICKSTART}` on a machine with internet "
         f"(it writes {ROOT / 'examples' / 'quickstart.lock.json'})"

@@ -14,7 +14,9 @@ lustre_efa_devices() {
       devices+=("${path##*/}")
     fi
   done
-  if ((${#devices[@]} <= want)); then
+  if ((${#devices[@]} == 0)); then
+    return 0
+  elif ((${#devices[@]} <= want)); then
     printf '%s\n' "${devices[@]}"
     return 0
   fi

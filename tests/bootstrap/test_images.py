@@ -1,0 +1,240 @@
+"""The install phase on simulated images: each backend's image laid out as kiln's platform data says it ships, and
+kiln adopting what the image owns: no package-manager call installs or replaces it, and a second run changes nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from kiln.bootstrap.config import NodeGroup
+from kiln.bootstrap.render import PROFILES, render_bundle
+from kiln.catalog.platforms import image_profile
+from tests.bootstrap.conftest import CLUSTER_ENV, PINS, Node, make_node, pcs_config, simulate_image
+
+# Package names (and installer runs) that would put a second copy of an image-owned component on a node.
+REPLACING = {
+    "nvidia_driver": ("nvidia-driver-", "nvidia-open", "kmod-nvidia", "nvidia-fabricmanager", "nvidia-fabric-manager"),
+    "efa_installer": ("efa-installer", "efa_installer.sh"),
+    "enroot": ("enroot",),
+    "pyxis": ("make ",),
+    "lustre_client": ("lustre-client",),
+    "neuron": ("aws-neuronx-",),
+    "nvidia_container_toolkit": ("nvidia-container-toolkit",),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Image:
+    """One backend's image with one node type on it."""
+
+    target: str
+    image: str
+    os: str
+    instance: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.image}-{self.os}-{self.instance.split('.')[0]}"
+
+
+IMAGES = [
+    Image("parallelcluster", "parallelcluster", "ubuntu2204", "p5.48xlarge"),
+    Image("parallelcluster", "parallelcluster", "al2023", "g5.12xlarge"),
+    Image("pcs", "pcs-sample", "al2023", "p5.48xlarge"),
+    Image("hyperpod", "hyperpod-slurm", "ubuntu2204", "p5.48xlarge"),
+    Image("eks", "eks-al2023", "al2023", "p5.48xlarge"),
+    Image("eks", "eks-al2023", "al2023", "trn1.32xlarge"),
+    Image("eks", "hyperpod-eks", "al2023", "p5.48xlarge"),
+]
+
+
+def _config(case: Image, **changes):
+    owned = image_profile(case.image).owned_on(case.os)
+    software = dataclasses.replace(PINS, **{field: None for field in owned if field in vars(PINS)})
+    if case.target == "eks":
+        software = dataclasses.replace(software, nccl=None)
+    settings = {
+        "target": case.target,
+        "image": case.image,
+        "os": case.os,
+        "groups": (NodeGroup(name="accel", instance_type=case.instance),),
+        "software": software,
+    }
+    if case.target == "eks":
+        settings.update(service_instance_types=(), container_runtime="containerd", exporters=())
+    return pcs_config(**(settings | changes))
+
+
+def _node(tmp_path: Path, case: Image, **changes) -> tuple[Node, dict[str, str]]:
+    config = _config(case, **changes)
+    bundle = render_bundle(config, tmp_path / "bundle").directory
+    node = make_node(tmp_path / "node", bundle, {**CLUSTER_ENV, "KILN_INSTANCE_TYPE": case.instance})
+    laid = simulate_image(node, case.image, case.os)
+    if case.target == "hyperpod":
+        path = node.root / "opt/ml/config/resource_config.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(
+            json.dumps({"InstanceGroups": [{"Name": "accel", "Instances": [{"CustomerIpAddress": "10.1.0.5"}]}]})
+        )
+    return node, laid
+
+
+def _install(case: Image) -> list[str]:
+    """Return the target's install steps that meet what an image ships (kiln's launcher and exporters never do)."""
+    return [s for s in PROFILES[case.target].install_steps if s not in ("install_launcher", "install_exporters")]
+
+
+@pytest.mark.parametrize("case", IMAGES, ids=[case.id for case in IMAGES])
+def test_install_adopts_what_the_image_ships_and_replaces_nothing(tmp_path: Path, case: Image) -> None:
+    node, laid = _node(tmp_path, case)
+    result = node.run(*_install(case))
+    assert result.returncode == 0, result.stderr
+    log = node.log.read_text()
+    title = image_profile(case.image).title
+    adopted = [line for line in log.splitlines() if f"adopted from the {title}" in line]
+    installs = [c for c in node.calls() if c.split()[0] in ("apt-get", "dnf", "make") or "efa-installer" in c]
+    for component in laid:
+        for word in REPLACING[component]:
+            assert not any(word in call for call in installs), f"{component}: {word} in {installs}"
+    # Every component the node needs and the image owns was verified and adopted (one log line each).
+    assert adopted, log
+    assert all("kiln installs none" in line for line in adopted)
+    before, calls = node.snapshot(), len(node.calls())
+    again = node.run(*_install(case))
+    assert again.returncode == 0, again.stderr
+    assert node.mutating_calls(since=calls) == []
+    assert node.snapshot() == before
+
+
+def test_parallelcluster_p5_adopts_driver_efa_enroot_pyxis_and_lustre(tmp_path: Path) -> None:
+    case = IMAGES[0]
+    node, _ = _node(tmp_path, case, lustre=True)
+    assert node.run(*_install(case)).returncode == 0
+    log = node.log.read_text()
+    title = image_profile("parallelcluster").title
+    for words in (
+        "NVIDIA driver 595.71.05",
+        "EFA software 1.49.0",
+        "Lustre client present",
+        "enroot 3.4.1-1",
+        "pyxis present",
+    ):
+        assert f"{words}: adopted from the {title} (kiln installs none)" in log, words
+    # No enroot or pyxis download either: nothing of theirs needs the lock.
+    assert not any(c.startswith("curl") and ("enroot" in c or "pyxis" in c) for c in node.calls())
+
+
+def test_an_image_without_what_its_data_says_stops_the_step_by_name(tmp_path: Path) -> None:
+    case = IMAGES[2]
+    node, _ = _node(tmp_path, case)
+    (node.root / "sys/module/nvidia/version").unlink()
+    result = node.run("install_nvidia_driver")
+    assert result.returncode != 0
+    assert "FAILED: step install_nvidia_driver exited with code 1" in result.stderr and str(node.log) in result.stderr
+    assert (
+        "NVIDIA driver: the AWS PCS sample AMI for Slurm 25.11 ships it (kiln's platform data), but this node has none"
+        in (node.log.read_text())
+    )
+    assert not any(c.startswith(("dnf", "apt-get")) for c in node.calls())
+
+
+@pytest.mark.parametrize(
+    ("step", "path", "text", "message"),
+    [
+        (
+            "install_nvidia_driver",
+            "sys/module/nvidia/version",
+            "570.172.08\n",
+            "NVIDIA driver 570.172.08: older than the 590 branch the AWS PCS sample AMI for Slurm 25.11 ships",
+        ),
+        (
+            "install_efa",
+            "opt/amazon/efa_installed_packages",
+            "# EFA installer version: 1.43.1\n",
+            "EFA software 1.43.1: older than the 1.47.0 the AWS PCS sample AMI for Slurm 25.11 ships",
+        ),
+    ],
+)
+def test_an_older_copy_than_the_image_ships_is_refused_not_replaced(
+    tmp_path: Path, step: str, path: str, text: str, message: str
+) -> None:
+    node, _ = _node(tmp_path, IMAGES[2])
+    (node.root / path).write_text(text)
+    result = node.run(step)
+    assert result.returncode != 0
+    assert message in node.log.read_text()
+    assert [c for c in node.calls() if c.startswith(("dnf", "curl"))] == []
+
+
+def test_a_newer_driver_branch_than_the_data_records_is_adopted(tmp_path: Path) -> None:
+    node, _ = _node(tmp_path, IMAGES[2])
+    (node.root / "sys/module/nvidia/version").write_text("600.10.01\n")
+    assert node.run("install_nvidia_driver").returncode == 0
+    assert "NVIDIA driver 600.10.01: adopted from the AWS PCS sample AMI" in node.log.read_text()
+
+
+# On an AMI of the user's own (base: own) kiln owns every component, but still never puts a second copy over one.
+OWN = Image("pcs", "pcs-custom", "ubuntu2204", "p5.48xlarge")
+
+
+def test_a_loaded_driver_is_never_replaced_at_boot(tmp_path: Path) -> None:
+    node, _ = _node(tmp_path, OWN)
+    module = node.root / "sys/module/nvidia/version"
+    module.parent.mkdir(parents=True)
+    module.write_text("580.82.07\n")
+    result = node.run("install_nvidia_driver")
+    assert result.returncode != 0
+    assert (
+        "NVIDIA driver 580.82.07 is loaded; kiln installs driver 570.172.08 in its place only in a bake "
+        "(compute.image.bake), never at boot"
+    ) in node.log.read_text()
+    assert not any(" install " in c for c in node.calls() if c.startswith("apt-get"))
+
+
+def test_a_bake_replaces_the_images_driver_only_when_the_spec_says_so(tmp_path: Path) -> None:
+    refused, _ = _node(tmp_path / "refused", OWN)
+    refused.set_state("modinfo-nvidia", "580.82.07")
+    result = refused.run("install_nvidia_driver", KILN_PHASE="bake")
+    assert result.returncode != 0
+    assert (
+        "the image has NVIDIA driver 580.82.07: kiln does not install 570.172.08 over it; pin "
+        "software.nvidia_driver: 580.82.07 to adopt it, or replace it in a bake (software.replace: [nvidia_driver])"
+    ) in refused.log.read_text()
+    replaced, _ = _node(tmp_path / "replaced", OWN, replace=("nvidia_driver",))
+    replaced.set_state("modinfo-nvidia", "580.82.07")
+    assert replaced.run("install_nvidia_driver", KILN_PHASE="bake").returncode == 0
+    assert "replacing the image's NVIDIA driver 580.82.07 with 570.172.08 (software.replace names nvidia_driver)" in (
+        replaced.log.read_text()
+    )
+    assert any("nvidia-driver-570-open" in c for c in replaced.calls())
+
+
+def test_an_efa_installer_never_runs_over_a_newer_one(tmp_path: Path) -> None:
+    node, _ = _node(tmp_path, OWN)
+    (node.root / "opt/amazon/efa_installed_packages").write_text("# EFA installer version: 1.51.0\n")
+    assert node.run("install_efa").returncode == 0
+    assert "EFA installer 1.51.0 is installed (1.43.2 or newer): kept" in node.log.read_text()
+    assert not any("efa-installer" in c or c.startswith("curl") for c in node.calls())
+
+
+def test_an_older_efa_installer_on_an_own_image_is_upgraded(tmp_path: Path) -> None:
+    node, _ = _node(tmp_path, OWN)
+    (node.root / "opt/amazon/efa_installed_packages").write_text("# EFA installer version: 1.30.0\n")
+    assert node.run("install_efa").returncode == 0
+    assert "efa-installer -y" in node.calls()
+
+
+def test_parallelcluster_pyxis_is_switched_on_where_parallelcluster_reads_it(tmp_path: Path) -> None:
+    node, _ = _node(tmp_path, IMAGES[0])
+    assert node.run("configure_slurm").returncode == 0
+    conf = node.root / "opt/slurm/etc"
+    # ParallelCluster ships pyxis off: its plugstack.conf must name the drop-in directory, which kiln fills.
+    assert (conf / "plugstack.conf.d/pyxis.conf").read_text() == "required /usr/local/lib/slurm/spank_pyxis.so\n"
+    assert (conf / "plugstack.conf").read_text() == "include /opt/slurm/etc/plugstack.conf.d/*.conf\n"
+    assert sorted(p.name for p in conf.iterdir()) == ["plugstack.conf", "plugstack.conf.d"]
+    before, calls = node.snapshot(), len(node.calls())
+    assert node.run("configure_slurm").returncode == 0
+    assert node.snapshot() == before and node.mutating_calls(since=calls) == []

@@ -1,0 +1,148 @@
+"""Spec rules that come from the platforms' documented reality (kiln.catalog.platforms): each problem is one line."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+
+import pytest
+
+from kiln.spec import SpecError, parse_spec
+from kiln.spec import rules as spec_rules
+from kiln.stacks.bootstrap_config import config_from_spec
+from tests.conftest import MINIMAL_SPEC
+
+AMI = "ami-0123456789abcdef0"
+
+
+def spec_with(**compute) -> dict:
+    """Return MINIMAL_SPEC (p5 on PCS) with COMPUTE merged into compute; software and storage via keys."""
+    spec = copy.deepcopy(MINIMAL_SPEC)
+    for key in ("software", "storage"):
+        if key in compute:
+            spec[key] = compute.pop(key)
+    spec["compute"] |= compute
+    return spec
+
+
+def problems(spec: dict) -> list[str]:
+    try:
+        parse_spec(spec, "x.yaml")
+    except SpecError as error:
+        return error.lines_out()
+    return []
+
+
+def test_a_pin_on_what_the_image_owns_is_one_line_with_the_source() -> None:
+    spec = spec_with(backend="parallelcluster", software={"nvidia_driver": "570.172.08"})
+    assert problems(spec) == [
+        "x.yaml: software.nvidia_driver: got '570.172.08', but the official AWS ParallelCluster 3.16.1 AMI ships "
+        "nvidia_driver 595.71.05 and kiln adopts it (https://github.com/aws/aws-parallelcluster/releases/tag/v3.16.3); "
+        "leave it unset, or replace it in a bake (software.replace: [nvidia_driver] with compute.image.bake)"
+    ]
+
+
+def test_a_pin_equal_to_what_the_image_ships_is_adopted() -> None:
+    spec = parse_spec(spec_with(backend="parallelcluster", software={"efa_installer": "1.49.0"}))
+    config = config_from_spec(spec)
+    assert config.software.efa_installer is None and config.adopts("efa_installer")
+
+
+def test_replacing_needs_a_bake_and_then_pins_what_kiln_installs() -> None:
+    software = {"nvidia_driver": "570.172.08", "replace": ["nvidia_driver"]}
+    [line] = problems(spec_with(backend="parallelcluster", software=software))
+    assert line.startswith("x.yaml: software.replace[0]: replaces the image's nvidia_driver only in a bake")
+    spec = parse_spec(spec_with(backend="parallelcluster", software=software, image={"ami_id": AMI, "bake": True}))
+    config = config_from_spec(spec)
+    assert config.replace == ("nvidia_driver",) and config.software.nvidia_driver == "570.172.08"
+    assert not config.adopts("nvidia_driver") and config.adopts("efa_installer")
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "words"),
+    [
+        (
+            spec_with(backend="parallelcluster", software={"slurm": "25.11"}),
+            "software.slurm",
+            "has no effect on parallelcluster",
+        ),
+        (spec_with(software={"slurm": "23.11"}), "software.slurm", "allowed: 25.11, 25.05, 24.11"),
+        (spec_with(backend="eks", software={"enroot": "3.5.0"}), "software.enroot", "pods run in containerd"),
+        (
+            spec_with(backend="eks", software={"nccl": "2.27.3-1+cuda12.9"}),
+            "software.nccl",
+            "pods bring their own NCCL",
+        ),
+        (spec_with(backend="parallelcluster", image={"base": "own"}), "compute.image.base", "is for pcs only"),
+        (spec_with(image={"base": "own"}), "compute.image.ami_id", "is required with base: own"),
+        (spec_with(image={"os": "ubuntu2204"}), "compute.image.os", "runs al2023 only"),
+        (
+            spec_with(
+                backend="hyperpod",
+                image={"os": "al2023"},
+                groups=[{"name": "gpu", "instance_type": "p5.48xlarge", "min_count": 2, "max_count": 2}],
+            ),
+            "compute.image.os",
+            "for Slurm runs ubuntu2204 only",
+        ),
+        (
+            spec_with(backend="parallelcluster", image={"os": "ubuntu2404"}),
+            "compute.image.os",
+            "has no Lustre client",
+        ),
+        (
+            spec_with(
+                backend="parallelcluster",
+                storage={"lustre": {"deployment": "PERSISTENT_2", "storage_gib": 2400, "efa": True}},
+            ),
+            "storage.lustre.efa",
+            "is not offered on parallelcluster",
+        ),
+    ],
+    ids=[
+        "slurm-elsewhere",
+        "slurm-unknown",
+        "eks-enroot",
+        "eks-nccl",
+        "base-elsewhere",
+        "own-without-ami",
+        "pcs-sample-os",
+        "hyperpod-os",
+        "pcluster-2404-lustre",
+        "pcluster-lustre-efa",
+    ],
+)
+def test_platform_rules_say_one_line_naming_the_field(spec: dict, field: str, words: str) -> None:
+    lines = problems(spec)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"x.yaml: {field}: ") and words in lines[0], lines[0]
+
+
+def test_a_slurm_version_past_pcs_support_is_refused_from_that_day(monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = spec_with(software={"slurm": "24.11"})
+    monkeypatch.setattr(spec_rules, "today", lambda: datetime.date(2026, 5, 31))
+    assert problems(spec) == []
+    monkeypatch.setattr(spec_rules, "today", lambda: datetime.date(2026, 6, 1))
+    [line] = problems(spec)
+    assert "which PCS stopped supporting on 2026-05-31: no new cluster may run it" in line and "use 25.11" in line
+
+
+def test_pcs_defaults_to_its_newest_slurm_on_the_sample_ami() -> None:
+    spec = parse_spec(copy.deepcopy(MINIMAL_SPEC))
+    assert (spec.slurm_version, spec.image_os, spec.node_image) == ("25.11", "al2023", "pcs-sample")
+
+
+def test_own_pcs_ami_owns_nothing_and_kiln_installs_its_defaults() -> None:
+    spec = parse_spec(spec_with(image={"base": "own", "ami_id": AMI, "os": "ubuntu2204"}))
+    config = config_from_spec(spec)
+    assert config.image == "pcs-custom"
+    assert (config.software.nvidia_driver, config.software.efa_installer) == ("570.172.08", "1.41.0")
+
+
+def test_lustre_efa_connections_stay_within_what_fsx_allows() -> None:
+    lustre = {"deployment": "PERSISTENT_2", "storage_gib": 2400, "efa": True}
+    group = {"name": "gpu", "instance_type": "p5.48xlarge", "max_count": 129}
+    [line] = problems(spec_with(groups=[group], storage={"lustre": lustre}))
+    assert "would open 1032 EFA connections to the file system, more than the 1024 FSx allows" in line
+    group["max_count"] = 128
+    assert problems(spec_with(groups=[group], storage={"lustre": lustre})) == []
