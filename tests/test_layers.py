@@ -43,7 +43,13 @@ PREFLIGHT_FOR_BUILDERS = ("kiln.preflight.permissions",)
 EXEMPT = {"kiln/catalog/refresh.py": ("boto3", "botocore")}
 # Single modules of the standard library alone: the constructs and `kiln report` share the wildcard review;
 # checkov runs in its own venv, so the scan module imports nothing of it.
-STDLIB_ONLY = ("kiln/iam_wildcards.py", "kiln/scan.py", "kiln/dashboards/__init__.py", "kiln/catalog/exporters.py")
+STDLIB_ONLY = (
+    "kiln/iam_wildcards.py",
+    "kiln/scan.py",
+    "kiln/dashboards/__init__.py",
+    "kiln/catalog/exporters.py",
+    "kiln/catalog/platforms.py",
+)
 # The compute constructs take a NodeBootstrap; only BootstrapAssets renders.
 COMPUTE_CONSTRUCTS = ("pcs.py", "parallelcluster.py", "hyperpod.py", "eks.py")
 RENDERING = ("kiln.bootstrap.render", "kiln.bootstrap.config")

@@ -53,7 +53,7 @@ def _intact(folder: Path) -> None:
 
 def _pcs_config() -> BootstrapConfig:
     return BootstrapConfig(
-        target="pcs", groups=(NodeGroup(name="gpu", instance_type="g5.12xlarge"),), software=SoftwarePins(slurm="24.11")
+        target="pcs", groups=(NodeGroup(name="gpu", instance_type="g5.12xlarge"),), software=SoftwarePins(slurm="25.11")
     )
 
 

@@ -190,6 +190,11 @@ def node_kinds(spec: ClusterSpec) -> dict[str, str]:
     return {kind: ec2_type_name(name) for kind, name in kinds.items()}
 
 
+def node_architecture(spec: ClusterSpec) -> str:
+    """Return the one architecture every node SPEC boots offers (x86_64 or arm64)."""
+    return _architecture(tuple(dict.fromkeys(node_kinds(spec).values())))
+
+
 def load_and_judge(path: str) -> tuple[ClusterSpec, BootReadiness]:
     """Load the spec at PATH and judge its nodes (downloads they could not verify, what they adopt and install);
     every failure is a SpecError naming the file."""

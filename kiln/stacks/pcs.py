@@ -6,20 +6,29 @@ import aws_cdk as cdk
 from constructs import Construct
 
 from kiln.catalog.limits import PCS_CLUSTER_SIZES
+from kiln.catalog.platforms import image_profile
 from kiln.constructs import NodeBootstrap, PcsClusterProps, PcsNodeGroup
 from kiln.spec import ClusterSpec
+from kiln.stacks.bootstrap_config import node_architecture
 from kiln.stacks.compute_context import ComputeContext
 
 
+def sample_ami_name(spec: ClusterSpec) -> str:
+    """Return the name pattern of the PCS sample AMIs nodes boot without an ami_id (the newest by date is current)."""
+    pattern = image_profile("pcs-sample").fact("name_pattern").value
+    return pattern.format(os=spec.image_os, architecture=node_architecture(spec), version=spec.slurm_version)
+
+
 def pcs_ami(scope: Construct, context: ComputeContext) -> str:
-    """Return the AMI nodes boot (baked or the spec's), or a stack parameter asking for one at deploy time."""
+    """Return the AMI nodes boot (baked or the spec's), or a stack parameter asking for the PCS sample AMI at deploy."""
     if context.image_id:
         return context.image_id
     parameter = cdk.CfnParameter(
         scope,
         "PcsAmiId",
         type="AWS::EC2::Image::Id",
-        description="AMI with the AWS PCS agent and the cluster's Slurm (or set compute.image.ami_id in the spec)",
+        description=f"The newest AWS PCS sample AMI named {sample_ami_name(context.spec)} in this region (aws ec2 "
+        "describe-images --owners amazon --filters Name=name,Values=NAME), or set compute.image.ami_id in the spec",
     )
     return parameter.value_as_string
 

@@ -134,38 +134,33 @@ def test_the_head_nodes_metrics_policy_is_one_the_provider_may_attach(example_as
     assert is_attachable(iam.ManagedPolicy.from_managed_policy_arn(stack("Arn"), "P", arn))
 
 
+def _props(st: Stack, **changes) -> ParallelClusterProps:
+    """Return minimal props in stack ST, with CHANGES."""
+    settings = {
+        "cluster_name": "c",
+        "subnet": imported_vpc(st).private_subnets[0],
+        "queues": [SlurmQueue(name="cpu", instance_type="c5.4xlarge")],
+        "bootstrap": plain_bootstrap(st, "on-node-configured.sh"),
+        "cluster_env": {},
+        "ssh_allowed_ips": "10.0.0.0/16",
+    }
+    return ParallelClusterProps(**(settings | changes))
+
+
 def test_a_policy_the_provider_may_not_attach_is_refused() -> None:
     st = stack("Unattachable")
-    vpc = imported_vpc(st)
     policy = iam.ManagedPolicy(st, "Mine", statements=[iam.PolicyStatement(actions=["s3:ListBucket"], resources=["*"])])
     with pytest.raises(ValueError, match="head_node_policies: got 'Unattachable/Mine'; allowed: a policy the provider"):
-        ParallelClusterProps(
-            cluster_name="c",
-            subnet=vpc.private_subnets[0],
-            queues=[SlurmQueue(name="cpu", instance_type="c5.4xlarge")],
-            bootstrap=plain_bootstrap(st, "on-node-configured.sh"),
-            cluster_env={},
-            ssh_allowed_ips="10.0.0.0/16",
-            head_node_policies=[policy],
-        )
+        _props(st, head_node_policies=[policy])
     assert not is_attachable(iam.ManagedPolicy.from_managed_policy_arn(st, "Other", "arn:aws:iam::1:policy/team/x"))
-    assert is_attachable(
-        attachable_policy(st, "Ok", statements=[iam.PolicyStatement(actions=["s3:ListBucket"], resources=["*"])])
-    )
+    ours = attachable_policy(st, "Ok", statements=[iam.PolicyStatement(actions=["s3:ListBucket"], resources=["*"])])
+    assert is_attachable(ours)
+    assert _props(st, head_node_policies=[ours]).head_node_policies == [ours]
 
 
 def test_ssh_open_to_the_internet_is_refused() -> None:
-    st = stack("OpenSsh")
-    vpc = imported_vpc(st)
     with pytest.raises(ValueError, match="ssh_allowed_ips: got '0.0.0.0/0'; allowed: a CIDR narrower"):
-        ParallelClusterProps(
-            cluster_name="c",
-            subnet=vpc.private_subnets[0],
-            queues=[SlurmQueue(name="cpu", instance_type="c5.4xlarge")],
-            bootstrap=plain_bootstrap(st, "on-node-configured.sh"),
-            cluster_env={},
-            ssh_allowed_ips="0.0.0.0/0",
-        )
+        _props(stack("OpenSsh"), ssh_allowed_ips="0.0.0.0/0")
 
 
 @pytest.fixture(scope="module")

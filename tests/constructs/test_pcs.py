@@ -47,7 +47,7 @@ def pcs():
             login=PcsNodeGroup(name="login", instance_type="m5.2xlarge", min_count=1, max_count=1),
             bootstrap=bootstrap,
             cluster_env={"KILN_CLUSTER_NAME": "llm-pcs", "KILN_REGION": "us-east-1", "KILN_FSX_DNS": "fs.example"},
-            slurm_version="24.11",
+            slurm_version="25.11",
             size="MEDIUM",
             scale_down_idle_seconds=900,
             slurm_custom_settings={"SuspendTime": "900"},
@@ -73,7 +73,7 @@ def test_cluster_runs_the_requested_slurm_in_the_private_subnet(pcs) -> None:
     pcs["template"].has_resource_properties(
         "AWS::PCS::Cluster",
         {
-            "Scheduler": {"Type": "SLURM", "Version": "24.11"},
+            "Scheduler": {"Type": "SLURM", "Version": "25.11"},
             "Size": "MEDIUM",
             "Networking": {
                 "SubnetIds": ["subnet-0123456789abcdef0"],

@@ -128,7 +128,7 @@ FIELDS: list[tuple[str, Callable[[str], dict], str]] = [
         for pin, version in (
             ("efa_installer", "1.41.0"),
             ("nvidia_driver", "570.172.08"),
-            ("slurm", "24.11"),
+            ("slurm", "25.11"),
             ("enroot", "3.5.0"),
             ("pyxis", "0.20.0"),
             ("neuron", "2.32.0"),

@@ -66,7 +66,7 @@ def test_spec_objects_are_immutable() -> None:
         spec.name = "other"
 
 
-def test_existing_vpc_needs_subnet_and_az_but_not_cidr() -> None:
+def test_existing_vpc_needs_subnet_and_az_and_its_cidr_only_where_ssh_admits_it() -> None:
     base = {
         "name": "x",
         "region": "us-east-1",
@@ -75,7 +75,18 @@ def test_existing_vpc_needs_subnet_and_az_but_not_cidr() -> None:
     with pytest.raises(SpecError) as caught:
         parse_spec({**base, "network": {"vpc_id": "vpc-0123456789abcdef0", "vpc_cidr": "10.1.0.0/16"}})
     fields = sorted(p.path for p in caught.value.problems)
-    assert fields == [("availability_zone",), ("network", "private_subnet_id"), ("network", "vpc_cidr")]
+    # With vpc_id, vpc_cidr names the existing VPC's CIDR: allowed, and checked as a private network.
+    assert fields == [("availability_zone",), ("network", "private_subnet_id")]
+    existing = {"vpc_id": "vpc-0123456789abcdef0", "private_subnet_id": "subnet-0123456789abcdef0"}
+    pcluster = {**base, "availability_zone": "us-east-1d", "network": existing}
+    pcluster["compute"] = {**base["compute"], "backend": "parallelcluster"}
+    with pytest.raises(SpecError) as caught:
+        parse_spec(pcluster)
+    [problem] = caught.value.problems
+    assert problem.path == ("network", "vpc_cidr") and "required with vpc_id on parallelcluster" in problem.message
+    assert (
+        parse_spec({**pcluster, "network": {**existing, "vpc_cidr": "10.1.0.0/24"}}).network.vpc_cidr == "10.1.0.0/24"
+    )
     ok = parse_spec(
         {
             **base,
