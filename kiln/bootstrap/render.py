@@ -88,7 +88,7 @@ PROFILES: dict[str, TargetProfile] = {
     ),
     "parallelcluster": TargetProfile(
         entry_point="on-node-configured.sh",
-        how_it_runs="ParallelCluster's OnNodeConfigured action; the role comes from /etc/parallelcluster/cfnconfig",
+        how_it_runs="ParallelCluster's OnNodeConfigured action on head, compute and login nodes, each told its role",
         default_role="worker",
         install_steps=_CLOUD_INSTALL,
         # ParallelCluster mounts FSx itself (SharedStorage).

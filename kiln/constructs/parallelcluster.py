@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from aws_cdk import CfnOutput, CustomResource, Fn, Stack
+from aws_cdk import Aws, CfnOutput, CustomResource, Fn, Stack
 from aws_cdk import aws_cloudformation as cfn
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -203,14 +203,25 @@ class ParallelCluster(Construct):
     def head_node_private_ip(self) -> str:
         return self.cluster.get_att_string("headNode.privateIpAddress")
 
-    def _on_node_configured(self) -> dict[str, Any]:
+    def _on_node_configured(self, role: str) -> dict[str, Any]:
+        """Run the bundle as ParallelCluster's OnNodeConfigured action, telling the node its role outright."""
         props = self.props
-        return {
-            "OnNodeConfigured": {
-                "Script": self.fetch_script.s3_object_url,
-                "Args": fetch_arguments(props.bootstrap.s3_url, props.bootstrap.entry_point, props.cluster_env),
-            }
-        }
+        arguments = fetch_arguments(props.bootstrap.s3_url, props.bootstrap.entry_point, props.cluster_env, role=role)
+        return {"OnNodeConfigured": {"Script": self.fetch_script.s3_object_url, "Args": arguments}}
+
+    def _login_read_policy(self) -> iam.ManagedPolicy:
+        """Login pools take no S3Access: an attachable policy that reads exactly fetch.sh and the bundle."""
+        props = self.props
+        objects = [
+            f"arn:{Aws.PARTITION}:s3:::{self.fetch_script.s3_bucket_name}/{self.fetch_script.s3_object_key}",
+            f"arn:{Aws.PARTITION}:s3:::{props.bootstrap.bucket.bucket_name}/{props.bootstrap.object_key}",
+        ]
+        return attachable_policy(
+            self,
+            "LoginNodeBootstrapRead",
+            description="kiln: ParallelCluster login nodes read the bootstrap's fetch script and bundle",
+            statements=[iam.PolicyStatement(actions=["s3:GetObject"], resources=objects)],
+        )
 
     def _iam(self, policies: Sequence[iam.IManagedPolicy] = ()) -> dict[str, Any]:
         # Nodes read exactly the two objects they need: fetch.sh and the bundle.
@@ -254,7 +265,7 @@ class ParallelCluster(Construct):
                 }
             ],
             "ComputeSettings": self._root_volume(queue.root_volume_gib),
-            "CustomActions": self._on_node_configured(),
+            "CustomActions": self._on_node_configured("worker"),
             "Iam": self._iam(),
         }
         if queue.capacity.reservation_id:
@@ -279,7 +290,7 @@ class ParallelCluster(Construct):
                 "Iam": self._iam(props.head_node_policies),
                 "Imds": {"Secured": True},
                 "Ssh": {"AllowedIps": props.ssh_allowed_ips},
-                "CustomActions": self._on_node_configured(),
+                "CustomActions": self._on_node_configured("controller"),
             },
             "Scheduling": {
                 "Scheduler": "slurm",
@@ -306,6 +317,13 @@ class ParallelCluster(Construct):
                         "Count": props.login_count,
                         # Without its own, a pool takes the head node's (ParallelCluster 3.11+); said outright.
                         "Ssh": {"AllowedIps": props.ssh_allowed_ips},
+                        "CustomActions": self._on_node_configured("login"),
+                        "Iam": {
+                            "AdditionalIamPolicies": [
+                                {"Policy": Fn.sub(SSM_POLICY)},
+                                {"Policy": self._login_read_policy().managed_policy_arn},
+                            ]
+                        },
                         "Networking": {
                             "SubnetIds": [props.subnet.subnet_id],
                             **(

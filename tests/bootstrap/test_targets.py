@@ -92,16 +92,16 @@ def test_hyperpod_controller_creates_the_shared_munge_key_and_starts_slurmctld(t
     assert "systemctl enable --now slurmctld" in node.calls()
 
 
-@pytest.mark.parametrize(("node_type", "role"), [("HeadNode", "controller"), ("ComputeFleet", "worker")])
-def test_parallelcluster_role_comes_from_cfnconfig(tmp_path, node_type, role):
+@pytest.mark.parametrize("role", ["controller", "login", "worker"])
+def test_parallelcluster_nodes_take_the_role_their_action_passes(tmp_path, role):
     bundle = render_bundle(pcs_config(target="parallelcluster"), tmp_path / "bundle").directory
     node = make_node(tmp_path / "node", bundle)
+    # ParallelCluster's own cfnconfig is no supported interface: kiln reads the role from its arguments only.
     cfnconfig = node.root / "etc/parallelcluster/cfnconfig"
     cfnconfig.parent.mkdir(parents=True)
-    cfnconfig.write_text(f"cfn_region=us-east-1\ncfn_node_type={node_type}\n")
-    result = node.run("configure_training_env")
-    assert result.returncode == 0, result.stderr
-    assert f"role {role}" in node.log.read_text()
+    cfnconfig.write_text("cfn_region=us-east-1\ncfn_node_type=HeadNode\n")
+    result = node.run("--phase", "configure", "--role", role, entry="on-node-configured.sh")
+    assert f"role {role}," in node.log.read_text(), result.stderr
 
 
 def test_explicit_role_must_be_known(tmp_path, pcs_bundle):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from importlib.metadata import version
 
 import pytest
@@ -153,9 +154,10 @@ def test_a_policy_the_provider_may_not_attach_is_refused() -> None:
     with pytest.raises(ValueError, match="head_node_policies: got 'Unattachable/Mine'; allowed: a policy the provider"):
         _props(st, head_node_policies=[policy])
     assert not is_attachable(iam.ManagedPolicy.from_managed_policy_arn(st, "Other", "arn:aws:iam::1:policy/team/x"))
-    ours = attachable_policy(st, "Ok", statements=[iam.PolicyStatement(actions=["s3:ListBucket"], resources=["*"])])
+    other = stack("Attachable")
+    ours = attachable_policy(other, "Ok", statements=[iam.PolicyStatement(actions=["s3:ListBucket"], resources=["*"])])
     assert is_attachable(ours)
-    assert _props(st, head_node_policies=[ours]).head_node_policies == [ours]
+    assert _props(other, head_node_policies=[ours]).head_node_policies == [ours]
 
 
 def test_ssh_open_to_the_internet_is_refused() -> None:
@@ -200,6 +202,28 @@ def test_every_node_runs_the_bootstrap_on_node_configured_and_may_read_only_it(o
     keys = [a["KeyName"] for a in config["HeadNode"]["Iam"]["S3Access"]]
     assert keys == [cluster.fetch_script.s3_object_key, Stack.of(cluster).resolve(cluster.props.bootstrap.object_key)]
     assert all(a["EnableWriteAccess"] is False for a in config["HeadNode"]["Iam"]["S3Access"])
+
+
+def test_each_kind_of_node_is_told_its_role_and_login_nodes_run_the_bootstrap_too(on_demand) -> None:
+    cluster, template = on_demand
+    config = Stack.of(cluster).resolve(cluster.config)
+    (pool,) = config["LoginNodes"]["Pools"]
+    roles = {
+        "head": config["HeadNode"]["CustomActions"],
+        "login": pool["CustomActions"],
+        **{q["Name"]: q["CustomActions"] for q in config["Scheduling"]["SlurmQueues"]},
+    }
+    for kind, action in roles.items():
+        args = action["OnNodeConfigured"]["Args"]
+        assert args[2:4] == ["--role", {"head": "controller", "login": "login"}.get(kind, "worker")], kind
+    # Login pools take no S3Access: a policy the provider may attach reads exactly the two objects.
+    policies = [p["Policy"] for p in pool["Iam"]["AdditionalIamPolicies"]]
+    (read,) = [r for r in template.find_resources("AWS::IAM::ManagedPolicy").values()]
+    assert read["Properties"]["Path"] == "/parallelcluster/"
+    (statement,) = read["Properties"]["PolicyDocument"]["Statement"]
+    assert statement["Action"] == "s3:GetObject" and len(statement["Resource"]) == 2
+    assert "*" not in json.dumps(statement["Resource"]).replace("${AWS::Partition}", "")
+    assert len(policies) == 2 and any("AmazonSSMManagedInstanceCore" in json.dumps(p) for p in policies)
 
 
 def test_head_node_ip_is_an_output(on_demand) -> None:

@@ -39,19 +39,8 @@ resolve_role() {
     log "image build: no cluster to ask for this node's role; install steps serve every role"
     return 0
   fi
-  if [[ "$KILN_TARGET" == parallelcluster && -z "${KILN_NODE_ROLE:-}" ]]; then
-    local cfnconfig key value
-    cfnconfig="$(root_path /etc/parallelcluster/cfnconfig)"
-    if [[ -r "$cfnconfig" ]]; then
-      while IFS='=' read -r key value; do
-        case "${key}:${value}" in
-          cfn_node_type:HeadNode) KILN_NODE_ROLE=controller ;;
-          cfn_node_type:LoginNode) KILN_NODE_ROLE=login ;;
-          cfn_node_type:ComputeFleet) KILN_NODE_ROLE=worker ;;
-        esac
-      done <"$cfnconfig"
-    fi
-  fi
+  # ParallelCluster's head, login and compute nodes are told their role by their OnNodeConfigured arguments
+  # (--role): its own /etc/parallelcluster/cfnconfig is not an interface ParallelCluster supports.
   if [[ "$KILN_TARGET" == hyperpod ]]; then
     read -r group controller < <(hyperpod_lookup)
     if [[ "$group" != - ]]; then
