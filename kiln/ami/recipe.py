@@ -17,7 +17,7 @@ from kiln.catalog.envfile import parse_env_file
 STEP_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("accelerators", ("install_nvidia_driver", "install_neuron", "install_efa", "install_nccl")),
     ("storage", ("install_lustre_client",)),
-    ("scheduler", ("install_slurm", "install_munge")),
+    ("scheduler", ("install_pcs_agent", "install_pcs_slurm", "install_slurm", "install_munge")),
     ("containers", ("install_enroot", "install_pyxis", "install_container_runtime")),
     ("launcher", ("install_launcher",)),
     ("exporters", ("install_exporters",)),

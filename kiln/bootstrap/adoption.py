@@ -42,6 +42,9 @@ def needed(config: BootstrapConfig, facts: InstanceType, component: str) -> bool
         "pyxis": containers and config.runs_slurm,
         "nvidia_container_toolkit": containers and facts.gpu_count > 0,
         "lustre_client": config.lustre,
+        # Every PCS node runs PCS's agent and Slurm.
+        "pcs_agent": config.target == "pcs",
+        "pcs_slurm": config.target == "pcs",
     }[component]
 
 

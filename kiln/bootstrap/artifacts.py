@@ -33,10 +33,30 @@ class Artifact:
     sha256: str
     # True when the digest is the publisher's (artifacts.json); False when it comes from the lock or is missing.
     published: bool
+    # Where the publisher signs the file instead (a detached signature at URL.sig): its key's URL and the primary
+    # fingerprint kiln pins; '' for files checked by sha256.
+    signature_key_url: str = ""
+    signature_fingerprint: str = ""
 
     @property
     def variable_prefix(self) -> str:
         return _variable_prefix("ARTIFACT", self.name)
+
+    @property
+    def verifiable(self) -> bool:
+        """Return whether a node can check the file: by a digest, or by its publisher's signature."""
+        return bool(self.sha256 or self.signature_fingerprint)
+
+    def bundle_env(self) -> dict[str, str]:
+        """Return the bundle.env values the node's fetch_artifact reads."""
+        prefix = self.variable_prefix
+        return {
+            f"{prefix}_URL": self.url,
+            f"{prefix}_VERSION": self.version,
+            f"{prefix}_SHA256": self.sha256,
+            f"{prefix}_SIGNATURE_KEY_URL": self.signature_key_url,
+            f"{prefix}_SIGNATURE_FINGERPRINT": self.signature_fingerprint,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,14 +142,20 @@ def _wanted(config: BootstrapConfig) -> dict[str, bool]:
         "enroot-rpm": slurm_containers and not apt and bool(pins.enroot),
         "enroot-caps-rpm": slurm_containers and not apt and bool(pins.enroot),
         "pyxis": slurm_containers and bool(pins.pyxis),
+        "pcs-agent": config.target == "pcs" and bool(pins.pcs_agent),
+        "pcs-slurm": config.target == "pcs" and bool(pins.pcs_slurm),
         "node-exporter": "node" in config.exporters and bool(pins.node_exporter),
         "prometheus": config.prometheus_agent and config.target != "local" and bool(pins.prometheus),
     }
 
 
 def _fill(template: str, config: BootstrapConfig, version: str = "") -> str:
+    if "{region}" in template and not config.region:
+        raise ValueError(f"{template}: needs the cluster's region (a regional download)")
     return template.format(
         version=version,
+        region=config.region or "",
+        major=config.software.slurm or "",
         arch=_ARCH[config.architecture],
         deb_arch=_DEB_ARCH[config.architecture],
         repo_arch=_REPO_ARCH[config.architecture],
@@ -150,6 +176,18 @@ def resolve_artifact(config: BootstrapConfig, name: str) -> Artifact:
         # A build per architecture, each with its own digest.
         published = published.get(config.architecture, "")
     digest = published or config.locked.get(url, "")
+    signature = entry.get("signature")
+    if signature is not None:
+        # The publisher signs it: the signature decides, not a digest (a lock has none to give).
+        return Artifact(
+            name=name,
+            version=version,
+            url=url,
+            sha256="",
+            published=True,
+            signature_key_url=_fill(signature["key_url"], config),
+            signature_fingerprint=signature["fingerprint"],
+        )
     return Artifact(name=name, version=version, url=url, sha256=digest, published=bool(published))
 
 

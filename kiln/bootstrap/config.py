@@ -65,6 +65,9 @@ class SoftwarePins:
     prometheus: str | None = None
     # NVIDIA's DCGM and DCGM exporter as the pair its releases name: 4.6.0-4.8.3.
     dcgm_exporter: str | None = None
+    # PCS's agent and Slurm installer releases, baked into a stock image: 1.3.1-1, 25.11.2-1.
+    pcs_agent: str | None = None
+    pcs_slurm: str | None = None
 
     def __post_init__(self) -> None:
         for name, value in vars(self).items():
@@ -160,6 +163,8 @@ class BootstrapConfig:
     image: str = ""
     # Image-owned components kiln installs its pinned version of all the same: only in a bake, never at boot.
     replace: tuple[str, ...] = ()
+    # The cluster's region, for regional downloads (PCS's installers); None where none is needed.
+    region: str | None = None
 
     def __post_init__(self) -> None:
         check_choice("target", self.target, TARGETS)
@@ -215,6 +220,11 @@ class BootstrapConfig:
             raise ValueError(f"hugepages_2m: got {self.hugepages_2m!r}, allowed: an integer >= 0 or None")
         if self.fork_enomem and self.hugepages_2m:
             raise ValueError("hugepages_2m: must be unset with fork_enomem (EFA then stops using huge pages)")
+        if self.software.pcs_slurm and not self.software.pcs_slurm.startswith(f"{self.software.slurm}."):
+            raise ValueError(
+                f"software.pcs_slurm: got {self.software.pcs_slurm!r}, allowed: a release of Slurm "
+                f"{self.software.slurm} such as {self.software.slurm}.2-1"
+            )
         if self.target == "eks" and self.software.nccl:
             raise ValueError(
                 f"software.nccl: got {self.software.nccl!r} for target 'eks', allowed: none (pods bring NCCL)"

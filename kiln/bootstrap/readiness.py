@@ -43,6 +43,6 @@ def boot_readiness(config: BootstrapConfig, *, remedy: str = LOCK_REMEDY) -> Boo
     """Return whether CONFIG's nodes would boot: every file they download must have a digest to check."""
     return BootReadiness(
         target=config.target,
-        unverifiable=tuple(a for a in bundle_artifacts(config) if not a.sha256),
+        unverifiable=tuple(a for a in bundle_artifacts(config) if not a.verifiable),
         remedy=remedy,
     )

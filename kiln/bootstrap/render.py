@@ -82,7 +82,14 @@ PROFILES: dict[str, TargetProfile] = {
         entry_point="pcs-user-data.sh",
         how_it_runs="run from the launch template's user data of each PCS node group",
         default_role="worker",
-        install_steps=_CLOUD_INSTALL,
+        # PCS's agent and Slurm come before pyxis, which builds against Slurm's headers.
+        install_steps=(
+            *_ACCELERATOR_STEPS,
+            "install_lustre_client",
+            "install_pcs_agent",
+            "install_pcs_slurm",
+            *_CLOUD_INSTALL[len(_ACCELERATOR_STEPS) + 1 :],
+        ),
         configure_steps=(*_CLOUD_CONFIGURE, "configure_slurm"),
         slurm_config="backend",
     ),
@@ -308,6 +315,7 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         "KILN_CONTAINER_RUNTIME": config.container_runtime,
         "KILN_LUSTRE": "1" if config.lustre else "0",
         **_lustre_efa_env(config),
+        **_pcs_env(config),
         "KILN_NVIDIA_DRIVER_VERSION": pins.nvidia_driver or "",
         "KILN_EFA_INSTALLER_VERSION": pins.efa_installer or "",
         "KILN_NCCL_VERSION": pins.nccl or "",
@@ -346,12 +354,26 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
     for repository in bundle_repositories(config):
         env.update(repository.bundle_env())
     for artifact in bundle_artifacts(config):
-        env[f"{artifact.variable_prefix}_URL"] = artifact.url
-        env[f"{artifact.variable_prefix}_VERSION"] = artifact.version
-        env[f"{artifact.variable_prefix}_SHA256"] = artifact.sha256
+        env.update(artifact.bundle_env())
     for name, value in env.items():
         check_quotable(name, value)
     return sorted(env.items())
+
+
+def _pcs_env(config: BootstrapConfig) -> dict[str, str]:
+    """Return what the PCS agent and Slurm steps read: their pins, where the installers unpack and record versions."""
+    if config.target != "pcs":
+        return {}
+    installers = service_fact("pcs", "installers").value
+    major = config.software.slurm
+    return {
+        "KILN_PCS_AGENT_VERSION": config.software.pcs_agent or "",
+        "KILN_PCS_SLURM_VERSION": config.software.pcs_slurm or "",
+        "KILN_PCS_AGENT_DIRECTORY": installers["agent_directory"],
+        "KILN_PCS_AGENT_VERSION_FILE": installers["agent_version_file"],
+        "KILN_PCS_SLURM_DIRECTORY": installers["slurm_directory"].format(major=major),
+        "KILN_PCS_SLURM_VERSION_FILE": installers["slurm_version_file"].format(major=major),
+    }
 
 
 def _lustre_efa_env(config: BootstrapConfig) -> dict[str, str]:

@@ -60,6 +60,28 @@ STEPS: dict[str, Step] = {
         ),
         Step(name="install_nccl", phase="install", pins=("KILN_NCCL_VERSION", "KILN_IMAGE_NCCL", "KILN_IMAGE_DEVICES")),
         Step(name="install_lustre_client", phase="install", pins=("KILN_LUSTRE", "KILN_IMAGE_LUSTRE_CLIENT")),
+        Step(
+            name="install_pcs_agent",
+            phase="install",
+            pins=(
+                "KILN_PCS_AGENT_VERSION",
+                "KILN_PCS_AGENT_DIRECTORY",
+                "KILN_PCS_AGENT_VERSION_FILE",
+                "KILN_IMAGE_PCS_AGENT",
+                "KILN_REPLACE",
+            ),
+        ),
+        Step(
+            name="install_pcs_slurm",
+            phase="install",
+            pins=(
+                "KILN_PCS_SLURM_VERSION",
+                "KILN_PCS_SLURM_DIRECTORY",
+                "KILN_PCS_SLURM_VERSION_FILE",
+                "KILN_IMAGE_PCS_SLURM",
+                "KILN_REPLACE",
+            ),
+        ),
         Step(name="install_slurm", phase="install", pins=("KILN_SLURM_SOURCE",)),
         Step(name="install_munge", phase="install", pins=("KILN_SLURM_SOURCE",)),
         Step(

@@ -31,6 +31,8 @@ Component = Literal[
     "enroot",
     "pyxis",
     "nvidia_container_toolkit",
+    "pcs_agent",
+    "pcs_slurm",
 ]
 COMPONENTS: tuple[str, ...] = get_args(Component)
 # The spec's software field (and kiln.bootstrap's SoftwarePins field) that pins each component kiln may install; the
@@ -43,10 +45,12 @@ PIN_FIELDS = {
     "enroot": "enroot",
     "pyxis": "pyxis",
     "nvidia_container_toolkit": "nvidia_container_toolkit",
+    "pcs_agent": "pcs_agent",
+    "pcs_slurm": "pcs_slurm",
 }
 # What kiln installs where the image does not own a component (a stock image, or one a bake replaces it on) and the
-# spec pins no other version: kiln's choice of each vendor's releases, not a platform fact. NCCL has none: the
-# framework or container brings it unless the spec pins one.
+# spec pins no other version: kiln's choice of each vendor's releases. NCCL has none (the framework or container
+# brings it unless the spec pins one), nor has PCS's Slurm installer, whose 25.11 release no page kiln read names.
 KILN_INSTALLS = {
     "nvidia_driver": "570.172.08",
     "neuron": "2.32.0",
@@ -54,6 +58,8 @@ KILN_INSTALLS = {
     "enroot": "3.5.0",
     "pyxis": "0.20.0",
     "nvidia_container_toolkit": "1.17.8",
+    # The newest agent release PCS's installer page lists (platforms.json, pcs.agent_versions).
+    "pcs_agent": "1.3.1-1",
 }
 # The image each bootstrap target's nodes boot unless told otherwise: the one its backend publishes.
 DEFAULT_IMAGES = {

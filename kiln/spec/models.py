@@ -169,13 +169,15 @@ class Image(SpecModel):
         None,
         description="Unset: al2023 on PCS (its sample AMIs run Amazon Linux 2023) and EKS, ubuntu2204 elsewhere.",
     )
-    base: Literal["sample", "own"] | None = Field(
+    base: Literal["sample", "own", "stock"] | None = Field(
         None,
         description="PCS only: what the AMI is, so kiln knows what it ships. sample (default): a PCS sample AMI (the "
         "one ami_id names, or looked up at deploy); kiln adopts the driver and EFA its release notes list. own: your "
         "own "
         "AMI with the PCS agent and Slurm (needs ami_id); kiln checks each component on the node, installs what is "
-        "missing and refuses to put another version over what is there.",
+        "missing and refuses to put another version over what is there. stock: a stock Ubuntu 22.04/24.04 or Amazon "
+        "Linux 2023 AMI (ami_id) that a bake (bake: true) makes PCS-ready with the installers AWS publishes, each "
+        "checked against AWS's signature (software.pcs_agent, software.pcs_slurm; needs region).",
     )
     bake: bool = Field(
         False,
@@ -268,6 +270,18 @@ class Software(SpecModel):
         default_factory=list,
         description="Components the backend's image owns that kiln replaces with the pinned version, in a bake only "
         "(compute.image.bake): never at boot, where a loaded driver cannot be swapped.",
+    )
+    pcs_agent: str | None = Field(
+        None,
+        pattern=VERSION_PATTERN,
+        description=f"PCS with compute.image.base stock: the PCS agent release baked in; unset: "
+        f"{KILN_INSTALLS['pcs_agent']}.",
+    )
+    pcs_slurm: str | None = Field(
+        None,
+        pattern=VERSION_PATTERN,
+        description="PCS with compute.image.base stock: the release of PCS's Slurm installer baked in, of the cluster's "
+        "Slurm version, e.g. 25.11.2-1 (the installer page of the PCS user guide lists them).",
     )
     containers: bool = Field(True, description="enroot + pyxis (Slurm) or the container toolkit (EKS).")
     lock_file: str | None = Field(
@@ -368,6 +382,8 @@ class ClusterSpec(SpecModel):
         node). Elsewhere ami_id is taken to be built from the backend's own image, as its description asks."""
         if self.compute.backend == "pcs" and self.compute.image.base == "own":
             return "pcs-custom"
+        if self.compute.backend == "pcs" and self.compute.image.base == "stock":
+            return "pcs-stock"
         if self.effective_orchestrator == "eks":
             return "hyperpod-eks"
         return image_profile_for(self.compute.backend)

@@ -531,7 +531,8 @@ NO_BAKE_IN_CI = (
 )
 # What a baked image starts from, per backend: the backend's own agent or cookbook must already be on it.
 BAKE_PARENTS = {
-    "pcs": "an AMI with the PCS agent and the cluster's Slurm (e.g. a PCS sample AMI)",
+    "pcs": "an AMI with the PCS agent and the cluster's Slurm (e.g. a PCS sample AMI), or with base: stock a stock "
+    "Ubuntu or Amazon Linux 2023 AMI",
     "parallelcluster": "an official ParallelCluster AMI of the version kiln deploys (`pcluster list-official-images`)",
     "hyperpod": "a SageMaker HyperPod base AMI",
 }
@@ -629,6 +630,39 @@ def pcs_image(spec: ClusterSpec) -> Iterator[Problem]:
         return
     if image.base == "own" and image.ami_id is None:
         yield _p(("compute", "image", "ami_id"), "is required with base: own (the AMI of your own)", base)
+    if image.base == "stock":
+        yield from _stock_pcs_image(spec)
+    for field in ("pcs_agent", "pcs_slurm"):
+        if spec.compute.backend != "pcs" and getattr(spec.software, field) is not None:
+            yield _p(("software", field), f"has no effect on {spec.compute.backend}: PCS's nodes alone run it", BACKEND)
+
+
+def _stock_pcs_image(spec: ClusterSpec) -> Iterator[Problem]:
+    """A stock AMI becomes PCS-ready only in a bake, from PCS's regional installers at pinned releases."""
+    base = ("compute", "image", "base")
+    if not spec.compute.image.bake:
+        yield _p(
+            ("compute", "image", "bake"),
+            "must be true with base: stock: PCS's agent must be on the image before a node registers, so kiln bakes "
+            "it (and Slurm) into the stock AMI",
+            base,
+        )
+    if spec.region is None:
+        yield _p(("region",), "is required with base: stock: PCS publishes its installers per region", base)
+    release = spec.software.pcs_slurm
+    if release is None:
+        yield _p(
+            ("software", "pcs_slurm"),
+            f"is required with base: stock: the release of PCS's Slurm {spec.slurm_version} installer to bake, such as "
+            f"{spec.slurm_version}.2-1 ({service_fact('pcs', 'installers').source})",
+            base,
+        )
+    elif not release.startswith(f"{spec.slurm_version}."):
+        yield _p(
+            ("software", "pcs_slurm"),
+            f"got {shown(release)}, which is no release of the cluster's Slurm {spec.slurm_version}",
+            ("software", "slurm"),
+        )
 
 
 def image_os(spec: ClusterSpec) -> Iterator[Problem]:

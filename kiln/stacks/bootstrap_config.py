@@ -80,6 +80,7 @@ def config_from_spec(
         groups=groups,
         image=image,
         replace=tuple(software.replace),
+        region=spec.region,
         software=SoftwarePins(
             **pins,
             slurm=spec.slurm_version,
@@ -97,6 +98,10 @@ def config_from_spec(
     )
 
 
+# Components only PCS's nodes run (the spec rules refuse their pins elsewhere).
+PCS_ONLY = ("pcs_agent", "pcs_slurm")
+
+
 def installed_pins(spec: ClusterSpec, image: str, os: str) -> dict[str, str | None]:
     """Return the version kiln installs of each component on SPEC's nodes: none where the IMAGE owns it (adopted),
     else the spec's pin or kiln's own choice (kiln.catalog.platforms.KILN_INSTALLS)."""
@@ -104,7 +109,12 @@ def installed_pins(spec: ClusterSpec, image: str, os: str) -> dict[str, str | No
     pins: dict[str, str | None] = {}
     for component, field in PIN_FIELDS.items():
         pinned = getattr(spec.software, field)
-        if component in owned and component not in spec.software.replace:
+        if (
+            component in PCS_ONLY
+            and spec.compute.backend != "pcs"
+            or component in owned
+            and component not in spec.software.replace
+        ):
             pins[field] = None
         elif spec.compute.backend == "eks" and component == "nccl":
             # EKS pods bring their NCCL; the host has no use for one (the spec rules refuse a pin).

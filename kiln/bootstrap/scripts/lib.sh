@@ -397,9 +397,34 @@ download() {
   curl -fsSL --connect-timeout 10 --max-time 1800 -o "$2" "$1"
 }
 
+# Check that file $1 carries its publisher's detached signature $2 by the key at URL $3 whose primary fingerprint is
+# $4 (kiln's pin): the key is accepted only with that fingerprint, and the signature only when gpg reports it valid
+# for that primary key.
+signature_matches() {
+  local file="$1" signature="$2" key_url="$3" fingerprint="$4" home status
+  command -v gpg >/dev/null || die "gpg is needed to check ${file##*/}'s signature and is not installed"
+  home="$(mktemp -d)"
+  if ! retry "$KILN_RETRY_ATTEMPTS" download "$key_url" "${home}/key" ||
+    ! gpg --batch --quiet --homedir "$home" --import "${home}/key" >>"$KILN_LOG" 2>&1; then
+    rm -rf "$home"
+    log "the signing key at ${key_url} could not be fetched or read"
+    return 1
+  fi
+  if ! primary_fingerprints "$home" | grep -qxF "$fingerprint"; then
+    rm -rf "$home"
+    log "the key at ${key_url} is not the one kiln pins (${fingerprint})"
+    return 1
+  fi
+  # VALIDSIG's last field is the signing key's primary fingerprint (gpg's DETAILS).
+  status="$(gpg --batch --homedir "$home" --status-fd 1 --verify "$signature" "$file" 2>>"$KILN_LOG" |
+    awk '$1 == "[GNUPG:]" && $2 == "VALIDSIG" { print $NF }')"
+  rm -rf "$home"
+  [[ "$status" == "$fingerprint" ]]
+}
+
 # Download artifact $1 (pinned in bundle.env) into the cache, verified; sets KILN_FETCHED to its path.
 fetch_artifact() {
-  local name="$1" prefix url sha version url_var sha_var version_var dest
+  local name="$1" prefix url sha version url_var sha_var version_var dest key_url fingerprint var
   prefix="KILN_ARTIFACT_${name^^}"
   prefix="${prefix//-/_}"
   url_var="${prefix}_URL"
@@ -408,7 +433,13 @@ fetch_artifact() {
   url="${!url_var:-}"
   sha="${!sha_var:-}"
   version="${!version_var:-}"
+  var="${prefix}_SIGNATURE_KEY_URL" && key_url="${!var:-}"
+  var="${prefix}_SIGNATURE_FINGERPRINT" && fingerprint="${!var:-}"
   [[ -n "$url" ]] || die "artifact ${name} is not part of this bundle (no ${url_var})"
+  if [[ -n "$fingerprint" ]]; then
+    fetch_signed_artifact "$name" "$version" "$url" "$key_url" "$fingerprint"
+    return 0
+  fi
   if [[ -z "$sha" ]]; then
     die "artifact ${name} ${version} (${url}) has no sha256: lock it with \`kiln bootstrap lock --spec SPEC\` and deploy again; refusing to download it unverified"
   fi
@@ -429,6 +460,30 @@ fetch_artifact() {
     fi
     mv -f "${dest}.part" "$dest"
   fi
+  # shellcheck disable=SC2034 # read by the steps
+  KILN_FETCHED="$dest"
+}
+
+# Download signed artifact $1 at version $2 from URL $3 with its signature ($3.sig), checked by the key at $4 with
+# primary fingerprint $5; sets KILN_FETCHED to its path. A cached copy is checked again.
+fetch_signed_artifact() {
+  local name="$1" version="$2" url="$3" key_url="$4" fingerprint="$5" dest
+  refuse_when_baked "artifact ${name} ${version}"
+  ensure_dir "$KILN_CACHE_DIR" 0700
+  ensure_dir "${KILN_CACHE_DIR}/${name}-${version}" 0700
+  dest="${KILN_CACHE_DIR}/${name}-${version}/${url##*/}"
+  if [[ ! -f "$dest" || ! -f "${dest}.sig" ]]; then
+    log "downloading ${name} ${version} from ${url} and its signature"
+    rm -f "${dest}.part" "${dest}.sig"
+    retry "$KILN_RETRY_ATTEMPTS" download "$url" "${dest}.part" || die "download of ${name} failed: ${url}"
+    retry "$KILN_RETRY_ATTEMPTS" download "${url}.sig" "${dest}.sig" || die "download of ${name}'s signature failed: ${url}.sig"
+    mv -f "${dest}.part" "$dest"
+  fi
+  if ! signature_matches "$dest" "${dest}.sig" "$key_url" "$fingerprint"; then
+    rm -f "$dest" "${dest}.sig"
+    die "artifact ${name} ${version}: no valid signature by the key kiln pins (${fingerprint}); refusing to use ${url}"
+  fi
+  log "${name} ${version}: signature by ${fingerprint} verified"
   # shellcheck disable=SC2034 # read by the steps
   KILN_FETCHED="$dest"
 }
@@ -606,6 +661,22 @@ env_file_value() {
     fi
   done <"$file"
   return 1
+}
+
+# Print the value of NAME=value (or NAME="value") in a vendor's version file $1 for name $2, or nothing; no line of
+# the file is executed.
+version_file_value() {
+  local file="$1" name="$2" line value
+  [[ -r "$file" ]] || return 0
+  while IFS= read -r line || [[ -n "$line" ]]; do
+    if [[ "$line" == "${name}="* ]]; then
+      value="${line#*=}"
+      value="${value%\"}" && value="${value#\"}"
+      value="${value%\'}" && value="${value#\'}"
+      printf '%s\n' "$value"
+      return 0
+    fi
+  done <"$file"
 }
 
 # Replace the @KILN_...@ placeholders of stdin with deploy-time values; unknown ones are an error.
