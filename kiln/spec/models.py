@@ -280,8 +280,8 @@ class Software(SpecModel):
     pcs_slurm: str | None = Field(
         None,
         pattern=VERSION_PATTERN,
-        description="PCS with compute.image.base stock: the release of PCS's Slurm installer baked in, of the cluster's "
-        "Slurm version, e.g. 25.11.2-1 (the installer page of the PCS user guide lists them).",
+        description="PCS with compute.image.base stock: the release of PCS's Slurm installer baked in, of the "
+        "cluster's Slurm version, e.g. 25.11.2-1 (the installer page of the PCS user guide lists them).",
     )
     containers: bool = Field(True, description="enroot + pyxis (Slurm) or the container toolkit (EKS).")
     lock_file: str | None = Field(
