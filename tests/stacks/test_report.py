@@ -81,7 +81,8 @@ def test_report_tables_stacks_resources_lint_results_and_boot_readiness(capsys: 
     nodes = [line for line in captured.err.splitlines() if line.startswith(f"{QUICKSTART}: nodes: ")]
     assert [line.split(": nodes: ")[1].split(":")[0] for line in nodes] == ["login (m5.xlarge)", "gpu (g5.12xlarge)"]
     assert (
-        "adopts nvidia_driver 590.48.01, efa_installer 1.47.0 from the AWS PCS sample AMI for Slurm 25.11" in nodes[1]
+        "adopts nvidia_driver 590.48.01, efa_installer 1.47.0, pcs_agent, pcs_slurm from the AWS PCS sample AMI"
+        in nodes[1]
     )
     assert refused.endswith(
         f"run `kiln bootstrap lock --spec {QUICKSTART}` on a machine with internet "
