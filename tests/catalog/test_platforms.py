@@ -159,3 +159,11 @@ def test_the_bootstrap_keeps_no_platform_path_of_its_own() -> None:
                 f"{path.relative_to(ROOT)}: {p}" for p in ("/etc/aws/pcs", "/opt/aws/pcs", "/opt/slurm") if p in text
             ]
     assert spelled == []
+
+
+def test_the_parallelcluster_image_facts_are_of_the_release_kiln_deploys() -> None:
+    from kiln.constructs.parallelcluster import PARALLELCLUSTER_VERSION
+
+    profile = image_profile("parallelcluster")
+    assert profile.fact("release").value == PARALLELCLUSTER_VERSION
+    assert PARALLELCLUSTER_VERSION in profile.title
