@@ -31,15 +31,15 @@ PYXIS_PREFIX = "/usr/local"
 SCRATCH_DIR = "/scratch"
 
 _ACCELERATOR_STEPS = ("install_nvidia_driver", "install_neuron", "install_efa", "install_nccl")
-_CLOUD_INSTALL = (
-    *_ACCELERATOR_STEPS,
-    "install_lustre_client",
+# Containers and kiln's own software, after whatever Slurm the node has (pyxis builds against its headers).
+_ON_SLURM_INSTALL = (
     "install_enroot",
     "install_pyxis",
     "install_container_runtime",
     "install_launcher",
     "install_exporters",
 )
+_CLOUD_INSTALL = (*_ACCELERATOR_STEPS, "install_lustre_client", *_ON_SLURM_INSTALL)
 _CLOUD_CONFIGURE = (
     "configure_users",
     "configure_kernel",
@@ -82,13 +82,13 @@ PROFILES: dict[str, TargetProfile] = {
         entry_point="pcs-user-data.sh",
         how_it_runs="run from the launch template's user data of each PCS node group",
         default_role="worker",
-        # PCS's agent and Slurm come before pyxis, which builds against Slurm's headers.
+        # PCS's agent and Slurm (adopted from PCS's images, baked into a stock one) come before pyxis.
         install_steps=(
             *_ACCELERATOR_STEPS,
             "install_lustre_client",
             "install_pcs_agent",
             "install_pcs_slurm",
-            *_CLOUD_INSTALL[len(_ACCELERATOR_STEPS) + 1 :],
+            *_ON_SLURM_INSTALL,
         ),
         configure_steps=(*_CLOUD_CONFIGURE, "configure_slurm"),
         slurm_config="backend",
