@@ -679,6 +679,51 @@ version_file_value() {
   done <"$file"
 }
 
+# Print VERSION-RELEASE from a vendor's version file $1 (keys $2 and $3), or nothing when it has no version.
+version_file_release() {
+  local version release
+  version="$(version_file_value "$1" "$2")"
+  release="$(version_file_value "$1" "$3")"
+  if [[ -n "$version" ]]; then
+    printf '%s\n' "${version}${release:+-${release}}"
+  fi
+}
+
+# Put component $1 ($2 in words) on the node from a vendor installer that must be on the image before the node
+# joins its cluster: adopt the image's copy when KILN_IMAGE_<COMPONENT> ($3) says it ships one; else, in a bake
+# only, unpack artifact $5 at version $4, run its DIRECTORY/installer.sh -y ($6) and check the version the
+# installer records in file $7 (keys $8 and $9).
+install_with_vendor_installer() {
+  local component="$1" what="$2" image="$3" want="$4" artifact="$5" directory="$6" file have work
+  file="$(root_path "$7")"
+  have="$(version_file_release "$file" "$8" "$9")"
+  if [[ -n "$image" ]]; then
+    adopt_component "$what" "$have" "$image"
+    return 0
+  fi
+  [[ -n "$want" ]] || die "software.${component} is not pinned and the ${KILN_IMAGE_TITLE} has no ${what}"
+  if [[ "$have" == "$want" ]]; then
+    skip "${what} ${want} is installed"
+    return 0
+  fi
+  guard_replacement "$component" "$what" "$have" "$want"
+  if [[ "${KILN_PHASE:-}" != bake ]]; then
+    # A node joins its cluster before its user data runs: what it joins with must already be on the image.
+    die "${what} must be on the image before the node registers: bake it (compute.image.bake)"
+  fi
+  fetch_artifact "$artifact"
+  work="$(root_path "/var/cache/kiln/build/${artifact}")"
+  rm -rf "$work"
+  mkdir -p "$work"
+  tar -xzf "$KILN_FETCHED" -C "$work"
+  wait_for_package_locks
+  (cd "${work}/${directory}" && ./installer.sh -y)
+  rm -rf "$work"
+  have="$(version_file_release "$file" "$8" "$9")"
+  [[ "$have" == "$want" ]] || die "${what} installer ${want} left version '${have}' in ${7}"
+  record_installed "$artifact" "$want"
+}
+
 # Replace the @KILN_...@ placeholders of stdin with deploy-time values; unknown ones are an error.
 fill_placeholders() {
   local line name
