@@ -22,8 +22,6 @@ class ComponentPlan:
     # adopt: the version the image's documentation names (the floor a node's copy must reach), None when only
     # presence is checked; install: the version kiln pins.
     version: str | None
-    # adopt: the documentation page that says the image ships it; install: the spec field that pins it.
-    source: str
 
     def describe(self) -> str:
         return self.component if self.version is None else f"{self.component} {self.version}"
@@ -52,15 +50,14 @@ def component_plan(config: BootstrapConfig, component: str) -> ComponentPlan | N
     """Return how CONFIG's nodes come by COMPONENT, or None where kiln neither adopts nor installs it."""
     if config.adopts(component):
         owned = config.image_profile.owned_on(config.os)[component]
-        return ComponentPlan(component=component, action="adopt", version=owned.version, source=owned.source)
+        return ComponentPlan(component=component, action="adopt", version=owned.version)
     if component == "lustre_client":
-        return ComponentPlan(
-            component=component, action="install", version=None, source="the OS's Lustre client repository"
-        )
+        # The Lustre client follows the OS's repository: no version to pin.
+        return ComponentPlan(component=component, action="install", version=None)
     pin = getattr(config.software, PIN_FIELDS[component])
     if not pin:
         return None
-    return ComponentPlan(component=component, action="install", version=pin, source=f"software.{PIN_FIELDS[component]}")
+    return ComponentPlan(component=component, action="install", version=pin)
 
 
 def node_plans(config: BootstrapConfig) -> dict[str, tuple[ComponentPlan, ...]]:
