@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from kiln import bootstrap_cli
 from kiln.ami import cli as ami_cli
@@ -14,6 +15,9 @@ from kiln.local import cli as local_cli
 from kiln.preflight import cli as preflight_cli
 from kiln.safe_output import UnsafeOutput
 from kiln.spec import SpecError
+
+if TYPE_CHECKING:
+    from kiln.bootstrap.readiness import BootReadiness
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -33,18 +37,29 @@ def _validate(args: argparse.Namespace) -> int:
         summary = f"{spec.compute.backend}; {groups}"
         if readiness.ready:
             print(f"{path}: ok ({summary}); boot-ready")
-            _print_nodes(readiness.nodes)
+            _print_nodes(readiness.nodes + readiness.budget)
             continue
         for reason in readiness.reasons():
             print(f"{path}: {reason}", file=sys.stderr)
-        verdict = f"{path}: valid ({summary}) but NOT boot-ready: {len(readiness.unverifiable)} unverifiable downloads"
+        verdict = f"{path}: valid ({summary}) but NOT boot-ready: {_not_ready(readiness)}"
         if args.accept_unready:
             print(f"{verdict}, accepted by {ACCEPT_UNREADY}")
         else:
             print(verdict)
             worst = max(worst, 1)
-        _print_nodes(readiness.nodes)
+        _print_nodes(readiness.nodes + readiness.budget)
     return worst
+
+
+def _not_ready(readiness: BootReadiness) -> str:
+    """Return what keeps READINESS's nodes from booting, counted: unverifiable downloads, nodes over budget."""
+    parts = []
+    if readiness.unverifiable:
+        parts.append(f"{len(readiness.unverifiable)} unverifiable downloads")
+    if readiness.over_budget:
+        count = len(readiness.over_budget)
+        parts.append(f"{count} {'kind' if count == 1 else 'kinds'} of node past their platform's deadline")
+    return ", ".join(parts)
 
 
 def _print_nodes(lines: tuple[str, ...]) -> None:

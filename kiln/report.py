@@ -100,9 +100,10 @@ def _synthesize(path: str, keep: Path, *, lint: bool, accept_unready: bool) -> _
         spec.details.extend(exc.lines_out())
         spec.row, spec.worst = (path, "(invalid spec)", *["-"] * (len(HEADER) - 2)), 2
         return spec
-    spec.boot_cell = "yes" if readiness.ready else f"NO ({len(readiness.unverifiable)})"
+    spec.boot_cell = "yes" if readiness.ready else f"NO ({readiness.problems})"
     spec.details.extend(f"{path}: {reason}" for reason in readiness.reasons())
     spec.details.extend(f"{path}: nodes: {line}" for line in readiness.nodes)
+    spec.details.extend(f"{path}: boot budget: {line}" for line in readiness.budget)
     spec.worst = 0 if readiness.ready or accept_unready else 1
     with tempfile.TemporaryDirectory(prefix=f"kiln-{cluster.name}-") as tmp:
         started = time.perf_counter()

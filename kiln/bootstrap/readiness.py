@@ -15,7 +15,8 @@ LOCK_REMEDY = "lock them with `kiln bootstrap lock --spec SPEC` on a machine wit
 
 @dataclass(frozen=True, kw_only=True)
 class BootReadiness:
-    """The verdict for one target: ready, or the downloads its nodes would refuse (no sha256 to check)."""
+    """The verdict for one target: ready, or the downloads its nodes would refuse (no sha256 to check) and the nodes
+    whose setup would outlast their platform's fixed deadline (kiln.bootstrap.budget)."""
 
     target: str
     unverifiable: tuple[Artifact, ...]
@@ -23,19 +24,30 @@ class BootReadiness:
     remedy: str = LOCK_REMEDY
     # One line per kind of node: what it adopts from its image and what kiln installs (kiln.bootstrap.adoption).
     nodes: tuple[str, ...] = ()
+    # One line per kind of node: kiln's estimate of its setup at boot against its platform's deadline.
+    budget: tuple[str, ...] = ()
+    # One line per kind of node that scales from zero and whose setup cannot fit its platform's fixed deadline.
+    over_budget: tuple[str, ...] = ()
 
     @property
     def ready(self) -> bool:
-        return not self.unverifiable
+        return not self.unverifiable and not self.over_budget
+
+    @property
+    def problems(self) -> int:
+        """Return how many things keep the nodes from booting: unverifiable downloads and kinds of node over budget."""
+        return len(self.unverifiable) + len(self.over_budget)
 
     def reasons(self) -> list[str]:
-        """Return one line naming the refused downloads, their steps, and the single step that fixes them."""
-        if self.ready:
-            return []
+        """Return one line naming the refused downloads, their steps, and the single step that fixes them; then one
+        per kind of node over budget."""
+        if not self.unverifiable:
+            return list(self.over_budget)
         files = ", ".join(f"{a.name} {a.version}" for a in self.unverifiable)
         steps = ", ".join(dict.fromkeys(artifact_table()[a.name]["used_by"] for a in self.unverifiable))
         return [
-            f"not boot-ready: {self.target} nodes would refuse {files} ({steps}; no published sha256): {self.remedy}"
+            f"not boot-ready: {self.target} nodes would refuse {files} ({steps}; no published sha256): {self.remedy}",
+            *self.over_budget,
         ]
 
 

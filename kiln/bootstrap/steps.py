@@ -18,11 +18,22 @@ class Step:
     # The bundle.env variables whose values decide what this install step puts on a node. A node records them
     # as the step's marker (/etc/kiln/image/NAME.env), and a baked image whose marker differs is refused.
     pins: tuple[str, ...] = ()
+    # The component whose ownership decides whether this install step adopts the image's copy or installs one
+    # (kiln.catalog.platforms.COMPONENTS); None for kiln's own software and configure steps.
+    component: str | None = None
+    # kiln's estimate, in seconds, of the step's wall time on a fresh AWS node when it installs (an install step) or
+    # runs (a configure step); the boot budget (kiln.bootstrap.budget) adds them up. These are kiln's engineering
+    # estimates, a typical run rounded up, of downloads from the vendor's repository in the node's region and of
+    # kernel module builds (DKMS) on a large instance: no AWS page publishes such figures, and none was measured on
+    # AWS. Each is a guess to correct with a node's step log (`done in Ns` per step).
+    seconds: int = 10
 
     def __post_init__(self) -> None:
         # Only install steps land in an image; a configure step's inputs are read again at every boot.
         if self.pins and self.phase != "install":
             raise ValueError(f"step {self.name}: got pins {' '.join(self.pins)} on a {self.phase} step, allowed: none")
+        if self.component is not None and self.phase != "install":
+            raise ValueError(f"step {self.name}: got component {self.component} on a {self.phase} step, allowed: none")
 
     @property
     def pins_variable(self) -> str:
@@ -43,25 +54,49 @@ NODE_CONTEXT = Step(name="node_context", phase="context")
 STEPS: dict[str, Step] = {
     step.name: step
     for step in (
+        # The driver's packages from NVIDIA's CUDA repository and a DKMS build of its kernel modules.
         Step(
             name="install_nvidia_driver",
+            component="nvidia_driver",
+            seconds=420,
             phase="install",
             pins=("KILN_NVIDIA_DRIVER_VERSION", "KILN_IMAGE_NVIDIA_DRIVER", "KILN_REPLACE", "KILN_IMAGE_DEVICES"),
         ),
+        # The aws-neuronx-dkms kernel module build, and the runtime and tools packages.
         Step(
             name="install_neuron",
+            component="neuron",
+            seconds=300,
             phase="install",
             pins=("KILN_NEURON_VERSION", "KILN_NEURON_PACKAGES", "KILN_IMAGE_NEURON"),
         ),
+        # The installer's tarball, its DKMS module build, rdma-core, libfabric and aws-ofi-nccl.
         Step(
             name="install_efa",
+            component="efa_installer",
+            seconds=360,
             phase="install",
             pins=("KILN_EFA_INSTALLER_VERSION", "KILN_IMAGE_EFA_INSTALLER", "KILN_IMAGE_DEVICES"),
         ),
-        Step(name="install_nccl", phase="install", pins=("KILN_NCCL_VERSION", "KILN_IMAGE_NCCL", "KILN_IMAGE_DEVICES")),
-        Step(name="install_lustre_client", phase="install", pins=("KILN_LUSTRE", "KILN_IMAGE_LUSTRE_CLIENT")),
+        Step(
+            name="install_nccl",
+            component="nccl",
+            seconds=90,
+            phase="install",
+            pins=("KILN_NCCL_VERSION", "KILN_IMAGE_NCCL", "KILN_IMAGE_DEVICES"),
+        ),
+        # The client's packages and kernel modules for the running kernel.
+        Step(
+            name="install_lustre_client",
+            component="lustre_client",
+            seconds=120,
+            phase="install",
+            pins=("KILN_LUSTRE", "KILN_IMAGE_LUSTRE_CLIENT"),
+        ),
         Step(
             name="install_pcs_agent",
+            component="pcs_agent",
+            seconds=60,
             phase="install",
             pins=(
                 "KILN_PCS_AGENT_VERSION",
@@ -73,6 +108,8 @@ STEPS: dict[str, Step] = {
         ),
         Step(
             name="install_pcs_slurm",
+            component="pcs_slurm",
+            seconds=120,
             phase="install",
             pins=(
                 "KILN_PCS_SLURM_VERSION",
@@ -82,15 +119,20 @@ STEPS: dict[str, Step] = {
                 "KILN_REPLACE",
             ),
         ),
-        Step(name="install_slurm", phase="install", pins=("KILN_SLURM_SOURCE",)),
-        Step(name="install_munge", phase="install", pins=("KILN_SLURM_SOURCE",)),
+        Step(name="install_slurm", seconds=120, phase="install", pins=("KILN_SLURM_SOURCE",)),
+        Step(name="install_munge", seconds=30, phase="install", pins=("KILN_SLURM_SOURCE",)),
         Step(
             name="install_enroot",
+            component="enroot",
+            seconds=60,
             phase="install",
             pins=("KILN_CONTAINERS", "KILN_ENROOT_VERSION", "KILN_IMAGE_ENROOT", "KILN_REPLACE"),
         ),
+        # Compiled against the node's Slurm headers.
         Step(
             name="install_pyxis",
+            component="pyxis",
+            seconds=60,
             phase="install",
             pins=(
                 "KILN_CONTAINERS",
@@ -101,8 +143,11 @@ STEPS: dict[str, Step] = {
                 "KILN_IMAGE_PYXIS",
             ),
         ),
+        # Docker's engine packages, and NVIDIA's container toolkit on GPU nodes.
         Step(
             name="install_container_runtime",
+            component="nvidia_container_toolkit",
+            seconds=120,
             phase="install",
             pins=(
                 "KILN_CONTAINERS",
@@ -112,9 +157,17 @@ STEPS: dict[str, Step] = {
                 "KILN_IMAGE_DEVICES",
             ),
         ),
-        Step(name="install_launcher", phase="install", pins=("KILN_LAUNCHER_WHEEL_SHA256", "KILN_TORCH_VERSION")),
+        # A virtual environment with torch's CUDA wheel and NVIDIA's libraries, several GB.
+        Step(
+            name="install_launcher",
+            seconds=240,
+            phase="install",
+            pins=("KILN_LAUNCHER_WHEEL_SHA256", "KILN_TORCH_VERSION"),
+        ),
+        # DCGM's packages on GPU nodes, Prometheus's binaries.
         Step(
             name="install_exporters",
+            seconds=180,
             phase="install",
             pins=(
                 "KILN_EXPORTERS",
@@ -131,10 +184,12 @@ STEPS: dict[str, Step] = {
         Step(name="configure_users", phase="configure"),
         Step(name="configure_kernel", phase="configure"),
         Step(name="configure_accelerators", phase="configure"),
-        Step(name="configure_fsx", phase="configure"),
+        # The Lustre mount, and LNet over each EFA device.
+        Step(name="configure_fsx", seconds=120, phase="configure"),
         Step(name="configure_container_storage", phase="configure"),
         Step(name="configure_munge", phase="configure"),
-        Step(name="configure_slurm", phase="configure"),
+        # Waits for the controller and the node's registration.
+        Step(name="configure_slurm", seconds=90, phase="configure"),
         Step(name="configure_training_env", phase="configure"),
         Step(name="configure_exporters", phase="configure"),
     )

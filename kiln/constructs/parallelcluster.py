@@ -40,6 +40,11 @@ OPEN_TO_ALL = ("0.0.0.0/0", "::/0")
 # (besides ten AWS managed policies): kiln's own policies take the path below instead of widening that role.
 ATTACHABLE_POLICIES: tuple[str, ...] = tuple(service_fact("parallelcluster", "provider_attachable_policies").value)
 ATTACHABLE_PATH = "/parallelcluster/"
+# The DevSettings/Timeouts a cluster may set (platforms.json): how long a node's setup may take.
+BOOTSTRAP_TIMEOUTS = tuple(
+    service_fact("parallelcluster", key).value["property"].rsplit("/", 1)[-1]
+    for key in ("head_node_bootstrap_timeout", "compute_node_bootstrap_timeout")
+)
 
 
 def attachable_policy(scope: Construct, construct_id: str, **kwargs: Any) -> iam.ManagedPolicy:
@@ -117,6 +122,8 @@ class ParallelClusterProps:
         make them with attachable_policy (path /parallelcluster/).
     scaledown_idle_minutes: idle time before dynamic nodes stop; default 10.
     slurm_settings: further Scheduling.SlurmSettings entries.
+    bootstrap_timeouts: DevSettings/Timeouts in seconds (HeadNodeBootstrapTimeout, ComputeNodeBootstrapTimeout),
+        long enough for the nodes' setup; unset: ParallelCluster's defaults.
     delete_with_stack: delete the cluster with the stack (default True; data lives in FSx and S3).
     """
 
@@ -137,6 +144,7 @@ class ParallelClusterProps:
     head_node_policies: Sequence[iam.IManagedPolicy] = ()
     scaledown_idle_minutes: int = 10
     slurm_settings: Mapping[str, Any] = field(default_factory=dict)
+    bootstrap_timeouts: Mapping[str, int] = field(default_factory=dict)
     delete_with_stack: bool = True
 
     def __post_init__(self) -> None:
@@ -159,6 +167,9 @@ class ParallelClusterProps:
                 self.ssh_allowed_ips,
                 "a CIDR narrower than the whole internet (the VPC's, or a prefix list)",
             )
+        for name, seconds in self.bootstrap_timeouts.items():
+            require_in("bootstrap_timeouts", name, BOOTSTRAP_TIMEOUTS)
+            require(seconds > 0, f"bootstrap_timeouts {name}", seconds, "a positive number of seconds")
         for policy in self.head_node_policies:
             require(
                 is_attachable(policy),
@@ -299,6 +310,8 @@ class ParallelCluster(Construct):
             },
             "Imds": {"ImdsSupport": "v2.0"},
         }
+        if props.bootstrap_timeouts:
+            config["DevSettings"] = {"Timeouts": dict(props.bootstrap_timeouts)}
         if props.file_system is not None:
             config["SharedStorage"] = [
                 {

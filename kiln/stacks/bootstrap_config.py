@@ -6,6 +6,14 @@ import dataclasses
 from pathlib import Path
 
 from kiln.bootstrap.adoption import plan_lines
+from kiln.bootstrap.budget import (
+    boot_work,
+    bootstrap_timeout,
+    budget_line,
+    deadline,
+    over_budget,
+    parallelcluster_deadline,
+)
 from kiln.bootstrap.checks import check_choice
 from kiln.bootstrap.config import ARCHITECTURES, TARGETS, BootstrapConfig, NodeGroup, SoftwarePins
 from kiln.bootstrap.local_target import LocalCluster
@@ -205,14 +213,54 @@ def node_architecture(spec: ClusterSpec) -> str:
     return _architecture(tuple(dict.fromkeys(node_kinds(spec).values())))
 
 
+# The bootstrap role of each kind of node node_kinds names; every other kind is a compute group's (worker).
+KIND_ROLES = {"head node": "controller", "login": "login"}
+
+
+def boot_budget(spec: ClusterSpec, config: BootstrapConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Return SPEC's boot budget (kiln.bootstrap.budget): one line per kind of node, and one refusal per compute
+    group that scales from zero and whose setup cannot fit its platform's fixed deadline."""
+    baked = spec.compute.image.bake
+    from_zero = {group.name for group in spec.compute.groups if group.min_count == 0}
+    lines, refusals = [], []
+    for kind, name in node_kinds(spec).items():
+        role = KIND_ROLES.get(kind, "worker")
+        limit = deadline(config.target, role)
+        work = boot_work(config, name, baked=baked)
+        lines.append(budget_line(kind, work, limit))
+        if role == "worker" and kind in from_zero:
+            refusal = over_budget(kind, work, limit, baked=boot_work(config, name, baked=True))
+            refusals.extend([refusal] if refusal else [])
+    return tuple(lines), tuple(refusals)
+
+
+def parallelcluster_timeouts(spec: ClusterSpec, config: BootstrapConfig) -> dict[str, int]:
+    """Return ParallelCluster's DevSettings/Timeouts for SPEC: each the platform's default, or kiln's estimate of
+    the head node's (or the slowest compute group's) setup with headroom where that is longer."""
+    baked = spec.compute.image.bake
+    head = parallelcluster_deadline("controller")
+    compute = parallelcluster_deadline("worker")
+    slowest = max(
+        (boot_work(config, ec2_type_name(g.instance_type), baked=baked) for g in spec.compute.groups),
+        key=lambda work: work.seconds,
+    )
+    head_work = boot_work(config, ec2_type_name(spec.compute.head_node.instance_type), baked=baked)
+    return {
+        head.name: bootstrap_timeout(head_work, head.seconds),
+        compute.name: bootstrap_timeout(slowest, compute.seconds),
+    }
+
+
 def load_and_judge(path: str) -> tuple[ClusterSpec, BootReadiness]:
-    """Load the spec at PATH and judge its nodes (downloads they could not verify, what they adopt and install);
-    every failure is a SpecError naming the file."""
+    """Load the spec at PATH and judge its nodes (downloads they could not verify, setups that cannot fit their
+    platform's deadline, what they adopt and install); every failure is a SpecError naming the file."""
     spec = load_spec(path)
     try:
         config = config_from_spec(spec)
         readiness = boot_readiness(config, remedy=lock_remedy(spec, path))
-        return spec, dataclasses.replace(readiness, nodes=plan_lines(config, node_kinds(spec)))
+        budget, refusals = boot_budget(spec, config)
+        nodes = plan_lines(config, node_kinds(spec))
+        return spec, dataclasses.replace(readiness, nodes=nodes, budget=budget, over_budget=refusals)
     except LockError as exc:
         raise SpecError(str(path), [Problem(path=("software", "lock_file"), message=str(exc))]) from None
     except ValueError as exc:

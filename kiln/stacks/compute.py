@@ -25,7 +25,7 @@ from kiln.constructs import (
     attachable_policy,
 )
 from kiln.spec import ClusterSpec
-from kiln.stacks.bootstrap_config import config_from_spec
+from kiln.stacks.bootstrap_config import config_from_spec, parallelcluster_timeouts
 from kiln.stacks.ci_mode import CiEnvironment
 from kiln.stacks.compute_context import ComputeContext
 from kiln.stacks.eks import eks_observability_props, eks_props
@@ -93,7 +93,12 @@ class ComputeStack(cdk.Stack):
             self.parallelcluster = ParallelCluster(
                 self,
                 "ParallelCluster",
-                parallelcluster_props(context, bootstrap=nodes, head_node_policies=self._agent_policies(context)),
+                parallelcluster_props(
+                    context,
+                    bootstrap=nodes,
+                    bootstrap_timeouts=parallelcluster_timeouts(spec, config),
+                    head_node_policies=self._agent_policies(context),
+                ),
             )
         elif backend == "eks":
             self.eks = EksTrainingCluster(self, "Eks", eks_props(context, bootstrap=nodes, admin_role=self._ci_admin()))

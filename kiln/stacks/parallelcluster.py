@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from aws_cdk import aws_iam as iam
 
@@ -12,7 +12,11 @@ from kiln.stacks.network import wants_placement_group
 
 
 def parallelcluster_props(
-    context: ComputeContext, *, bootstrap: NodeBootstrap, head_node_policies: Sequence[iam.IManagedPolicy] = ()
+    context: ComputeContext,
+    *,
+    bootstrap: NodeBootstrap,
+    bootstrap_timeouts: Mapping[str, int],
+    head_node_policies: Sequence[iam.IManagedPolicy] = (),
 ) -> ParallelClusterProps:
     """Translate the spec into ParallelCluster props (ParallelCluster makes its own placement groups)."""
     spec = context.spec
@@ -46,4 +50,5 @@ def parallelcluster_props(
         security_groups=context.client_groups(),
         head_node_policies=tuple(head_node_policies),
         ssh_allowed_ips=context.network.training_vpc.vpc.vpc_cidr_block,
+        bootstrap_timeouts=bootstrap_timeouts,
     )

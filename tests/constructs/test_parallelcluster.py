@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from importlib.metadata import version
 
@@ -258,3 +259,16 @@ def test_installed_schema_is_the_pinned_version() -> None:
 def test_bad_queues_are_refused(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         SlurmQueue(**{"name": "gpu", "instance_type": "p5.48xlarge", **kwargs})
+
+
+def test_a_longer_setup_stretches_the_timeouts_and_an_unknown_one_is_refused() -> None:
+    cluster = build("on-demand", None, login_count=0)
+    assert "DevSettings" not in Stack.of(cluster).resolve(cluster.config)
+    timed = dataclasses.replace(cluster.props, bootstrap_timeouts={"ComputeNodeBootstrapTimeout": 4500})
+    stretched = ParallelCluster(Stack.of(cluster), "Timed", timed)
+    config = load_with_official_schema(concrete(Stack.of(cluster).resolve(stretched.config)), "llm-pcluster")
+    assert config.dev_settings.timeouts.compute_node_bootstrap_timeout == 4500
+    with pytest.raises(ValueError, match="bootstrap_timeouts: got 'ResumeTimeout'; allowed: HeadNodeBootstrapTimeout"):
+        dataclasses.replace(cluster.props, bootstrap_timeouts={"ResumeTimeout": 60})
+    with pytest.raises(ValueError, match="bootstrap_timeouts ComputeNodeBootstrapTimeout: got 0"):
+        dataclasses.replace(cluster.props, bootstrap_timeouts={"ComputeNodeBootstrapTimeout": 0})

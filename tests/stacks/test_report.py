@@ -80,6 +80,10 @@ def test_report_tables_stacks_resources_lint_results_and_boot_readiness(capsys: 
     # What each kind of node adopts from its image and what kiln installs on it.
     nodes = [line for line in captured.err.splitlines() if line.startswith(f"{QUICKSTART}: nodes: ")]
     assert [line.split(": nodes: ")[1].split(":")[0] for line in nodes] == ["login (m5.xlarge)", "gpu (g5.12xlarge)"]
+    # kiln's estimate of each kind of node's setup at boot, against PCS's fixed deadline for the group.
+    budget = [line.split(": boot budget: ")[1] for line in captured.err.splitlines() if ": boot budget: " in line]
+    assert [line.split(":")[0] for line in budget] == ["login (m5.xlarge)", "gpu (g5.12xlarge)"]
+    assert budget[1].endswith("; PCS's ResumeTimeout is 30 min")
     assert (
         "adopts nvidia_driver 590.48.01, efa_installer 1.47.0, pcs_agent, pcs_slurm from the AWS PCS sample AMI"
         in nodes[1]

@@ -1,0 +1,158 @@
+"""The boot budget: how long kiln's steps keep a fresh node busy before it can run a job, against how long its
+platform waits for it.
+
+A node that scales from zero must finish its setup before its platform gives up on it: ParallelCluster's bootstrap
+timeouts (settable, so kiln sets them from the estimate) and PCS's Slurm ResumeTimeout (fixed, so a node whose
+setup cannot fit must boot a baked image instead). The estimate adds up each step's `seconds` (kiln.bootstrap.steps)
+for what the step does on that node: install, verify the image's copy (adopt), find it baked, or nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kiln.bootstrap.adoption import component_plan, needed
+from kiln.bootstrap.config import BootstrapConfig
+from kiln.bootstrap.render import PROFILES
+from kiln.bootstrap.steps import STEPS, Step
+from kiln.catalog import InstanceType, instance_type
+from kiln.catalog.platforms import service_fact
+
+# kiln's estimates (not AWS figures): verifying an image's copy of a component (a version read, the loaded
+# driver's nvidia-smi), comparing a baked step's marker, and the instance's own boot with its platform's setup
+# (cloud-init, the platform's agent or cookbook) before kiln's first step.
+ADOPT_SECONDS = 15
+BAKED_SECONDS = 2
+PLATFORM_SECONDS = 300
+# How far ParallelCluster's timeouts stretch beyond the estimate: a timeout that strikes kills a node that was
+# still working, and a long one only waits longer for a node that hung.
+TIMEOUT_HEADROOM = 1.5
+# ParallelCluster's timeouts are set in whole minutes of this many.
+TIMEOUT_STEP_SECONDS = 300
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepWork:
+    """What one step does on one kind of node at boot, and kiln's estimate of how long it takes."""
+
+    step: str
+    work: str  # install, adopt, baked, run (a configure step) or skip
+    seconds: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class BootWork:
+    """kiln's estimate of one kind of node's setup at boot: each step's work, with the platform's own before it."""
+
+    instance_type: str
+    steps: tuple[StepWork, ...]
+
+    @property
+    def seconds(self) -> int:
+        return PLATFORM_SECONDS + sum(step.seconds for step in self.steps)
+
+    @property
+    def minutes(self) -> int:
+        return math.ceil(self.seconds / 60)
+
+    def heaviest(self, count: int = 3) -> tuple[StepWork, ...]:
+        """Return up to COUNT steps of a minute or more, longest first."""
+        long = (step for step in self.steps if step.seconds >= 60)
+        return tuple(sorted(long, key=lambda s: -s.seconds)[:count])
+
+
+def _install_work(config: BootstrapConfig, facts: InstanceType, step: Step) -> StepWork:
+    if step.component is not None:
+        plan = component_plan(config, step.component) if needed(config, facts, step.component) else None
+        if plan is not None and plan.action == "adopt":
+            return StepWork(step=step.name, work="adopt", seconds=ADOPT_SECONDS)
+        if plan is not None:
+            return StepWork(step=step.name, work="install", seconds=step.seconds)
+        # Docker comes with containers on every node; NVIDIA's toolkit only decides the GPU part.
+        if step.name == "install_container_runtime" and config.containers:
+            return StepWork(step=step.name, work="install", seconds=step.seconds)
+        return StepWork(step=step.name, work="skip", seconds=0)
+    if step.name == "install_exporters" and not config.exporters:
+        return StepWork(step=step.name, work="skip", seconds=0)
+    return StepWork(step=step.name, work="install", seconds=step.seconds)
+
+
+def boot_work(config: BootstrapConfig, name: str, *, baked: bool) -> BootWork:
+    """Return kiln's estimate of the setup at boot of a CONFIG node of instance type NAME: every install step's work
+    (a marker compare on a BAKED image), then every configure step."""
+    profile = PROFILES[config.target]
+    facts = instance_type(name)
+    work = []
+    for step_name in profile.install_steps:
+        step = STEPS[step_name]
+        if baked:
+            work.append(StepWork(step=step.name, work="baked", seconds=BAKED_SECONDS))
+        else:
+            work.append(_install_work(config, facts, step))
+    work.extend(StepWork(step=s, work="run", seconds=STEPS[s].seconds) for s in profile.configure_steps)
+    return BootWork(instance_type=name, steps=tuple(work))
+
+
+def bootstrap_timeout(work: BootWork, default_seconds: int) -> int:
+    """Return the bootstrap timeout for a node doing WORK: the platform's default, or the estimate with headroom
+    rounded up to whole 5 minutes where that is longer."""
+    stretched = math.ceil(work.seconds * TIMEOUT_HEADROOM / TIMEOUT_STEP_SECONDS) * TIMEOUT_STEP_SECONDS
+    return max(default_seconds, stretched)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deadline:
+    """How long a platform waits for a node that scales from zero to finish its setup, and whether kiln sets it."""
+
+    seconds: int
+    # The setting, as its platform names it: "PCS's ResumeTimeout".
+    name: str
+    # True: kiln sets it from the estimate (bootstrap_timeout); False: fixed, so a node past it must boot a bake.
+    settable: bool
+
+
+# ParallelCluster's bootstrap timeouts (platforms.json), per role of node they bound.
+PARALLELCLUSTER_TIMEOUTS = {"controller": "head_node_bootstrap_timeout", "worker": "compute_node_bootstrap_timeout"}
+
+
+def parallelcluster_deadline(role: str) -> Deadline:
+    """Return ParallelCluster's bootstrap timeout for a node of ROLE (controller or worker), at its default."""
+    timeout = service_fact("parallelcluster", PARALLELCLUSTER_TIMEOUTS[role]).value
+    return Deadline(seconds=timeout["default_seconds"], name=timeout["property"].rsplit("/", 1)[-1], settable=True)
+
+
+def deadline(target: str, role: str) -> Deadline | None:
+    """Return the deadline TARGET's platform gives the setup of a node of ROLE (controller, login or worker) by
+    default; None where kiln knows of none."""
+    if target == "pcs" and role == "worker":
+        fixed = service_fact("pcs", "resume_timeout_seconds").value
+        return Deadline(seconds=fixed, name="PCS's ResumeTimeout", settable=False)
+    if target == "parallelcluster" and role in PARALLELCLUSTER_TIMEOUTS:
+        return parallelcluster_deadline(role)
+    return None
+
+
+def budget_line(kind: str, work: BootWork, limit: Deadline | None) -> str:
+    """Return one line for `kiln validate` and `kiln report`: the estimate, its heaviest steps and the deadline."""
+    heaviest = ", ".join(f"{s.step} {math.ceil(s.seconds / 60)}" for s in work.heaviest())
+    line = f"{kind} ({work.instance_type}): setup at boot ~{work.minutes} min by kiln's estimate"
+    if heaviest:
+        line += f" ({heaviest} min)"
+    if limit is None:
+        return line
+    if limit.settable:
+        return f"{line}; kiln sets {limit.name} to {bootstrap_timeout(work, limit.seconds) // 60} min"
+    return f"{line}; {limit.name} is {limit.seconds // 60} min"
+
+
+def over_budget(kind: str, work: BootWork, limit: Deadline | None, *, baked: BootWork) -> str | None:
+    """Return the one line refusing KIND's nodes, which scale from zero, when their setup cannot fit a fixed
+    deadline; else None. BAKED is the same node's estimate on a baked image: the remedy the line recommends."""
+    if limit is None or limit.settable or work.seconds <= limit.seconds:
+        return None
+    return (
+        f"not boot-ready: {kind} nodes ({work.instance_type}) scale from zero, and their setup at boot takes "
+        f"~{work.minutes} min by kiln's estimate, past {limit.name} of {limit.seconds // 60} min: bake the install "
+        f"steps into the image (compute.image.bake: true), and they boot in ~{baked.minutes} min"
+    )

@@ -1,0 +1,81 @@
+"""The boot budget of a spec: a PCS group whose setup cannot fit PCS's fixed deadline is refused, with a bake as the
+remedy; `kiln validate` shows every node's estimate."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kiln.catalog.platforms import service_fact
+from kiln.cli import main
+from kiln.spec import load_spec
+from kiln.stacks.bootstrap_config import boot_budget, config_from_spec, parallelcluster_timeouts
+from tests.conftest import MINIMAL_SPEC
+from tests.constructs.pcluster_schema import concrete, load_with_official_schema
+
+# The user's own PCS AMI (base: own): kiln installs the NVIDIA driver and EFA on it at every boot.
+OWN_AMI = {"ami_id": "ami-0123456789abcdef0", "base": "own"}
+
+
+def _spec(tmp_path: Path, *, min_count: int = 0, bake: bool = False) -> Path:
+    spec = copy.deepcopy(MINIMAL_SPEC)
+    spec["compute"]["groups"][0]["min_count"] = min_count
+    spec["compute"]["image"] = {**OWN_AMI, "bake": bake}
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _budget(path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    spec = load_spec(path)
+    return boot_budget(spec, config_from_spec(spec))
+
+
+def test_a_group_scaling_from_zero_past_pcs_deadline_is_refused_with_a_bake_as_the_remedy(tmp_path: Path) -> None:
+    lines, refusals = _budget(_spec(tmp_path))
+    [refusal] = refusals
+    assert refusal.startswith(
+        "not boot-ready: gpu nodes (p5.48xlarge) scale from zero, and their setup at boot takes ~"
+    )
+    assert "past PCS's ResumeTimeout of 30 min: bake the install steps into the image (compute.image.bake: true)" in (
+        refusal
+    )
+    [gpu] = [line for line in lines if line.startswith("gpu ")]
+    assert "install_nvidia_driver 7, install_efa 6" in gpu and gpu.endswith("; PCS's ResumeTimeout is 30 min")
+
+
+@pytest.mark.parametrize(("min_count", "bake"), [(1, False), (0, True)], ids=["static nodes", "baked"])
+def test_static_nodes_and_a_baked_image_are_not_refused(tmp_path: Path, min_count: int, bake: bool) -> None:
+    lines, refusals = _budget(_spec(tmp_path, min_count=min_count, bake=bake))
+    assert refusals == ()
+    assert any(line.startswith("gpu (p5.48xlarge): setup at boot ~") for line in lines)
+
+
+def test_validate_refuses_the_group_and_accepts_it_only_when_asked(tmp_path: Path, capsys) -> None:
+    path = _spec(tmp_path)
+    assert main(["validate", str(path)]) == 1
+    captured = capsys.readouterr()
+    refused = [line for line in captured.err.splitlines() if "scale from zero" in line]
+    assert len(refused) == 1 and refused[0].startswith(f"{path}: not boot-ready: gpu nodes")
+    assert "1 kind of node past their platform's deadline" in captured.out
+    assert main(["validate", "--accept-unready", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "accepted by --accept-unready" in out and "  gpu (p5.48xlarge): setup at boot ~" in out
+
+
+def test_the_example_sets_both_bootstrap_timeouts_from_kilns_estimate(example_assemblies) -> None:
+    """ParallelCluster's Slurm ResumeTimeout follows ComputeNodeBootstrapTimeout (platforms.json): kiln sets it, and
+    the head node's, from its estimate of the nodes' setup, never below ParallelCluster's default."""
+    spec = load_spec(example_assemblies["p5-parallelcluster"].spec_path)
+    expected = parallelcluster_timeouts(spec, config_from_spec(spec))
+    default = service_fact("parallelcluster", "compute_node_bootstrap_timeout").value["default_seconds"]
+    assert expected == {"HeadNodeBootstrapTimeout": default, "ComputeNodeBootstrapTimeout": default}
+    template = example_assemblies["p5-parallelcluster"].templates()["llm-pcluster-compute"]
+    (resource,) = [r for r in template["Resources"].values() if r["Type"] == "Custom::PclusterCluster"]
+    config = resource["Properties"]["ClusterConfiguration"]
+    assert config["DevSettings"] == {"Timeouts": expected}
+    loaded = load_with_official_schema(concrete(config), "llm-pcluster")
+    assert loaded.dev_settings.timeouts.compute_node_bootstrap_timeout == default
