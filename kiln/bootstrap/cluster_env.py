@@ -21,7 +21,6 @@ CLUSTER_ENV_VARIABLES: dict[str, str] = {
     "KILN_BUCKET": "the cluster's data bucket",
     "KILN_SLURM_CONTROLLER_HOST": "slurmctld's host name (HyperPod: derived from its address)",
     "KILN_SLURM_CONTROLLER_ADDR": "slurmctld's address (HyperPod: read from resource_config.json)",
-    "KILN_SHARED_DIR": "shared directory for the munge key on HyperPod (default: KILN_MOUNT_POINT)",
     "KILN_CONTAINER_VOLUME": "block device or mount point for container storage where there is no local NVMe",
     "KILN_SCRATCH_DIR": "where local NVMe is mounted for container storage (default /scratch)",
     "KILN_PROMETHEUS_REMOTE_WRITE_URL": "the Prometheus workspace's remote-write URL the agent sends metrics to",

@@ -107,10 +107,9 @@ PROFILES: dict[str, TargetProfile] = {
         how_it_runs="HyperPod's OnCreate lifecycle script; the role comes from the instance group",
         default_role="worker",
         install_steps=_CLOUD_INSTALL,
-        configure_steps=(*_CLOUD_CONFIGURE, "configure_munge", "configure_slurm"),
-        slurm_config="kiln",
-        slurm_nodes="dynamic",
-        munge_key="shared",
+        # HyperPod's agent writes slurm.conf and keeps munge; the lifecycle script starts the daemons.
+        configure_steps=(*_CLOUD_CONFIGURE, "configure_slurm"),
+        slurm_config="backend",
     ),
     "eks": TargetProfile(
         entry_point="eks-user-data.sh",
@@ -265,11 +264,9 @@ def _spank_paths(config: BootstrapConfig) -> tuple[str, str]:
         # PCS reads SPANK configuration from its own directory per Slurm version, and nothing else.
         template = service_fact("pcs", "plugstack_dir").value
         return template.format(version=config.software.slurm), ""
-    if config.target == "parallelcluster":
-        image = config.image_profile
-        return image.fact("plugstack_dir").value, image.fact("plugstack_conf").value
-    # kiln writes Slurm's configuration (HyperPod): its own plugstack.conf includes its own directory.
-    return f"{config.image_profile.fact('slurm_prefix').value}/etc/plugstack.conf.d", ""
+    # ParallelCluster's and HyperPod's images: the directory, and the plugstack.conf that must include its file.
+    image = config.image_profile
+    return image.fact("plugstack_dir").value, image.fact("plugstack_conf").value
 
 
 def pyxis_plugin(config: BootstrapConfig) -> str:
@@ -286,8 +283,6 @@ def required_cluster_env(config: BootstrapConfig) -> tuple[str, ...]:
     required = ["KILN_CLUSTER_NAME", "KILN_REGION"]
     if config.lustre and "configure_fsx" in PROFILES[config.target].configure_steps:
         required += ["KILN_FSX_DNS", "KILN_FSX_MOUNT_NAME", "KILN_MOUNT_POINT"]
-    elif PROFILES[config.target].munge_key == "shared":
-        required.append("KILN_SHARED_DIR")
     if config.prometheus_agent:
         required.append("KILN_PROMETHEUS_REMOTE_WRITE_URL")
     return tuple(required)
@@ -336,7 +331,8 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         "KILN_SLURM_DIRS": " ".join(layout.directories) if layout and profile.slurm_config == "kiln" else "",
         "KILN_SLURM_OWNS_CONFIG": "1" if profile.slurm_config == "kiln" else "0",
         "KILN_SLURM_NODES": profile.slurm_nodes,
-        "KILN_SLURM_DAEMONS": "none" if config.target == "local" else "systemd",
+        "KILN_SLURM_DAEMONS": _slurm_daemons(config),
+        **_platform_paths(config),
         "KILN_MUNGE_KEY_SOURCE": profile.munge_key,
         "KILN_HYPERPOD_CONTROLLER_GROUP": config.hyperpod_controller_group,
         "KILN_HYPERPOD_LOGIN_GROUP": config.hyperpod_login_group,
@@ -358,6 +354,25 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
     for name, value in env.items():
         check_quotable(name, value)
     return sorted(env.items())
+
+
+def _slurm_daemons(config: BootstrapConfig) -> str:
+    """Return who starts Slurm's daemons: none (the local cluster does), the lifecycle script against the platform's
+    configuration (HyperPod), or the platform, kiln restarting them after a change (systemd)."""
+    if config.target == "local":
+        return "none"
+    return "lifecycle" if config.target == "hyperpod" else "systemd"
+
+
+def _platform_paths(config: BootstrapConfig) -> dict[str, str]:
+    """Return the image's own paths the steps read: the slurm.conf its agent writes (waited for, never written),
+    and where it mounts local NVMe or a volume for data (container storage goes there, over no disk it claimed)."""
+    image = config.image_profile
+    scratch = [image.fact(key).value for key in ("local_nvme", "secondary_volume") if key in image.facts]
+    return {
+        "KILN_SLURM_PLATFORM_CONF": image.fact("slurm_conf").value if "slurm_conf" in image.facts else "",
+        "KILN_PLATFORM_SCRATCH_DIRS": " ".join(scratch),
+    }
 
 
 def _pcs_env(config: BootstrapConfig) -> dict[str, str]:

@@ -357,11 +357,14 @@ SHIM_KERNEL = "6.8.0-1015-aws"
 PRESENT = {"enroot": "3.4.1-1", "nvidia_container_toolkit": "1.19.1-1"}
 
 
-def simulate_image(node: Node, image: str, os: str, *, gpus: bool = True) -> dict[str, str]:
+def simulate_image(
+    node: Node, image: str, os: str, *, gpus: bool = True, controller: str = "10.1.0.5"
+) -> dict[str, str]:
     """Lay NODE out as IMAGE ships it on OS, from kiln's platform data (kiln.catalog.platforms): a loaded NVIDIA
     driver, the EFA installer's record (or a loaded EFA module), enroot, pyxis, the Lustre client, the Neuron driver and
-    the container toolkit as installed packages, Slurm's headers under its prefix. Without GPUS (an image build's
-    instance) the driver's module is built for the kernel but not loaded. Return component -> what it is."""
+    the container toolkit as installed packages, Slurm's headers under its prefix, local NVMe mounted where the image
+    mounts it, and the slurm.conf its agent writes (naming CONTROLLER). Without GPUS (an image build's instance) the
+    driver's module is built for the kernel but not loaded. Return component -> what it is."""
     profile = image_profile(image)
     laid = {}
     for component, owned in profile.owned_on(os).items():
@@ -405,6 +408,17 @@ def simulate_image(node: Node, image: str, os: str, *, gpus: bool = True) -> dic
         spank = node.root / profile.fact("slurm_prefix").value.lstrip("/") / "include/slurm/spank.h"
         spank.parent.mkdir(parents=True, exist_ok=True)
         spank.write_text("")
+    if "local_nvme" in profile.facts:
+        # The image's own service has striped and mounted the node's instance store.
+        nvme = profile.fact("local_nvme").value
+        (node.root / nvme.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        node.set_state("mounts/" + str(node.root / nvme.lstrip("/")).replace("/", "%"))
+    if "slurm_conf" in profile.facts:
+        # The slurm.conf the platform's agent writes, naming the CONTROLLER address.
+        conf = node.root / profile.fact("slurm_conf").value.lstrip("/")
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        host = "ip-" + controller.replace(".", "-")
+        conf.write_text(f"SlurmctldHost={host}({controller})\nSlurmctldParameters=enable_configless\n")
     return laid
 
 

@@ -235,8 +235,66 @@ def test_parallelcluster_pyxis_is_switched_on_where_parallelcluster_reads_it(tmp
     conf = node.root / "opt/slurm/etc"
     # ParallelCluster ships pyxis off: its plugstack.conf must name the drop-in directory, which kiln fills.
     assert (conf / "plugstack.conf.d/pyxis.conf").read_text() == "required /usr/local/lib/slurm/spank_pyxis.so\n"
-    assert (conf / "plugstack.conf").read_text() == "include /opt/slurm/etc/plugstack.conf.d/*.conf\n"
+    assert (conf / "plugstack.conf").read_text() == "include /opt/slurm/etc/plugstack.conf.d/pyxis.conf\n"
     assert sorted(p.name for p in conf.iterdir()) == ["plugstack.conf", "plugstack.conf.d"]
     before, calls = node.snapshot(), len(node.calls())
     assert node.run("configure_slurm").returncode == 0
     assert node.snapshot() == before and node.mutating_calls(since=calls) == []
+
+
+def test_a_hyperpod_node_adopts_its_image_and_keeps_the_agents_slurm_conf_byte_for_byte(tmp_path: Path) -> None:
+    """The HyperPod image: driver loaded, EFA and Lustre there, NVMe striped and mounted at /opt/dlami/nvme by the
+    image's own service, slurm.conf written by HyperPod's agent. A whole boot adopts all of it and changes none."""
+    case = IMAGES[3]
+    node, laid = _node(tmp_path, case)
+    assert {"nvidia_driver", "efa_installer", "lustre_client"} <= laid.keys()
+    # This node is the controller: HyperPod's agent has written slurm.conf naming it.
+    resources = node.root / "opt/ml/config/resource_config.json"
+    resources.write_text(
+        json.dumps({"InstanceGroups": [{"Name": "controller", "Instances": [{"CustomerIpAddress": "10.1.0.5"}]}]})
+    )
+    agent = node.root / "opt/slurm/etc/slurm.conf"
+    written = agent.read_bytes()
+    assert b"(10.1.0.5)" in written
+    # A whole boot: HyperPod's OnCreate runs the install phase, then the configure phase.
+    result = node.run(entry="on_create.sh")
+    assert result.returncode == 0, result.stderr
+    assert agent.read_bytes() == written
+    log = node.log.read_text()
+    title = image_profile("hyperpod-slurm").title
+    for words in ("NVIDIA driver 580.126.09", "Lustre client present"):
+        assert f"{words}: adopted from the {title} (kiln installs none)" in log, words
+    # Container storage on the image's NVMe mount: no array, no file system, no mount of kiln's own.
+    assert not [c for c in node.calls() if c.split()[0] in ("mdadm", "mkfs.ext4")]
+    conf = (node.root / "etc/enroot/enroot.conf").read_text()
+    assert "ENROOT_DATA_PATH /opt/dlami/nvme/enroot/data/user-$(id -u)" in conf
+    assert "container storage on /opt/dlami/nvme, mounted by the image" in node.log.read_text()
+    assert "systemctl enable --now slurmctld" in node.calls()
+
+
+def test_a_hyperpod_node_whose_nvme_the_image_has_not_mounted_stops_and_builds_no_array(tmp_path: Path) -> None:
+    node, _ = _node(tmp_path, IMAGES[3])
+    for mount in (node.state / "mounts").iterdir():
+        mount.unlink()
+    result = node.run(
+        "configure_container_storage", KILN_PLATFORM_SCRATCH_TIMEOUT_SECONDS="0", KILN_LOCK_POLL_SECONDS="0"
+    )
+    assert result.returncode != 0 and "FAILED: step configure_container_storage" in result.stderr
+    assert "has not mounted this node's instance-store NVMe on any of /opt/dlami/nvme /opt/sagemaker" in (
+        node.log.read_text()
+    )
+    assert not [c for c in node.calls() if c.split()[0] in ("mdadm", "mkfs.ext4")]
+
+
+def test_a_hyperpod_node_without_instance_store_puts_containers_on_the_groups_volume(tmp_path: Path) -> None:
+    node, _ = _node(tmp_path, IMAGES[3])
+    for link in (node.root / "dev/disk/by-id").iterdir():
+        link.unlink()
+    volume = node.root / "opt/sagemaker"
+    volume.mkdir(parents=True)
+    node.set_state("mounts/" + str(volume).replace("/", "%"))
+    for mount in (node.state / "mounts").iterdir():
+        if "dlami" in mount.name:
+            mount.unlink()
+    assert node.run("configure_container_storage").returncode == 0
+    assert "container storage on /opt/sagemaker, mounted by the image" in node.log.read_text()

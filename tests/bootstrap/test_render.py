@@ -184,20 +184,22 @@ def test_local_slurm_conf_lists_nodes_ports_and_private_paths(every_target):
     assert "/etc/slurm" not in conf.replace("@KILN_ROOT@", "")
 
 
-def test_hyperpod_slurm_conf_uses_cgroups_and_dynamic_nodes(every_target):
-    slurm = every_target["hyperpod"] / "slurm"
-    conf = (slurm / "slurm.conf").read_text()
-    assert "ProctrackType=proctrack/cgroup" in conf
-    assert "NodeSet=p5-nodes Feature=p5" in conf and "MaxNodeCount=2" in conf
-    assert "GresTypes=gpu" in conf
-    assert (slurm / "cgroup.conf").exists()
-    assert "include /opt/slurm/etc/plugstack.conf.d/*.conf" in (slurm / "plugstack.conf").read_text()
-    # pyxis's drop-in goes to KILN_SLURM_PLUGSTACK_DIR, the directory kiln's plugstack.conf includes.
-    assert (every_target["hyperpod"] / "spank" / "pyxis.conf").exists()
-    values = parse_env_file((every_target["hyperpod"] / "bundle.env").read_text())
+def test_hyperpod_bundle_leaves_slurm_conf_to_hyperpods_agent(every_target):
+    """HyperPod's agent writes slurm.conf (platforms.json): the bundle carries none, only pyxis's drop-in and the
+    paths of the image's own files."""
+    bundle = every_target["hyperpod"]
+    assert [p for p in (bundle / "slurm").rglob("*") if p.is_file()] == []
+    assert sorted(p.name for p in (bundle / "spank").iterdir()) == ["pyxis.conf"]
+    values = parse_env_file((bundle / "bundle.env").read_text())
+    assert values["KILN_SLURM_OWNS_CONFIG"] == "0"
+    assert values["KILN_SLURM_DAEMONS"] == "lifecycle"
+    assert values["KILN_SLURM_PLATFORM_CONF"] == "/opt/slurm/etc/slurm.conf"
     assert values["KILN_SLURM_PLUGSTACK_DIR"] == "/opt/slurm/etc/plugstack.conf.d"
-    gres = every_target["hyperpod"] / "instances" / "p5.48xlarge" / "gres.conf"
-    assert "Name=gpu File=/dev/nvidia[0-7]" in gres.read_text()
+    assert values["KILN_SLURM_PLUGSTACK_CONF"] == "/opt/slurm/etc/plugstack.conf"
+    assert values["KILN_PLATFORM_SCRATCH_DIRS"] == "/opt/dlami/nvme /opt/sagemaker"
+    # HyperPod keeps munge: no munge step and no shared directory for a key.
+    assert "configure_munge" not in values["KILN_CONFIGURE_STEPS"].split()
+    assert "KILN_SHARED_DIR" not in values["KILN_REQUIRED_CLUSTER_ENV"]
 
 
 def test_backends_that_own_slurm_get_only_the_pyxis_drop_in(every_target):
@@ -349,7 +351,7 @@ def test_render_tells_what_each_hyperpod_role_runs(tmp_path, capsys):
     assert captured.out == f"{tmp_path / 'hp'}/on_create.sh\n"
     out = [line for line in captured.err.splitlines() if not line.startswith("warning:")]
     assert "  configure_slurm: see steps/configure_slurm.sh" in out
-    assert "  configure_munge: see steps/configure_munge.sh" in out
+    assert not any("configure_munge" in line for line in out)
     assert out[-1] == "roles: instance group 'controller' -> controller, 'login' -> login, any other group -> worker"
     assert (
         main(

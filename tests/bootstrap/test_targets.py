@@ -57,6 +57,7 @@ def hyperpod_node(tmp_path, addresses: str):
     resources = {
         "InstanceGroups": [
             {"Name": "controller", "Instances": [{"CustomerIpAddress": "10.1.0.9"}]},
+            {"Name": "login", "Instances": [{"CustomerIpAddress": "10.1.0.7"}]},
             {"Name": "gpu", "Instances": [{"CustomerIpAddress": "10.1.0.5"}, {"CustomerIpAddress": "10.1.0.6"}]},
         ]
     }
@@ -67,29 +68,51 @@ def hyperpod_node(tmp_path, addresses: str):
     return node
 
 
-def test_hyperpod_worker_joins_its_group_as_a_dynamic_node(tmp_path):
-    node = hyperpod_node(tmp_path, "10.1.0.5")
-    shared = node.root / "fsx/.kiln/munge.key"
-    shared.parent.mkdir(parents=True)
-    shared.write_bytes(b"k" * 1024)
-    result = node.run("configure_munge", "configure_slurm")
+# What HyperPod's agent writes on the controller (kiln only reads it): it names the controller.
+AGENT_SLURM_CONF = "ClusterName=hp\nSlurmctldHost=ip-10-1-0-9(10.1.0.9)\nSlurmctldParameters=enable_configless\n"
+
+
+@pytest.mark.parametrize("address", ["10.1.0.5", "10.1.0.7"], ids=["worker", "login"])
+def test_hyperpod_compute_and_login_nodes_run_slurmd_configless_from_the_controller(tmp_path, address):
+    node = hyperpod_node(tmp_path, address)
+    result = node.run("configure_slurm")
     assert result.returncode == 0, result.stderr
-    assert "role worker" in node.log.read_text()
-    assert (node.root / "etc/munge/munge.key").read_bytes() == shared.read_bytes()
-    conf = (node.root / "opt/slurm/etc/slurm.conf").read_text()
-    assert "SlurmctldHost=ip-10-1-0-9(10.1.0.9)" in conf
     unit = (node.root / "etc/systemd/system/slurmd.service.d/kiln.conf").read_text()
-    assert '-Z --conf "Feature=gpu Gres=gpu:8"' in unit
+    assert "ExecStart=/opt/slurm/sbin/slurmd -D -s --conf-server 10.1.0.9\n" in unit
     assert "systemctl enable --now slurmd" in node.calls()
+    # kiln writes no slurm.conf and no munge key: HyperPod keeps both.
+    assert not (node.root / "opt/slurm/etc/slurm.conf").exists()
+    assert not (node.root / "etc/munge/munge.key").exists()
+    assert (
+        "include /opt/slurm/etc/plugstack.conf.d/pyxis.conf"
+        in (node.root / "opt/slurm/etc/plugstack.conf").read_text().splitlines()
+    )
 
 
-def test_hyperpod_controller_creates_the_shared_munge_key_and_starts_slurmctld(tmp_path):
+def test_hyperpod_controller_starts_slurmctld_on_the_agents_slurm_conf_and_leaves_it_untouched(tmp_path):
     node = hyperpod_node(tmp_path, "10.1.0.9")
-    result = node.run("configure_munge", "configure_slurm")
+    conf = node.root / "opt/slurm/etc/slurm.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text(AGENT_SLURM_CONF)
+    result = node.run("configure_slurm")
     assert result.returncode == 0, result.stderr
     assert "role controller" in node.log.read_text()
-    assert (node.root / "fsx/.kiln/munge.key").stat().st_size == 1024
     assert "systemctl enable --now slurmctld" in node.calls()
+    assert conf.read_text() == AGENT_SLURM_CONF
+    calls = len(node.calls())
+    assert node.run("configure_slurm").returncode == 0
+    assert node.mutating_calls(since=calls) == [] and conf.read_text() == AGENT_SLURM_CONF
+
+
+def test_a_hyperpod_controller_without_the_agents_slurm_conf_stops_by_name(tmp_path):
+    node = hyperpod_node(tmp_path, "10.1.0.9")
+    result = node.run("configure_slurm", KILN_SLURM_CONF_TIMEOUT_SECONDS="0", KILN_LOCK_POLL_SECONDS="0")
+    assert result.returncode != 0
+    assert "FAILED: step configure_slurm" in result.stderr
+    assert "/opt/slurm/etc/slurm.conf does not name the controller 10.1.0.9 after 0s: HyperPod's cluster agent" in (
+        node.log.read_text()
+    )
+    assert not any("slurmctld" in call for call in node.calls())
 
 
 @pytest.mark.parametrize("role", ["controller", "login", "worker"])

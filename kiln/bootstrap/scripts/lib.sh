@@ -13,6 +13,10 @@ KILN_RETRY_DELAY_SECONDS="${KILN_RETRY_DELAY_SECONDS:-5}"
 KILN_RETRY_MAX_DELAY_SECONDS="${KILN_RETRY_MAX_DELAY_SECONDS:-60}"
 KILN_LOCK_TIMEOUT_SECONDS="${KILN_LOCK_TIMEOUT_SECONDS:-600}"
 KILN_LOCK_POLL_SECONDS="${KILN_LOCK_POLL_SECONDS:-5}"
+# How long a HyperPod controller waits for the slurm.conf its platform's agent writes.
+KILN_SLURM_CONF_TIMEOUT_SECONDS="${KILN_SLURM_CONF_TIMEOUT_SECONDS:-600}"
+# How long a node waits for its image to mount local NVMe (HyperPod's dlami-nvme service).
+KILN_PLATFORM_SCRATCH_TIMEOUT_SECONDS="${KILN_PLATFORM_SCRATCH_TIMEOUT_SECONDS:-300}"
 KILN_STEP=""
 KILN_CHANGED=0
 # What to do when a baked image lacks something or holds another version of it.

@@ -28,8 +28,32 @@ mount_scratch_device() {
   mount -o defaults,noatime "$device" "$scratch"
 }
 
-# Make the scratch directory a mount of local NVMe (RAID 0 over several) or of KILN_CONTAINER_VOLUME;
-# KILN_SCRATCH_READY tells whether there was anything to put it on.
+# Where the image mounts local NVMe or the node's data volume itself (HyperPod: /opt/dlami/nvme, then
+# /opt/sagemaker), set KILN_SCRATCH_DIR to the first that is mounted. With instance store on the node, wait for the
+# image's service to mount it: kiln never builds an array over disks the platform claims. Return 1 when the image
+# mounts none of them and the node has no instance store.
+use_platform_scratch() {
+  local dir deadline
+  deadline=$((SECONDS + KILN_PLATFORM_SCRATCH_TIMEOUT_SECONDS))
+  while :; do
+    for dir in $KILN_PLATFORM_SCRATCH_DIRS; do
+      if mountpoint -q "$(root_path "$dir")"; then
+        log "container storage on ${dir}, mounted by the image"
+        KILN_SCRATCH_DIR="$dir"
+        return 0
+      fi
+    done
+    if [[ -z "$(instance_store_devices)" ]]; then
+      return 1
+    fi
+    ((SECONDS < deadline)) || die "the image has not mounted this node's instance-store NVMe on any of ${KILN_PLATFORM_SCRATCH_DIRS} after ${KILN_PLATFORM_SCRATCH_TIMEOUT_SECONDS}s, and kiln builds no array over disks the image claims"
+    log "waiting for the image to mount local NVMe on ${KILN_PLATFORM_SCRATCH_DIRS}"
+    sleep "$KILN_LOCK_POLL_SECONDS"
+  done
+}
+
+# Make the scratch directory a mount of local NVMe (RAID 0 over several) or of KILN_CONTAINER_VOLUME, or take the
+# image's own mount of them; KILN_SCRATCH_READY tells whether there was anything to put it on.
 prepare_scratch() {
   local scratch array
   local -a devices=()
@@ -37,6 +61,10 @@ prepare_scratch() {
   KILN_SCRATCH_READY=1
   if mountpoint -q "$scratch"; then
     log "${KILN_SCRATCH_DIR} is already a mount"
+    return 0
+  fi
+  if [[ -n "${KILN_PLATFORM_SCRATCH_DIRS:-}" ]]; then
+    use_platform_scratch || KILN_SCRATCH_READY=0
     return 0
   fi
   mapfile -t devices < <(instance_store_devices)

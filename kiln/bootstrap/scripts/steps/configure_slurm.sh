@@ -1,8 +1,9 @@
 # shellcheck shell=bash
 # Slurm configuration rendered from kiln's templates (slurm.conf fragments, gres.conf,
-# cgroup.conf, plugstack.conf for pyxis) where kiln owns it, pyxis's SPANK configuration in the
-# directory the backend reads, then a reconfigure: slurmd only learns of pyxis when it restarts,
-# and slurmctld when it is reconfigured.
+# cgroup.conf, plugstack.conf for pyxis) where kiln owns it (the local cluster), pyxis's SPANK
+# configuration in the directory the backend reads, then a reconfigure: slurmd only learns of pyxis
+# when it restarts, and slurmctld when it is reconfigured. On HyperPod the lifecycle script also
+# starts the daemons, against the slurm.conf HyperPod's agent writes.
 
 # Copy the bundle's Slurm files into the configuration directory, filling deploy-time values.
 install_slurm_files() {
@@ -33,8 +34,8 @@ install_slurm_files() {
 }
 
 # Put pyxis's SPANK configuration where the backend reads it (PCS: its own directory per Slurm version), and where
-# the backend's plugstack.conf must name that directory (ParallelCluster ships none: pyxis is off until one does),
-# make sure it does. Nothing else of the backend's configuration is touched.
+# the backend's plugstack.conf must name each file (ParallelCluster, HyperPod), make sure it does. Nothing else of
+# the backend's configuration is touched.
 install_spank_files() {
   local source
   if [[ -z "${KILN_SLURM_PLUGSTACK_DIR:-}" || ! -d "${KILN_BUNDLE_DIR}/spank" ]]; then
@@ -47,30 +48,63 @@ install_spank_files() {
     fi
   done
   if [[ -n "${KILN_SLURM_PLUGSTACK_CONF:-}" ]]; then
-    ensure_line "$(root_path "$KILN_SLURM_PLUGSTACK_CONF")" "include ${KILN_SLURM_PLUGSTACK_DIR}/*.conf"
-    if ((KILN_CHANGED == 1)); then
-      KILN_SLURM_CHANGED=1
-    fi
+    # One include per file: a wildcard include does not reach nodes that read the controller's configuration.
+    for source in "${KILN_BUNDLE_DIR}"/spank/*.conf; do
+      ensure_line "$(root_path "$KILN_SLURM_PLUGSTACK_CONF")" "include ${KILN_SLURM_PLUGSTACK_DIR}/${source##*/}"
+      if ((KILN_CHANGED == 1)); then
+        KILN_SLURM_CHANGED=1
+      fi
+    done
   fi
 }
 
-# Run slurmd as a dynamic node of this node's group (HyperPod: nodes register themselves).
-write_dynamic_node_unit() {
-  local features="Feature=${KILN_NODE_GROUP:-default}"
-  if ((KILN_GPU_COUNT > 0)); then
-    features+=" Gres=gpu:${KILN_GPU_COUNT}"
-  elif ((KILN_NEURON_COUNT > 0)); then
-    features+=" Gres=neuron:${KILN_NEURON_COUNT}"
-  fi
+# HyperPod: its agent writes slurm.conf on the controller, and the lifecycle script starts the daemons against it
+# (kiln.catalog.platforms, hyperpod-slurm). Wait until that file names this cluster's controller.
+wait_for_platform_slurm_conf() {
+  local conf deadline
+  conf="$(root_path "$KILN_SLURM_PLATFORM_CONF")"
+  deadline=$((SECONDS + KILN_SLURM_CONF_TIMEOUT_SECONDS))
+  until [[ -r "$conf" ]] && grep -qF "$KILN_SLURM_CONTROLLER_ADDR" "$conf"; do
+    ((SECONDS < deadline)) || die "${KILN_SLURM_PLATFORM_CONF} does not name the controller ${KILN_SLURM_CONTROLLER_ADDR} after ${KILN_SLURM_CONF_TIMEOUT_SECONDS}s: HyperPod's cluster agent writes it"
+    log "waiting for HyperPod's agent to write ${KILN_SLURM_PLATFORM_CONF}"
+    sleep "$KILN_LOCK_POLL_SECONDS"
+  done
+}
+
+# Run slurmd in configless mode: it reads slurm.conf and its includes from the controller.
+write_configless_slurmd_unit() {
   write_file "$(root_path /etc/systemd/system/slurmd.service.d/kiln.conf)" <<UNIT
 [Service]
 ExecStart=
-ExecStart=${KILN_SLURM_PREFIX}/sbin/slurmd -D -s -Z --conf "${features}" -f ${KILN_SLURM_CONF_DIR}/slurm.conf
+ExecStart=${KILN_SLURM_PREFIX}/sbin/slurmd -D -s --conf-server ${KILN_SLURM_CONTROLLER_ADDR}
 UNIT
   if ((KILN_CHANGED == 1)); then
     KILN_SLURM_CHANGED=1
     systemctl daemon-reload
   fi
+}
+
+# Start (or, after a change, reload) the daemon of this node's role against the platform's configuration.
+start_lifecycle_daemons() {
+  [[ -n "${KILN_SLURM_CONTROLLER_ADDR:-}" ]] || die "no controller address: HyperPod's resource_config.json names none"
+  case "$KILN_NODE_ROLE" in
+    controller)
+      wait_for_platform_slurm_conf
+      if ! service_active slurmctld; then
+        systemctl enable --now slurmctld
+      elif ((KILN_SLURM_CHANGED == 1)); then
+        scontrol reconfigure
+      fi
+      ;;
+    worker | login)
+      write_configless_slurmd_unit
+      if ! service_active slurmd; then
+        systemctl enable --now slurmd
+      elif ((KILN_SLURM_CHANGED == 1)); then
+        systemctl restart slurmd
+      fi
+      ;;
+  esac
 }
 
 configure_slurm() {
@@ -87,6 +121,10 @@ configure_slurm() {
     log "Slurm configuration in ${KILN_ROOT%/}${KILN_SLURM_CONF_DIR}; the local cluster starts the daemons"
     return 0
   fi
+  if [[ "$KILN_SLURM_DAEMONS" == lifecycle ]]; then
+    start_lifecycle_daemons
+    return 0
+  fi
   case "$KILN_NODE_ROLE" in
     controller)
       if [[ "$KILN_SLURM_OWNS_CONFIG" == 1 ]] && ! service_active slurmctld; then
@@ -96,9 +134,6 @@ configure_slurm() {
       fi
       ;;
     worker)
-      if [[ "$KILN_SLURM_NODES" == dynamic ]]; then
-        write_dynamic_node_unit
-      fi
       if [[ "$KILN_SLURM_OWNS_CONFIG" == 1 ]] && ! service_active slurmd; then
         systemctl enable --now slurmd
       elif ((KILN_SLURM_CHANGED == 1)); then
