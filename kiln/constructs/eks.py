@@ -262,7 +262,7 @@ class EksTrainingClusterProps:
     external_accelerators: the accelerators of nodes that join from elsewhere (HyperPod's instance groups): their
         device plugins are installed as for the groups'; default none.
     system_nodes: the CPU node group for cluster services; default 2 x m5.xlarge, None for none.
-    kubernetes_version: EKS version; default 1.36 (the one with a kubectl layer in kiln's table).
+    kubernetes_version: EKS version, one of KUBERNETES_RELEASES (a kubectl layer each); default the newest.
     cluster_name: the EKS name; default: CloudFormation generates one.
     endpoint: "private" (default; nodes and the kubectl handler reach it inside the VPC) or "public-and-private".
     public_access_cidrs: who may reach a public endpoint; required (and never 0.0.0.0/0) for public-and-private.

@@ -10,8 +10,11 @@ from typing import Any, Literal
 
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
 from constructs import Construct
+
+from kiln.catalog.kubernetes import KUBECTL_RELEASES
 
 # The accelerators kiln's nodes carry, named as kiln.catalog's InstanceType.accelerator_kind names them.
 AcceleratorKind = Literal["gpu", "neuron"]
@@ -29,15 +32,22 @@ class KubernetesRelease:
 # One entry per Kubernetes minor kiln can drive: the kubectl layer must match the control plane
 # (aws-cdk.lambda-layer-kubectl-vNN on PyPI), and so must the second kube-scheduler that Neuron pods opt into
 # (a scheduler of another minor may not understand the API server's objects). Add a row together with its layer
-# package. The scheduler is the patch release the layer's kubectl comes from (1.36.3); pinned by tag for the
-# reason given at TRAINING_OPERATOR.
+# package. The scheduler is the patch release the layer's kubectl comes from (kiln.catalog.kubernetes); pinned by
+# tag for the reason given at TRAINING_OPERATOR.
 KUBERNETES_RELEASES: dict[str, KubernetesRelease] = {
+    "1.35": KubernetesRelease(
+        version=eks.KubernetesVersion.V1_35,
+        kubectl_layer=KubectlV35Layer,
+        kube_scheduler_image=f"registry.k8s.io/kube-scheduler:v{KUBECTL_RELEASES['1.35']}",
+    ),
     "1.36": KubernetesRelease(
         version=eks.KubernetesVersion.V1_36,
         kubectl_layer=KubectlV36Layer,
-        kube_scheduler_image="registry.k8s.io/kube-scheduler:v1.36.3",
+        kube_scheduler_image=f"registry.k8s.io/kube-scheduler:v{KUBECTL_RELEASES['1.36']}",
     ),
 }
+# The newest minor of the table: what a cluster runs unless its props say otherwise (kiln.catalog.kubernetes
+# decides per backend).
 DEFAULT_KUBERNETES_VERSION = "1.36"
 
 

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from kiln.catalog.capacity import CapacityType
+from kiln.catalog.kubernetes import default_kubernetes_version, kubernetes_versions
 from kiln.catalog.limits import ROOT_VOLUME_MAX_GIB, ROOT_VOLUME_MIN_GIB, SERVICE_NODE_ROOT_VOLUME_GIB
 from kiln.catalog.names import (
     AVAILABILITY_ZONE,
@@ -40,6 +41,7 @@ VERSION_PATTERN = f"^{VERSION.pattern}$"
 NCCL_PATTERN = f"^{NCCL_VERSION.pattern}$"
 DCGM_EXPORTER_PATTERN = f"^{DCGM_EXPORTER_VERSION.pattern}$"
 LOCK_FILE_PATTERN = f"^{LOCK_FILE.pattern}$"
+KUBERNETES_MINOR_PATTERN = r"^1\.[0-9]{1,2}$"
 
 # What each pattern means, for error messages.
 PATTERN_RULES = {
@@ -54,6 +56,7 @@ PATTERN_RULES = {
     NCCL_PATTERN: NCCL_VERSION_RULE,
     DCGM_EXPORTER_PATTERN: DCGM_EXPORTER_VERSION_RULE,
     LOCK_FILE_PATTERN: LOCK_FILE_RULE,
+    KUBERNETES_MINOR_PATTERN: "a Kubernetes minor version such as 1.35",
 }
 
 
@@ -195,6 +198,16 @@ class Compute(SpecModel):
     login_nodes: LoginNodes = LoginNodes()
     groups: list[ComputeGroup]
     image: Image = Image()
+    kubernetes_version: str | None = Field(
+        None,
+        pattern=KUBERNETES_MINOR_PATTERN,
+        description="EKS, and HyperPod orchestrated by EKS: the cluster's Kubernetes minor, one the platform supports "
+        "and kiln drives (EKS: "
+        + ", ".join(kubernetes_versions("eks"))
+        + "; HyperPod: "
+        + ", ".join(kubernetes_versions("hyperpod"))
+        + "); unset: the newest of those.",
+    )
 
 
 # Said of every component the backend's image may own (kiln.catalog.platforms): kiln adopts the image's copy.
@@ -418,6 +431,14 @@ class ClusterSpec(SpecModel):
         if backend == "parallelcluster" or self.compute.login_nodes.count:
             sizes.append(SERVICE_NODE_ROOT_VOLUME_GIB)
         return min(sizes)
+
+    @property
+    def kubernetes_version(self) -> str | None:
+        """Return the Kubernetes minor of the cluster's EKS control plane (the spec's, or the newest kiln runs on the
+        backend); None where no EKS cluster runs."""
+        if self.compute.backend != "eks" and self.effective_orchestrator != "eks":
+            return None
+        return self.compute.kubernetes_version or default_kubernetes_version(self.compute.backend)
 
     @property
     def effective_orchestrator(self) -> str | None:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 from kiln.catalog import UnknownInstanceType, instance_type
 from kiln.catalog.capacity import CAPACITY, is_reservation_id
+from kiln.catalog.kubernetes import kubernetes_source, kubernetes_versions
 from kiln.catalog.limits import (
     DOCKER_DEFAULT_BRIDGE,
     HYPERPOD_MAX_INSTANCES_PER_GROUP,
@@ -511,9 +512,28 @@ def hyperpod_nodes(spec: ClusterSpec) -> Iterator[Problem]:
 
 
 def kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
-    """EKS's control plane needs subnets in two AZs."""
+    """EKS's control plane needs subnets in two AZs, and runs a Kubernetes version its platform supports."""
+    wanted = spec.compute.kubernetes_version
     if spec.compute.backend != "eks" and spec.effective_orchestrator != "eks":
+        if wanted is not None:
+            yield _p(
+                ("compute", "kubernetes_version"),
+                f"has no effect on {spec.compute.backend} with Slurm (no Kubernetes): leave it unset",
+                BACKEND,
+                ORCHESTRATOR,
+            )
         return
+    backend = spec.compute.backend
+    allowed = kubernetes_versions(backend)
+    if wanted is not None and wanted not in allowed:
+        where = "HyperPod orchestrated by EKS" if backend == "hyperpod" else "EKS"
+        yield _p(
+            ("compute", "kubernetes_version"),
+            f"got {shown(wanted)}, allowed on {where}: {', '.join(allowed)} (the versions the platform supports, "
+            f"{kubernetes_source(backend)}, that kiln drives)",
+            BACKEND,
+            ORCHESTRATOR,
+        )
     # The OS (Amazon Linux 2023) is image_os's to check, from the image's data.
     if spec.network.vpc_id:
         yield _p(

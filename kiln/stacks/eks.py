@@ -52,6 +52,7 @@ def eks_props(
         # HyperPod brings the nodes; EKS alone needs a small CPU group for cluster services.
         system_nodes=SystemNodeGroup() if own_nodes else None,
         cluster_name=spec.name,
+        kubernetes_version=spec.kubernetes_version,
         lustre=lustre_volume(context),
         bootstrap=bootstrap,
         cluster_env=context.cluster_env(mounts_fsx=False) if own_nodes else {},

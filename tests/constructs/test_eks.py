@@ -566,7 +566,7 @@ def _base_props(eks: dict) -> dict:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"kubernetes_version": "1.30"}, "kubernetes_version: got '1.30'; allowed: 1.36"),
+        ({"kubernetes_version": "1.30"}, "kubernetes_version: got '1.30'; allowed: 1.35, 1.36"),
         ({"endpoint": "public"}, "endpoint: got 'public'; allowed: private, public-and-private"),
         ({"endpoint": "public-and-private"}, "public_access_cidrs: got \\[\\]; allowed: at least one CIDR"),
         ({"endpoint": "public-and-private", "public_access_cidrs": ["0.0.0.0/0"]}, "not 0.0.0.0/0"),
@@ -624,3 +624,12 @@ def test_control_plane_needs_two_availability_zones(eks) -> None:
         EksTrainingCluster(
             st, "Cluster", EksTrainingClusterProps(vpc=vpc, node_subnet=vpc.private_subnets[0], system_nodes=None)
         )
+
+
+def test_every_kubernetes_minor_has_its_layer_and_a_scheduler_of_the_layers_kubectl() -> None:
+    from kiln.catalog.kubernetes import KUBECTL_RELEASES
+
+    assert KUBERNETES_RELEASES.keys() == KUBECTL_RELEASES.keys()
+    for minor, release in KUBERNETES_RELEASES.items():
+        assert release.version.version == minor
+        assert release.kube_scheduler_image == f"registry.k8s.io/kube-scheduler:v{KUBECTL_RELEASES[minor]}"

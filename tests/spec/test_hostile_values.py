@@ -209,6 +209,7 @@ EXAMPLES = {
     "nccl": "2.27.3-1+cuda12.9",
     "dcgm_exporter": "4.6.0-4.8.3",
     "lock_file": "cluster.lock.json",
+    "kubernetes_version": "1.35",
 }
 
 

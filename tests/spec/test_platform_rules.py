@@ -200,3 +200,47 @@ def test_a_stock_bake_needs_the_region_whose_installers_it_fetches() -> None:
     del spec["region"], spec["availability_zone"]
     [line] = problems(spec)
     assert line.startswith("x.yaml: region: is required with base: stock")
+
+
+HYPERPOD_EKS = {
+    "backend": "hyperpod",
+    "orchestrator": "eks",
+    "groups": [{"name": "gpu", "instance_type": "p5.48xlarge", "min_count": 2, "max_count": 2}],
+}
+
+
+@pytest.mark.parametrize(
+    ("compute", "version"),
+    [({"backend": "eks"}, "1.36"), (HYPERPOD_EKS, "1.35")],
+    ids=["eks", "hyperpod-eks"],
+)
+def test_each_eks_backend_runs_the_newest_kubernetes_its_platform_supports(compute: dict, version: str) -> None:
+    from kiln.catalog.kubernetes import kubernetes_versions
+
+    spec = parse_spec(spec_with(**compute), "x.yaml")
+    assert spec.kubernetes_version == version == kubernetes_versions(compute["backend"])[-1]
+    # HyperPod's AMIs serve EKS up to 1.35 (platforms.json): kiln offers nothing newer there.
+    assert "1.36" not in kubernetes_versions("hyperpod")
+
+
+@pytest.mark.parametrize(
+    ("compute", "words"),
+    [
+        (
+            {**HYPERPOD_EKS, "kubernetes_version": "1.36"},
+            "got '1.36', allowed on HyperPod orchestrated by EKS: 1.35 (the versions the platform supports, "
+            "https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-ami-support-policy.html",
+        ),
+        ({"backend": "eks", "kubernetes_version": "1.29"}, "got '1.29', allowed on EKS: 1.35, 1.36"),
+        ({"kubernetes_version": "1.35"}, "has no effect on pcs with Slurm (no Kubernetes): leave it unset"),
+    ],
+    ids=["hyperpod-too-new", "eks-too-old", "pcs"],
+)
+def test_an_unsupported_kubernetes_version_is_one_line(compute: dict, words: str) -> None:
+    [line] = problems(spec_with(**compute))
+    assert line.startswith("x.yaml: compute.kubernetes_version: ") and words in line, line
+
+
+def test_a_chosen_kubernetes_version_reaches_the_cluster() -> None:
+    spec = parse_spec(spec_with(backend="eks", kubernetes_version="1.35"), "x.yaml")
+    assert spec.kubernetes_version == "1.35"

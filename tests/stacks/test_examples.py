@@ -143,3 +143,15 @@ def test_example_is_boot_ready_or_names_the_single_step(stem: str) -> None:
     )
     enroot = {f"enroot{caps}-{kind}" for caps in ("", "-caps") for kind in ("deb", "rpm")}
     assert {a.name for a in readiness.unverifiable} <= {*enroot, "pyxis"}
+
+
+@pytest.mark.parametrize(
+    ("stem", "cluster", "version"), [("p5-eks", "llm-eks", "1.36"), ("p5-hyperpod-eks", "llm-hp-eks", "1.35")]
+)
+def test_each_eks_example_runs_the_kubernetes_its_platform_supports(
+    example_assemblies, stem: str, cluster: str, version: str
+) -> None:
+    """HyperPod's AMIs serve EKS up to 1.35 (platforms.json): its cluster runs that, plain EKS the newest."""
+    template = example_assemblies[stem].templates()[f"{cluster}-compute"]
+    [resource] = [r for r in template["Resources"].values() if r["Type"] == "AWS::EKS::Cluster"]
+    assert resource["Properties"]["Version"] == version
