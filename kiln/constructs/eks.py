@@ -28,6 +28,7 @@ from kiln.constructs.eks_addons import (
     GPU_PRESENT_LABEL,
     HELM_ADDONS,
     KUBERNETES_RELEASES,
+    NODE_GROUP_LABEL,
     TRAINING_OPERATOR,
     VPC_CNI_IDENTITY,
     AcceleratorKind,
@@ -96,7 +97,6 @@ CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
 INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 # EKS-optimized AL2023 images boot from /dev/xvda.
 AL2023_ROOT_DEVICE = "/dev/xvda"
-NODE_GROUP_LABEL = "kiln.io/node-group"
 SYSTEM_NODE_GROUP = "system"
 # IMDS answers the node itself (and host-network pods such as aws-node and the Pod Identity agent), never a
 # pod behind another hop: pods cannot take the node role. What needs AWS gets its own identity (Pod Identity).

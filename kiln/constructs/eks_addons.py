@@ -14,7 +14,9 @@ from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
 from constructs import Construct
 
+from kiln.catalog import InstanceType, instance_type, known_instance_types
 from kiln.catalog.kubernetes import KUBECTL_RELEASES
+from kiln.catalog.platforms import service_fact
 
 # The accelerators kiln's nodes carry, named as kiln.catalog's InstanceType.accelerator_kind names them.
 AcceleratorKind = Literal["gpu", "neuron"]
@@ -82,6 +84,45 @@ class KustomizeAddon:
 
 # Device plugins and the Lustre node driver run on every node, tainted or not (GPU, HyperPod).
 TOLERATE_EVERYTHING = [{"operator": "Exists"}]
+# The label every node carries with its instance type: EC2's name on kiln's node groups, SageMaker's ml. name on
+# HyperPod's nodes (platforms.json, hyperpod.instance_type_label).
+INSTANCE_TYPE_LABEL = service_fact("hyperpod", "instance_type_label").value["key"]
+# NVIDIA GPU nodes of kiln's node groups carry this label, so the NVIDIA plugin's default node affinity selects
+# them without NFD.
+GPU_PRESENT_LABEL = {"nvidia.com/gpu.present": "true"}
+# Every node of a kiln node group (or a HyperPod instance group) carries its group's name.
+NODE_GROUP_LABEL = "kiln.io/node-group"
+
+
+def instance_type_labels(select: Callable[[InstanceType], bool]) -> list[str]:
+    """Return every value the instance-type label takes on nodes of the catalog's types that SELECT accepts: the
+    EC2 name, and SageMaker's ml. name where HyperPod offers the type."""
+    names = []
+    for name in known_instance_types():
+        facts = instance_type(name)
+        if select(facts):
+            names.append(name)
+            if facts.hyperpod:
+                names.append(facts.hyperpod_name)
+    return names
+
+
+def gpu_node_affinity() -> dict[str, Any]:
+    """Return the node affinity of what runs on every NVIDIA GPU node: kiln's (its GPU label) and HyperPod's (by
+    ml. instance type, as HyperPod names them; they carry no label of kiln's unless their group is given one)."""
+    hyperpod_gpus = [name for name in instance_type_labels(lambda f: f.gpu_count > 0) if name.startswith("ml.")]
+    [(label, value)] = GPU_PRESENT_LABEL.items()
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": label, "operator": "In", "values": [value]}]},
+                    {"matchExpressions": [{"key": INSTANCE_TYPE_LABEL, "operator": "In", "values": hyperpod_gpus}]},
+                ]
+            }
+        }
+    }
+
 
 NVIDIA_DEVICE_PLUGIN = HelmAddon(
     chart="nvidia-device-plugin",
@@ -89,7 +130,7 @@ NVIDIA_DEVICE_PLUGIN = HelmAddon(
     version="0.19.3",
     namespace="kube-system",
     release="nvidia-device-plugin",
-    values={"tolerations": TOLERATE_EVERYTHING},
+    values={"tolerations": TOLERATE_EVERYTHING, "affinity": gpu_node_affinity()},
     accelerator="gpu",
 )
 # The eks-charts repository versions this chart with a leading "v".
@@ -99,7 +140,15 @@ EFA_DEVICE_PLUGIN = HelmAddon(
     version="v0.5.29",
     namespace="kube-system",
     release="aws-efa-k8s-device-plugin",
-    values={"tolerations": TOLERATE_EVERYTHING},
+    # The chart selects nodes whose instance-type label is one of these: EC2's names of the types kiln knows to
+    # have EFA, and HyperPod's ml. names of them (the chart's own list has EC2's names only).
+    values={
+        "tolerations": TOLERATE_EVERYTHING,
+        "supportedInstanceLabels": {
+            "keys": [INSTANCE_TYPE_LABEL],
+            "values": instance_type_labels(lambda facts: facts.efa_supported),
+        },
+    },
 )
 # Static provisioning only: kiln binds a PV to its existing file system, so the driver calls no AWS API (the
 # node plugin mounts over Lustre; the controller would call FSx only to create or delete file systems for
@@ -157,8 +206,6 @@ VPC_CNI_IDENTITY = PodIdentity(
     namespace="kube-system", service_account="aws-node", managed_policy="AmazonEKS_CNI_Policy"
 )
 
-# NVIDIA GPU nodes carry this label so the NVIDIA plugin's default node affinity selects them without NFD.
-GPU_PRESENT_LABEL = {"nvidia.com/gpu.present": "true"}
 FSX_CSI_DRIVER_NAME = "fsx.csi.aws.com"
 # Namespaces every cluster has: never created (or pruned) by kiln.
 BUILTIN_NAMESPACES = ("default", "kube-system")

@@ -21,9 +21,11 @@ from kiln.catalog import UnknownInstanceType
 from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.limits import HYPERPOD_VOLUME_MAX_GIB, HYPERPOD_VOLUME_MIN_GIB
 from kiln.catalog.names import hyperpod_type_name
+from kiln.catalog.platforms import service_fact
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge, acknowledge_wildcards, require, require_in
 from kiln.constructs.bucket import DataBucket, DataBucketProps
+from kiln.constructs.eks_addons import GPU_PRESENT_LABEL, NODE_GROUP_LABEL
 from kiln.constructs.node_bootstrap import NodeBootstrap
 
 NodeRole = Literal["controller", "login", "worker"]
@@ -241,7 +243,7 @@ class HyperPodCluster(Construct):
         role = iam.Role(
             self,
             "ExecutionRole",
-            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            assumed_by=self._trust(),
             description="kiln HyperPod nodes: the cluster instance policy, VPC interfaces, and the lifecycle scripts",
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(nag_rules.HYPERPOD_INSTANCE_POLICY)],
         )
@@ -254,6 +256,8 @@ class HyperPodCluster(Construct):
                     actions=["eks-auth:AssumeRoleForPodIdentity"], resources=[props.eks_cluster.cluster_arn]
                 )
             )
+            for statement in self._ecr_statements():
+                role.add_to_policy(statement)
         role.add_to_policy(
             iam.PolicyStatement(
                 actions=["s3:GetObject"], resources=[self.lifecycle_bucket.arn_for_objects(f"{props.prefix}*")]
@@ -271,6 +275,31 @@ class HyperPodCluster(Construct):
             role, nag_rules.HYPERPOD_ROLE_GRANTS, lifecycle_bucket=self.lifecycle_bucket.bucket_arn, prefix=props.prefix
         )
         return role
+
+    def _trust(self) -> iam.ServicePrincipal:
+        """SageMaker may assume the role for HyperPod clusters of this account only, where it says which cluster it
+        acts for (platforms.json, hyperpod.execution_role_trust: whether HyperPod sends the keys is undocumented)."""
+        trust = service_fact("hyperpod", "execution_role_trust").value
+        stack = Stack.of(self)
+        clusters = trust["cluster_arn"].format(partition=stack.partition, region=stack.region, account=stack.account)
+        return iam.ServicePrincipal(
+            trust["service"],
+            conditions={
+                "StringEqualsIfExists": {"aws:SourceAccount": stack.account},
+                "ArnLikeIfExists": {"aws:SourceArn": clusters},
+            },
+        )
+
+    def _ecr_statements(self) -> list[iam.PolicyStatement]:
+        """What EKS nodes need to pull the add-ons' images and HyperPod's from AWS's registries in the region."""
+        repositories = Stack.of(self).format_arn(service="ecr", account="*", resource="repository", resource_name="*")
+        return [
+            iam.PolicyStatement(actions=list(nag_rules.HYPERPOD_ECR_TOKEN), resources=["*"]),
+            iam.PolicyStatement(
+                actions=[a for a in nag_rules.HYPERPOD_ECR_ACTIONS if a not in nag_rules.HYPERPOD_ECR_TOKEN],
+                resources=[repositories],
+            ),
+        ]
 
     def _vpc_statements(self) -> list[iam.PolicyStatement]:
         """What HyperPod does in the cluster's VPC with the execution role: its nodes' interfaces, nothing else."""
@@ -322,4 +351,14 @@ class HyperPodCluster(Construct):
                 )
             ],
             on_start_deep_health_checks=DEEP_HEALTH_CHECKS if group.accelerated else None,
+            kubernetes_config=self._kubernetes_config(group) if self.props.orchestrator == "eks" else None,
         )
+
+    @staticmethod
+    def _kubernetes_config(group: HyperPodInstanceGroup) -> sagemaker.CfnCluster.ClusterKubernetesConfigProperty:
+        """Label the group's EKS nodes as kiln labels its own node groups: by group, and GPU nodes as such (what
+        kiln's GPU add-ons, the DCGM exporter among them, select)."""
+        labels = {NODE_GROUP_LABEL: group.name}
+        if catalog_instance_type(group.instance_type).gpu_count:
+            labels |= GPU_PRESENT_LABEL
+        return sagemaker.CfnCluster.ClusterKubernetesConfigProperty(labels=labels)

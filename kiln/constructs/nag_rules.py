@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kiln.catalog.platforms import service_fact
 from kiln.preflight.permissions import PARAMETER_READS, UNSCOPED_READS
 
 
@@ -118,13 +119,11 @@ HYPERPOD_DESCRIBE_ACTIONS = (
     "ec2:DescribeSubnets",
     "ec2:DescribeVpcs",
 )
-HYPERPOD_INTERFACE_ACTIONS = (
-    "ec2:AssignPrivateIpAddresses",
-    "ec2:CreateNetworkInterfacePermission",
-    "ec2:DeleteNetworkInterface",
-    "ec2:DeleteNetworkInterfacePermission",
-    "ec2:DetachNetworkInterface",
-)
+# What HyperPod does to its nodes' interfaces (platforms.json, hyperpod.execution_role_eks_actions).
+HYPERPOD_INTERFACE_ACTIONS = tuple(service_fact("hyperpod", "execution_role_eks_actions").value["interfaces"])
+# Pulling images from ECR (HyperPod on EKS: the add-ons' and HyperPod's own images).
+HYPERPOD_ECR_ACTIONS = tuple(service_fact("hyperpod", "execution_role_eks_actions").value["ecr"])
+HYPERPOD_ECR_TOKEN = ("ecr:GetAuthorizationToken",)
 _EC2_ARN = r"arn:(<AWS::Partition>|aws[a-z-]*):ec2:(<AWS::Region>|[a-z0-9-]+):(<AWS::AccountId>|[0-9]{{12}})"
 HYPERPOD_ROLE_GRANTS = (
     WildcardGrant(
@@ -154,6 +153,17 @@ HYPERPOD_ROLE_GRANTS = (
         ("s3:GetObject",),
         r"{lifecycle_bucket}/{prefix}\*",
         "Nodes read their lifecycle scripts: the objects under one prefix of the lifecycle bucket.",
+    ),
+    WildcardGrant(
+        HYPERPOD_ECR_TOKEN,
+        r"\*",
+        "ECR's authorization token is not a resource: GetAuthorizationToken takes no resource scope.",
+    ),
+    WildcardGrant(
+        tuple(a for a in HYPERPOD_ECR_ACTIONS if a not in HYPERPOD_ECR_TOKEN),
+        r"arn:(<AWS::Partition>|aws[a-z-]*):ecr:(<AWS::Region>|[a-z0-9-]+):\*:repository/\*",
+        "HyperPod's EKS nodes pull the EKS add-ons' images and HyperPod's own (its health agent) from AWS's ECR "
+        "registries, whose account differs by region and image: image reads only, in the cluster's region.",
     ),
 )
 _HANDLER_READS = ("s3:GetObject*", "s3:GetBucket*", "s3:List*")

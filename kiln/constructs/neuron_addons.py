@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from kiln.catalog import instance_type, known_instance_types
-from kiln.constructs.eks_addons import TOLERATE_EVERYTHING, kiln_labels
+from kiln.constructs.eks_addons import INSTANCE_TYPE_LABEL, TOLERATE_EVERYTHING, instance_type_labels, kiln_labels
 
 NEURON_NAMESPACE = "kube-system"
 # The tags of AWS's Neuron Helm chart 1.9.0, released for Neuron SDK 2.31.0
@@ -36,7 +35,6 @@ NEURON_SCHEDULER_EXTENSION = "k8s-neuron-scheduler"
 NEURON_SCHEDULER_EXTENSION_PORT = 12345
 # kube-scheduler's secure port: /healthz answers there over HTTPS without credentials.
 KUBE_SCHEDULER_SECURE_PORT = 10259
-INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 SCHEDULER_CONFIG_DIR = "/etc/kubernetes/neuron-scheduler"
 SCHEDULER_CONFIG_FILE = "config.yaml"
 # No privilege escalation and no capabilities: each component serves a socket or a port above 1024.
@@ -45,14 +43,7 @@ RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"
 
 def neuron_instance_types() -> list[str]:
     """Return every name a Neuron node can carry in its instance-type label: EC2's, and SageMaker's for HyperPod."""
-    names = []
-    for name in known_instance_types():
-        facts = instance_type(name)
-        if facts.accelerator_kind == "neuron":
-            names.append(name)
-            if facts.hyperpod:
-                names.append(facts.hyperpod_name)
-    return names
+    return instance_type_labels(lambda facts: facts.accelerator_kind == "neuron")
 
 
 def _service_account(name: str) -> dict[str, Any]:

@@ -633,3 +633,25 @@ def test_every_kubernetes_minor_has_its_layer_and_a_scheduler_of_the_layers_kube
     for minor, release in KUBERNETES_RELEASES.items():
         assert release.version.version == minor
         assert release.kube_scheduler_image == f"registry.k8s.io/kube-scheduler:v{KUBECTL_RELEASES[minor]}"
+
+
+def test_the_gpu_and_efa_plugins_select_kilns_nodes_and_hyperpods_ml_named_ones(eks) -> None:
+    """HyperPod names its nodes' instance type ml.<type> (platforms.json): the NVIDIA plugin selects them beside
+    kiln's labelled GPU groups, and the EFA plugin lists both names of every EFA type kiln knows."""
+    from kiln.catalog import instance_type
+
+    nvidia = json.loads(_props(eks["hp_template"], eks["orchestrator"].addons["nvidia-device-plugin"])["Values"])
+    first, second = nvidia["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert first == {"matchExpressions": [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]}
+    [expression] = second["matchExpressions"]
+    assert expression["key"] == "node.kubernetes.io/instance-type" and expression["operator"] == "In"
+    assert {"ml.p5.48xlarge", "ml.g5.12xlarge", "ml.p4d.24xlarge"} <= set(expression["values"])
+    assert all(name.startswith("ml.") and instance_type(name).gpu_count for name in expression["values"])
+    efa = json.loads(_props(eks["hp_template"], eks["orchestrator"].addons["efa-device-plugin"])["Values"])
+    labels = efa["supportedInstanceLabels"]
+    assert labels["keys"] == ["node.kubernetes.io/instance-type"]
+    assert {"p5.48xlarge", "ml.p5.48xlarge", "trn1.32xlarge", "ml.trn1.32xlarge"} <= set(labels["values"])
+    assert all(instance_type(name).efa_supported for name in labels["values"])
+    assert "ml.m5.xlarge" not in labels["values"] and "ml.g5.xlarge" not in labels["values"]

@@ -231,3 +231,51 @@ def test_lifecycle_bucket_logs_under_its_own_name(slurm) -> None:
         if "LoggingConfiguration" in b["Properties"]
     ]
     assert prefixes == ["lifecycle-bucket/"]
+
+
+def _role_statements(template: Template, role) -> list[dict]:
+    return [
+        statement
+        for policy in template.find_resources("AWS::IAM::Policy").values()
+        if policy["Properties"]["Roles"] == [ref(role.node.default_child)]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+
+
+def test_sagemaker_may_assume_the_execution_role_for_this_accounts_clusters_only(slurm) -> None:
+    """HyperPod's references set no trust condition and no page says HyperPod sends the keys (platforms.json): kiln
+    refuses a call naming another account or resource, and cannot break one that names none."""
+    (role,) = [
+        r
+        for r in slurm["template"].find_resources("AWS::IAM::Role").values()
+        if "sagemaker.amazonaws.com" in str(r["Properties"]["AssumeRolePolicyDocument"])
+    ]
+    [statement] = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "sagemaker.amazonaws.com"}
+    conditions = statement["Condition"]
+    # The test stacks deploy to account 111111111111 in us-east-1.
+    assert conditions["StringEqualsIfExists"] == {"aws:SourceAccount": "111111111111"}
+    assert conditions["ArnLikeIfExists"] == {"aws:SourceArn": "arn:aws:sagemaker:us-east-1:111111111111:cluster/*"}
+
+
+def test_eks_nodes_may_pull_images_from_ecr_in_the_region_and_are_labelled_like_kilns_groups() -> None:
+    st = stack("HyperPodEksEcr")
+    imported = eks.Cluster.from_cluster_attributes(
+        st, "Eks", cluster_name="llm-hp-eks", cluster_security_group_id=EKS_CLUSTER_SECURITY_GROUP
+    )
+    hyperpod = _eks_hyperpod(st, imported)
+    template = Template.from_stack(st)
+    statements = _role_statements(template, hyperpod.role)
+    by_action = {a: s for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
+    assert by_action["ecr:GetAuthorizationToken"]["Resource"] == "*"
+    for action in ("ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"):
+        assert by_action[action]["Resource"] == "arn:aws:ecr:us-east-1:*:repository/*"
+    # The Slurm cluster's role pulls nothing from ECR.
+    [(labels)] = [g["KubernetesConfig"]["Labels"] for g in _groups({"template": template}).values()]
+    assert labels == {"kiln.io/node-group": "p5", "nvidia.com/gpu.present": "true"}
+
+
+def test_slurm_groups_get_no_kubernetes_labels_and_no_ecr_grant(slurm) -> None:
+    assert all("KubernetesConfig" not in g for g in _groups(slurm).values())
+    statements = _role_statements(slurm["template"], slurm["cluster"].role)
+    assert not [s for s in statements if "ecr:" in str(s["Action"])]
