@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from aws_cdk import Stack, Token
+from aws_cdk import Duration, Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -27,6 +27,8 @@ from kiln.constructs.eks_addons import (
     DEFAULT_KUBERNETES_VERSION,
     GPU_PRESENT_LABEL,
     HELM_ADDONS,
+    HYPERPOD_DEPENDENCIES,
+    HYPERPOD_DEPENDENCIES_WAIT_MINUTES,
     KUBERNETES_RELEASES,
     NODE_GROUP_LABEL,
     TRAINING_OPERATOR,
@@ -34,6 +36,7 @@ from kiln.constructs.eks_addons import (
     AcceleratorKind,
     LustreVolumeNames,
     PodIdentity,
+    git_helm_job_manifests,
     kustomize_job_manifests,
     lustre_volume_manifests,
 )
@@ -273,6 +276,9 @@ class EksTrainingClusterProps:
     security_groups: further groups for every node's primary interface.
     secrets_key: the KMS key for envelope encryption of Kubernetes secrets; default: a new key of the cluster's
         own (rotated yearly, scheduled for deletion with the stack, as the cluster's secrets are).
+    hyperpod_dependencies: install what SageMaker HyperPod requires on the cluster before a HyperPod cluster is
+        created on it (HYPERPOD_DEPENDENCIES); `hyperpod_dependencies_ready` is then what that cluster waits for.
+        Needs system_nodes, where the install runs. Default False.
     """
 
     vpc: ec2.IVpc
@@ -292,9 +298,18 @@ class EksTrainingClusterProps:
     cluster_env: Mapping[str, str] = field(default_factory=dict)
     security_groups: Sequence[ec2.ISecurityGroup] = ()
     secrets_key: kms.IKey | None = None
+    hyperpod_dependencies: bool = False
 
     def __post_init__(self) -> None:
         require_in("kubernetes_version", self.kubernetes_version, KUBERNETES_RELEASES)
+        if self.hyperpod_dependencies:
+            require(
+                self.system_nodes is not None,
+                "system_nodes",
+                None,
+                "a system node group with hyperpod_dependencies (HyperPod's dependencies install there, before "
+                "any HyperPod node exists)",
+            )
         require_in("endpoint", self.endpoint, ENDPOINTS)
         names = [g.name for g in self.accelerated_groups]
         require(len(set(names)) == len(names), "accelerated_groups names", names, "unique names")
@@ -430,6 +445,10 @@ class EksTrainingCluster(Construct):
             self.addons[NEURON_SCHEDULER] = self.cluster.add_manifest(
                 _pascal(NEURON_SCHEDULER), *neuron_scheduler_manifests(release.kube_scheduler_image)
             )
+        # What a HyperPod cluster on this one waits for; None without hyperpod_dependencies.
+        self.hyperpod_dependencies_ready: Construct | None = None
+        if props.hyperpod_dependencies:
+            self.hyperpod_dependencies_ready = self._hyperpod_dependencies()
         self.lustre_volume = self._lustre_volume(props.lustre) if props.lustre else None
         self._drop_kubectl_ecr_policies()
         self._acknowledge()
@@ -564,6 +583,29 @@ class EksTrainingCluster(Construct):
             ),
             labels={**ACCELERATOR_LABELS[group.accelerator_kind], **group.labels, NODE_GROUP_LABEL: group.name},
         )
+
+    def _hyperpod_dependencies(self) -> eks.KubernetesObjectValue:
+        """Install HyperPod's dependency chart at its pinned commit (a Job on the system nodes), and return the wait
+        for that Job's success: a HyperPod cluster created before it would not work, or fail."""
+        objects = git_helm_job_manifests(HYPERPOD_DEPENDENCIES, Stack.of(self).region)
+        install = self.cluster.add_manifest(_pascal(HYPERPOD_DEPENDENCIES.name), *objects)
+        self.addons[HYPERPOD_DEPENDENCIES.name] = install
+        [job] = [o for o in objects if o["kind"] == "Job"]
+        ready = eks.KubernetesObjectValue(
+            self,
+            "HyperpodDependenciesReady",
+            cluster=self.cluster,
+            object_type="job",
+            object_name=job["metadata"]["name"],
+            object_namespace=job["metadata"]["namespace"],
+            json_path=".status.succeeded",
+            timeout=Duration.minutes(HYPERPOD_DEPENDENCIES_WAIT_MINUTES),
+        )
+        ready.node.add_dependency(install)
+        if self.system_node_group is not None:
+            # The Job runs on the system nodes: waiting starts once they exist.
+            ready.node.add_dependency(self.system_node_group)
+        return ready
 
     def _lustre_volume(self, lustre: LustreVolume) -> eks.KubernetesManifest:
         names = LustreVolumeNames(

@@ -70,6 +70,28 @@ class HelmAddon:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GitHelmAddon:
+    """A Helm chart published only in a Git repository, installed at a release tag whose commit is checked: a Job in
+    the cluster clones the tag, refuses any other commit, fetches the chart's dependencies and installs it.
+
+    settings: `--set` values, on top of the chart's defaults; the region (a token) is added at install.
+    """
+
+    name: str
+    repository: str
+    tag: str
+    commit: str
+    path: str
+    release: str
+    namespace: str
+    settings: Mapping[str, str]
+    region_setting: str
+    git_image: str
+    helm_image: str
+    kubectl_image: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class KustomizeAddon:
     """An add-on published only as a kustomize bundle at a git tag; a Job in the cluster applies it."""
 
@@ -179,6 +201,28 @@ TRAINING_OPERATOR = KustomizeAddon(
     kubectl_image="registry.k8s.io/kubectl:v1.36.3",
     namespace="kube-system",
 )
+# HyperPod's dependencies (platforms.json, hyperpod.dependencies_chart): required before a HyperPod cluster on EKS
+# is created. Its device plugins and Kubeflow training operator are off: kiln runs its own (above), which select
+# HyperPod's nodes too. The helm image is pinned by tag for the reason given at TRAINING_OPERATOR.
+_HYPERPOD_CHART = service_fact("hyperpod", "dependencies_chart").value
+HYPERPOD_DEPENDENCIES = GitHelmAddon(
+    name="hyperpod-dependencies",
+    repository=_HYPERPOD_CHART["repository"],
+    tag=_HYPERPOD_CHART["tag"],
+    commit=_HYPERPOD_CHART["commit"],
+    path=_HYPERPOD_CHART["path"],
+    release=_HYPERPOD_CHART["release"],
+    namespace=_HYPERPOD_CHART["namespace"],
+    settings=_HYPERPOD_CHART["kiln_runs"],
+    region_setting=_HYPERPOD_CHART["region_value"],
+    git_image=TRAINING_OPERATOR.git_image,
+    helm_image="docker.io/alpine/helm:3.18.4",
+    kubectl_image=TRAINING_OPERATOR.kubectl_image,
+)
+HELM_HOMES = ("CACHE", "CONFIG", "DATA")
+# How long a HyperPod cluster's creation waits for its dependencies' install: within the 15 minutes CDK's kubectl
+# handler (a Lambda function) may run.
+HYPERPOD_DEPENDENCIES_WAIT_MINUTES = 14
 # Every chart comes over HTTPS: CDK's kubectl handler needs no registry credentials (no oci://). AWS publishes
 # the Neuron components only as an OCI chart, so kiln writes their manifests itself (kiln.constructs.neuron_addons).
 HELM_ADDONS: dict[str, HelmAddon] = {
@@ -237,35 +281,46 @@ def _install_token_volume(name: str) -> dict[str, Any]:
     }
 
 
-def _job_name(addon: KustomizeAddon, objects: list[dict[str, Any]]) -> str:
+def _job_name(name: str, ref: str, objects: list[dict[str, Any]]) -> str:
     # A Job's pod template is immutable, and CDK re-applies all three objects whenever any of them changes:
     # a name that follows their content means every apply that restores the binding starts a Job that revokes it.
     digest = hashlib.sha256(json.dumps(objects, sort_keys=True).encode()).hexdigest()[:10]
-    return f"kiln-install-{addon.name}-{addon.ref.replace('.', '-')}"[:52] + f"-{digest}"
+    return f"kiln-install-{name}-{ref.replace('.', '-')}"[:52] + f"-{digest}"
 
 
-def kustomize_job_manifests(addon: KustomizeAddon) -> list[dict[str, Any]]:
-    """Return a service account, its cluster-admin binding, and the Job that applies ADDON's bundle server-side
-    and then deletes that binding.
+# Where an install Job's checkout lives: one emptyDir its steps share.
+SOURCE_DIR = "/src"
 
-    The bundle creates CRDs, cluster roles and webhooks: only cluster-admin may grant what it grants. The grant
-    lasts as long as the install: the Job's last step (its one container, which starts only after the fetch and
-    apply init containers succeed) deletes the binding. Only the kubectl steps mount the account's token, a
-    10-minute one; the git step gets none. A finished Job and its pods are deleted after INSTALL_JOB_TTL_SECONDS,
-    which invalidates their pod-bound tokens. An install that fails for good (backoffLimit) leaves the binding
-    until a deploy that changes the install starts a new Job or the stack is deleted, but no token of the account
-    survives its pods: using the binding then takes creating pods or tokens in its namespace (kube-system for
-    kiln's add-ons, where that already amounts to cluster-admin).
+
+def install_job_manifests(
+    *, name: str, ref: str, namespace: str, steps: list[dict[str, Any]], kubectl_image: str
+) -> list[dict[str, Any]]:
+    """Return a service account, its cluster-admin binding, and the Job that runs STEPS (init containers, in order,
+    each with the checkout volume) and then deletes that binding.
+
+    What an install creates (CRDs, cluster roles, webhooks) only cluster-admin may grant. The grant lasts as long as
+    the install: the Job's last step (its one container, which starts only after every step succeeds) deletes the
+    binding. Only steps marked "api" mount the account's token, a 10-minute one; the others (the fetch from the
+    internet) get none. A finished Job and its pods are deleted after INSTALL_JOB_TTL_SECONDS, which invalidates
+    their pod-bound tokens. An install that fails for good (backoffLimit) leaves the binding until a deploy that
+    changes the install starts a new Job or the stack is deleted, but no token of the account survives its pods:
+    using the binding then takes creating pods or tokens in its namespace (kube-system for kiln's add-ons, where
+    that already amounts to cluster-admin).
     """
-    account = f"kiln-install-{addon.name}"
+    account = f"kiln-install-{name}"
     labels = kiln_labels(account)
-    source = "/src"
     api_access = "install-api-access"
     api_mount = {"name": api_access, "mountPath": SERVICE_ACCOUNT_DIR, "readOnly": True}
+    source_mount = {"name": "source", "mountPath": SOURCE_DIR}
+    init = []
+    for step in steps:
+        container = {k: v for k, v in step.items() if k != "api"}
+        container["volumeMounts"] = [source_mount, *([api_mount] if step.get("api") else [])]
+        init.append(container)
     service_account = {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
-        "metadata": {"name": account, "namespace": addon.namespace, "labels": labels},
+        "metadata": {"name": account, "namespace": namespace, "labels": labels},
         "automountServiceAccountToken": False,
     }
     binding = {
@@ -273,12 +328,12 @@ def kustomize_job_manifests(addon: KustomizeAddon) -> list[dict[str, Any]]:
         "kind": "ClusterRoleBinding",
         "metadata": {"name": account, "labels": labels},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
-        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": addon.namespace}],
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}],
     }
     job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"namespace": addon.namespace, "labels": labels},
+        "metadata": {"namespace": namespace, "labels": labels},
         "spec": {
             "backoffLimit": 10,
             "ttlSecondsAfterFinished": INSTALL_JOB_TTL_SECONDS,
@@ -290,25 +345,11 @@ def kustomize_job_manifests(addon: KustomizeAddon) -> list[dict[str, Any]]:
                     "restartPolicy": "OnFailure",
                     "tolerations": TOLERATE_EVERYTHING,
                     "volumes": [{"name": "source", "emptyDir": {}}, _install_token_volume(api_access)],
-                    "initContainers": [
-                        {
-                            "name": "fetch",
-                            "image": addon.git_image,
-                            "args": ["clone", "--depth", "1", "--branch", addon.ref, addon.repository, source],
-                            "volumeMounts": [{"name": "source", "mountPath": source}],
-                        },
-                        {
-                            "name": "apply",
-                            "image": addon.kubectl_image,
-                            # Server-side: the CRDs are too large for client-side apply's annotation.
-                            "args": ["apply", "--server-side", "--force-conflicts", "-k", f"{source}/{addon.path}"],
-                            "volumeMounts": [{"name": "source", "mountPath": source, "readOnly": True}, api_mount],
-                        },
-                    ],
+                    "initContainers": init,
                     "containers": [
                         {
                             "name": "revoke",
-                            "image": addon.kubectl_image,
+                            "image": kubectl_image,
                             # The account's last act: with the binding gone its token grants nothing.
                             "args": ["delete", "clusterrolebinding", account, "--ignore-not-found"],
                             "volumeMounts": [api_mount],
@@ -318,8 +359,87 @@ def kustomize_job_manifests(addon: KustomizeAddon) -> list[dict[str, Any]]:
             },
         },
     }
-    job["metadata"]["name"] = _job_name(addon, [service_account, binding, job])
+    job["metadata"]["name"] = _job_name(name, ref, [service_account, binding, job])
     return [service_account, binding, job]
+
+
+def kustomize_job_manifests(addon: KustomizeAddon) -> list[dict[str, Any]]:
+    """Return the install Job (install_job_manifests) that fetches ADDON's tag and applies its bundle server-side."""
+    steps = [
+        {
+            "name": "fetch",
+            "image": addon.git_image,
+            "args": ["clone", "--depth", "1", "--branch", addon.ref, addon.repository, SOURCE_DIR],
+        },
+        {
+            "name": "apply",
+            "image": addon.kubectl_image,
+            # Server-side: the CRDs are too large for client-side apply's annotation.
+            "args": ["apply", "--server-side", "--force-conflicts", "-k", f"{SOURCE_DIR}/{addon.path}"],
+            "api": True,
+        },
+    ]
+    return install_job_manifests(
+        name=addon.name, ref=addon.ref, namespace=addon.namespace, steps=steps, kubectl_image=addon.kubectl_image
+    )
+
+
+# The fetch step of a Git Helm add-on: clone the tag, then refuse any commit but the pinned one (a moved tag).
+_FETCH_PINNED = (
+    'git clone --depth 1 --branch "$TAG" "$REPOSITORY" "$CHECKOUT" && '
+    'test "$(git -C "$CHECKOUT" rev-parse HEAD)" = "$COMMIT" || '
+    '{ echo "$REPOSITORY $TAG is not commit $COMMIT" >&2; exit 1; }'
+)
+
+
+def git_helm_job_manifests(addon: GitHelmAddon, region: str) -> list[dict[str, Any]]:
+    """Return the install Job (install_job_manifests) that installs ADDON's chart at its pinned commit in REGION."""
+    checkout = f"{SOURCE_DIR}/checkout"
+    chart = f"{checkout}/{addon.path}"
+    # Helm's caches and repository list live beside the checkout, shared by its two steps.
+    helm_env = [{"name": f"HELM_{kind}_HOME", "value": f"{SOURCE_DIR}/helm/{kind.lower()}"} for kind in HELM_HOMES]
+    settings = [*(f"{key}={value}" for key, value in addon.settings.items()), f"{addon.region_setting}={region}"]
+    steps = [
+        {
+            "name": "fetch",
+            "image": addon.git_image,
+            "command": ["sh", "-c", _FETCH_PINNED],
+            "env": [
+                {"name": "REPOSITORY", "value": addon.repository},
+                {"name": "TAG", "value": addon.tag},
+                {"name": "COMMIT", "value": addon.commit},
+                {"name": "CHECKOUT", "value": checkout},
+            ],
+        },
+        {
+            # The chart's subcharts, from the repositories its Chart.yaml names at their pinned versions.
+            "name": "dependencies",
+            "image": addon.helm_image,
+            "args": ["dependency", "update", chart],
+            "env": helm_env,
+        },
+        {
+            "name": "install",
+            "image": addon.helm_image,
+            "args": [
+                "upgrade",
+                "--install",
+                addon.release,
+                chart,
+                "--namespace",
+                addon.namespace,
+                "--wait",
+                "--timeout",
+                "10m",
+                *(arg for setting in settings for arg in ("--set", setting)),
+            ],
+            "env": helm_env,
+            "api": True,
+        },
+    ]
+    return install_job_manifests(
+        name=addon.name, ref=addon.tag, namespace=addon.namespace, steps=steps, kubectl_image=addon.kubectl_image
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

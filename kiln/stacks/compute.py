@@ -113,8 +113,11 @@ class ComputeStack(cdk.Stack):
             )
             self.hyperpod = HyperPodCluster(self, "HyperPod", props)
             if self.eks is not None:
-                # HyperPod's nodes join as EKS workers: the CNI's identity must exist before the first one.
+                # HyperPod's nodes join as EKS workers: the CNI's identity must exist before the first one, and
+                # HyperPod's dependencies must be installed before the cluster is created.
                 self.hyperpod.cluster.node.add_dependency(self.eks.cni_identity, self.eks.pod_identity_agent)
+                if self.eks.hyperpod_dependencies_ready is not None:
+                    self.hyperpod.cluster.node.add_dependency(self.eks.hyperpod_dependencies_ready)
         self._grant_agent(context)
         self._observability(storage)
         self._outputs()

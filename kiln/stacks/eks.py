@@ -49,8 +49,10 @@ def eks_props(
         efa_security_group=network.efa.security_group,
         accelerated_groups=[AcceleratedNodeGroup(**context.node_group_fields(g)) for g in groups] if own_nodes else [],
         external_accelerators=sorted(kind for kind in joining if kind is not None),
-        # HyperPod brings the nodes; EKS alone needs a small CPU group for cluster services.
-        system_nodes=SystemNodeGroup() if own_nodes else None,
+        # A small CPU group for cluster services; with HyperPod also where HyperPod's dependencies install, before
+        # its first node exists.
+        system_nodes=SystemNodeGroup(),
+        hyperpod_dependencies=not own_nodes,
         cluster_name=spec.name,
         kubernetes_version=spec.kubernetes_version,
         lustre=lustre_volume(context),

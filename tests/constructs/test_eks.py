@@ -16,6 +16,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
+from kiln.catalog.platforms import service_fact
 from kiln.constructs import (
     CapacityOption,
     LustreFileSystem,
@@ -34,6 +35,7 @@ from kiln.constructs.eks import (
 )
 from kiln.constructs.eks_addons import (
     HELM_ADDONS,
+    HYPERPOD_DEPENDENCIES,
     INSTALL_TOKEN_SECONDS,
     KUBERNETES_RELEASES,
     SERVICE_ACCOUNT_DIR,
@@ -43,7 +45,17 @@ from kiln.constructs.eks_addons import (
 from kiln.constructs.neuron_addons import NEURON_DEVICE_PLUGIN, NEURON_SCHEDULER
 from kiln.stacks import new_app
 from kiln.synth import lint_template, nag_report
-from tests.constructs.conftest import ENV, efa_network, get_att, logical_id, plain_bootstrap, ref, synth_as_kiln
+from tests.constructs.conftest import (
+    ENV,
+    efa_network,
+    get_att,
+    imported_vpc,
+    logical_id,
+    plain_bootstrap,
+    ref,
+    stack,
+    synth_as_kiln,
+)
 
 REGION = "us-east-1"
 AZ = "us-east-1a"
@@ -115,7 +127,9 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
         EksTrainingClusterProps(
             vpc=hp_net.vpc,
             node_subnet=hp_net.compute_subnet,
-            system_nodes=None,
+            # HyperPod's dependencies install on the system nodes before any HyperPod node exists.
+            hyperpod_dependencies=True,
+            kubernetes_version="1.35",
             # HyperPod's p5 workers join with NVIDIA GPUs.
             external_accelerators=["gpu"],
             cluster_name="llm-hyperpod",
@@ -199,7 +213,9 @@ def test_cluster_runs_the_pinned_version_with_a_private_endpoint_and_all_control
         "scheduler",
     }
     # HyperPod's EKS orchestrator needs access entries (API authentication); Auto Mode stays off.
+    # HyperPod requires API or API_AND_CONFIG_MAP authentication (platforms.json).
     assert props["AccessConfig"]["AuthenticationMode"] == "API"
+    assert "API" in service_fact("hyperpod", "eks_authentication_modes").value
     assert props["ComputeConfig"] == {"Enabled": False}
     net = eks["net"]
     assert props["ResourcesVpcConfig"]["SubnetIds"] == [ref(s.node.default_child) for s in net.vpc.private_subnets]
@@ -526,10 +542,13 @@ def test_pvc_is_bound_to_the_kiln_fsx_file_system(eks) -> None:
     assert claim["spec"]["resources"]["requests"]["storage"] == volume["spec"]["capacity"]["storage"] == "1200Gi"
 
 
-def test_hyperpod_orchestrator_needs_no_node_groups_and_exposes_what_hyperpod_wires(eks) -> None:
+def test_hyperpod_orchestrator_runs_only_system_nodes_and_exposes_what_hyperpod_wires(eks) -> None:
     template, orchestrator = eks["hp_template"], eks["orchestrator"]
-    template.resource_count_is("AWS::EKS::Nodegroup", 0)
-    template.resource_count_is("AWS::EC2::LaunchTemplate", 0)
+    # No accelerated group: HyperPod brings those. The system group hosts cluster services and the install Jobs.
+    [nodegroup] = template.find_resources("AWS::EKS::Nodegroup").values()
+    assert nodegroup["Properties"]["Labels"] == {"kiln.io/node-group": "system"}
+    template.resource_count_is("AWS::EC2::LaunchTemplate", 1)
+
     cluster = orchestrator.cluster.node.default_child
     stack = cdk.Stack.of(orchestrator)
     assert stack.resolve(orchestrator.cluster_arn) == get_att(cluster, "Arn")
@@ -539,11 +558,13 @@ def test_hyperpod_orchestrator_needs_no_node_groups_and_exposes_what_hyperpod_wi
     assert stack.resolve(orchestrator.security_group.security_group_id) in groups
     props = _props(template, cluster)
     assert props["Name"] == "llm-hyperpod"
+    # HyperPod requires API or API_AND_CONFIG_MAP authentication (platforms.json).
     assert props["AccessConfig"]["AuthenticationMode"] == "API"
+    assert "API" in service_fact("hyperpod", "eks_authentication_modes").value
     vpc_config = props["ResourcesVpcConfig"]
     assert vpc_config["EndpointPublicAccess"] is True and vpc_config["EndpointPrivateAccess"] is True
     assert vpc_config["PublicAccessCidrs"] == ["203.0.113.0/24"]
-    assert set(orchestrator.addons) == {*HELM_ADDONS, TRAINING_OPERATOR.name}
+    assert set(orchestrator.addons) == {*HELM_ADDONS, TRAINING_OPERATOR.name, HYPERPOD_DEPENDENCIES.name}
     assert orchestrator.lustre_volume is None
 
 
@@ -655,3 +676,99 @@ def test_the_gpu_and_efa_plugins_select_kilns_nodes_and_hyperpods_ml_named_ones(
     assert {"p5.48xlarge", "ml.p5.48xlarge", "trn1.32xlarge", "ml.trn1.32xlarge"} <= set(labels["values"])
     assert all(instance_type(name).efa_supported for name in labels["values"])
     assert "ml.m5.xlarge" not in labels["values"] and "ml.g5.xlarge" not in labels["values"]
+
+
+def test_hyperpods_dependencies_install_from_the_pinned_commit_with_kilns_own_plugins_left_on(eks) -> None:
+    objects = _manifest(eks["hp_template"], eks["orchestrator"].addons[HYPERPOD_DEPENDENCIES.name])
+    assert [o["kind"] for o in objects] == ["ServiceAccount", "ClusterRoleBinding", "Job"]
+    account, binding, job = objects
+    pod = job["spec"]["template"]["spec"]
+    fetch, dependencies, install = pod["initContainers"]
+    env = {e["name"]: e["value"] for e in fetch["env"]}
+    chart = service_fact("hyperpod", "dependencies_chart").value
+    assert env["REPOSITORY"] == "https://github.com/aws/sagemaker-hyperpod-cli.git"
+    assert (
+        (env["TAG"], env["COMMIT"])
+        == ("v3.9.0", "b01cf90676553a711ab1a8ac51422adbb09aef6b")
+        == (
+            chart["tag"],
+            chart["commit"],
+        )
+    )
+    # The checkout is refused unless the tag resolves to the pinned commit.
+    assert 'test "$(git -C "$CHECKOUT" rev-parse HEAD)" = "$COMMIT"' in fetch["command"][-1]
+    path = f"/src/checkout/{chart['path']}"
+    assert dependencies["args"] == ["dependency", "update", path]
+    args = install["args"]
+    assert args[:6] == ["upgrade", "--install", "hyperpod-dependencies", path, "--namespace", "kube-system"]
+    settings = {args[i + 1] for i, arg in enumerate(args) if arg == "--set"}
+    assert settings == {
+        "nvidia-device-plugin.devicePlugin.enabled=false",
+        "aws-efa-k8s-device-plugin.devicePlugin.enabled=false",
+        "neuron-device-plugin.devicePlugin.enabled=false",
+        "trainingOperators.enabled=false",
+        f"health-monitoring-agent.region={REGION}",
+    }
+    # Only the install and the revoke reach the API, with the short-lived token; the fetch from GitHub does not.
+    mounts = {c["name"]: {m["name"] for m in c["volumeMounts"]} for c in [fetch, dependencies, install]}
+    assert mounts == {
+        "fetch": {"source"},
+        "dependencies": {"source"},
+        "install": {"source", "install-api-access"},
+    }
+    assert binding["roleRef"]["name"] == "cluster-admin"
+    assert pod["containers"][0]["args"][:3] == ["delete", "clusterrolebinding", account["metadata"]["name"]]
+    for image in (fetch["image"], install["image"], pod["containers"][0]["image"]):
+        assert re.search(r":v?\d+\.\d+\.\d+$", image), image
+    assert re.fullmatch(r"kiln-install-hyperpod-dependencies-v3-9-0-[0-9a-f]{10}", job["metadata"]["name"])
+
+
+def test_a_hyperpod_cluster_can_wait_for_its_dependencies_job_after_the_system_nodes(eks) -> None:
+    template, orchestrator = eks["hp_template"], eks["orchestrator"]
+    ready = orchestrator.hyperpod_dependencies_ready
+    [job] = [o for o in _manifest(template, orchestrator.addons[HYPERPOD_DEPENDENCIES.name]) if o["kind"] == "Job"]
+    element = ready.node.default_child
+    while not isinstance(element, cdk.CfnElement):
+        element = element.node.default_child
+    resource = template.to_json()["Resources"][logical_id(element)]
+    props = resource["Properties"]
+    assert (props["ObjectType"], props["ObjectName"], props["ObjectNamespace"], props["JsonPath"]) == (
+        "job",
+        job["metadata"]["name"],
+        "kube-system",
+        ".status.succeeded",
+    )
+    assert props["TimeoutSeconds"] == 14 * 60
+    depends = set(resource["DependsOn"])
+    assert logical_id(orchestrator.addons[HYPERPOD_DEPENDENCIES.name].node.default_child) in depends
+    assert logical_id(orchestrator.system_node_group.node.default_child) in depends
+    assert eks["cluster"].hyperpod_dependencies_ready is None
+
+
+def test_hyperpod_dependencies_need_system_nodes_to_install_on() -> None:
+    st = stack("NoSystemNodes")
+    vpc = imported_vpc(st)
+    with pytest.raises(ValueError, match="system_nodes: got None; allowed: a system node group with hyperpod_dep"):
+        EksTrainingClusterProps(
+            vpc=vpc, node_subnet=vpc.private_subnets[0], system_nodes=None, hyperpod_dependencies=True
+        )
+
+
+def validate_manifests(clusters: list[tuple[Template, EksTrainingCluster]]) -> set[str]:
+    """Check each object of every manifest resource of CLUSTERS against Kubernetes's own OpenAPI schema for its
+    cluster's version (kubernetes-validate, strict: no unknown field); return the kinds checked."""
+    import kubernetes_validate
+
+    kinds = set()
+    for template, cluster in clusters:
+        version = cluster.props.kubernetes_version
+        for resource in template.find_resources("Custom::AWSCDK-EKS-KubernetesResource").values():
+            for manifest in json.loads(_text(resource["Properties"]["Manifest"])):
+                kubernetes_validate.validate(manifest, version, strict=True)
+                kinds.add(manifest["kind"])
+    return kinds
+
+
+def test_every_manifest_kiln_writes_passes_kubernetes_own_schema(eks) -> None:
+    kinds = validate_manifests(_both(eks))
+    assert {"Job", "ServiceAccount", "ClusterRoleBinding", "StorageClass", "PersistentVolume"} <= kinds, kinds

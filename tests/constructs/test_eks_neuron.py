@@ -29,7 +29,7 @@ from kiln.constructs.neuron_addons import (
 from kiln.stacks import new_app
 from kiln.synth import lint_template, nag_report
 from tests.constructs.conftest import ENV, efa_network, logical_id, plain_bootstrap, synth_as_kiln
-from tests.constructs.test_eks import _manifest, _props
+from tests.constructs.test_eks import _manifest, _props, validate_manifests
 
 REGION = "us-east-1"
 AZ = "us-east-1a"
@@ -336,3 +336,8 @@ def test_the_accelerator_literal_names_exactly_the_catalog_kinds() -> None:
     from kiln.constructs.eks_addons import AcceleratorKind
 
     assert get_args(AcceleratorKind) == ACCELERATOR_KINDS
+
+
+def test_the_neuron_manifests_pass_kubernetes_own_schema(neuron) -> None:
+    kinds = validate_manifests(_both(neuron))
+    assert {"DaemonSet", "Deployment", "ConfigMap", "ClusterRole"} <= kinds, kinds

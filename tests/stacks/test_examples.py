@@ -155,3 +155,16 @@ def test_each_eks_example_runs_the_kubernetes_its_platform_supports(
     template = example_assemblies[stem].templates()[f"{cluster}-compute"]
     [resource] = [r for r in template["Resources"].values() if r["Type"] == "AWS::EKS::Cluster"]
     assert resource["Properties"]["Version"] == version
+
+
+def test_the_hyperpod_eks_cluster_is_created_after_its_dependencies_are_installed(example_assemblies) -> None:
+    """AWS requires HyperPod's dependency chart before the cluster (platforms.json): the SageMaker cluster depends on
+    the wait for the install Job, which depends on the system nodes it runs on."""
+    template = example_assemblies["p5-hyperpod-eks"].templates()["llm-hp-eks-compute"]
+    resources = template["Resources"]
+    [(name, cluster)] = [(k, r) for k, r in resources.items() if r["Type"] == "AWS::SageMaker::Cluster"]
+    waits = [k for k, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesObjectValue"]
+    [wait] = [k for k in waits if "HyperpodDependenciesReady" in k]
+    assert wait in cluster["DependsOn"]
+    [nodegroup] = [k for k, r in resources.items() if r["Type"] == "AWS::EKS::Nodegroup"]
+    assert nodegroup in resources[wait]["DependsOn"]
