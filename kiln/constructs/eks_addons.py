@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from aws_cdk import aws_eks_v2 as eks
@@ -207,17 +207,10 @@ TRAINING_OPERATOR = KustomizeAddon(
 _HYPERPOD_CHART = service_fact("hyperpod", "dependencies_chart").value
 HYPERPOD_DEPENDENCIES = GitHelmAddon(
     name="hyperpod-dependencies",
-    repository=_HYPERPOD_CHART["repository"],
-    tag=_HYPERPOD_CHART["tag"],
-    commit=_HYPERPOD_CHART["commit"],
-    path=_HYPERPOD_CHART["path"],
-    release=_HYPERPOD_CHART["release"],
-    namespace=_HYPERPOD_CHART["namespace"],
-    settings=_HYPERPOD_CHART["kiln_runs"],
-    region_setting=_HYPERPOD_CHART["region_value"],
     git_image=TRAINING_OPERATOR.git_image,
     helm_image="docker.io/alpine/helm:3.18.4",
     kubectl_image=TRAINING_OPERATOR.kubectl_image,
+    **{f.name: _HYPERPOD_CHART[f.name] for f in fields(GitHelmAddon) if f.name in _HYPERPOD_CHART},
 )
 HELM_HOMES = ("CACHE", "CONFIG", "DATA")
 # How long a HyperPod cluster's creation waits for its dependencies' install: within the 15 minutes CDK's kubectl

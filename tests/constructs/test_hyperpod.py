@@ -150,13 +150,18 @@ def _eks_hyperpod(st: Stack, eks_cluster: eks.ICluster) -> HyperPodCluster:
     )
 
 
-def test_eks_orchestrator_points_at_the_eks_cluster_and_nodes_join_its_security_group() -> None:
-    st = stack("HyperPodEks")
+def _on_imported_eks(name: str) -> tuple[Stack, eks.ICluster, HyperPodCluster, Template]:
+    """Return a stack NAME with a HyperPod cluster orchestrated by an imported EKS cluster, and its template."""
+    st = stack(name)
     imported = eks.Cluster.from_cluster_attributes(
         st, "Eks", cluster_name="llm-hp-eks", cluster_security_group_id=EKS_CLUSTER_SECURITY_GROUP
     )
     hyperpod = _eks_hyperpod(st, imported)
-    template = Template.from_stack(st)
+    return st, imported, hyperpod, Template.from_stack(st)
+
+
+def test_eks_orchestrator_points_at_the_eks_cluster_and_nodes_join_its_security_group() -> None:
+    st, imported, hyperpod, template = _on_imported_eks("HyperPodEks")
     template.has_resource_properties(
         "AWS::SageMaker::Cluster",
         {
@@ -259,12 +264,7 @@ def test_sagemaker_may_assume_the_execution_role_for_this_accounts_clusters_only
 
 
 def test_eks_nodes_may_pull_images_from_ecr_in_the_region_and_are_labelled_like_kilns_groups() -> None:
-    st = stack("HyperPodEksEcr")
-    imported = eks.Cluster.from_cluster_attributes(
-        st, "Eks", cluster_name="llm-hp-eks", cluster_security_group_id=EKS_CLUSTER_SECURITY_GROUP
-    )
-    hyperpod = _eks_hyperpod(st, imported)
-    template = Template.from_stack(st)
+    _, _, hyperpod, template = _on_imported_eks("HyperPodEksEcr")
     statements = _role_statements(template, hyperpod.role)
     by_action = {a: s for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     assert by_action["ecr:GetAuthorizationToken"]["Resource"] == "*"
