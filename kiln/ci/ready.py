@@ -37,7 +37,7 @@ DOWN_STATES = {"down", "drained", "draining", "drain", "fail", "failing", "inval
 # `#` powering up; `%` powering down; `!` power-down pending; the rest are reservations and reboots.
 STATE_FLAGS = "*~#%!$@^-+"
 NOT_UP_FLAGS = set("*~#%!")
-# The label kiln puts on every EKS node group (kiln.constructs.eks.NODE_GROUP_LABEL).
+# The label kiln puts on every EKS node group (kiln.constructs.eks_addons.NODE_GROUP_LABEL).
 NODE_GROUP_LABEL = "kiln.io/node-group"
 
 

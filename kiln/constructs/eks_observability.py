@@ -17,8 +17,8 @@ from constructs import Construct
 
 from kiln.catalog.exporters import EXPORTERS, SCRAPE_INTERVAL_S
 from kiln.constructs._checks import require
-from kiln.constructs.eks import NODE_GROUP_LABEL, SYSTEM_NODE_GROUP
-from kiln.constructs.eks_addons import GPU_PRESENT_LABEL, TOLERATE_EVERYTHING, HelmAddon, kiln_labels
+from kiln.constructs.eks import SYSTEM_NODE_GROUP
+from kiln.constructs.eks_addons import GPU_PRESENT_LABEL, NODE_GROUP_LABEL, TOLERATE_EVERYTHING, HelmAddon, kiln_labels
 from kiln.constructs.prometheus import IPrometheusWorkspace
 
 MONITORING_NAMESPACE = "kiln-monitoring"

@@ -186,7 +186,7 @@ def test_the_kiln_names_match_the_stacks_that_create_them() -> None:
     from kiln.ci import ready
 
     assert constant(ROOT / "kiln/stacks/hyperpod.py", "CONTROLLER_GROUP") == remote.HYPERPOD_CONTROLLER_GROUP
-    assert constant(ROOT / "kiln/constructs/eks.py", "NODE_GROUP_LABEL") == ready.NODE_GROUP_LABEL
+    assert constant(ROOT / "kiln/constructs/eks_addons.py", "NODE_GROUP_LABEL") == ready.NODE_GROUP_LABEL
     assert "/usr/local/bin/kiln-launch" in (ROOT / "kiln/bootstrap/scripts/steps/install_launcher.sh").read_text()
 
 
