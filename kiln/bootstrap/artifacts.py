@@ -37,15 +37,28 @@ class Artifact:
     # fingerprint kiln pins; '' for files checked by sha256.
     signature_key_url: str = ""
     signature_fingerprint: str = ""
+    # A git repository checked out at this commit, which the node verifies ('' for a file download), and the
+    # submodules its build needs (at the commits that tree pins).
+    commit: str = ""
+    submodules: tuple[str, ...] = ()
 
     @property
     def variable_prefix(self) -> str:
         return _variable_prefix("ARTIFACT", self.name)
 
     @property
+    def anchor(self) -> str:
+        """Return what a node checks the download against: commit, signature, sha256, or '' (nothing)."""
+        if self.commit:
+            return "commit"
+        if self.signature_fingerprint:
+            return "signature"
+        return "sha256" if self.sha256 else ""
+
+    @property
     def verifiable(self) -> bool:
-        """Return whether a node can check the file: by a digest, or by its publisher's signature."""
-        return bool(self.sha256 or self.signature_fingerprint)
+        """Return whether a node can check the download: by a pinned commit, a digest, or a publisher's signature."""
+        return bool(self.anchor)
 
     def bundle_env(self) -> dict[str, str]:
         """Return the bundle.env values the node's fetch_artifact reads."""
@@ -56,6 +69,8 @@ class Artifact:
             f"{prefix}_SHA256": self.sha256,
             f"{prefix}_SIGNATURE_KEY_URL": self.signature_key_url,
             f"{prefix}_SIGNATURE_FINGERPRINT": self.signature_fingerprint,
+            f"{prefix}_COMMIT": self.commit,
+            f"{prefix}_SUBMODULES": " ".join(self.submodules),
         }
 
 
@@ -137,10 +152,7 @@ def _wanted(config: BootstrapConfig) -> dict[str, bool]:
         "fsx-lustre": config.lustre and apt,
         "nvidia-container-toolkit": config.containers and gpus and bool(pins.nvidia_container_toolkit),
         "efa-installer": any(f.efa_supported for f in facts) and bool(pins.efa_installer),
-        "enroot-deb": slurm_containers and apt and bool(pins.enroot),
-        "enroot-caps-deb": slurm_containers and apt and bool(pins.enroot),
-        "enroot-rpm": slurm_containers and not apt and bool(pins.enroot),
-        "enroot-caps-rpm": slurm_containers and not apt and bool(pins.enroot),
+        "enroot": slurm_containers and bool(pins.enroot),
         "pyxis": slurm_containers and bool(pins.pyxis),
         "pcs-agent": config.target == "pcs" and bool(pins.pcs_agent),
         "pcs-slurm": config.target == "pcs" and bool(pins.pcs_slurm),
@@ -171,6 +183,22 @@ def resolve_artifact(config: BootstrapConfig, name: str) -> Artifact:
     if not version:
         raise ValueError(f"artifact {name}: software.{entry['version_from']} is not pinned")
     url = _fill(entry["url"], config, version)
+    if "commit" in entry:
+        # Built from source: the commit id names the whole tree, submodule pins included.
+        if version not in entry["commit"]:
+            pinned = ", ".join(entry["commit"])
+            raise ValueError(
+                f"software.{entry['version_from']}: got {version}, which kiln has no commit pin for; allowed: {pinned}"
+            )
+        return Artifact(
+            name=name,
+            version=version,
+            url=url,
+            sha256="",
+            published=True,
+            commit=entry["commit"][version],
+            submodules=tuple(entry["submodules"]),
+        )
     published = entry["sha256"].get(version, "")
     if isinstance(published, dict):
         # A build per architecture, each with its own digest.

@@ -54,6 +54,7 @@ SHIMMED = (
     "scontrol",
     "chown",
     "gpg",
+    "git",
 )
 # Calls that change a system: a second run of an idempotent step makes none of them.
 MUTATING = (
@@ -74,9 +75,10 @@ MUTATING = (
     "nvidia-installer",
     "efa-installer",
     "lnetctl",
+    "git",
 )
 # Every command a node could reach the network with; a baked image's boot must call none of them.
-NETWORK_COMMANDS = ("curl", "wget", "apt-get", "dnf", "pip", "pip3", "gpg")
+NETWORK_COMMANDS = ("curl", "wget", "apt-get", "dnf", "pip", "pip3", "gpg", "git")
 _NETWORK_STUB = """#!/usr/bin/env bash
 # Stand-in for a command that reaches the network: records the call beside itself, then fails as offline.
 printf '%s %s\\n' "${0##*/}" "$*" >>"${0%/*}/network-calls.log"
@@ -165,11 +167,6 @@ def payloads() -> dict[str, tuple[str, bytes]]:
             "aws-efa-installer-1.43.2.tar.gz",
             _tar_gz({"aws-efa-installer/efa_installer.sh": (efa_script, 0o755)}),
         ),
-        "enroot-deb": ("enroot_3.5.0-1_amd64.deb", b"enroot"),
-        "enroot-caps-deb": ("enroot+caps_3.5.0-1_amd64.deb", b"caps"),
-        "enroot-rpm": ("enroot-3.5.0-1.el8.x86_64.rpm", b"enroot rpm"),
-        "enroot-caps-rpm": ("enroot+caps-3.5.0-1.el8.x86_64.rpm", b"caps rpm"),
-        "pyxis": ("v0.20.0.tar.gz", _tar_gz({"pyxis-0.20.0/Makefile": ("all:\n", 0o644)})),
         "pcs-agent": ("aws-pcs-agent-v1.3.1-1.tar.gz", PCS_AGENT),
         "pcs-agent-sig": ("aws-pcs-agent-v1.3.1-1.tar.gz.sig", stand_in_signature(PCS_AGENT)),
         "pcs-slurm": ("aws-pcs-slurm-25.11-installer-25.11.2-1.tar.gz", PCS_SLURM),
@@ -189,7 +186,8 @@ def payloads() -> dict[str, tuple[str, bytes]]:
 def lock_for(config: BootstrapConfig) -> dict[str, str]:
     """Return URL -> sha256 of the stand-in payloads for every file CONFIG's nodes download: what a lock gives."""
     by_file = {file_name: hashlib.sha256(data).hexdigest() for file_name, data in payloads().values()}
-    files = [a for a in bundle_artifacts(config) if not a.signature_fingerprint]
+    # Files checked by a digest: not signed ones, nor sources checked out at a pinned commit.
+    files = [a for a in bundle_artifacts(config) if not a.signature_fingerprint and not a.commit]
     return {artifact.url: by_file[artifact.url.rsplit("/", 1)[1]] for artifact in files}
 
 

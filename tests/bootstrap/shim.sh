@@ -113,15 +113,40 @@ case "$name" in
       echo "${user}:x:${uid}:${gid}::/home/${user}:/bin/bash" >>"${prefix}/etc/passwd"
     fi ;;
   make)
-    prefix="" destdir=""
-    for arg in "$@"; do
-      case "$arg" in
-        prefix=*) prefix="${arg#prefix=}" ;;
-        DESTDIR=*) destdir="${arg#DESTDIR=}" ;;
+    # What each source tree's `make install` puts in place: enroot's script, or pyxis's plugin.
+    prefix="" destdir="" dir="" target=""
+    while (($# > 0)); do
+      case "$1" in
+        -C) dir="$2"; shift ;;
+        prefix=*) prefix="${1#prefix=}" ;;
+        DESTDIR=*) destdir="${1#DESTDIR=}" ;;
+        *=*) ;;
+        *) target="$1" ;;
       esac
+      shift
     done
-    mkdir -p "${destdir}${prefix}/lib/slurm"
-    touch "${destdir}${prefix}/lib/slurm/spank_pyxis.so" ;;
+    [[ "$target" == install ]] || exit 0
+    if [[ "$(basename "$dir")" == enroot-* ]]; then
+      mkdir -p "${destdir}${prefix}/bin"
+      printf '#!/bin/sh\n' >"${destdir}${prefix}/bin/enroot" && chmod +x "${destdir}${prefix}/bin/enroot"
+    else
+      mkdir -p "${destdir}${prefix}/lib/slurm"
+      touch "${destdir}${prefix}/lib/slurm/spank_pyxis.so"
+    fi ;;
+  git)
+    # A repository that holds whatever commit was fetched; $state/git-head makes it hold another one instead.
+    dir="."
+    [[ "${1:-}" == -C ]] && dir="$2" && shift 2
+    case "${1:-}" in
+      init) mkdir -p "$dir/.git" ;;
+      fetch)
+        [[ -f "$state/offline" ]] && exit 128
+        printf '%s\n' "${*: -1}" >"$dir/.git/FETCH_HEAD" ;;
+      checkout) cp "$dir/.git/FETCH_HEAD" "$dir/.git/HEAD" ;;
+      rev-parse)
+        if [[ -f "$state/git-head" ]]; then cat "$state/git-head"; else cat "$dir/.git/HEAD"; fi ;;
+      submodule) ;;
+    esac ;;
   gpg)
     # Keys are stand-ins whose FINGERPRINT= line says which key they are (tests/bootstrap/conftest.py).
     home="" import="" export="" list=0 armor=0 signature="" signed=""

@@ -57,10 +57,24 @@ def test_another_version_does_not_inherit_that_digest_and_needs_the_lock() -> No
 
 def test_a_locked_digest_applies_to_its_exact_url_only() -> None:
     config = _pcs_config()
-    url = resolve_artifact(config, "pyxis").url
-    locked = dataclasses.replace(config, locked={url: "a" * 64, url + "x": "b" * 64})
-    assert resolve_artifact(locked, "pyxis").sha256 == "a" * 64
-    assert not resolve_artifact(locked, "pyxis").published
+    newer = dataclasses.replace(config, software=dataclasses.replace(config.software, efa_installer="1.47.0"))
+    url = resolve_artifact(newer, "efa-installer").url
+    locked = dataclasses.replace(newer, locked={url: "a" * 64, url + "x": "b" * 64})
+    assert resolve_artifact(locked, "efa-installer").sha256 == "a" * 64
+    assert not resolve_artifact(locked, "efa-installer").published
+
+
+@pytest.mark.parametrize("name", ["enroot", "pyxis"])
+def test_enroot_and_pyxis_are_anchored_by_the_commit_of_their_release_tag(name: str) -> None:
+    """Built from NVIDIA's source: the commit id names the tree and its submodule pins, so no lock is needed."""
+    artifact = resolve_artifact(_pcs_config(), name)
+    assert artifact.anchor == "commit" and artifact.verifiable and artifact.published
+    assert re.fullmatch(r"[0-9a-f]{40}", artifact.commit)
+    assert artifact.url == f"https://github.com/NVIDIA/{name}.git"
+    assert artifact not in lockable_artifacts(_pcs_config())
+    pinned = dataclasses.replace(_pcs_config().software, **{name: "9.9.9"})
+    with pytest.raises(ValueError, match=rf"software.{name}: got 9.9.9, which kiln has no commit pin for; allowed: "):
+        resolve_artifact(dataclasses.replace(_pcs_config(), software=pinned), name)
 
 
 def test_a_published_digest_wins_over_a_locked_one() -> None:

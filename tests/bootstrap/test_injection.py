@@ -26,7 +26,8 @@ from tests.conftest import MINIMAL_SPEC
 # Legitimate values with characters special to some shell or reader, each allowed by the spec rules.
 CHECKPOINT_DIR = "/fsx/ck+a@b%c=d:e,f.g_h-i"
 NCCL_ENV = {"NCCL_SOCKET_IFNAME": "^docker,lo", "NCCL_KILN_PROBE": "a=b:c,d/e+f^g.h_i-j", "NCCL_EMPTY": ""}
-VERSIONS = {"enroot": "3.5.0~rc1", "pyxis": "0.20.0+kiln.1", "nvidia_driver": "570.172.08"}
+# (enroot and pyxis take only versions kiln pins a commit for: no free text reaches a node through them.)
+VERSIONS = {"nvidia_container_toolkit": "1.17.8~rc1", "nccl": "2.27.3-1+cuda12.9", "nvidia_driver": "570.172.08"}
 SPEC = {
     **MINIMAL_SPEC,
     "name": "inj",
@@ -45,7 +46,7 @@ COMPUTE = {
     },
     "eks": {"backend": "eks", "image": {"os": "al2023"}},
 }
-REPLACE = {"parallelcluster": ["nvidia_driver", "enroot", "pyxis"], "hyperpod": ["nvidia_driver"]}
+REPLACE = {"parallelcluster": ["nvidia_driver"], "hyperpod": ["nvidia_driver"]}
 TARGETS = (*COMPUTE, "local")
 # Sources FILE with every assignment exported, then prints the environment NUL-separated.
 SOURCE = 'cd "$1" && set -a && . "$2" && set +a && env -0'
@@ -127,8 +128,9 @@ def test_sourcing_every_env_file_runs_nothing_and_gives_back_every_value(
     if target != "local":
         for name, value in NCCL_ENV.items():
             assert seen[name] == value
-        assert seen["KILN_ENROOT_VERSION"] == (VERSIONS["enroot"] if target != "eks" else "")
-        assert seen["KILN_PYXIS_VERSION"] == (VERSIONS["pyxis"] if target != "eks" else "")
+        toolkit = VERSIONS["nvidia_container_toolkit"]
+        assert seen["KILN_NVIDIA_CONTAINER_TOOLKIT_VERSION"] == (toolkit if target != "eks" else "")
+        assert seen["KILN_NCCL_VERSION"] == (VERSIONS["nccl"] if target != "eks" else "")
         assert seen["KILN_NVIDIA_DRIVER_VERSION"] == (VERSIONS["nvidia_driver"] if target != "eks" else "")
 
 

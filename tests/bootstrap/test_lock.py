@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from kiln.bootstrap import lock
 from kiln.bootstrap.artifacts import Artifact, lockable_artifacts
@@ -19,12 +19,9 @@ from kiln.spec import load_spec
 from kiln.stacks.bootstrap_config import config_from_spec, load_and_judge
 from tests.conftest import ROOT, loopback_server
 
-# The quickstart boots the PCS sample AMI (Amazon Linux 2023): enroot comes as RPMs.
-FILES = {
-    "enroot-3.5.0-1.el8.x86_64.rpm": b"enroot package",
-    "enroot+caps-3.5.0-1.el8.x86_64.rpm": b"caps",
-    "v0.20.0.tar.gz": b"src",
-}
+# The test spec installs an EFA installer release AWS publishes no digest for: the one download kiln cannot check
+# without a lock.
+FILES = {"aws-efa-installer-1.47.0.tar.gz": b"src"}
 
 
 class _Files(http.server.BaseHTTPRequestHandler):
@@ -62,14 +59,20 @@ def via_loopback(server: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return server
 
 
-def _spec(tmp_path: Path) -> Path:
-    spec = tmp_path / "cluster.yaml"
-    shutil.copy(ROOT / "examples" / "quickstart.yaml", spec)
+def _spec(tmp_path: Path, *, lock_file: bool = True, name: str = "cluster") -> Path:
+    """Write the quickstart on an AMI of the user's own (base: own), with that EFA release and a lock file. Its GPU
+    nodes are static, so their setup at boot is not held to PCS's deadline for nodes that scale from zero."""
+    document = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    document["compute"]["image"] = {"base": "own", "ami_id": "ami-0123456789abcdef0"}
+    document["compute"]["groups"][0]["min_count"] = document["compute"]["groups"][0]["max_count"]
+    document["software"] = {"efa_installer": "1.47.0"} | ({"lock_file": "quickstart.lock.json"} if lock_file else {})
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(yaml.safe_dump(document))
     return spec
 
 
 def test_download_digest_streams_and_hashes(server: str) -> None:
-    digest, size = lock.download_digest(f"{server}/v0.20.0.tar.gz")
+    digest, size = lock.download_digest(f"{server}/aws-efa-installer-1.47.0.tar.gz")
     assert (digest, size) == (hashlib.sha256(b"src").hexdigest(), 3)
 
 
@@ -88,10 +91,11 @@ def test_lock_command_writes_the_spec_lock_and_makes_the_example_boot_ready(
     written = tmp_path / "quickstart.lock.json"
     assert out.strip() == str(written)
     entries = {entry.name: entry for entry in read_lock(written)}
-    assert set(entries) == {"enroot-rpm", "enroot-caps-rpm", "pyxis"}
-    assert entries["pyxis"].url == "https://github.com/NVIDIA/pyxis/archive/refs/tags/v0.20.0.tar.gz"
-    assert entries["pyxis"].sha256 == hashlib.sha256(b"src").hexdigest() and entries["pyxis"].size_bytes == 3
-    assert "pyxis 0.20.0: " + hashlib.sha256(b"src").hexdigest() in err
+    assert set(entries) == {"efa-installer"}
+    efa = entries["efa-installer"]
+    assert efa.url == "https://efa-installer.amazonaws.com/aws-efa-installer-1.47.0.tar.gz"
+    assert efa.sha256 == hashlib.sha256(b"src").hexdigest() and efa.size_bytes == 3
+    assert "efa-installer 1.47.0: " + hashlib.sha256(b"src").hexdigest() in err
     assert load_and_judge(str(spec))[1].ready
     config = config_from_spec(load_spec(spec))
     assert all(config.locked[a.url] == entries[a.name].sha256 for a in lockable_artifacts(config))
@@ -113,27 +117,24 @@ def test_refresh_stops_when_a_published_file_changed_and_keeps_the_lock(
     spec = _spec(tmp_path)
     assert main(["bootstrap", "lock", "--spec", str(spec)]) == 0
     before = (tmp_path / "quickstart.lock.json").read_text()
-    monkeypatch.setitem(FILES, "v0.20.0.tar.gz", b"changed upstream")
+    monkeypatch.setitem(FILES, "aws-efa-installer-1.47.0.tar.gz", b"changed upstream")
     capsys.readouterr()
     assert main(["bootstrap", "lock", "--refresh", "--spec", str(spec)]) == 1
     [line] = capsys.readouterr().err.strip().splitlines()
-    assert "v0.20.0.tar.gz: sha256 is now" in line and "the published file changed" in line
+    assert "aws-efa-installer-1.47.0.tar.gz: sha256 is now" in line and "the published file changed" in line
     assert (tmp_path / "quickstart.lock.json").read_text() == before
 
 
 def test_a_download_failure_writes_nothing(tmp_path: Path, via_loopback: str, monkeypatch, capsys) -> None:
     spec = _spec(tmp_path)
-    monkeypatch.delitem(FILES, "enroot+caps-3.5.0-1.el8.x86_64.rpm")
+    monkeypatch.delitem(FILES, "aws-efa-installer-1.47.0.tar.gz")
     assert main(["bootstrap", "lock", "--spec", str(spec)]) == 1
     assert "download failed" in capsys.readouterr().err
     assert not (tmp_path / "quickstart.lock.json").exists()
 
 
 def test_a_spec_without_a_lock_file_is_told_what_to_add(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    spec = tmp_path / "mine.yaml"
-    spec.write_text(
-        (ROOT / "examples" / "quickstart.yaml").read_text().replace("software: {lock_file: quickstart.lock.json}\n", "")
-    )
+    spec = _spec(tmp_path, lock_file=False, name="mine")
     assert main(["bootstrap", "lock", "--spec", str(spec)]) == 2
     assert "software.lock_file: not set; add lock_file: mine.lock.json under software" in capsys.readouterr().err
 
@@ -187,8 +188,8 @@ def test_a_bad_lock_named_by_a_spec_is_a_spec_error_on_lock_file(tmp_path: Path,
 def test_lock_text_round_trips_sorted() -> None:
     entries = [
         LockedFile(name="pyxis", version="0.20.0", url="https://x/p", sha256="a" * 64, size_bytes=1),
-        LockedFile(name="enroot-deb", version="3.5.0", url="https://x/e", sha256="b" * 64, size_bytes=2),
+        LockedFile(name="efa-installer", version="1.47.0", url="https://x/e", sha256="b" * 64, size_bytes=2),
     ]
     document = json.loads(lock_text(entries))
-    assert [e["name"] for e in document["artifacts"]] == ["enroot-deb", "pyxis"]
+    assert [e["name"] for e in document["artifacts"]] == ["efa-installer", "pyxis"]
     assert lock_text(reversed(entries)) == lock_text(entries)

@@ -20,6 +20,10 @@ NEURON_KEY = "https://apt.repos.neuron.amazonaws.com/GPG-PUB-KEY-AMAZON-AWS-NEUR
 NEURON_YUM_KEY = "https://yum.repos.neuron.amazonaws.com/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB"
 TOOLKIT_KEY = "https://nvidia.github.io/libnvidia-container/gpgkey"
 FSX_KEY = "https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc"
+# The commits of the test pins' enroot 3.5.0 and pyxis 0.20.0 (their release tags; artifacts.json).
+ENROOT = "c7dc4a6b66e817af5ceb7d5315850696067b3f80"
+PYXIS = "424563865a491f2d8f3c396a095d18db81f1fb07"
+PINS_VERSION = {"enroot": "3.5.0", "pyxis": "0.20.0"}
 FINGERPRINTS = {
     "cuda": "EB693B3035CD5710E231E123A4B469963BF863CC",
     "cuda-dnf": "610C7B14E068A878070DA4E99CD0A493D42D0685",
@@ -73,7 +77,9 @@ def _p5_ubuntu(target: str) -> Case:
             "libnccl-dev=2.27.3-1+cuda12.9",
             "nvidia-container-toolkit=1.17.8-1",
             "libnvidia-container-tools=1.17.8-1",
-            "./enroot_3.5.0-1_amd64.deb",
+            # enroot's build and runtime dependencies, from the distribution's signed repositories.
+            "libmd-dev",
+            "squashfs-tools",
         ),
     )
 
@@ -233,11 +239,56 @@ def test_a_key_with_another_fingerprint_stops_the_step_with_its_name_and_log(tmp
 
 def test_a_locked_file_with_another_digest_stops_the_step(tmp_path: Path) -> None:
     node = _node(tmp_path, CASES[0])
-    (node.root.parent / "payloads" / "v0.20.0.tar.gz").write_bytes(b"not what was locked")
-    result = node.run("install_pyxis")
+    (node.root.parent / "payloads" / "aws-efa-installer-1.43.2.tar.gz").write_bytes(b"not what was locked")
+    result = node.run("install_efa")
     assert result.returncode != 0
-    assert "FAILED: step install_pyxis" in result.stderr
-    assert "artifact pyxis 0.20.0: sha256 mismatch" in node.log.read_text()
+    assert "FAILED: step install_efa" in result.stderr
+    assert "artifact efa-installer 1.43.2: sha256 mismatch" in node.log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("step", "name", "commit"), [("install_enroot", "enroot", ENROOT), ("install_pyxis", "pyxis", PYXIS)]
+)
+def test_a_source_at_another_commit_stops_the_step_and_builds_nothing(
+    tmp_path: Path, step: str, name: str, commit: str
+) -> None:
+    """enroot and pyxis are anchored by commit (artifacts.json): a tag moved, or a mirror serving another tree,
+    gives another commit id, and the step stops before building."""
+    node = _node(tmp_path, CASES[0])
+    node.set_state("git-head", "0" * 40)
+    result = node.run(step)
+    assert result.returncode != 0
+    assert f"FAILED: step {step} exited with code 1" in result.stderr and str(node.log) in result.stderr
+    assert f"source {name} " in node.log.read_text()
+    assert f"got commit {'0' * 40}, expected {commit}; refusing to build" in node.log.read_text()
+    assert not [c for c in node.calls() if c.startswith("make ")]
+
+
+@pytest.mark.parametrize(
+    ("step", "name", "commit"), [("install_enroot", "enroot", ENROOT), ("install_pyxis", "pyxis", PYXIS)]
+)
+def test_enroot_and_pyxis_build_from_the_pinned_commit(tmp_path: Path, step: str, name: str, commit: str) -> None:
+    node = _node(tmp_path, CASES[0])
+    result = node.run(step)
+    assert result.returncode == 0, result.stderr
+    fetches = [c for c in node.calls() if c.startswith("git ") and " fetch " in c]
+    build = f"{node.root}/var/cache/kiln/build/{name}-{PINS_VERSION[name]}"
+    assert fetches == [f"git -C {build} fetch -q --depth 1 https://github.com/NVIDIA/{name}.git {commit}"]
+    makes = [c for c in node.calls() if c.startswith("make ")]
+    if name == "enroot":
+        # Built, then installed and given its capabilities; against glibc, so no musl toolchain is fetched.
+        assert [m.split()[-1] for m in makes] == ["all", "install", "setcap"]
+        assert all("FORCE_GLIBC=1" in m and "prefix=/usr" in m and "sysconfdir=/etc" in m for m in makes)
+        submodules = [c.split()[-1] for c in node.calls() if c.startswith("git ") and " submodule " in c]
+        assert submodules == ["deps/makeself", "deps/linux-headers"]
+        assert (node.root / "usr/bin/enroot").exists()
+    else:
+        assert len(makes) == 1 and makes[0].endswith(" install")
+    # The build directory is gone, and a second run builds nothing.
+    assert not (node.root / f"var/cache/kiln/build/{name}-{PINS_VERSION[name]}").exists()
+    calls = len(node.calls())
+    assert node.run(step).returncode == 0
+    assert node.mutating_calls(since=calls) == []
 
 
 def test_persistence_daemon_and_fabric_manager_start_from_catalog_facts(tmp_path: Path) -> None:

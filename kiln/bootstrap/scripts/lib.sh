@@ -17,6 +17,8 @@ KILN_LOCK_POLL_SECONDS="${KILN_LOCK_POLL_SECONDS:-5}"
 KILN_SLURM_CONF_TIMEOUT_SECONDS="${KILN_SLURM_CONF_TIMEOUT_SECONDS:-600}"
 # How long a node waits for its image to mount local NVMe (HyperPod's dlami-nvme service).
 KILN_PLATFORM_SCRATCH_TIMEOUT_SECONDS="${KILN_PLATFORM_SCRATCH_TIMEOUT_SECONDS:-300}"
+# Where sources are built, under the node's root; each build removes its own directory when it is done.
+KILN_BUILD_DIR="${KILN_BUILD_DIR:-/var/cache/kiln/build}"
 KILN_STEP=""
 KILN_CHANGED=0
 # What to do when a baked image lacks something or holds another version of it.
@@ -424,6 +426,42 @@ signature_matches() {
     awk '$1 == "[GNUPG:]" && $2 == "VALIDSIG" { print $NF }')"
   rm -rf "$home"
   [[ "$status" == "$fingerprint" ]]
+}
+
+# Check out git artifact $1 at the commit bundle.env pins for it, with the submodules its build needs, into a fresh
+# build directory, and set KILN_FETCHED to it. Any other commit is refused: its id names every file of the tree and
+# the commit of every submodule, so nothing else needs a digest.
+fetch_source() {
+  local name="$1" prefix url commit version submodules dest head submodule var
+  prefix="KILN_ARTIFACT_${name^^}"
+  prefix="${prefix//-/_}"
+  var="${prefix}_URL" && url="${!var:-}"
+  var="${prefix}_COMMIT" && commit="${!var:-}"
+  var="${prefix}_VERSION" && version="${!var:-}"
+  var="${prefix}_SUBMODULES" && submodules="${!var:-}"
+  [[ -n "$url" ]] || die "source ${name} is not part of this bundle (no ${prefix}_URL)"
+  [[ -n "$commit" ]] || die "source ${name} ${version} (${url}) has no pinned commit; refusing to build it unverified"
+  refuse_when_baked "source ${name} ${version}"
+  ensure_packages git
+  dest="$(root_path "${KILN_BUILD_DIR}")/${name}-${version}"
+  rm -rf "$dest"
+  mkdir -p "$dest"
+  log "fetching ${name} ${version} at commit ${commit} from ${url}"
+  git -C "$dest" init -q
+  retry "$KILN_RETRY_ATTEMPTS" git -C "$dest" fetch -q --depth 1 "$url" "$commit" || die "fetch of ${name} ${commit} failed: ${url}"
+  git -C "$dest" checkout -q --detach FETCH_HEAD
+  head="$(git -C "$dest" rev-parse HEAD)"
+  if [[ "$head" != "$commit" ]]; then
+    rm -rf "$dest"
+    die "source ${name} ${version}: got commit ${head}, expected ${commit}; refusing to build ${url}"
+  fi
+  for submodule in $submodules; do
+    # At the commit the verified tree records for it.
+    retry "$KILN_RETRY_ATTEMPTS" git -C "$dest" submodule update -q --init --depth 1 -- "$submodule" ||
+      die "fetch of ${name}'s submodule ${submodule} failed"
+  done
+  # shellcheck disable=SC2034 # read by the steps
+  KILN_FETCHED="$dest"
 }
 
 # Download artifact $1 (pinned in bundle.env) into the cache, verified; sets KILN_FETCHED to its path.

@@ -1,9 +1,21 @@
 # shellcheck shell=bash
-# enroot, with the +caps package for unprivileged use: the container runtime pyxis runs
-# Slurm jobs in (`srun --container-image`).
+# enroot, the container runtime pyxis runs Slurm jobs in (`srun --container-image`), built from NVIDIA's source at
+# the commit bundle.env pins, with the capabilities its +caps package would set (unprivileged image import).
+
+# The packages enroot's build and its runtime need (its doc/installation.md; zstd from its own packages' Depends),
+# by package format.
+enroot_packages() {
+  if [[ "$KILN_PACKAGE_FORMAT" == deb ]]; then
+    printf '%s\n' gcc make libcap2-bin libtool automake libmd-dev curl gawk jq squashfs-tools parallel zstd pigz
+  else
+    printf '%s\n' gcc make libcap libtool automake libmd-devel curl gawk jq squashfs-tools parallel zstd pigz
+  fi
+}
 
 install_enroot() {
-  local want="${KILN_ENROOT_VERSION:-}" main caps
+  local want="${KILN_ENROOT_VERSION:-}" src
+  local -a packages=()
+  local -a layout=(prefix=/usr sysconfdir=/etc FORCE_GLIBC=1)
   if [[ "${KILN_CONTAINERS:-0}" != 1 ]]; then
     skip "enroot is not part of this bundle"
     return 0
@@ -16,15 +28,21 @@ install_enroot() {
     skip "enroot is not part of this bundle"
     return 0
   fi
-  if package_installed enroot "$want"; then
+  if [[ -x "$(root_path /usr/bin/enroot)" ]] && already_installed enroot "$want"; then
     skip "enroot ${want} is installed"
     return 0
   fi
   guard_replacement enroot enroot "$(package_version enroot)" "$want"
-  fetch_artifact "enroot-${KILN_PACKAGE_FORMAT}"
-  main="$KILN_FETCHED"
-  fetch_artifact "enroot-caps-${KILN_PACKAGE_FORMAT}"
-  caps="$KILN_FETCHED"
-  install_packages "$main" "$caps"
+  mapfile -t packages < <(enroot_packages)
+  ensure_packages "${packages[@]}"
+  fetch_source enroot
+  src="$KILN_FETCHED"
+  # Build, then install: the enroot script records its directories when built, and must not record DESTDIR.
+  # FORCE_GLIBC links enroot's helpers against the node's own C library, so no musl toolchain is fetched.
+  make -C "$src" "${layout[@]}" all
+  make -C "$src" "${layout[@]}" DESTDIR="${KILN_ROOT%/}" install
+  make -C "$src" "${layout[@]}" DESTDIR="${KILN_ROOT%/}" setcap
+  rm -rf "$src"
+  [[ -x "$(root_path /usr/bin/enroot)" ]] || die "the enroot build did not install /usr/bin/enroot"
   record_installed enroot "$want"
 }

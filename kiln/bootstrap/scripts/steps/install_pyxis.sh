@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# pyxis, the Slurm SPANK plugin that runs jobs in enroot containers, built against the
-# node's own Slurm headers.
+# pyxis, the Slurm SPANK plugin that runs jobs in enroot containers, built from NVIDIA's source at
+# the commit bundle.env pins, against the node's own Slurm headers.
 
 # Print the directory holding Slurm's spank.h, or nothing.
 slurm_include_dir() {
@@ -35,12 +35,10 @@ install_pyxis() {
   include="$(slurm_include_dir)"
   [[ -n "$include" ]] || die "Slurm headers (slurm/spank.h) not found under ${KILN_SLURM_PREFIX}/include: pyxis must be built against the node's Slurm"
   ensure_packages gcc make
-  fetch_artifact pyxis
-  work="$(root_path /var/cache/kiln/build/pyxis)"
-  rm -rf "$work"
-  mkdir -p "$work"
-  tar -xzf "$KILN_FETCHED" -C "$work" --strip-components=1
-  CFLAGS="-I${include}" make -C "$work" prefix="$KILN_PYXIS_PREFIX" DESTDIR="${KILN_ROOT%/}" install
+  fetch_source pyxis
+  work="$KILN_FETCHED"
+  # CPPFLAGS from the environment: pyxis's Makefile adds its own to them. VERSION would override pyxis 0.20's own.
+  env -u VERSION CPPFLAGS="-I${include}" make -C "$work" prefix="$KILN_PYXIS_PREFIX" DESTDIR="${KILN_ROOT%/}" install
   rm -rf "$work"
   [[ -f "$plugin" ]] || die "pyxis build did not produce ${plugin}"
   record_installed pyxis "$want"
