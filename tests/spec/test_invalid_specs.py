@@ -332,12 +332,12 @@ def test_the_table_has_at_least_twenty_cases() -> None:
 def test_base_spec_of_the_table_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(VALID))
-    # Valid, but its p5 nodes would refuse downloads kiln has no digest for: not "ok", exit 1.
-    assert main(["validate", str(path)]) == 1
+    # Valid, and every download its nodes make is verifiable (enroot and pyxis by their commits): "ok", exit 0.
+    assert main(["validate", str(path)]) == 0
     out, err = capsys.readouterr()
     verdict, *plan = out.strip().splitlines()
-    assert verdict == f"{path}: valid (pcs; gpu=2x p5.48xlarge) but NOT boot-ready: 3 unverifiable downloads"
-    assert "ok" not in verdict.split(":", 1)[1]
+    assert verdict == f"{path}: ok (pcs; gpu=2x p5.48xlarge); boot-ready"
+    assert err == ""
     # What the nodes adopt from the PCS sample AMI and what kiln installs on them.
     assert plan == [
         "  login (m5.2xlarge): adopts pcs_agent, pcs_slurm from the AWS PCS sample AMI for Slurm 25.11; installs "
@@ -351,15 +351,30 @@ def test_base_spec_of_the_table_is_valid(tmp_path: Path, capsys: pytest.CaptureF
         "  gpu (p5.48xlarge): setup at boot ~21 min by kiln's estimate (install_launcher 4, install_lustre_client 2, "
         "install_container_runtime 2 min); PCS's ResumeTimeout is 30 min",
     ]
+
+
+def test_a_download_without_a_digest_is_not_boot_ready_with_the_one_step_that_fixes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    path = tmp_path / "cluster.yaml"
+    spec = with_change("compute.image", {"base": "own", "ami_id": "ami-0123456789abcdef0"})
+    spec["compute"]["groups"][0]["min_count"] = 2
+    # An EFA installer release AWS publishes no digest for.
+    spec["software"] = {"efa_installer": "1.47.0"}
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["validate", str(path)]) == 1
+    out, err = capsys.readouterr()
+    verdict = out.strip().splitlines()[0]
+    assert verdict == f"{path}: valid (pcs; gpu=2x p5.48xlarge) but NOT boot-ready: 1 unverifiable downloads"
     [line] = err.strip().splitlines()
-    assert line.startswith(f"{path}: not boot-ready: pcs nodes would refuse enroot-rpm 3.5.0, enroot-caps-rpm 3.5.0")
+    assert line.startswith(f"{path}: not boot-ready: pcs nodes would refuse efa-installer 1.47.0 (install_efa;")
     assert line.endswith(
         f"add lock_file: {path.stem}.lock.json under software, then run `kiln bootstrap lock --spec {path}` "
         "on a machine with internet"
     )
     assert main(["validate", "--accept-unready", str(path)]) == 0
     verdict = capsys.readouterr().out.splitlines()[0]
-    assert verdict.endswith("3 unverifiable downloads, accepted by --accept-unready")
+    assert verdict.endswith("1 unverifiable downloads, accepted by --accept-unready")
 
 
 BAD_FILES = [

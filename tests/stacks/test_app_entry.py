@@ -54,7 +54,7 @@ def test_an_empty_spec_context_is_no_spec(tmp_path: Path) -> None:
 
 def test_a_bad_lock_file_stops_the_app_with_one_line_before_synthesis(tmp_path: Path) -> None:
     spec = (ROOT / "examples" / "quickstart.yaml").read_text()
-    (tmp_path / "cluster.yaml").write_text(spec.replace("quickstart.lock.json", "cluster.lock.json"))
+    (tmp_path / "cluster.yaml").write_text(spec + "software: {lock_file: cluster.lock.json}\n")
     (tmp_path / "cluster.lock.json").write_text('{"kiln_lock": 1, "about": "", "artifacts": [{"name": "pyxis"}]}')
     result = _app(tmp_path)
     assert result.returncode == 2

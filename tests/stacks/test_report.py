@@ -22,9 +22,8 @@ from tests.conftest import ROOT
 
 QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
 STACKS = ("quickstart-compute", "quickstart-network", "quickstart-storage")
-# What quickstart's PCS nodes download that kiln has no published digest for.
-# The quickstart's nodes boot the PCS sample AMI (Amazon Linux 2023): enroot's RPMs.
-QUICKSTART_LOCKED = ("enroot-rpm", "enroot-caps-rpm", "pyxis")
+# What the unready variant of the quickstart (_unready) downloads that kiln has no published digest for.
+UNREADY_LOCKED = ("efa-installer",)
 # A policy that grants everything on S3, with no review beside it.
 OPEN_S3 = {
     "Type": "AWS::IAM::Policy",
@@ -56,9 +55,21 @@ def table(out: list[str]) -> dict[str, dict[str, str]]:
     return rows
 
 
+def _unready(tmp_path: Path) -> Path:
+    """Write the quickstart on an AMI of the user's own with an EFA installer release AWS publishes no digest for,
+    and no lock: its nodes would refuse that download. (Its GPU nodes are static: no boot budget applies.)"""
+    spec = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    spec["compute"]["image"] = {"base": "own", "ami_id": "ami-0123456789abcdef0"}
+    spec["compute"]["groups"][0]["min_count"] = spec["compute"]["groups"][0]["max_count"]
+    spec["software"] = {"efa_installer": "1.47.0", "lock_file": "quickstart.lock.json"}
+    path = tmp_path / "quickstart.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
 def test_report_tables_stacks_resources_lint_results_and_boot_readiness(capsys: pytest.CaptureFixture) -> None:
-    # Every cell is clean but the nodes would refuse unverifiable downloads: the report says so and fails.
-    assert main(["report", QUICKSTART]) == 1
+    # Every cell is clean and every download verifiable (enroot and pyxis by their commits): the report passes.
+    assert main(["report", QUICKSTART]) == 0
     captured = capsys.readouterr()
     out = captured.out.splitlines()
     assert out[0].split() == [
@@ -73,10 +84,9 @@ def test_report_tables_stacks_resources_lint_results_and_boot_readiness(capsys: 
         "quickstart-network": "0/0",
         "quickstart-storage": "0/0",
     }
-    assert all(row["boot-ready"] == "NO (3)" for row in rows.values())
-    assert out[-1] == "1 specs: problems found; 0 of 1 specs boot-ready (details below)"
-    [refused] = [line for line in captured.err.splitlines() if ": not boot-ready: " in line]
-    assert all(name in refused for name in QUICKSTART_LOCKED)
+    assert all(row["boot-ready"] == "yes" for row in rows.values())
+    assert out[-1].endswith("; 1 of 1 specs boot-ready")
+    assert ": not boot-ready: " not in captured.err
     # What each kind of node adopts from its image and what kiln installs on it.
     nodes = [line for line in captured.err.splitlines() if line.startswith(f"{QUICKSTART}: nodes: ")]
     assert [line.split(": nodes: ")[1].split(":")[0] for line in nodes] == ["login (m5.xlarge)", "gpu (g5.12xlarge)"]
@@ -88,14 +98,29 @@ def test_report_tables_stacks_resources_lint_results_and_boot_readiness(capsys: 
         "adopts nvidia_driver 590.48.01, efa_installer 1.47.0, pcs_agent, pcs_slurm from the AWS PCS sample AMI"
         in nodes[1]
     )
+
+
+def test_report_refuses_unready_nodes_with_the_one_step_that_fixes_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    path = _unready(tmp_path)
+    assert main(["report", "--no-lint", str(path)]) == 1
+    captured = capsys.readouterr()
+    out = captured.out.splitlines()
+    assert all(row["boot-ready"] == "NO (1)" for row in table(out).values())
+    assert out[-1] == "1 specs: problems found; 0 of 1 specs boot-ready (details below)"
+    [refused] = [line for line in captured.err.splitlines() if ": not boot-ready: " in line]
+    assert all(name in refused for name in UNREADY_LOCKED)
     assert refused.endswith(
-        f"run `kiln bootstrap lock --spec {QUICKSTART}` on a machine with internet "
-        f"(it writes {ROOT / 'examples' / 'quickstart.lock.json'})"
+        f"run `kiln bootstrap lock --spec {path}` on a machine with internet "
+        f"(it writes {tmp_path / 'quickstart.lock.json'})"
     )
 
 
-def test_report_accepts_unready_nodes_only_when_asked_and_still_says_so(capsys: pytest.CaptureFixture) -> None:
-    assert main(["report", "--no-lint", "--accept-unready", QUICKSTART]) == 0
+def test_report_accepts_unready_nodes_only_when_asked_and_still_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["report", "--no-lint", "--accept-unready", str(_unready(tmp_path))]) == 0
     captured = capsys.readouterr()
     out = captured.out.splitlines()
     # --no-lint skips both scanners; the IAM wildcard review reads the templates and always runs.
@@ -109,11 +134,9 @@ def test_report_accepts_unready_nodes_only_when_asked_and_still_says_so(capsys: 
 
 
 def test_report_calls_a_spec_with_every_digest_boot_ready(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    spec = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
-    path = tmp_path / "ready.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path = _unready(tmp_path)
     needed = lockable_artifacts(config_from_spec(load_spec(path)))
-    assert tuple(a.name for a in needed) == QUICKSTART_LOCKED
+    assert tuple(a.name for a in needed) == UNREADY_LOCKED
     entries = [LockedFile(name=a.name, version=a.version, url=a.url, sha256="a" * 64, size_bytes=1) for a in needed]
     (tmp_path / "quickstart.lock.json").write_text(lock_text(entries))
     assert main(["report", "--no-lint", str(path)]) == 0
@@ -132,7 +155,7 @@ def test_report_marks_an_invalid_spec_and_exits_2(tmp_path: Path, capsys: pytest
 
 
 def test_report_scans_every_template_with_checkov_and_reviews_every_iam_wildcard(capsys: pytest.CaptureFixture) -> None:
-    assert main(["report", "--accept-unready", QUICKSTART]) == 0
+    assert main(["report", QUICKSTART]) == 0
     captured = capsys.readouterr()
     out, err = captured.out.splitlines(), captured.err.splitlines()
     rows = table(out)
@@ -169,7 +192,7 @@ def test_report_scans_every_template_with_checkov_and_reviews_every_iam_wildcard
     assert any(re.match(access_logs, line) for line in err)
     assert (
         f"; checkov {totals['passed']} passed, 0 failed, {totals['skipped']} skipped with reasons; "
-        f"{totals['wildcards']} IAM wildcards, each with its reason; 0 of 1 specs boot-ready" in out[-1]
+        f"{totals['wildcards']} IAM wildcards, each with its reason; 1 of 1 specs boot-ready" in out[-1]
     )
 
 
@@ -187,11 +210,11 @@ def test_an_unreviewed_iam_wildcard_fails_the_report_and_says_how_to_fix_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     _synthesizes(monkeypatch, {"Open": OPEN_S3})
-    assert main(["report", "--no-lint", "--accept-unready", QUICKSTART]) == 1
+    assert main(["report", "--no-lint", QUICKSTART]) == 1
     captured = capsys.readouterr()
     out = captured.out.splitlines()
     assert table(out)["quickstart-compute"]["IAM wildcards"] == "1 (1 unreviewed)"
-    assert out[-1] == "1 specs: problems found; 0 of 1 specs boot-ready (details below)"
+    assert out[-1] == "1 specs: problems found; 1 of 1 specs boot-ready"
     assert (
         f"{QUICKSTART}: unreviewed IAM wildcard in quickstart-compute Open: s3:* on *; narrow it or add a "
         "WildcardGrant with its reason to kiln/constructs/nag_rules.py"
@@ -204,12 +227,12 @@ def test_a_missing_checkov_is_an_error_in_every_row_and_one_line(
     _synthesizes(monkeypatch, {"Topic": {"Type": "AWS::SNS::Topic"}})
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))
-    assert main(["report", "--accept-unready", QUICKSTART]) == 1
+    assert main(["report", QUICKSTART]) == 1
     captured = capsys.readouterr()
     out = captured.out.splitlines()
     assert table(out)["quickstart-compute"]["checkov pass/fail/skip"] == "error"
     assert table(out)["quickstart-compute"]["IAM wildcards"] == "0"
-    assert out[-1] == "1 specs: problems found; 0 of 1 specs boot-ready (details below)"
+    assert out[-1] == "1 specs: problems found; 1 of 1 specs boot-ready"
     assert captured.err.splitlines().count(f"kiln report: {MISSING}") == 1
 
 
