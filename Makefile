@@ -61,10 +61,10 @@ node_modules/.installed: package.json package-lock.json
 # across it, the synth + lint table of every example, and the cluster taken down again
 # (also when smoke or the table fails).
 demo: setup
-	$(BIN)/kiln validate --accept-unready examples/*.yaml
+	$(BIN)/kiln validate examples/*.yaml
 	$(BIN)/kiln local up --nodes 2
 	$(BIN)/kiln local smoke; status=$$?; \
-	  $(BIN)/kiln report --accept-unready examples/*.yaml || status=1; \
+	  $(BIN)/kiln report examples/*.yaml || status=1; \
 	  $(BIN)/kiln local down; exit $$status
 
 test: setup
@@ -72,7 +72,7 @@ test: setup
 
 lint: setup
 	$(BIN)/ruff check .
-	$(BIN)/kiln report --no-lint --accept-unready examples/*.yaml >/dev/null
+	$(BIN)/kiln report --no-lint examples/*.yaml >/dev/null
 
 bench: setup
 	$(BIN)/python benchmarks/synth_examples.py

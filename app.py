@@ -3,20 +3,27 @@
 
 import sys
 
+from kiln.bootstrap.readiness import ACCEPT_UNREADY_CONTEXT, unready_lines
 from kiln.spec import SpecError
 from kiln.stacks import NoSpecGiven, build_cluster, ci_environment, load_and_judge, new_app, spec_path_from_context
 
 app = new_app()
 try:
-    # Judged as `kiln validate` judges it, so a spec whose nodes' bundle cannot be built (a bad lock file, say)
-    # stops here with its lines; synthesis itself does not refuse nodes that are not yet boot-ready.
-    spec, _ = load_and_judge(str(spec_path_from_context(app.node.try_get_context("spec"))))
+    # Judged as `kiln validate` judges it: a spec whose nodes' bundle cannot be built (a bad lock file, say) stops
+    # here with its lines, and so does one whose nodes would not boot, unless -c accept_unready=true.
+    path = str(spec_path_from_context(app.node.try_get_context("spec")))
+    spec, readiness = load_and_judge(path)
 except NoSpecGiven as exc:
     print(exc, file=sys.stderr)
     sys.exit(2)
 except SpecError as exc:
     print("\n".join(exc.lines_out()), file=sys.stderr)
     sys.exit(2)
+if not readiness.ready:
+    accepted = str(app.node.try_get_context(ACCEPT_UNREADY_CONTEXT)).lower() == "true"
+    print("\n".join(unready_lines(path, readiness, accepted=accepted)), file=sys.stderr)
+    if not accepted:
+        sys.exit(1)
 # A spec with ci.ttl_hours is a short-lived environment of itself: it deploys with its reaper.
 build_cluster(app, spec, ci=ci_environment(spec))
 app.synth()

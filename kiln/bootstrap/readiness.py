@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from kiln.bootstrap.artifacts import Artifact, artifact_table, bundle_artifacts
 from kiln.bootstrap.config import BootstrapConfig
 
-# The one flag of `kiln validate` and `kiln report` that accepts nodes which would not boot.
+# The one flag of `kiln validate` and `kiln report` that accepts nodes which would not boot, and the one context
+# key of `cdk synth` and `cdk deploy` that does (-c accept_unready=true).
 ACCEPT_UNREADY = "--accept-unready"
+ACCEPT_UNREADY_CONTEXT = "accept_unready"
 # What makes an unverifiable download verifiable, when the caller knows no better (no spec path).
 LOCK_REMEDY = "lock them with `kiln bootstrap lock --spec SPEC` on a machine with internet"
 
@@ -58,3 +60,15 @@ def boot_readiness(config: BootstrapConfig, *, remedy: str = LOCK_REMEDY) -> Boo
         unverifiable=tuple(a for a in bundle_artifacts(config) if not a.verifiable),
         remedy=remedy,
     )
+
+
+def unready_lines(path: str, readiness: BootReadiness, *, accepted: bool) -> list[str]:
+    """Return what `cdk synth` of the spec at PATH prints for nodes that would not boot: `kiln validate`'s lines,
+    then whether the stacks are synthesized anyway (-c accept_unready=true) or not."""
+    lines = [f"{path}: {reason}" for reason in readiness.reasons()]
+    if accepted:
+        return [*lines, f"{path}: NOT boot-ready, synthesized as -c {ACCEPT_UNREADY_CONTEXT}=true asks"]
+    return [
+        *lines,
+        f"{path}: not synthesized: its nodes would not boot (-c {ACCEPT_UNREADY_CONTEXT}=true synthesizes it anyway)",
+    ]

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from tests.conftest import ROOT
 
 
@@ -61,3 +63,34 @@ def test_a_bad_lock_file_stops_the_app_with_one_line_before_synthesis(tmp_path: 
     [line] = _kiln_lines(result.stderr)
     assert line.startswith("cluster.yaml: software.lock_file: cluster.lock.json: artifacts[0]: must have exactly")
     assert not (tmp_path / "cdk.out").exists() or not list((tmp_path / "cdk.out").glob("*.template.json"))
+
+
+def _unready_spec(tmp_path: Path) -> None:
+    """Write cluster.yaml: the quickstart on an AMI of the user's own, with an EFA installer release AWS publishes no
+    digest for and no lock, so its nodes would refuse that download."""
+    spec = yaml.safe_load((ROOT / "examples" / "quickstart.yaml").read_text())
+    spec["compute"]["image"] = {"base": "own", "ami_id": "ami-0123456789abcdef0"}
+    spec["compute"]["groups"][0]["min_count"] = spec["compute"]["groups"][0]["max_count"]
+    spec["software"] = {"efa_installer": "1.47.0"}
+    (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(spec))
+
+
+def test_synth_refuses_nodes_that_would_not_boot_in_validates_words(tmp_path: Path) -> None:
+    _unready_spec(tmp_path)
+    result = _app(tmp_path)
+    assert result.returncode == 1
+    refused, verdict = _kiln_lines(result.stderr)
+    assert refused.startswith("cluster.yaml: not boot-ready: pcs nodes would refuse efa-installer 1.47.0 (install_efa;")
+    assert verdict == (
+        "cluster.yaml: not synthesized: its nodes would not boot (-c accept_unready=true synthesizes it anyway)"
+    )
+    assert not (tmp_path / "cdk.out").exists() or not list((tmp_path / "cdk.out").glob("*.template.json"))
+
+
+def test_synth_of_unready_nodes_goes_on_only_when_asked_and_says_so(tmp_path: Path) -> None:
+    _unready_spec(tmp_path)
+    result = _app(tmp_path, {"accept_unready": "true"})
+    assert result.returncode == 0, result.stderr
+    lines = _kiln_lines(result.stderr)
+    assert lines[-1] == "cluster.yaml: NOT boot-ready, synthesized as -c accept_unready=true asks"
+    assert list((tmp_path / "cdk.out").glob("quickstart-compute.template.json"))
