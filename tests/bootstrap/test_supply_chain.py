@@ -276,11 +276,11 @@ def test_enroot_and_pyxis_build_from_the_pinned_commit(tmp_path: Path, step: str
     assert fetches == [f"git -C {build} fetch -q --depth 1 https://github.com/NVIDIA/{name}.git {commit}"]
     makes = [c for c in node.calls() if c.startswith("make ")]
     if name == "enroot":
-        # Built, then installed and given its capabilities; against glibc, so no musl toolchain is fetched.
+        # Built, then installed and given its capabilities, with the submodules the verified tree pins.
         assert [m.split()[-1] for m in makes] == ["all", "install", "setcap"]
-        assert all("FORCE_GLIBC=1" in m and "prefix=/usr" in m and "sysconfdir=/etc" in m for m in makes)
+        assert all("prefix=/usr" in m and "sysconfdir=/etc" in m and "FORCE_GLIBC" not in m for m in makes)
         submodules = [c.split()[-1] for c in node.calls() if c.startswith("git ") and " submodule " in c]
-        assert submodules == ["deps/makeself", "deps/linux-headers"]
+        assert submodules == ["deps/makeself", "deps/musl", "deps/linux-headers"]
         assert (node.root / "usr/bin/enroot").exists()
     else:
         assert len(makes) == 1 and makes[0].endswith(" install")

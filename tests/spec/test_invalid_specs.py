@@ -346,10 +346,10 @@ def test_base_spec_of_the_table_is_valid(tmp_path: Path, capsys: pytest.CaptureF
         "PCS sample AMI for Slurm 25.11; installs lustre_client, enroot 3.5.0, pyxis 0.20.0, "
         "nvidia_container_toolkit 1.17.8",
         # kiln's estimate of each node's setup at boot; the p5 group scales from zero within PCS's deadline.
-        "  login (m5.2xlarge): setup at boot ~20 min by kiln's estimate (install_launcher 4, install_lustre_client 2, "
-        "install_container_runtime 2 min)",
-        "  gpu (p5.48xlarge): setup at boot ~21 min by kiln's estimate (install_launcher 4, install_lustre_client 2, "
-        "install_container_runtime 2 min); PCS's ResumeTimeout is 30 min",
+        "  login (m5.2xlarge): setup at boot ~22 min by kiln's estimate (install_launcher 4, install_enroot 3, "
+        "install_lustre_client 2 min)",
+        "  gpu (p5.48xlarge): setup at boot ~23 min by kiln's estimate (install_launcher 4, install_enroot 3, "
+        "install_lustre_client 2 min); PCS's ResumeTimeout is 30 min",
     ]
 
 

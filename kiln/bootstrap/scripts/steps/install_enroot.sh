@@ -15,7 +15,7 @@ enroot_packages() {
 install_enroot() {
   local want="${KILN_ENROOT_VERSION:-}" src
   local -a packages=()
-  local -a layout=(prefix=/usr sysconfdir=/etc FORCE_GLIBC=1)
+  local -a layout=(prefix=/usr sysconfdir=/etc)
   if [[ "${KILN_CONTAINERS:-0}" != 1 ]]; then
     skip "enroot is not part of this bundle"
     return 0
@@ -37,8 +37,8 @@ install_enroot() {
   ensure_packages "${packages[@]}"
   fetch_source enroot
   src="$KILN_FETCHED"
-  # Build, then install: the enroot script records its directories when built, and must not record DESTDIR.
-  # FORCE_GLIBC links enroot's helpers against the node's own C library, so no musl toolchain is fetched.
+  # Build, then install: the enroot script records its directories when built, and must not record DESTDIR. The
+  # build links enroot's helpers statically against the musl its tree pins, as NVIDIA's own packages do.
   make -C "$src" "${layout[@]}" all
   make -C "$src" "${layout[@]}" DESTDIR="${KILN_ROOT%/}" install
   make -C "$src" "${layout[@]}" DESTDIR="${KILN_ROOT%/}" setcap
