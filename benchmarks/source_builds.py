@@ -8,7 +8,7 @@ The commits and submodules come from kiln/bootstrap/artifacts.json, the versions
 out as DIR/<owner>+<name>/repo (git directories), and any other URL (enroot's musl submodule,
 git://git.musl-libc.org/musl) from the git directory --also URL=GITDIR names. A mirror serves the same commits: each
 checkout is verified by its commit id. Needs the build tools the steps install (Debian: gcc make libtool
-automake libmd-dev, and libslurm-dev for pyxis's Slurm headers). Everything happens in a temporary directory.
+automake, and libslurm-dev for pyxis's Slurm headers). Everything happens in a temporary directory.
 """
 
 from __future__ import annotations

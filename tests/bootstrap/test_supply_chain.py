@@ -78,7 +78,7 @@ def _p5_ubuntu(target: str) -> Case:
             "nvidia-container-toolkit=1.17.8-1",
             "libnvidia-container-tools=1.17.8-1",
             # enroot's build and runtime dependencies, from the distribution's signed repositories.
-            "libmd-dev",
+            "libtool",
             "squashfs-tools",
         ),
     )

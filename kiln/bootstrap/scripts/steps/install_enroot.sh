@@ -3,12 +3,13 @@
 # the commit bundle.env pins, with the capabilities its +caps package would set (unprivileged image import).
 
 # The packages enroot's build and its runtime need (its doc/installation.md; zstd from its own packages' Depends),
-# by package format.
+# by package format. Not libmd: the build links only the libbsd functions enroot vendors, and builds without it
+# (benchmarks/source_builds.py); Amazon Linux 2023's repositories have none.
 enroot_packages() {
   if [[ "$KILN_PACKAGE_FORMAT" == deb ]]; then
-    printf '%s\n' gcc make libcap2-bin libtool automake libmd-dev curl gawk jq squashfs-tools parallel zstd pigz
+    printf '%s\n' gcc make libcap2-bin libtool automake curl gawk jq squashfs-tools parallel zstd pigz
   else
-    printf '%s\n' gcc make libcap libtool automake libmd-devel curl gawk jq squashfs-tools parallel zstd pigz
+    printf '%s\n' gcc make libcap libtool automake curl gawk jq squashfs-tools parallel zstd pigz
   fi
 }
 
