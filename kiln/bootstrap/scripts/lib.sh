@@ -428,18 +428,24 @@ signature_matches() {
   [[ "$status" == "$fingerprint" ]]
 }
 
+# Print bundle.env's value FIELD $3 of the artifact or repository $2 (KIND $1: ARTIFACT or REPO): the variable
+# KILN_<KIND>_<NAME>_<FIELD>, '' where unset.
+bundle_value() {
+  local var="KILN_${1}_${2^^}_${3}"
+  var="${var//-/_}"
+  printf '%s' "${!var:-}"
+}
+
 # Check out git artifact $1 at the commit bundle.env pins for it, with the submodules its build needs, into a fresh
 # build directory, and set KILN_FETCHED to it. Any other commit is refused: its id names every file of the tree and
 # the commit of every submodule, so nothing else needs a digest.
 fetch_source() {
-  local name="$1" prefix url commit version submodules dest head submodule var
-  prefix="KILN_ARTIFACT_${name^^}"
-  prefix="${prefix//-/_}"
-  var="${prefix}_URL" && url="${!var:-}"
-  var="${prefix}_COMMIT" && commit="${!var:-}"
-  var="${prefix}_VERSION" && version="${!var:-}"
-  var="${prefix}_SUBMODULES" && submodules="${!var:-}"
-  [[ -n "$url" ]] || die "source ${name} is not part of this bundle (no ${prefix}_URL)"
+  local name="$1" url commit version submodules dest head submodule
+  url="$(bundle_value ARTIFACT "$name" URL)"
+  commit="$(bundle_value ARTIFACT "$name" COMMIT)"
+  version="$(bundle_value ARTIFACT "$name" VERSION)"
+  submodules="$(bundle_value ARTIFACT "$name" SUBMODULES)"
+  [[ -n "$url" ]] || die "source ${name} is not part of this bundle (no URL for it in bundle.env)"
   [[ -n "$commit" ]] || die "source ${name} ${version} (${url}) has no pinned commit; refusing to build it unverified"
   refuse_when_baked "source ${name} ${version}"
   ensure_packages git
@@ -466,17 +472,14 @@ fetch_source() {
 
 # Download artifact $1 (pinned in bundle.env) into the cache, verified; sets KILN_FETCHED to its path.
 fetch_artifact() {
-  local name="$1" prefix url sha version url_var sha_var version_var dest key_url fingerprint var
-  prefix="KILN_ARTIFACT_${name^^}"
-  prefix="${prefix//-/_}"
-  url_var="${prefix}_URL"
-  sha_var="${prefix}_SHA256"
-  version_var="${prefix}_VERSION"
-  url="${!url_var:-}"
-  sha="${!sha_var:-}"
-  version="${!version_var:-}"
-  var="${prefix}_SIGNATURE_KEY_URL" && key_url="${!var:-}"
-  var="${prefix}_SIGNATURE_FINGERPRINT" && fingerprint="${!var:-}"
+  local name="$1" url sha version dest key_url fingerprint url_var
+  url_var="KILN_ARTIFACT_${name^^}_URL"
+  url_var="${url_var//-/_}"
+  url="$(bundle_value ARTIFACT "$name" URL)"
+  sha="$(bundle_value ARTIFACT "$name" SHA256)"
+  version="$(bundle_value ARTIFACT "$name" VERSION)"
+  key_url="$(bundle_value ARTIFACT "$name" SIGNATURE_KEY_URL)"
+  fingerprint="$(bundle_value ARTIFACT "$name" SIGNATURE_FINGERPRINT)"
   [[ -n "$url" ]] || die "artifact ${name} is not part of this bundle (no ${url_var})"
   if [[ -n "$fingerprint" ]]; then
     fetch_signed_artifact "$name" "$version" "$url" "$key_url" "$fingerprint"
@@ -540,14 +543,12 @@ primary_fingerprints() {
 # downloaded and accepted only when it carries the fingerprint kiln pins; then only that key is installed,
 # so the package manager checks every package of the repository against it.
 add_signed_repository() {
-  local name="$1" prefix key_url fingerprint apt_source baseurl home found keyring var
-  prefix="KILN_REPO_${name^^}"
-  prefix="${prefix//-/_}"
-  var="${prefix}_KEY_URL" && key_url="${!var:-}"
-  var="${prefix}_FINGERPRINT" && fingerprint="${!var:-}"
-  var="${prefix}_APT_SOURCE" && apt_source="${!var:-}"
-  var="${prefix}_BASEURL" && baseurl="${!var:-}"
-  [[ -n "$key_url" && -n "$fingerprint" ]] || die "repository ${name} is not part of this bundle (no ${prefix}_KEY_URL)"
+  local name="$1" key_url fingerprint apt_source baseurl home found keyring
+  key_url="$(bundle_value REPO "$name" KEY_URL)"
+  fingerprint="$(bundle_value REPO "$name" FINGERPRINT)"
+  apt_source="$(bundle_value REPO "$name" APT_SOURCE)"
+  baseurl="$(bundle_value REPO "$name" BASEURL)"
+  [[ -n "$key_url" && -n "$fingerprint" ]] || die "repository ${name} is not part of this bundle (no key URL for it in bundle.env)"
   # Under /run: one boot adds each repository once, however many steps use it.
   if [[ -f "$(root_path "/run/kiln/repository-${name}")" ]]; then
     return 0
