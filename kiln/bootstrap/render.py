@@ -62,7 +62,9 @@ class TargetProfile:
     configure_steps: tuple[str, ...]
     # Who writes slurm.conf: "kiln" renders it, "backend" keeps its own, None means no Slurm.
     slurm_config: str | None
+    # Where kiln writes slurm.conf: how it lists the nodes (templates/slurm/nodes-<this>.conf.j2).
     slurm_nodes: str = "backend"
+    # Who keeps the munge key: the backend, or kiln under the local cluster's prefix (configure_munge).
     munge_key: str = "backend"
 
     def __post_init__(self) -> None:
@@ -330,7 +332,6 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         "KILN_SLURM_CONF_DIR": layout.conf_dir if layout else "",
         "KILN_SLURM_DIRS": " ".join(layout.directories) if layout and profile.slurm_config == "kiln" else "",
         "KILN_SLURM_OWNS_CONFIG": "1" if profile.slurm_config == "kiln" else "0",
-        "KILN_SLURM_NODES": profile.slurm_nodes,
         "KILN_SLURM_DAEMONS": _slurm_daemons(config),
         **_platform_paths(config),
         "KILN_MUNGE_KEY_SOURCE": profile.munge_key,
