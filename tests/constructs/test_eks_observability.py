@@ -380,3 +380,10 @@ def test_a_cluster_without_known_subnets_or_group_needs_them_passed(plain_props:
     props = EksObservabilityProps(cluster=cluster, workspace=plain_props["workspace"])
     with pytest.raises(ValueError, match="subnet_ids: got \\[\\]; allowed: at least two subnets"):
         EksObservability(st, "Observability", props)
+
+
+def test_the_observability_manifests_pass_kubernetes_own_schema(observed) -> None:
+    from tests.constructs.test_eks import validate_manifests
+
+    clusters = [(observed["template"], observed["gpu_cluster"]), (observed["cpu_template"], observed["cpu_cluster"])]
+    assert "Namespace" in validate_manifests(clusters)
