@@ -132,3 +132,12 @@ def test_explicit_role_must_be_known(tmp_path, pcs_bundle):
     result = node.run("configure_training_env")
     assert result.returncode != 0
     assert "KILN_NODE_ROLE: got 'boss', allowed: controller, login, worker" in result.stderr
+
+
+def test_a_hyperpod_controller_waits_for_its_own_address_not_one_it_prefixes(tmp_path):
+    node = hyperpod_node(tmp_path, "10.1.0.9")
+    conf = node.root / "opt/slurm/etc/slurm.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text(AGENT_SLURM_CONF.replace("10.1.0.9", "10.1.0.90"))
+    result = node.run("configure_slurm", KILN_SLURM_CONF_TIMEOUT_SECONDS="0", KILN_LOCK_POLL_SECONDS="0")
+    assert result.returncode != 0 and "does not name the controller 10.1.0.9 " in node.log.read_text()

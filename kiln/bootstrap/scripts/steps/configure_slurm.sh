@@ -64,7 +64,8 @@ wait_for_platform_slurm_conf() {
   local conf deadline
   conf="$(root_path "$KILN_SLURM_PLATFORM_CONF")"
   deadline=$((SECONDS + KILN_SLURM_CONF_TIMEOUT_SECONDS))
-  until [[ -r "$conf" ]] && grep -qF "$KILN_SLURM_CONTROLLER_ADDR" "$conf"; do
+  # A whole-word match: 10.1.0.5 is not named by a line that names 10.1.0.50.
+  until [[ -r "$conf" ]] && grep -qwF "$KILN_SLURM_CONTROLLER_ADDR" "$conf"; do
     ((SECONDS < deadline)) || die "${KILN_SLURM_PLATFORM_CONF} does not name the controller ${KILN_SLURM_CONTROLLER_ADDR} after ${KILN_SLURM_CONF_TIMEOUT_SECONDS}s: HyperPod's cluster agent writes it"
     log "waiting for HyperPod's agent to write ${KILN_SLURM_PLATFORM_CONF}"
     sleep "$KILN_LOCK_POLL_SECONDS"
