@@ -274,10 +274,16 @@ class Software(SpecModel):
         "(observability on GPU nodes of Slurm backends; EKS takes NVIDIA's chart).",
     )
     enroot: str | None = Field(
-        None, pattern=VERSION_PATTERN, description=_ADOPTED.format(default=KILN_INSTALLS["enroot"])
+        None,
+        pattern=VERSION_PATTERN,
+        description="Built from NVIDIA's source at its release tag's commit: a version kiln pins the commit of. "
+        + _ADOPTED.format(default=KILN_INSTALLS["enroot"]),
     )
     pyxis: str | None = Field(
-        None, pattern=VERSION_PATTERN, description=_ADOPTED.format(default=KILN_INSTALLS["pyxis"])
+        None,
+        pattern=VERSION_PATTERN,
+        description="Built from NVIDIA's source at its release tag's commit, against the cluster's Slurm: a version "
+        "kiln pins the commit of. " + _ADOPTED.format(default=KILN_INSTALLS["pyxis"]),
     )
     replace: list[Component] = Field(
         default_factory=list,
@@ -301,7 +307,8 @@ class Software(SpecModel):
         None,
         pattern=LOCK_FILE_PATTERN,
         description="Lock file beside the spec (relative path ending .json) with the sha256 of downloads that have "
-        "no published digest (enroot, pyxis); `kiln bootstrap lock --spec SPEC` writes it.",
+        "no published digest, signature or pinned commit (an EFA installer or exporter release newer than kiln's "
+        "table); `kiln bootstrap lock --spec SPEC` writes it.",
     )
 
 
