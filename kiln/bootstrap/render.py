@@ -367,12 +367,16 @@ def _slurm_daemons(config: BootstrapConfig) -> str:
 
 def _platform_paths(config: BootstrapConfig) -> dict[str, str]:
     """Return the image's own paths the steps read: the slurm.conf its agent writes (waited for, never written),
-    and where it mounts local NVMe or a volume for data (container storage goes there, over no disk it claimed)."""
+    where it mounts local NVMe or a volume for data (container storage goes there, over no disk it claimed), and
+    where HyperPod describes the cluster to the node."""
     image = config.image_profile
     scratch = [image.fact(key).value for key in ("local_nvme", "secondary_volume") if key in image.facts]
     return {
         "KILN_SLURM_PLATFORM_CONF": image.fact("slurm_conf").value if "slurm_conf" in image.facts else "",
         "KILN_PLATFORM_SCRATCH_DIRS": " ".join(scratch),
+        "KILN_HYPERPOD_RESOURCE_CONFIG": (
+            image.fact("resource_config").value if "resource_config" in image.facts else ""
+        ),
     }
 
 

@@ -13,7 +13,7 @@ node_addresses() {
 # Print "group controller_ip" for this node from HyperPod's resource_config.json.
 hyperpod_lookup() {
   local config addresses
-  config="$(root_path /opt/ml/config/resource_config.json)"
+  config="$(root_path "${SAGEMAKER_RESOURCE_CONFIG_PATH:-$KILN_HYPERPOD_RESOURCE_CONFIG}")"
   [[ -r "$config" ]] || die "${config} is missing: on_create runs on SageMaker HyperPod only"
   addresses="$(node_addresses)"
   python3 - "$config" "$KILN_HYPERPOD_CONTROLLER_GROUP" "$addresses" <<'PY'
