@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from kiln import bootstrap_cli
 from kiln.ami import cli as ami_cli
 from kiln.ci import cli as ci_cli
+from kiln.jobs import cli as job_cli
 from kiln.local import cli as local_cli
 from kiln.preflight import cli as preflight_cli
 from kiln.safe_output import UnsafeOutput
@@ -262,6 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     bootstrap_cli.register(commands)
     local_cli.register(commands)
     ci_cli.register(commands)
+    job_cli.register(commands)
     ami_cli.register(commands)
     preflight_cli.register(commands)
     return parser

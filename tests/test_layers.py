@@ -24,6 +24,8 @@ FORBIDDEN = {
     "kiln.local": ("kiln.constructs",) + THIRD_PARTY_CLOUD,
     # Preflight asks AWS with boto3 and reads the spec; it never synthesizes, so it starts in a second.
     "kiln.preflight": ("kiln.constructs", "kiln.stacks", "kiln.local", "aws_cdk", "constructs", "cdk_nag", "jsii"),
+    # `kiln job` writes manifests from the spec and the catalog; it never synthesizes, so it starts in a second.
+    "kiln.jobs": ("kiln.constructs", "kiln.stacks", "kiln.local", "aws_cdk", "constructs", "cdk_nag", "jsii"),
     # The reaper's Lambda code: what the Lambda runtime has (stdlib, boto3), nothing of kiln's beyond itself.
     "kiln.ci.reaper_code": ("kiln", "aws_cdk", "constructs", "cdk_nag", "jsii", "pydantic", "yaml", "jinja2"),
     # The Grafana provisioning Lambda's code, likewise.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import zipfile
 from pathlib import Path
 
@@ -38,9 +39,11 @@ def _node_files() -> list[tuple[str, bytes]]:
     return files
 
 
-def build_wheel(out_dir: Path) -> tuple[str, str]:
-    """Write kiln's node wheel into OUT_DIR; return its file name and sha256."""
-    name = f"kiln-{VERSION}-py3-none-any.whl"
+WHEEL_NAME = f"kiln-{VERSION}-py3-none-any.whl"
+
+
+def wheel_bytes() -> bytes:
+    """Return kiln's node wheel: the same bytes for the same sources."""
     dist_info = f"kiln-{VERSION}.dist-info"
     files = _node_files()
     metadata = f"Metadata-Version: 2.1\nName: kiln\nVersion: {VERSION}\nSummary: kiln node-side launcher\n"
@@ -56,11 +59,18 @@ def build_wheel(out_dir: Path) -> tuple[str, str]:
     record = "".join(f"{path},{_record_hash(data)},{len(data)}\n" for path, data in files)
     record += f"{dist_info}/RECORD,,\n"
     files.append((f"{dist_info}/RECORD", record.encode()))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / name
-    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for path, data in files:
             info = zipfile.ZipInfo(path, date_time=_EPOCH)
             info.external_attr = 0o644 << 16
             archive.writestr(info, data, zipfile.ZIP_DEFLATED)
-    return name, hashlib.sha256(target.read_bytes()).hexdigest()
+    return buffer.getvalue()
+
+
+def build_wheel(out_dir: Path) -> tuple[str, str]:
+    """Write kiln's node wheel into OUT_DIR; return its file name and sha256."""
+    data = wheel_bytes()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / WHEEL_NAME).write_bytes(data)
+    return WHEEL_NAME, hashlib.sha256(data).hexdigest()

@@ -34,3 +34,25 @@ def kubernetes_source(backend: str) -> str:
     if backend == "hyperpod":
         return image_profile("hyperpod-eks").fact("kubernetes_versions").source
     return service_fact("eks", "kubernetes_versions").source
+
+
+# Names kiln gives Kubernetes objects, labels and resources: written once for the constructs that create them and
+# the commands that use them (`kiln job`, `kiln ci`).
+# Every node of a kiln node group (or a HyperPod instance group) carries its group's name.
+NODE_GROUP_LABEL = "kiln.io/node-group"
+# Pods opt into the Neuron-aware scheduler with this schedulerName: the one AWS's Neuron docs use, so their pod
+# examples run unchanged (kiln.constructs.neuron_addons).
+NEURON_SCHEDULER_NAME = "my-scheduler"
+# Extended resources the device plugins advertise: NVIDIA's (GPUs), Neuron's (whole devices; Neuron docs, "Neuron
+# device plugin"), and the EFA plugin's (interfaces; EKS User Guide, "Run machine learning training on Amazon EKS
+# with Elastic Fabric Adapter").
+GPU_RESOURCE = "nvidia.com/gpu"
+NEURON_DEVICE_RESOURCE = "aws.amazon.com/neuron"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+# The claim of kiln's FSx for Lustre file system, and the namespace of it and of the jobs that mount it.
+JOB_NAMESPACE = "default"
+LUSTRE_CLAIM = "fsx-claim"
+# Kueue: the label that puts a job in a queue, and the queue kiln creates (a LocalQueue in JOB_NAMESPACE, over a
+# ClusterQueue of the same name).
+QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
+JOB_QUEUE = "kiln"

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kiln.catalog.kubernetes import NODE_GROUP_LABEL
 from kiln.ci.remote import (
     ClusterHandle,
     RemoteError,
@@ -37,8 +38,6 @@ DOWN_STATES = {"down", "drained", "draining", "drain", "fail", "failing", "inval
 # `#` powering up; `%` powering down; `!` power-down pending; the rest are reservations and reboots.
 STATE_FLAGS = "*~#%!$@^-+"
 NOT_UP_FLAGS = set("*~#%!")
-# The label kiln puts on every EKS node group (kiln.constructs.eks_addons.NODE_GROUP_LABEL).
-NODE_GROUP_LABEL = "kiln.io/node-group"
 
 
 class NotReady(RemoteError):

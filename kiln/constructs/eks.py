@@ -19,6 +19,7 @@ from constructs import Construct
 from kiln.bootstrap.fetch import fetch_user_data
 from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.facts import ACCELERATOR_KINDS, UnknownInstanceType
+from kiln.catalog.kubernetes import NODE_GROUP_LABEL
 from kiln.catalog.limits import EBS_GP3_MAX_GIB, EKS_SYSTEM_NODE_COUNT, EKS_SYSTEM_NODE_TYPE
 from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
 from kiln.constructs import nag_rules
@@ -30,7 +31,6 @@ from kiln.constructs.eks_addons import (
     HYPERPOD_DEPENDENCIES,
     HYPERPOD_DEPENDENCIES_WAIT_MINUTES,
     KUBERNETES_RELEASES,
-    NODE_GROUP_LABEL,
     TRAINING_OPERATOR,
     VPC_CNI_IDENTITY,
     AcceleratorKind,

@@ -112,8 +112,6 @@ INSTANCE_TYPE_LABEL = service_fact("hyperpod", "instance_type_label").value["key
 # NVIDIA GPU nodes of kiln's node groups carry this label, so the NVIDIA plugin's default node affinity selects
 # them without NFD.
 GPU_PRESENT_LABEL = {"nvidia.com/gpu.present": "true"}
-# Every node of a kiln node group (or a HyperPod instance group) carries its group's name.
-NODE_GROUP_LABEL = "kiln.io/node-group"
 
 
 def instance_type_labels(select: Callable[[InstanceType], bool]) -> list[str]:

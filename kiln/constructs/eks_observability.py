@@ -16,9 +16,10 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from kiln.catalog.exporters import EXPORTERS, SCRAPE_INTERVAL_S
+from kiln.catalog.kubernetes import NODE_GROUP_LABEL
 from kiln.constructs._checks import require
 from kiln.constructs.eks import SYSTEM_NODE_GROUP
-from kiln.constructs.eks_addons import GPU_PRESENT_LABEL, NODE_GROUP_LABEL, TOLERATE_EVERYTHING, HelmAddon, kiln_labels
+from kiln.constructs.eks_addons import GPU_PRESENT_LABEL, TOLERATE_EVERYTHING, HelmAddon, kiln_labels
 from kiln.constructs.prometheus import IPrometheusWorkspace
 
 MONITORING_NAMESPACE = "kiln-monitoring"

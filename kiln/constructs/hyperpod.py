@@ -19,13 +19,14 @@ from constructs import Construct
 from kiln.bootstrap.cluster_env import cluster_env_text
 from kiln.catalog import UnknownInstanceType
 from kiln.catalog import instance_type as catalog_instance_type
+from kiln.catalog.kubernetes import NODE_GROUP_LABEL
 from kiln.catalog.limits import HYPERPOD_VOLUME_MAX_GIB, HYPERPOD_VOLUME_MIN_GIB
 from kiln.catalog.names import hyperpod_type_name
 from kiln.catalog.platforms import service_fact
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge, acknowledge_wildcards, require, require_in
 from kiln.constructs.bucket import DataBucket, DataBucketProps
-from kiln.constructs.eks_addons import GPU_PRESENT_LABEL, NODE_GROUP_LABEL
+from kiln.constructs.eks_addons import GPU_PRESENT_LABEL
 from kiln.constructs.node_bootstrap import NodeBootstrap
 
 NodeRole = Literal["controller", "login", "worker"]

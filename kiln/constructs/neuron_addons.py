@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
+from kiln.catalog.kubernetes import NEURON_SCHEDULER_NAME
 from kiln.constructs.eks_addons import INSTANCE_TYPE_LABEL, TOLERATE_EVERYTHING, instance_type_labels, kiln_labels
 
 NEURON_NAMESPACE = "kube-system"
@@ -27,9 +28,6 @@ NEURON_RESOURCES = ("aws.amazon.com/neuron", "aws.amazon.com/neuroncore")
 NEURON_DEVICE_PLUGIN = "neuron-device-plugin"
 # The add-on of the scheduler extension and the second kube-scheduler that consults it.
 NEURON_SCHEDULER = "neuron-scheduler"
-# Pods opt into the Neuron-aware scheduler with this schedulerName: the one AWS's Neuron docs use, so their pod
-# examples run unchanged.
-NEURON_SCHEDULER_NAME = "my-scheduler"
 # The extension's Service and port, as in AWS's chart; the extension listens on $PORT.
 NEURON_SCHEDULER_EXTENSION = "k8s-neuron-scheduler"
 NEURON_SCHEDULER_EXTENSION_PORT = 12345

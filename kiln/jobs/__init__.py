@@ -1,0 +1,1 @@
+"""kiln job: training jobs on kiln clusters."""

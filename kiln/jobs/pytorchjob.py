@@ -1,0 +1,319 @@
+"""Turn a training script into a PyTorchJob for a kiln EKS cluster: the manifests, from the spec and the catalog.
+
+What a job carries:
+- one pod per node of one accelerated node group (`nodeSelector` on kiln's node-group label), asking for all of the
+  node's GPUs or Neuron devices and EFA interfaces, so each pod has a node to itself;
+- the instance type's NCCL/EFA preset with the spec's `launcher.nccl_env` over it, as container variables (the
+  launcher keeps what the environment sets);
+- kiln's FSx for Lustre claim at the mount point nodes use, with checkpoints under `launcher.checkpoint_dir`, so a
+  pod that restarts, or the job resubmitted under its name, resumes from its last checkpoint;
+- Kueue's queue label: Kueue admits the job only when all of its pods fit, and evicts it when they do not all start
+  in time (gang scheduling, kiln.constructs.eks_queue);
+- `kiln-launch` as the entry point. The image brings Python and torch; the launcher and the script travel in a
+  ConfigMap beside the job (kiln's node wheel, unpacked at start), so any PyTorch image runs it unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from kiln.catalog import instance_type, preset_environment
+from kiln.catalog.kubernetes import (
+    EFA_RESOURCE,
+    GPU_RESOURCE,
+    JOB_NAMESPACE,
+    JOB_QUEUE,
+    LUSTRE_CLAIM,
+    NEURON_DEVICE_RESOURCE,
+    NEURON_SCHEDULER_NAME,
+    NODE_GROUP_LABEL,
+    QUEUE_NAME_LABEL,
+)
+from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE
+
+# Kubeflow training operator v1 (kiln.constructs.eks_addons.TRAINING_OPERATOR): the PyTorchJob's group and kind,
+# and the container name it looks for in each replica (kubeflow/trainer v1.9.3, pkg/apis/kubeflow.org/v1,
+# PyTorchJobDefaultContainerName).
+PYTORCHJOB_API_VERSION = "kubeflow.org/v1"
+PYTORCH_CONTAINER = "pytorch"
+# Where the job's files are mounted, and where nodes mount the file system (kiln.stacks.compute_context).
+JOB_FILES_DIR = "/opt/kiln/job"
+FSX_MOUNT = "/fsx"
+LAUNCHER_WHEEL = "kiln.whl"
+# A ConfigMap holds at most 1 MiB (Kubernetes docs, "ConfigMaps": "The data stored in a ConfigMap cannot exceed
+# 1 MiB"); kiln keeps a margin for the object's own fields.
+CONFIG_MAP_LIMIT = 1_000_000
+# NCCL's shared-memory transport needs more than a container's 64 MiB /dev/shm: a memory-backed emptyDir.
+SHM_VOLUME = "dshm"
+# A DNS-1035 label short enough for the operator's pod names (<job>-worker-<index>) and Service names (63).
+JOB_NAME = re.compile(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?")
+JOB_NAME_RULE = "a lowercase letter, then up to 39 lowercase letters, digits or '-', not ending in '-'"
+IMAGE = re.compile(r"[a-z0-9][a-z0-9._/:@-]*")
+# Unpack the launcher beside the job's files and run it: `python3 -m kiln.launcher` is kiln-launch.
+ENTRY_SCRIPT = (
+    "set -eu\n"
+    'lib="$(mktemp -d)"\n'
+    "python3 -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])' "
+    f'"{JOB_FILES_DIR}/{LAUNCHER_WHEEL}" "$lib"\n'
+    'export PYTHONPATH="$lib${PYTHONPATH:+:$PYTHONPATH}"\n'
+    'exec python3 -m kiln.launcher "$@"\n'
+)
+
+
+class JobError(ValueError):
+    """A job that cannot be written for this spec: one line saying why."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRequest:
+    """What the user asks for.
+
+    script: the training script (a file); args: its arguments. image: a container image with Python 3 and torch.
+    name: the job's name (also its checkpoint directory). group: the spec's node group; default its only one.
+    nodes: pods, one per node; default 1. nproc_per_node: processes per pod; default one per GPU or NeuronCore.
+    max_restarts: the launcher's worker restarts. env: further container variables.
+    """
+
+    script: Path
+    args: Sequence[str] = ()
+    image: str
+    name: str
+    group: str | None = None
+    nodes: int = 1
+    nproc_per_node: int | None = None
+    max_restarts: int = 3
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterFacts:
+    """What the job needs to know of the cluster, read from its spec (kiln.jobs.submit.cluster_facts)."""
+
+    backend: str
+    groups: Mapping[str, tuple[str, int]]  # name -> (instance type, max nodes)
+    lustre: bool
+    checkpoint_dir: str
+    nccl_env: Mapping[str, str] = field(default_factory=dict)
+
+
+def job_manifests(request: JobRequest, cluster: ClusterFacts, wheel: bytes) -> list[dict[str, Any]]:
+    """Return the ConfigMap with the launcher and script, and the PyTorchJob; JobError when they cannot be."""
+    _check_request(request, cluster)
+    group = _group(request, cluster)
+    instance, _ = cluster.groups[group]
+    facts = instance_type(instance)
+    files = _config_map(request, wheel)
+    labels = {"app.kubernetes.io/name": request.name, "app.kubernetes.io/managed-by": "kiln"}
+    pod = _pod_template(request, cluster, group, files["metadata"]["name"], labels)
+    replicas = {"Master": _replica(1, pod)}
+    if request.nodes > 1:
+        replicas["Worker"] = _replica(request.nodes - 1, pod)
+    job = {
+        "apiVersion": PYTORCHJOB_API_VERSION,
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": request.name,
+            "namespace": JOB_NAMESPACE,
+            "labels": {**labels, QUEUE_NAME_LABEL: JOB_QUEUE},
+        },
+        "spec": {
+            "nprocPerNode": str(request.nproc_per_node or _processes(facts)),
+            # The launcher restarts workers itself, from their last checkpoint; the operator replaces a pod that
+            # fails for good (a lost node) as many times more.
+            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": request.max_restarts},
+            "pytorchReplicaSpecs": replicas,
+        },
+    }
+    return [files, job]
+
+
+def _check_request(request: JobRequest, cluster: ClusterFacts) -> None:
+    if cluster.backend != "eks":
+        raise JobError(
+            f"compute.backend is {cluster.backend!r}: `kiln job submit` writes PyTorchJobs for the eks backend "
+            "(Slurm clusters run `sbatch ... kiln-launch`)"
+        )
+    if not cluster.lustre:
+        raise JobError(
+            "storage.lustre is not set: a job keeps its checkpoints on kiln's FSx for Lustre claim, so that a "
+            "restarted pod resumes; add storage.lustre to the spec"
+        )
+    if not JOB_NAME.fullmatch(request.name):
+        raise JobError(f"--name: got {request.name!r}; allowed: {JOB_NAME_RULE}")
+    if not IMAGE.fullmatch(request.image):
+        raise JobError(f"--image: got {request.image!r}; allowed: an image reference such as repo/name:tag")
+    if request.nodes < 1:
+        raise JobError(f"--nodes: got {request.nodes}; allowed: 1 or more")
+    for name in request.env:
+        if not ENV_NAME.fullmatch(name):
+            raise JobError(f"--env: got {name!r}; allowed: {ENV_NAME_RULE}")
+    if not request.script.is_file():
+        raise JobError(f"{request.script}: no such file (the training script)")
+
+
+def _group(request: JobRequest, cluster: ClusterFacts) -> str:
+    names = sorted(cluster.groups)
+    if request.group is None:
+        if len(names) != 1:
+            raise JobError(f"--group: the spec has {len(names)} node groups; name one of {', '.join(names)}")
+        group = names[0]
+    elif request.group not in cluster.groups:
+        raise JobError(f"--group: got {request.group!r}; allowed: {', '.join(names)}")
+    else:
+        group = request.group
+    _, max_nodes = cluster.groups[group]
+    if request.nodes > max_nodes:
+        raise JobError(
+            f"--nodes: got {request.nodes}; group {group} scales to {max_nodes} nodes (compute.groups max_count), "
+            "so the job would never be admitted"
+        )
+    return group
+
+
+def _processes(facts: Any) -> int:
+    """Return one process per GPU or logical NeuronCore (the launcher's own default)."""
+    if facts.gpu_count:
+        return facts.gpu_count
+    if facts.neuron_count:
+        return facts.logical_neuron_cores()
+    return 1
+
+
+def node_resources(instance: str) -> dict[str, int]:
+    """Return the extended resources one pod takes to have INSTANCE's node to itself: its GPUs or Neuron devices,
+    and its EFA interfaces."""
+    facts = instance_type(instance)
+    resources: dict[str, int] = {}
+    if facts.gpu_count:
+        resources[GPU_RESOURCE] = facts.gpu_count
+    if facts.neuron_count:
+        resources[NEURON_DEVICE_RESOURCE] = facts.neuron_count
+    if facts.efa_interface_count:
+        resources[EFA_RESOURCE] = facts.efa_interface_count
+    return resources
+
+
+def _environment(request: JobRequest, cluster: ClusterFacts, instance: str) -> list[dict[str, str]]:
+    try:
+        preset = preset_environment(instance, overrides=cluster.nccl_env)
+    except ValueError as error:
+        raise JobError(f"launcher.nccl_env: {error}") from None
+    values = {
+        **preset,
+        # The launcher reads the instance type here: pods do not reach IMDS (nodes keep a hop limit of 1).
+        "KILN_INSTANCE_TYPE": instance,
+        "KILN_CHECKPOINT_DIR": cluster.checkpoint_dir,
+        **request.env,
+    }
+    return [{"name": name, "value": str(value)} for name, value in values.items()]
+
+
+def _pod_template(
+    request: JobRequest, cluster: ClusterFacts, group: str, files: str, labels: Mapping[str, str]
+) -> dict[str, Any]:
+    instance, _ = cluster.groups[group]
+    facts = instance_type(instance)
+    resources = {name: str(count) for name, count in node_resources(instance).items()}
+    script = PurePosixPath(JOB_FILES_DIR) / _script_key(request.script)
+    launcher_args = ["--max-restarts", str(request.max_restarts), str(script), *request.args]
+    container = {
+        "name": PYTORCH_CONTAINER,
+        "image": request.image,
+        "command": ["sh", "-c", ENTRY_SCRIPT, "kiln-launch", *launcher_args],
+        "env": _environment(request, cluster, instance),
+        "resources": {"requests": resources, "limits": resources},
+        "volumeMounts": [
+            {"name": "fsx", "mountPath": FSX_MOUNT},
+            {"name": "job-files", "mountPath": JOB_FILES_DIR, "readOnly": True},
+            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+        ],
+    }
+    spec: dict[str, Any] = {
+        "nodeSelector": {NODE_GROUP_LABEL: group},
+        "containers": [container],
+        "volumes": [
+            {"name": "fsx", "persistentVolumeClaim": {"claimName": LUSTRE_CLAIM}},
+            {"name": "job-files", "configMap": {"name": files}},
+            {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}},
+        ],
+    }
+    if facts.neuron_count:
+        # Whole devices, contiguous cores: the Neuron scheduler extension places Neuron pods.
+        spec["schedulerName"] = NEURON_SCHEDULER_NAME
+    return {"metadata": {"labels": dict(labels)}, "spec": spec}
+
+
+def _replica(count: int, pod: dict[str, Any]) -> dict[str, Any]:
+    return {"replicas": count, "restartPolicy": "OnFailure", "template": pod}
+
+
+def _script_key(script: Path) -> str:
+    # ConfigMap keys: letters, digits, '-', '_' and '.'.
+    key = re.sub(r"[^-._a-zA-Z0-9]", "_", script.name)
+    return key if key != LAUNCHER_WHEEL else f"script-{key}"
+
+
+def _config_map(request: JobRequest, wheel: bytes) -> dict[str, Any]:
+    script = request.script.read_bytes()
+    key = _script_key(request.script)
+    try:
+        data: dict[str, Any] = {"data": {key: script.decode("utf-8")}}
+    except UnicodeDecodeError:
+        data = {"binaryData": {key: base64.b64encode(script).decode()}}
+    data.setdefault("binaryData", {})[LAUNCHER_WHEEL] = base64.b64encode(wheel).decode()
+    size = len(script) + len(wheel)
+    if size > CONFIG_MAP_LIMIT:
+        raise JobError(
+            f"{request.script}: {len(script)} bytes, too large to travel with the job (a ConfigMap holds 1 MiB); "
+            "put the code in the image or on the file system and submit a small entry script"
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"{request.name}-files",
+            "namespace": JOB_NAMESPACE,
+            "labels": {"app.kubernetes.io/name": request.name, "app.kubernetes.io/managed-by": "kiln"},
+        },
+        **data,
+    }
+
+
+def launcher_wheel() -> bytes:
+    """Return kiln's node wheel (launcher and catalog), built from this installation."""
+    from kiln.bootstrap.wheel import wheel_bytes
+
+    return wheel_bytes()
+
+
+def owned_by(config_map: dict[str, Any], job: Mapping[str, Any]) -> dict[str, Any]:
+    """Return CONFIG_MAP owned by the applied JOB (its uid), so deleting the job deletes its files."""
+    metadata = job["metadata"]
+    owner = {
+        "apiVersion": job["apiVersion"],
+        "kind": job["kind"],
+        "name": metadata["name"],
+        "uid": metadata["uid"],
+        "blockOwnerDeletion": False,
+    }
+    return {**config_map, "metadata": {**config_map["metadata"], "ownerReferences": [owner]}}
+
+
+def to_yaml(objects: Sequence[Mapping[str, Any]]) -> str:
+    """Return OBJECTS as one multi-document YAML stream."""
+    import yaml
+
+    class _Plain(yaml.SafeDumper):
+        # Every object written out in full: no &anchors for the replicas' shared pod template.
+        def ignore_aliases(self, data: Any) -> bool:
+            return True
+
+    out = io.StringIO()
+    yaml.dump_all(list(objects), out, Dumper=_Plain, sort_keys=False, default_flow_style=False)
+    return out.getvalue()

@@ -1,0 +1,231 @@
+"""`kiln job submit`: the PyTorchJob a script becomes, its refusals, its entry point run for real, and its apply."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kiln.catalog import preset_environment
+from kiln.catalog.kubernetes import (
+    EFA_RESOURCE,
+    GPU_RESOURCE,
+    JOB_QUEUE,
+    LUSTRE_CLAIM,
+    NEURON_DEVICE_RESOURCE,
+    NEURON_SCHEDULER_NAME,
+    NODE_GROUP_LABEL,
+    QUEUE_NAME_LABEL,
+)
+from kiln.cli import main
+from kiln.jobs.cli import cluster_facts
+from kiln.jobs.pytorchjob import (
+    JOB_FILES_DIR,
+    LAUNCHER_WHEEL,
+    ClusterFacts,
+    JobError,
+    JobRequest,
+    job_manifests,
+    launcher_wheel,
+)
+from kiln.spec import load_spec
+from tests.conftest import ROOT
+
+EXAMPLES = ROOT / "examples"
+IMAGE = "public.ecr.aws/example/pytorch:2.13"
+
+
+@pytest.fixture(scope="module")
+def wheel() -> bytes:
+    return launcher_wheel()
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Path:
+    path = tmp_path / "train.py"
+    path.write_text("import torch\nprint('training')\n")
+    return path
+
+
+def _facts(example: str) -> ClusterFacts:
+    return cluster_facts(load_spec(EXAMPLES / example))
+
+
+def _pod(job: dict, replica: str = "Master") -> dict:
+    return job["spec"]["pytorchReplicaSpecs"][replica]["template"]["spec"]
+
+
+def test_a_gpu_job_takes_whole_nodes_with_efa_the_preset_fsx_and_the_queue(script, wheel) -> None:
+    facts = _facts("p5-eks.yaml")
+    files, job = job_manifests(JobRequest(script=script, image=IMAGE, name="llm", nodes=3), facts, wheel)
+    assert job["metadata"]["labels"][QUEUE_NAME_LABEL] == JOB_QUEUE
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 2)
+    assert job["spec"]["nprocPerNode"] == "8"
+    pod = _pod(job, "Worker")
+    assert pod["nodeSelector"] == {NODE_GROUP_LABEL: "p5"}
+    assert "schedulerName" not in pod
+    [container] = pod["containers"]
+    assert container["name"] == "pytorch"
+    assert container["resources"]["limits"] == {GPU_RESOURCE: "8", EFA_RESOURCE: "32"}
+    assert container["resources"]["requests"] == container["resources"]["limits"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert preset_environment("p5.48xlarge").items() <= env.items()
+    assert env["KILN_INSTANCE_TYPE"] == "p5.48xlarge"
+    assert env["KILN_CHECKPOINT_DIR"] == "/fsx/checkpoints"
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v]
+    assert claims == [LUSTRE_CLAIM]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["fsx"] == "/fsx" and mounts["job-files"] == JOB_FILES_DIR
+    # The launcher runs the script from the job's files, with the script's own arguments after it.
+    assert container["command"][-1] == f"{JOB_FILES_DIR}/train.py"
+    assert files["data"]["train.py"] == script.read_text()
+    assert base64.b64decode(files["binaryData"][LAUNCHER_WHEEL]) == wheel
+    assert {"name": "job-files", "configMap": {"name": files["metadata"]["name"]}} in pod["volumes"]
+
+
+def test_a_neuron_job_uses_the_neuron_scheduler_devices_and_logical_cores(script, wheel) -> None:
+    _, job = job_manifests(JobRequest(script=script, image=IMAGE, name="trn"), _facts("trn1-eks.yaml"), wheel)
+    pod = _pod(job)
+    assert pod["schedulerName"] == NEURON_SCHEDULER_NAME
+    assert pod["containers"][0]["resources"]["limits"] == {NEURON_DEVICE_RESOURCE: "16", EFA_RESOURCE: "8"}
+    # trn1: 16 devices of 2 NeuronCores each, one process per core.
+    assert job["spec"]["nprocPerNode"] == "32"
+    assert "Worker" not in job["spec"]["pytorchReplicaSpecs"]
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"nodes": 5}, "scales to 4 nodes"),
+        ({"group": "p4"}, "allowed: p5"),
+        ({"name": "Bad_Name"}, "--name"),
+        ({"image": "bad image"}, "--image"),
+        ({"env": {"lower": "x"}}, "--env"),
+        ({"script": Path("/nonexistent/train.py")}, "no such file"),
+    ],
+)
+def test_bad_requests_are_one_line(script, wheel, change, said) -> None:
+    request = JobRequest(**{"script": script, "image": IMAGE, "name": "llm", **change})
+    with pytest.raises(JobError, match=said) as caught:
+        job_manifests(request, _facts("p5-eks.yaml"), wheel)
+    assert "\n" not in str(caught.value)
+
+
+def test_only_eks_clusters_with_lustre_take_jobs(script, wheel) -> None:
+    facts = _facts("p5-eks.yaml")
+    request = JobRequest(script=script, image=IMAGE, name="llm")
+    with pytest.raises(JobError, match="eks backend"):
+        job_manifests(request, ClusterFacts(**{**facts.__dict__, "backend": "pcs"}), wheel)
+    with pytest.raises(JobError, match="storage.lustre"):
+        job_manifests(request, ClusterFacts(**{**facts.__dict__, "lustre": False}), wheel)
+
+
+def test_a_script_too_large_for_a_config_map_is_refused(tmp_path, wheel) -> None:
+    big = tmp_path / "big.py"
+    big.write_bytes(b"#" * 1_100_000)
+    with pytest.raises(JobError, match="too large"):
+        job_manifests(JobRequest(script=big, image=IMAGE, name="big"), _facts("p5-eks.yaml"), wheel)
+
+
+def test_the_entry_point_unpacks_the_launcher_and_runs_kiln_launch(tmp_path, script, wheel) -> None:
+    """The container's command, run by sh with the operator's variables: kiln-launch plans a 2-node job."""
+    files_dir = tmp_path / "job"
+    files_dir.mkdir()
+    (files_dir / LAUNCHER_WHEEL).write_bytes(wheel)
+    (files_dir / "train.py").write_text(script.read_text())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # Without site-packages: the kiln the job imports is the one it unpacked.
+    python = bin_dir / "python3"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    python.chmod(0o755)
+    _, job = job_manifests(JobRequest(script=script, image=IMAGE, name="llm", nodes=2), _facts("p5-eks.yaml"), wheel)
+    command = _pod(job)["containers"][0]["command"]
+    argv = [part.replace(JOB_FILES_DIR, str(files_dir)) for part in command]
+    # --dry-run before the script: the plan, as JSON, without starting workers.
+    script_at = argv.index(f"{files_dir}/train.py")
+    argv[script_at:script_at] = ["--dry-run"]
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "KUBERNETES_SERVICE_HOST": "10.100.0.1",
+        "PET_MASTER_ADDR": "llm-master-0",
+        "PET_MASTER_PORT": "23456",
+        "PET_NNODES": "2",
+        "PET_NODE_RANK": "1",
+        "PET_NPROC_PER_NODE": "8",
+        "HOSTNAME": "llm-worker-0",
+        "TMPDIR": str(tmp_path),
+        **{e["name"]: e["value"] for e in _pod(job)["containers"][0]["env"]},
+        "KILN_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+    }
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    environment = plan["environment"]
+    assert (environment["nnodes"], environment["node_rank"], environment["job_id"]) == ("2", 1, "llm")
+    assert plan["instance_type"]["name"] == "p5.48xlarge"
+    # The job carries the preset itself; the launcher keeps what the environment sets.
+    assert set(preset_environment("p5.48xlarge")) <= set(plan["nccl_env"]["kept_from_environment"])
+    assert plan["job_dir"] == str(tmp_path / "checkpoints" / "llm")
+
+
+def _fake_kubectl(tmp_path: Path) -> Path:
+    """A kubectl that records each call's stdin and answers as an API server would: the object with a uid."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    kubectl = bin_dir / "kubectl"
+    kubectl.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        "obj = json.load(sys.stdin)\n"
+        "log = os.environ['FAKE_KUBECTL_LOG']\n"
+        "with open(log, 'a') as f: f.write(json.dumps({'argv': sys.argv[1:], 'kubeconfig': os.environ['KUBECONFIG'],"
+        " 'object': obj}) + '\\n')\n"
+        "obj['metadata']['uid'] = 'uid-' + obj['kind']\n"
+        "print(json.dumps(obj))\n"
+    )
+    kubectl.chmod(kubectl.stat().st_mode | stat.S_IEXEC)
+    return bin_dir
+
+
+def test_submit_writes_the_manifests_and_applies_the_job_then_its_files_owned_by_it(
+    tmp_path, script, monkeypatch, capsys
+) -> None:
+    bin_dir = _fake_kubectl(tmp_path)
+    log = tmp_path / "kubectl.log"
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_KUBECTL_LOG", str(log))
+    out = tmp_path / "job.yaml"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("{}")
+    argv = ["job", "submit", "--spec", str(EXAMPLES / "p5-eks.yaml"), "--image", IMAGE, "-j", "2x4"]
+    code = main([*argv, "--out", str(out), "--kubeconfig", str(kubeconfig), "--", str(script), "--epochs", "3"])
+    assert code == 0, capsys.readouterr().err
+    files, job = yaml.safe_load_all(out.read_text())
+    assert job["spec"]["nprocPerNode"] == "4"
+    assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
+    assert _pod(job)["containers"][0]["command"][-2:] == ["--epochs", "3"]
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [c["object"]["kind"] for c in calls] == ["PyTorchJob", "ConfigMap"]
+    assert all(c["kubeconfig"] == str(kubeconfig) and c["argv"][:2] == ["apply", "--server-side"] for c in calls)
+    [owner] = calls[1]["object"]["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("PyTorchJob", "train", "uid-PyTorchJob")
+    assert "applied PyTorchJob train" in capsys.readouterr().out
+
+
+def test_submit_without_a_script_or_kubectl_says_so_in_one_line(tmp_path, script, monkeypatch, capsys) -> None:
+    base = ["job", "submit", "--spec", str(EXAMPLES / "p5-eks.yaml"), "--image", IMAGE]
+    assert main(base) == 2
+    assert "no training script" in capsys.readouterr().err
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main([*base, "--kubeconfig", str(tmp_path / "k"), "--", str(script)]) == 2
+    err = capsys.readouterr().err
+    assert "kubectl is not on PATH" in err and len(err.strip().splitlines()) == 1
