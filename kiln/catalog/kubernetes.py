@@ -3,6 +3,7 @@ can drive, that is for which kiln ships the kubectl/helm Lambda layer CDK's kube
 
 from __future__ import annotations
 
+from kiln.catalog.facts import instance_type
 from kiln.catalog.platforms import image_profile, service_fact, version_key
 
 # The minors kiln has a kubectl layer for (pyproject.toml: aws-cdk.lambda-layer-kubectl-vNN) and the kubectl patch
@@ -56,3 +57,17 @@ LUSTRE_CLAIM = "fsx-claim"
 # ClusterQueue of the same name).
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_QUEUE = "kiln"
+
+
+def node_resources(instance: str) -> dict[str, int]:
+    """Return the extended resources a node of type INSTANCE offers pods: its GPUs or Neuron devices, and its EFA
+    interfaces (one per EFA-capable network card, as kiln's launch templates attach them)."""
+    facts = instance_type(instance)
+    resources: dict[str, int] = {}
+    if facts.gpu_count:
+        resources[GPU_RESOURCE] = facts.gpu_count
+    if facts.neuron_count:
+        resources[NEURON_DEVICE_RESOURCE] = facts.neuron_count
+    if facts.efa_interface_count:
+        resources[EFA_RESOURCE] = facts.efa_interface_count
+    return resources

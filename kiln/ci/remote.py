@@ -13,7 +13,18 @@ Commands travel through AWS Systems Manager, never SSH:
   session does not carry its exit code, so kiln wraps the command to print a marker line with ``$?`` and strips
   that line from what it shows.
 - Kubernetes (EKS, and HyperPod orchestrated by EKS): the command runs here, on the runner, with ``KUBECONFIG``
-  naming a kubeconfig kiln writes from ``eks:DescribeCluster`` (mode 0600) and deletes afterwards.
+  naming a kubeconfig kiln writes from ``eks:DescribeCluster`` (mode 0600) and deletes afterwards. Its user gets
+  tokens from ``aws eks get-token``. How the runner reaches the API depends on ``endpointPublicAccess``:
+
+  - public (a spec's ``public-and-private`` endpoint, whose CIDRs must admit the runner): the kubeconfig names the
+    endpoint itself.
+  - private only (kiln's default): a runner outside the VPC cannot reach it, so kiln forwards a free local port to
+    the endpoint's port 443 through a running node of the cluster's ``system`` node group (found by its
+    ``kiln:eks-cluster`` and ``kiln:node-group`` tags) with ``aws ssm start-session --document-name
+    AWS-StartPortForwardingSessionToRemoteHost`` (the AWS CLI and the session-manager-plugin on PATH). The
+    kubeconfig names ``https://127.0.0.1:PORT`` with the endpoint's host as ``tls-server-name``, so kubectl still
+    verifies the cluster's certificate. The forward is stopped and its session ended after the command, whatever
+    its outcome.
 
 On a node the command runs as root (Run Command's user, and Session Manager's on HyperPod unless its Run As
 preference names another user), in a login bash in root's home, with Slurm's and kiln's bin directories on PATH.
@@ -36,6 +47,7 @@ import re
 import secrets
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -44,10 +56,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TextIO
+from urllib.parse import urlsplit
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kiln.aws_errors import error_message, explain, one_line
+from kiln.catalog.names import EKS_SYSTEM_NODE_GROUP, TAG_EKS_CLUSTER, TAG_NODE_GROUP
 from kiln.ci.reaper_code.kiln_reaper.contract import stack_name
 from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
 
@@ -82,6 +96,17 @@ export PATH
 cd "$HOME" 2>/dev/null || cd /
 """
 _SESSION_BANNER = re.compile(r"^\s*(Starting|Exiting) session with [Ss]essionId: (\S+?)\.?\s*$")
+# Session Manager's port forwarding to a host the node reaches (here the EKS API's private endpoint); its parameters
+# are host, portNumber and localPortNumber:
+# https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-working-with-sessions-start.html
+PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSessionToRemoteHost"
+EKS_API_PORT = 443
+# How long the session-manager-plugin may take to listen on the local port.
+PORT_FORWARD_READY_S = 60.0
+# What the plugin prints once the local port listens (multiplexed forwarding, then the older one-connection kind).
+_FORWARD_LISTENING = re.compile(r"Waiting for connections|Port \d+ opened for sessionId")
+# The AWS CLI's error when session-manager-plugin is not on PATH.
+_PLUGIN_MISSING = "SessionManagerPlugin is not found"
 
 
 class RemoteError(Exception):
@@ -593,41 +618,60 @@ def _run_with_kubeconfig(
     if not endpoint or not authority:
         raise Unreachable(f"EKS cluster {name} has no API endpoint yet (status {cluster.get('status', 'unknown')})")
     env = _cli_environment(session)
-    config = kubeconfig(name, target.region, endpoint, authority, env.get("AWS_PROFILE"))
-    descriptor, path = tempfile.mkstemp(prefix="kiln-kubeconfig-", suffix=".json")
-    try:
-        os.fchmod(descriptor, 0o600)
-        with os.fdopen(descriptor, "w") as handle:
-            json.dump(config, handle, indent=2)
-        env["KUBECONFIG"] = path
+    with contextlib.ExitStack() as forwarding:
+        server, tls_server_name = endpoint, None
+        # A private-only endpoint answers inside the VPC alone: reach it through a system node (see the module doc).
+        if not (cluster.get("resourcesVpcConfig") or {}).get("endpointPublicAccess"):
+            host = urlsplit(endpoint).hostname or endpoint
+            node = _system_node(session, target.region, name)
+            port = forwarding.enter_context(_port_forward(session, target, node, host, env, poll_s, clock))
+            server, tls_server_name = f"https://127.0.0.1:{port}", host
+        config = kubeconfig(name, target.region, server, authority, env.get("AWS_PROFILE"), tls_server_name)
+        descriptor, path = tempfile.mkstemp(prefix="kiln-kubeconfig-", suffix=".json")
+        try:
+            os.fchmod(descriptor, 0o600)
+            with os.fdopen(descriptor, "w") as handle:
+                json.dump(config, handle, indent=2)
+            env["KUBECONFIG"] = path
 
-        def write(stream: TextIO) -> Callable[[str], None]:
-            def sink(text: str) -> None:
-                stream.write(text)
-                stream.flush()
+            def write(stream: TextIO) -> Callable[[str], None]:
+                def sink(text: str) -> None:
+                    stream.write(text)
+                    stream.flush()
 
-            return sink
+                return sink
 
-        code = _stream(
-            ["bash", "-c", command],
-            env=env,
-            on_out=write(out),
-            on_err=write(err),
-            timeout_s=timeout_s,
-            poll_s=poll_s,
-            clock=clock,
-        )
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+            code = _stream(
+                ["bash", "-c", command],
+                env=env,
+                on_out=write(out),
+                on_err=write(err),
+                timeout_s=timeout_s,
+                poll_s=poll_s,
+                clock=clock,
+            )
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
     if code is None:
         err.write(f"kiln: the command for {target.label} did not finish within {timeout_s:g} s; stopped it\n")
         return EXIT_TIMED_OUT
     return code
 
 
-def kubeconfig(name: str, region: str, endpoint: str, authority: str, profile: str | None = None) -> dict[str, Any]:
-    """Return a kubeconfig (as JSON data) for EKS cluster NAME whose user gets tokens from `aws eks get-token`."""
+def kubeconfig(
+    name: str,
+    region: str,
+    endpoint: str,
+    authority: str,
+    profile: str | None = None,
+    tls_server_name: str | None = None,
+) -> dict[str, Any]:
+    """Return a kubeconfig (as JSON data) for EKS cluster NAME whose user gets tokens from `aws eks get-token`.
+
+    ENDPOINT is the server kubectl connects to; TLS_SERVER_NAME, when it is a forwarded local port, the name the
+    cluster's certificate is checked against.
+    """
     exec_user: dict[str, Any] = {
         "apiVersion": "client.authentication.k8s.io/v1beta1",
         "command": "aws",
@@ -636,14 +680,146 @@ def kubeconfig(name: str, region: str, endpoint: str, authority: str, profile: s
     }
     if profile:
         exec_user["env"] = [{"name": "AWS_PROFILE", "value": profile}]
+    server: dict[str, str] = {"server": endpoint, "certificate-authority-data": authority}
+    if tls_server_name:
+        server["tls-server-name"] = tls_server_name
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": name, "cluster": {"server": endpoint, "certificate-authority-data": authority}}],
+        "clusters": [{"name": name, "cluster": server}],
         "users": [{"name": name, "user": {"exec": exec_user}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
         "current-context": name,
     }
+
+
+def _system_node(session: Any, region: str, cluster: str) -> str:
+    """Return a running node of EKS cluster CLUSTER's system node group: the one its API is forwarded through."""
+    return _running_instance(
+        session,
+        region,
+        {TAG_EKS_CLUSTER: cluster, TAG_NODE_GROUP: EKS_SYSTEM_NODE_GROUP},
+        f"EKS cluster {cluster} has a private API endpoint and no running system node to reach it through: check "
+        f"that its {EKS_SYSTEM_NODE_GROUP!r} node group is ACTIVE and its instances carry the tags "
+        f"{TAG_EKS_CLUSTER}={cluster} and {TAG_NODE_GROUP}={EKS_SYSTEM_NODE_GROUP} (an older kiln did not tag them: "
+        "redeploy with `kiln ci up`)",
+    )
+
+
+@contextlib.contextmanager
+def _port_forward(
+    session: Any,
+    target: Target,
+    node: str,
+    host: str,
+    env: Mapping[str, str],
+    poll_s: float,
+    clock: Callable[[], float],
+) -> Iterator[int]:
+    """Forward a free local port to HOST's port 443 through NODE with Session Manager; yield the port.
+
+    Afterwards, also when the block fails, stops the AWS CLI and its session-manager-plugin (their process group)
+    and ends the session.
+    """
+    port = _free_port()
+    parameters = json.dumps({"host": [host], "portNumber": [str(EKS_API_PORT)], "localPortNumber": [str(port)]})
+    argv = ["aws", "ssm", "start-session", "--target", node, "--document-name", PORT_FORWARD_DOCUMENT]
+    argv += ["--parameters", parameters, "--region", target.region]
+    try:
+        process = subprocess.Popen(
+            argv,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            start_new_session=True,
+        )
+    except FileNotFoundError:
+        raise RemoteError(
+            f"the AWS CLI (`aws`) is not on PATH: the private API endpoint of {target.label} is reached with "
+            "`aws ssm start-session`; install the AWS CLI v2 and the session-manager-plugin"
+        ) from None
+    forward = _Forward(process)
+    try:
+        forward.wait_listening(port, f"{target.label}'s system node {node}", poll_s, clock)
+        yield port
+    finally:
+        _stop(process)
+        _terminate_session(session, target, forward.session_id)
+
+
+class _Forward:
+    """A port-forwarding CLI's output, read on threads until it exits: its session id, whether it listens, errors."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+        self.session_id: str | None = None
+        self.listening = threading.Event()
+        self.last: dict[str, str] = {"out": "", "err": ""}
+        self._readers = [
+            threading.Thread(target=self._read, args=(stream, kind), daemon=True)
+            for stream, kind in ((process.stdout, "out"), (process.stderr, "err"))
+        ]
+        for reader in self._readers:
+            reader.start()
+
+    def _read(self, stream: TextIO, kind: str) -> None:
+        for text in stream:
+            line = text.strip()
+            banner = _SESSION_BANNER.match(line)
+            if banner and banner.group(1) == "Starting":
+                self.session_id = banner.group(2)
+            if _FORWARD_LISTENING.search(line):
+                self.listening.set()
+            if line:
+                self.last[kind] = line
+
+    def wait_listening(self, port: int, label: str, poll_s: float, clock: Callable[[], float]) -> None:
+        """Return once the plugin listens on PORT; a one-line error when it exits first or takes too long."""
+        started = clock()
+        while not self.listening.wait(min(poll_s, 0.5)):
+            if self.process.poll() is not None:
+                # What it started may still hold the pipes open: stop them all, then read what is left.
+                _stop(self.process)
+                for reader in self._readers:
+                    reader.join(timeout=5)
+                said = one_line(self.last["err"] or self.last["out"]) or f"exit code {self.process.returncode}"
+                if _PLUGIN_MISSING in said:
+                    raise RemoteError(
+                        "the session-manager-plugin is not on PATH: the AWS CLI needs it to forward a port to a "
+                        "private EKS endpoint; install it beside the AWS CLI v2"
+                    )
+                failure = f"aws ssm start-session to {label} failed: {said}"
+                if "TargetNotConnected" in said:
+                    raise Unreachable(failure)
+                raise RemoteError(failure)
+            if _accepts(port):
+                return
+            if clock() - started >= PORT_FORWARD_READY_S:
+                said = one_line(self.last["err"] or self.last["out"]) or "nothing"
+                raise RemoteError(
+                    f"the port forward through {label} did not listen on 127.0.0.1:{port} within "
+                    f"{PORT_FORWARD_READY_S:g} s (the AWS CLI last said: {said}); stopped it"
+                )
+
+
+def _free_port() -> int:
+    """Return a TCP port of 127.0.0.1 that nothing uses now (the system's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _accepts(port: int) -> bool:
+    """Return whether something accepts TCP connections on 127.0.0.1:PORT."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 # Subprocesses and errors.

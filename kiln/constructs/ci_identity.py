@@ -46,6 +46,11 @@ EKS_CLUSTER_READS = ("eks:DescribeCluster", "eks:ListNodegroups")
 ENVIRONMENT_TAG = TAG_ENVIRONMENT
 RUN_SHELL_DOCUMENT = "AWS-RunShellScript"
 SESSION_DOCUMENT = "AWS-StartNonInteractiveCommand"
+# `kiln ci run` reaches a private EKS API endpoint through a system node with this document (kiln.ci.remote).
+PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSessionToRemoteHost"
+# Session Manager's own condition key for a target instance's tags, as AWS's sample policies spell it:
+# https://docs.aws.amazon.com/systems-manager/latest/userguide/getting-started-restrict-access-examples.html
+SESSION_TARGET_TAG = f"ssm:resourceTag/{TAG_ENVIRONMENT}"
 # The kiln-owned buckets of an environment: <env>-<kind>-<account>.
 ENVIRONMENT_BUCKETS = BUCKET_PURPOSES
 # An environment is named <cluster>-<run slug> in at most 31 characters, with a run slug of up to 12: a longer
@@ -207,7 +212,8 @@ class GithubDeployIdentity(Construct):
     sts.amazonaws.com). It deploys by assuming CDK's bootstrap roles; otherwise it only reads and deletes the
     <cluster>-<run> stacks, buckets and reaper schedules `kiln ci` names, and runs commands on their nodes (Run
     Command on instances tagged with one of those environments; Session Manager on HyperPod nodes, which IAM
-    names only by cluster id, so on any HyperPod cluster of the account).
+    names only by cluster id, so on any HyperPod cluster of the account) or reaches their private EKS API endpoint
+    (Session Manager port forwarding through an instance tagged with one of those environments).
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: GithubDeployIdentityProps) -> None:
@@ -308,14 +314,31 @@ class GithubDeployIdentity(Construct):
                 resources=[f"{arn}:ec2:*:{account}:instance/*"],
                 conditions={"StringLike": {f"aws:ResourceTag/{ENVIRONMENT_TAG}": environments}},
             ),
-            # HyperPod nodes are session targets named by their cluster's ARN, which holds an id, not the name.
+            # HyperPod nodes are session targets named by their cluster's ARN, which holds an id, not the name. IAM
+            # checks a session's target and document each on its own, so the two documents share one statement.
             iam.PolicyStatement(
                 actions=["ssm:StartSession"],
-                resources=[f"{arn}:sagemaker:*:{account}:cluster/*", f"{arn}:ssm:*::document/{SESSION_DOCUMENT}"],
+                resources=[
+                    f"{arn}:sagemaker:*:{account}:cluster/*",
+                    f"{arn}:ssm:*::document/{SESSION_DOCUMENT}",
+                    f"{arn}:ssm:*::document/{PORT_FORWARD_DOCUMENT}",
+                ],
             ),
-            # Only sessions this role started (Session Manager names them after the caller's user id).
+            # A private EKS endpoint: port forwarding through a system node of the role's environments (its tag).
             iam.PolicyStatement(
-                actions=["ssm:TerminateSession"], resources=[f"{arn}:ssm:*:{account}:session/${{aws:userid}}-*"]
+                actions=["ssm:StartSession"],
+                resources=[f"{arn}:ec2:*:{account}:instance/*"],
+                conditions={"StringLike": {SESSION_TARGET_TAG: environments}},
+            ),
+            # Only sessions this role started: Session Manager tags each session with its starter's user id
+            # (aws:ssmmessages:session-id). A session's id starts with the role session name, not with an assumed
+            # role's aws:userid (AROA...:name), so a session/${aws:userid}-* resource would match none of them.
+            # https://docs.aws.amazon.com/systems-manager/latest/userguide/getting-started-restrict-access-examples.html
+            # (Example 4, method 2: tags supplied by AWS, on Resource "*" as there).
+            iam.PolicyStatement(
+                actions=["ssm:TerminateSession"],
+                resources=["*"],
+                conditions={"StringLike": {"ssm:resourceTag/aws:ssmmessages:session-id": ["${aws:userid}"]}},
             ),
             iam.PolicyStatement(actions=list(PCS_READS), resources=[f"{arn}:pcs:*:{account}:cluster/*"]),
             iam.PolicyStatement(actions=list(HYPERPOD_READS), resources=[f"{arn}:sagemaker:*:{account}:cluster/*"]),

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from aws_cdk import Duration, Stack, Token
+from aws_cdk import CfnTag, Duration, Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -21,7 +21,13 @@ from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.facts import ACCELERATOR_KINDS, UnknownInstanceType
 from kiln.catalog.kubernetes import NODE_GROUP_LABEL
 from kiln.catalog.limits import EBS_GP3_MAX_GIB, EKS_SYSTEM_NODE_COUNT, EKS_SYSTEM_NODE_TYPE
-from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
+from kiln.catalog.names import (
+    EKS_SYSTEM_NODE_GROUP,
+    NODE_GROUP_NAME_RULE,
+    TAG_EKS_CLUSTER,
+    TAG_NODE_GROUP,
+    is_node_group_name,
+)
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge, acknowledge_wildcards, require, require_in, unresolved
 from kiln.constructs.eks_addons import (
@@ -29,16 +35,29 @@ from kiln.constructs.eks_addons import (
     GPU_PRESENT_LABEL,
     HELM_ADDONS,
     HYPERPOD_DEPENDENCIES,
-    HYPERPOD_DEPENDENCIES_WAIT_MINUTES,
+    INSTALL_WAIT_MINUTES,
     KUBERNETES_RELEASES,
     TRAINING_OPERATOR,
     VPC_CNI_IDENTITY,
     AcceleratorKind,
+    GitHelmAddon,
     LustreVolumeNames,
     PodIdentity,
     git_helm_job_manifests,
     kustomize_job_manifests,
     lustre_volume_manifests,
+)
+from kiln.constructs.eks_scheduling import (
+    AUTOSCALER_NAMESPACE,
+    AUTOSCALER_SERVICE_ACCOUNT,
+    CLUSTER_AUTOSCALER_FACTS,
+    IMAGE_PULL_SECONDS,
+    QueuedGroup,
+    autoscaler_owned_tag,
+    cluster_autoscaler_addon,
+    kueue_addon,
+    node_template_tags,
+    queue_manifests,
 )
 from kiln.constructs.ids import hashed_id
 from kiln.constructs.keys import secrets_key
@@ -100,7 +119,7 @@ CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
 INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 # EKS-optimized AL2023 images boot from /dev/xvda.
 AL2023_ROOT_DEVICE = "/dev/xvda"
-SYSTEM_NODE_GROUP = "system"
+SYSTEM_NODE_GROUP = EKS_SYSTEM_NODE_GROUP
 # IMDS answers the node itself (and host-network pods such as aws-node and the Pod Identity agent), never a
 # pod behind another hop: pods cannot take the node role. What needs AWS gets its own identity (Pod Identity).
 NODE_HOP_LIMIT = 1
@@ -279,6 +298,14 @@ class EksTrainingClusterProps:
     hyperpod_dependencies: install what SageMaker HyperPod requires on the cluster before a HyperPod cluster is
         created on it (HYPERPOD_DEPENDENCIES); `hyperpod_dependencies_ready` is then what that cluster waits for.
         Needs system_nodes, where the install runs. Default False.
+    cluster_autoscaler: scale the accelerated groups between their min and max for pending pods, and back down when
+        idle (kiln.constructs.eks_scheduling); default True. node_provision_seconds: how long a new node may take to
+        become ready before the autoscaler gives up on it (the boot budget's estimate for kiln's bundle, with
+        headroom); default the autoscaler's 900.
+    gang_scheduling: Kueue with one queue over the accelerated groups: a job labelled for it starts only when all of
+        its pods fit, and is requeued when they do not all run in time; default True (with accelerated groups).
+    system_instance_tags: further tags of the system nodes' instances (a short-lived environment's, which
+        `kiln ci run`'s Session Manager grant names); they always carry kiln's node-group and cluster tags.
     """
 
     vpc: ec2.IVpc
@@ -299,6 +326,10 @@ class EksTrainingClusterProps:
     security_groups: Sequence[ec2.ISecurityGroup] = ()
     secrets_key: kms.IKey | None = None
     hyperpod_dependencies: bool = False
+    cluster_autoscaler: bool = True
+    node_provision_seconds: int = CLUSTER_AUTOSCALER_FACTS["default_provision_seconds"]
+    gang_scheduling: bool = True
+    system_instance_tags: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         require_in("kubernetes_version", self.kubernetes_version, KUBERNETES_RELEASES)
@@ -311,6 +342,27 @@ class EksTrainingClusterProps:
                 "any HyperPod node exists)",
             )
         require_in("endpoint", self.endpoint, ENDPOINTS)
+        require(
+            60 <= self.node_provision_seconds <= 86_400,
+            "node_provision_seconds",
+            self.node_provision_seconds,
+            "60 to 86400",
+        )
+        if self.accelerated_groups and self.cluster_autoscaler:
+            require(
+                self.cluster_name is not None and not unresolved(self.cluster_name),
+                "cluster_name",
+                self.cluster_name,
+                "a name with cluster_autoscaler (its scaling grant is conditioned on a tag key that holds the name)",
+            )
+        if self.accelerated_groups and (self.cluster_autoscaler or self.gang_scheduling):
+            require(
+                self.system_nodes is not None,
+                "system_nodes",
+                None,
+                "a system node group with cluster_autoscaler or gang_scheduling (they run there, before any "
+                "accelerated node exists)",
+            )
         names = [g.name for g in self.accelerated_groups]
         require(len(set(names)) == len(names), "accelerated_groups names", names, "unique names")
         require(
@@ -445,6 +497,13 @@ class EksTrainingCluster(Construct):
             self.addons[NEURON_SCHEDULER] = self.cluster.add_manifest(
                 _pascal(NEURON_SCHEDULER), *neuron_scheduler_manifests(release.kube_scheduler_image)
             )
+        # The cluster-autoscaler's role (None without it), and Kueue's install and queues (None without them).
+        self.autoscaler_role: iam.Role | None = None
+        if props.accelerated_groups and props.cluster_autoscaler:
+            self.autoscaler_role = self._cluster_autoscaler(release_version=props.kubernetes_version)
+        self.queues: eks.KubernetesManifest | None = None
+        if props.accelerated_groups and props.gang_scheduling:
+            self.queues = self._gang_scheduling()
         # What a HyperPod cluster on this one waits for; None without hyperpod_dependencies.
         self.hyperpod_dependencies_ready: Construct | None = None
         if props.hyperpod_dependencies:
@@ -475,8 +534,11 @@ class EksTrainingCluster(Construct):
             self.props.bootstrap.grant_read(role)
         return role
 
-    def _pod_identity(self, construct_id: str, identity: PodIdentity) -> tuple[iam.Role, eks.CfnPodIdentityAssociation]:
-        """Give IDENTITY's service account in this cluster, and nothing else, a role with its one managed policy."""
+    def _pod_identity(
+        self, construct_id: str, identity: PodIdentity, *, statements: Sequence[iam.PolicyStatement] = ()
+    ) -> tuple[iam.Role, eks.CfnPodIdentityAssociation]:
+        """Give IDENTITY's service account in this cluster, and nothing else, a role with its managed policy (if
+        any) and STATEMENTS."""
         # EKS Pod Identity tags each session with where the pod runs; the trust policy accepts only this account.
         tags = {
             "aws:RequestTag/eks-cluster-arn": self.cluster.cluster_arn,
@@ -490,7 +552,10 @@ class EksTrainingCluster(Construct):
                 {"StringEquals": tags}
             ),
             description=f"kiln EKS {identity.namespace}/{identity.service_account} (EKS Pod Identity)",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(identity.managed_policy)],
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(identity.managed_policy)]
+            if identity.managed_policy
+            else [],
+            inline_policies={"Actions": iam.PolicyDocument(statements=list(statements))} if statements else None,
         )
         association = eks.CfnPodIdentityAssociation(
             self,
@@ -517,6 +582,20 @@ class EksTrainingCluster(Construct):
             "SystemLaunchTemplate",
             launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
                 security_group_ids=[g.security_group_id for g in self._node_security_groups()],
+                # `kiln ci run` finds a system node by these and reaches the private endpoint through it.
+                tag_specifications=[
+                    ec2.CfnLaunchTemplate.TagSpecificationProperty(
+                        resource_type="instance",
+                        tags=[
+                            CfnTag(key=key, value=value)
+                            for key, value in {
+                                **self.props.system_instance_tags,
+                                TAG_EKS_CLUSTER: self.cluster.cluster_name,
+                                TAG_NODE_GROUP: EKS_SYSTEM_NODE_GROUP,
+                            }.items()
+                        ],
+                    )
+                ],
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
                     http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=NODE_HOP_LIMIT
                 ),
@@ -582,30 +661,103 @@ class EksTrainingCluster(Construct):
                 id=template.launch_template_id, version=template.latest_version
             ),
             labels={**ACCELERATOR_LABELS[group.accelerator_kind], **group.labels, NODE_GROUP_LABEL: group.name},
+            # What a node offers before one exists: the autoscaler reads these from the node group (scale from zero).
+            tags=node_template_tags(group.instance_type) if props.cluster_autoscaler else None,
         )
 
     def _hyperpod_dependencies(self) -> eks.KubernetesObjectValue:
         """Install HyperPod's dependency chart at its pinned commit (a Job on the system nodes), and return the wait
         for that Job's success: a HyperPod cluster created before it would not work, or fail."""
-        objects = git_helm_job_manifests(HYPERPOD_DEPENDENCIES, Stack.of(self).region)
-        install = self.cluster.add_manifest(_pascal(HYPERPOD_DEPENDENCIES.name), *objects)
-        self.addons[HYPERPOD_DEPENDENCIES.name] = install
+        return self._install_and_wait(HYPERPOD_DEPENDENCIES, "HyperpodDependenciesReady")
+
+    def _install_and_wait(self, addon: GitHelmAddon, wait_id: str) -> eks.KubernetesObjectValue:
+        """Install ADDON's chart at its pinned commit (a Job, on the system nodes while no other node exists), and
+        return the wait for that Job's success."""
+        objects = git_helm_job_manifests(addon, Stack.of(self).region)
+        install = self.cluster.add_manifest(_pascal(addon.name), *objects)
+        self.addons[addon.name] = install
         [job] = [o for o in objects if o["kind"] == "Job"]
         ready = eks.KubernetesObjectValue(
             self,
-            "HyperpodDependenciesReady",
+            wait_id,
             cluster=self.cluster,
             object_type="job",
             object_name=job["metadata"]["name"],
             object_namespace=job["metadata"]["namespace"],
             json_path=".status.succeeded",
-            timeout=Duration.minutes(HYPERPOD_DEPENDENCIES_WAIT_MINUTES),
+            timeout=Duration.minutes(INSTALL_WAIT_MINUTES),
         )
         ready.node.add_dependency(install)
         if self.system_node_group is not None:
             # The Job runs on the system nodes: waiting starts once they exist.
             ready.node.add_dependency(self.system_node_group)
         return ready
+
+    def _cluster_autoscaler(self, *, release_version: str) -> iam.Role:
+        """Run the cluster-autoscaler on the system nodes with a Pod Identity role of exactly its actions: reads
+        where they take no resource scope, the node groups of this cluster, and scaling only of the Auto Scaling
+        groups EKS tags as this cluster's."""
+        facts = CLUSTER_AUTOSCALER_FACTS
+        stack = Stack.of(self)
+        name = self.cluster.cluster_name
+        # The condition key holds the cluster's name, which the props give (a key cannot hold a token).
+        owned = {
+            f"aws:ResourceTag/{autoscaler_owned_tag(self.props.cluster_name)}": CLUSTER_AUTOSCALER_FACTS[
+                "owned_tag_value"
+            ]
+        }
+        statements = [
+            iam.PolicyStatement(actions=list(facts["describe_actions"]), resources=["*"]),
+            iam.PolicyStatement(
+                actions=list(facts["nodegroup_actions"]),
+                resources=[stack.format_arn(service="eks", resource="nodegroup", resource_name=f"{name}/*/*")],
+            ),
+            iam.PolicyStatement(
+                actions=list(facts["scale_actions"]), resources=["*"], conditions={"StringEquals": owned}
+            ),
+        ]
+        identity = PodIdentity(namespace=AUTOSCALER_NAMESPACE, service_account=AUTOSCALER_SERVICE_ACCOUNT)
+        role, association = self._pod_identity("ClusterAutoscaler", identity, statements=statements)
+        addon = cluster_autoscaler_addon(
+            cluster_name=name,
+            region=stack.region,
+            kubernetes_version=release_version,
+            provision_seconds=self.props.node_provision_seconds,
+            node_selector=self._system_selector(),
+        )
+        chart = self.cluster.add_helm_chart(
+            "ClusterAutoscaler",
+            chart=addon.chart,
+            repository=addon.repository,
+            version=addon.version,
+            namespace=addon.namespace,
+            release=addon.release,
+            values=dict(addon.values),
+            create_namespace=False,
+        )
+        # Credentials are injected when the pod is created: the association must be there first.
+        chart.node.add_dependency(association, self.pod_identity_agent)
+        self.addons["cluster-autoscaler"] = chart
+        acknowledge_wildcards(role, nag_rules.CLUSTER_AUTOSCALER_GRANTS, cluster=name)
+        return role
+
+    def _gang_scheduling(self) -> eks.KubernetesManifest:
+        """Install Kueue, then its queues over the accelerated groups once its API is there."""
+        addon = kueue_addon(
+            pods_ready_seconds=self.props.node_provision_seconds + IMAGE_PULL_SECONDS,
+            node_selector=self._system_selector(),
+        )
+        ready = self._install_and_wait(addon, "KueueReady")
+        groups = [
+            QueuedGroup(name=g.name, instance_type=g.instance_type, max_count=g.max_count)
+            for g in self.props.accelerated_groups
+        ]
+        queues = self.cluster.add_manifest("KueueQueues", *queue_manifests(groups))
+        queues.node.add_dependency(ready)
+        return queues
+
+    def _system_selector(self) -> dict[str, str]:
+        return {NODE_GROUP_LABEL: SYSTEM_NODE_GROUP} if self.system_node_group is not None else {}
 
     def _lustre_volume(self, lustre: LustreVolume) -> eks.KubernetesManifest:
         names = LustreVolumeNames(

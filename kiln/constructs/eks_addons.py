@@ -74,7 +74,9 @@ class GitHelmAddon:
     """A Helm chart published only in a Git repository, installed at a release tag whose commit is checked: a Job in
     the cluster clones the tag, refuses any other commit, fetches the chart's dependencies and installs it.
 
-    settings: `--set` values, on top of the chart's defaults; the region (a token) is added at install.
+    settings: `--set` values, on top of the chart's defaults; region_setting: the value the region (a token) is
+        given as at install, if any. json_settings: `--set-json` values (whole strings or structures: a comma in
+        them is no separator). namespace: the release's; the install Job itself runs in kube-system.
     """
 
     name: str
@@ -85,10 +87,11 @@ class GitHelmAddon:
     release: str
     namespace: str
     settings: Mapping[str, str]
-    region_setting: str
     git_image: str
     helm_image: str
     kubectl_image: str
+    region_setting: str | None = None
+    json_settings: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,17 +206,19 @@ TRAINING_OPERATOR = KustomizeAddon(
 # is created. Its device plugins and Kubeflow training operator are off: kiln runs its own (above), which select
 # HyperPod's nodes too. The helm image is pinned by tag for the reason given at TRAINING_OPERATOR.
 _HYPERPOD_CHART = service_fact("hyperpod", "dependencies_chart").value
+# The helm of the Git Helm installs, pinned by tag for the reason given at TRAINING_OPERATOR.
+HELM_IMAGE = "docker.io/alpine/helm:3.18.4"
 HYPERPOD_DEPENDENCIES = GitHelmAddon(
     name="hyperpod-dependencies",
     git_image=TRAINING_OPERATOR.git_image,
-    helm_image="docker.io/alpine/helm:3.18.4",
+    helm_image=HELM_IMAGE,
     kubectl_image=TRAINING_OPERATOR.kubectl_image,
     **{f.name: _HYPERPOD_CHART[f.name] for f in fields(GitHelmAddon) if f.name in _HYPERPOD_CHART},
 )
 HELM_HOMES = ("CACHE", "CONFIG", "DATA")
 # How long a HyperPod cluster's creation waits for its dependencies' install: within the 15 minutes CDK's kubectl
 # handler (a Lambda function) may run.
-HYPERPOD_DEPENDENCIES_WAIT_MINUTES = 14
+INSTALL_WAIT_MINUTES = 14
 # Every chart comes over HTTPS: CDK's kubectl handler needs no registry credentials (no oci://). AWS publishes
 # the Neuron components only as an OCI chart, so kiln writes their manifests itself (kiln.constructs.neuron_addons).
 HELM_ADDONS: dict[str, HelmAddon] = {
@@ -225,11 +230,12 @@ HELM_ADDONS: dict[str, HelmAddon] = {
 
 @dataclass(frozen=True, kw_only=True)
 class PodIdentity:
-    """A cluster component that calls AWS APIs: its service account and the one AWS-managed policy it gets."""
+    """A cluster component that calls AWS APIs: its service account and the AWS-managed policy it gets, if any (the
+    construct that makes its role may add statements of its own)."""
 
     namespace: str
     service_account: str
-    managed_policy: str
+    managed_policy: str | None = None
 
 
 # Of everything a kiln cluster runs, only the VPC CNI calls AWS (it attaches interfaces and assigns pod
@@ -244,6 +250,8 @@ VPC_CNI_IDENTITY = PodIdentity(
 FSX_CSI_DRIVER_NAME = "fsx.csi.aws.com"
 # Namespaces every cluster has: never created (or pruned) by kiln.
 BUILTIN_NAMESPACES = ("default", "kube-system")
+# Where install Jobs run (the cluster's own services' namespace, there before anything kiln installs).
+INSTALL_NAMESPACE = "kube-system"
 
 
 # The install token's lifetime (the API server's minimum) and how long a finished install Job (with its pods,
@@ -389,7 +397,10 @@ def git_helm_job_manifests(addon: GitHelmAddon, region: str) -> list[dict[str, A
     chart = f"{checkout}/{addon.path}"
     # Helm's caches and repository list live beside the checkout, shared by its two steps.
     helm_env = [{"name": f"HELM_{kind}_HOME", "value": f"{SOURCE_DIR}/helm/{kind.lower()}"} for kind in HELM_HOMES]
-    settings = [*(f"{key}={value}" for key, value in addon.settings.items()), f"{addon.region_setting}={region}"]
+    settings = [f"{key}={value}" for key, value in addon.settings.items()]
+    if addon.region_setting is not None:
+        settings.append(f"{addon.region_setting}={region}")
+    json_settings = [f"{key}={json.dumps(value)}" for key, value in addon.json_settings.items()]
     steps = [
         {
             "name": "fetch",
@@ -419,17 +430,19 @@ def git_helm_job_manifests(addon: GitHelmAddon, region: str) -> list[dict[str, A
                 chart,
                 "--namespace",
                 addon.namespace,
+                *(["--create-namespace"] if addon.namespace not in BUILTIN_NAMESPACES else []),
                 "--wait",
                 "--timeout",
                 "10m",
                 *(arg for setting in settings for arg in ("--set", setting)),
+                *(arg for setting in json_settings for arg in ("--set-json", setting)),
             ],
             "env": helm_env,
             "api": True,
         },
     ]
     return install_job_manifests(
-        name=addon.name, ref=addon.tag, namespace=addon.namespace, steps=steps, kubectl_image=addon.kubectl_image
+        name=addon.name, ref=addon.tag, namespace=INSTALL_NAMESPACE, steps=steps, kubectl_image=addon.kubectl_image
     )
 
 

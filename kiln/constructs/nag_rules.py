@@ -106,6 +106,38 @@ KUBECTL_HANDLER_GRANTS = (
     ),
 )
 
+# The cluster-autoscaler's Pod Identity role (kiln.constructs.eks_scheduling; actions from the AWS provider's README).
+_EKS_ARN = r"arn:(<AWS::Partition>|aws[a-z-]*):eks:(<AWS::Region>|[a-z0-9-]+):(<AWS::AccountId>|[0-9]{{12}})"
+CLUSTER_AUTOSCALER_GRANTS = (
+    WildcardGrant(
+        (
+            "autoscaling:DescribeAutoScalingGroups",
+            "autoscaling:DescribeAutoScalingInstances",
+            "autoscaling:DescribeLaunchConfigurations",
+            "autoscaling:DescribeScalingActivities",
+            "ec2:DescribeImages",
+            "ec2:DescribeInstanceTypes",
+            "ec2:DescribeLaunchTemplateVersions",
+            "ec2:GetInstanceTypesFromInstanceRequirements",
+        ),
+        r"\*",
+        "Auto Scaling and EC2 Describe calls take no resource scope; the autoscaler reads the groups it discovers by "
+        "their tags, their launch templates and instance types, to know what a new node would offer.",
+    ),
+    WildcardGrant(
+        ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"),
+        r"\*",
+        "Only on Auto Scaling groups tagged k8s.io/cluster-autoscaler/<this cluster>=owned (the condition beside it), "
+        "which EKS puts on this cluster's managed node groups; Auto Scaling names groups with ids unknown before.",
+    ),
+    WildcardGrant(
+        ("eks:DescribeNodegroup",),
+        _EKS_ARN + r":nodegroup/{cluster}/\*/\*",
+        "Read-only, on this cluster's node groups (their names and ids are EKS's): labels, taints and the node "
+        "template tags of a group with no nodes yet.",
+    ),
+)
+
 # SageMaker HyperPod.
 HYPERPOD_INSTANCE_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
 HYPERPOD_INSTANCE_ROLE = Finding(
@@ -312,14 +344,28 @@ CI_IDENTITY_GRANTS = (
     WildcardGrant(
         ("ssm:StartSession",),
         rf"arn:{_CI_PARTITION}:ssm:\*::document/AWS-StartNonInteractiveCommand",
-        "AWS's own non-interactive session document, the only session document the role may use (kiln ci run on "
-        "HyperPod), in the environment's region.",
+        "AWS's own non-interactive session document (kiln ci run on HyperPod), in the environment's region; beside "
+        "the port-forwarding one, the only session documents the role may use.",
+    ),
+    WildcardGrant(
+        ("ssm:StartSession",),
+        rf"arn:{_CI_PARTITION}:ec2:\*:{_CI_ACCOUNT}:instance/\*",
+        "Instance ids are unknown in advance: kiln ci run forwards a port to a private EKS API endpoint through a "
+        "system node, and may start sessions only on instances whose kiln:environment tag names one of the role's "
+        "environments (ssm:resourceTag condition).",
+    ),
+    WildcardGrant(
+        ("ssm:StartSession",),
+        rf"arn:{_CI_PARTITION}:ssm:\*::document/AWS-StartPortForwardingSessionToRemoteHost",
+        "AWS's own document for forwarding a port to a host the node reaches (kiln ci run on a private EKS endpoint), "
+        "in the environment's region.",
     ),
     WildcardGrant(
         ("ssm:TerminateSession",),
-        rf"arn:{_CI_PARTITION}:ssm:\*:{_CI_ACCOUNT}:session/<aws:userid>-\*",  # cdk-nag's spelling of ${aws:userid}
-        "kiln ci run ends a HyperPod session that outlives its timeout; the aws:userid variable limits this to the "
-        "role's own sessions.",
+        r"\*",
+        "kiln ci run ends a HyperPod session that outlives its timeout and an EKS port forward once the command is "
+        "done; session ids are Session Manager's, and the condition on the session's aws:ssmmessages:session-id tag "
+        "(its starter's aws:userid) limits this to the role's own sessions.",
     ),
     WildcardGrant(
         ("ssm:StartSession",),

@@ -25,15 +25,13 @@ from typing import Any
 
 from kiln.catalog import instance_type, preset_environment
 from kiln.catalog.kubernetes import (
-    EFA_RESOURCE,
-    GPU_RESOURCE,
     JOB_NAMESPACE,
     JOB_QUEUE,
     LUSTRE_CLAIM,
-    NEURON_DEVICE_RESOURCE,
     NEURON_SCHEDULER_NAME,
     NODE_GROUP_LABEL,
     QUEUE_NAME_LABEL,
+    node_resources,
 )
 from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE
 
@@ -183,20 +181,6 @@ def _processes(facts: Any) -> int:
     if facts.neuron_count:
         return facts.logical_neuron_cores()
     return 1
-
-
-def node_resources(instance: str) -> dict[str, int]:
-    """Return the extended resources one pod takes to have INSTANCE's node to itself: its GPUs or Neuron devices,
-    and its EFA interfaces."""
-    facts = instance_type(instance)
-    resources: dict[str, int] = {}
-    if facts.gpu_count:
-        resources[GPU_RESOURCE] = facts.gpu_count
-    if facts.neuron_count:
-        resources[NEURON_DEVICE_RESOURCE] = facts.neuron_count
-    if facts.efa_interface_count:
-        resources[EFA_RESOURCE] = facts.efa_interface_count
-    return resources
 
 
 def _environment(request: JobRequest, cluster: ClusterFacts, instance: str) -> list[dict[str, str]]:

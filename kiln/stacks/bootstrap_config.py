@@ -234,6 +234,17 @@ def boot_budget(spec: ClusterSpec, config: BootstrapConfig) -> tuple[tuple[str, 
     return tuple(lines), tuple(refusals)
 
 
+def eks_node_provision_seconds(spec: ClusterSpec, config: BootstrapConfig, default_seconds: int) -> int:
+    """Return how long the autoscaler lets a new EKS node take to become ready: DEFAULT_SECONDS (its own), or kiln's
+    estimate of the slowest group's setup with headroom where that is longer."""
+    baked = spec.compute.image.bake
+    slowest = max(
+        (boot_work(config, ec2_type_name(g.instance_type), baked=baked) for g in spec.compute.groups),
+        key=lambda work: work.seconds,
+    )
+    return bootstrap_timeout(slowest, default_seconds)
+
+
 def parallelcluster_timeouts(spec: ClusterSpec, config: BootstrapConfig) -> dict[str, int]:
     """Return ParallelCluster's DevSettings/Timeouts for SPEC: each the platform's default, or kiln's estimate of
     the head node's (or the slowest compute group's) setup with headroom where that is longer."""

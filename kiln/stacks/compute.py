@@ -24,8 +24,9 @@ from kiln.constructs import (
     PcsCluster,
     attachable_policy,
 )
+from kiln.constructs.eks_scheduling import CLUSTER_AUTOSCALER_FACTS
 from kiln.spec import ClusterSpec
-from kiln.stacks.bootstrap_config import config_from_spec, parallelcluster_timeouts
+from kiln.stacks.bootstrap_config import config_from_spec, eks_node_provision_seconds, parallelcluster_timeouts
 from kiln.stacks.ci_mode import CiEnvironment
 from kiln.stacks.compute_context import ComputeContext
 from kiln.stacks.eks import eks_observability_props, eks_props
@@ -101,7 +102,15 @@ class ComputeStack(cdk.Stack):
                 ),
             )
         elif backend == "eks":
-            self.eks = EksTrainingCluster(self, "Eks", eks_props(context, bootstrap=nodes, admin_role=self._ci_admin()))
+            props = eks_props(
+                context,
+                bootstrap=nodes,
+                admin_role=self._ci_admin(),
+                node_provision_seconds=eks_node_provision_seconds(
+                    spec, config, CLUSTER_AUTOSCALER_FACTS["default_provision_seconds"]
+                ),
+            )
+            self.eks = EksTrainingCluster(self, "Eks", props)
         else:
             if spec.effective_orchestrator == "eks":
                 self.eks = EksTrainingCluster(

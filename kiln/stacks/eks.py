@@ -7,6 +7,7 @@ from aws_cdk import aws_iam as iam
 
 from kiln.catalog import instance_type
 from kiln.catalog.exporters import EXPORTERS
+from kiln.ci.reaper_code.kiln_reaper.contract import TAG_ENVIRONMENT
 from kiln.constructs import (
     AcceleratedNodeGroup,
     EksObservabilityProps,
@@ -32,11 +33,17 @@ def lustre_volume(context: ComputeContext) -> LustreVolume | None:
 
 
 def eks_props(
-    context: ComputeContext, *, bootstrap: NodeBootstrap | None, admin_role: iam.IRole | None = None
+    context: ComputeContext,
+    *,
+    bootstrap: NodeBootstrap | None,
+    admin_role: iam.IRole | None = None,
+    node_provision_seconds: int | None = None,
 ) -> EksTrainingClusterProps:
     """Translate the spec into EKS props; BOOTSTRAP None: HyperPod brings the nodes, EKS runs no node groups.
 
     ADMIN_ROLE: given cluster-admin (a short-lived environment's CI role, so `kiln ci run` reaches the cluster).
+    NODE_PROVISION_SECONDS: how long a new node may take to become ready (the boot budget's); default the
+    autoscaler's own.
     """
     spec, network = context.spec, context.network
     own_nodes = bootstrap is not None
@@ -59,6 +66,12 @@ def eks_props(
         bootstrap=bootstrap,
         cluster_env=context.cluster_env(mounts_fsx=False) if own_nodes else {},
         admin_role=admin_role,
+        # The autoscaler and Kueue come with kiln's own node groups; HyperPod sizes its instance groups itself.
+        cluster_autoscaler=own_nodes,
+        gang_scheduling=own_nodes,
+        **({"node_provision_seconds": node_provision_seconds} if node_provision_seconds else {}),
+        # A short-lived environment's tag on the system nodes: `kiln ci run` may open sessions on those only.
+        system_instance_tags={TAG_ENVIRONMENT: context.ci.name} if context.ci is not None else {},
     )
 
 

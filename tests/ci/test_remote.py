@@ -6,8 +6,11 @@ import ast
 import io
 import json
 import os
+import shlex
 import subprocess
 import sys
+import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +18,7 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
+from kiln.catalog import names
 from kiln.ci import remote
 from kiln.ci.remote import ClusterHandle, RemoteError, Target, Unreachable, find_head, run_command
 from tests.ci.conftest import ACCOUNT, REGION, Clock, CommandWith, FakeSession, launch, make_stack, tags
@@ -183,20 +187,21 @@ def test_the_kiln_names_match_the_stacks_that_create_them() -> None:
                 return ast.literal_eval(node.value)
         raise AssertionError(f"{name} not in {path}")
 
-    from kiln.ci import ready
-
     assert constant(ROOT / "kiln/stacks/hyperpod.py", "CONTROLLER_GROUP") == remote.HYPERPOD_CONTROLLER_GROUP
-    assert constant(ROOT / "kiln/constructs/eks_addons.py", "NODE_GROUP_LABEL") == ready.NODE_GROUP_LABEL
+    # The system node group is found by the catalog's tags; its name is the EKS construct's.
+    from kiln.constructs import eks
+
+    assert eks.SYSTEM_NODE_GROUP == names.EKS_SYSTEM_NODE_GROUP
     assert "/usr/local/bin/kiln-launch" in (ROOT / "kiln/bootstrap/scripts/steps/install_launcher.sh").read_text()
 
 
-# kiln modules of boto3, botocore and the standard library only.
+# kiln modules of boto3, botocore and the standard library only (and the catalog, standard library only).
 LIGHT_KILN_MODULES = ("kiln.ci.remote", "kiln.aws_errors")
 
 
 def test_remote_and_ready_import_neither_the_cdk_nor_pydantic() -> None:
     # `kiln ci run` must work without synthesizing anything: boto3, botocore and the standard library only
-    # (the reaper's names are stdlib-only: tests/test_layers.py checks that).
+    # (the reaper's names and the catalog are stdlib-only: tests/test_layers.py checks that).
     from tests.test_layers import imports_of
 
     heavy = ("aws_cdk", "constructs", "cdk_nag", "jsii", "pydantic", "yaml", "jinja2")
@@ -208,7 +213,7 @@ def test_remote_and_ready_import_neither_the_cdk_nor_pydantic() -> None:
         or (
             module.startswith("kiln.")
             and module not in LIGHT_KILN_MODULES
-            and not module.startswith("kiln.ci.reaper_code.")
+            and not module.startswith(("kiln.ci.reaper_code.", "kiln.catalog."))
         )
     }
     assert found == set()
@@ -443,11 +448,17 @@ def test_a_failed_session_is_one_line(tmp_path: Path, monkeypatch: pytest.Monkey
 # Kubernetes: a kubeconfig for this machine.
 
 
-def test_eks_commands_run_here_with_a_private_kubeconfig_removed_after(moto: boto3.Session) -> None:
+def test_a_public_eks_endpoint_is_used_directly_with_a_private_kubeconfig_removed_after(
+    moto: boto3.Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    forward = fake_forward(tmp_path, monkeypatch, "listening")
     eks = boto3.client("eks", region_name=REGION)
     eks.create_cluster(
-        name="ci-42", roleArn=f"arn:aws:iam::{ACCOUNT}:role/eks", resourcesVpcConfig={"subnetIds": ["subnet-1"]}
+        name="ci-42",
+        roleArn=f"arn:aws:iam::{ACCOUNT}:role/eks",
+        resourcesVpcConfig={"subnetIds": ["subnet-1"], "endpointPublicAccess": True, "endpointPrivateAccess": True},
     )
+    system_node()
     described = eks.describe_cluster(name="ci-42")["cluster"]
     out, err = io.StringIO(), io.StringIO()
     command = 'echo "$KUBECONFIG"; stat -c %a "$KUBECONFIG"; cat "$KUBECONFIG"; echo; echo oops >&2; exit 5'
@@ -456,6 +467,7 @@ def test_eks_commands_run_here_with_a_private_kubeconfig_removed_after(moto: bot
     path, mode, config = out.getvalue().split("\n", 2)
     assert (code, mode, err.getvalue()) == (5, "600", "oops\n")
     assert not Path(path).exists()
+    assert not forward.exists()  # no port forward was started
     config = json.loads(config)
     assert config["current-context"] == "ci-42"
     assert config["clusters"][0]["cluster"] == {
@@ -466,3 +478,286 @@ def test_eks_commands_run_here_with_a_private_kubeconfig_removed_after(moto: bot
     assert user["command"] == "aws"
     assert user["args"][:6] == ["eks", "get-token", "--cluster-name", "ci-42", "--region", REGION]
     assert user["apiVersion"] == "client.authentication.k8s.io/v1beta1"
+
+
+# Kubernetes with a private endpoint: Session Manager port forwarding through a system node.
+
+PRIVATE = {"subnetIds": ["subnet-1"], "endpointPublicAccess": False, "endpointPrivateAccess": True}
+EKS_TARGET = Target("kubernetes", "ci-42", REGION, "EKS cluster ci-42")
+SESSION_ID = "kiln-test-0123"
+
+FAKE_FORWARD = """\
+#!{python}
+# The AWS CLI's start-session with AWS-StartPortForwardingSessionToRemoteHost, as kiln sees it. It records its
+# arguments, process group and child (the real CLI starts session-manager-plugin), then acts out MODE:
+#   listening: the plugin's banner and lines, and a listener on localPortNumber that greets each connection
+#       with the host and port it forwards to; quiet: the same listener but no lines after the banner;
+#   silent: the banner, then nothing; anything else: that text on stderr and exit 254 (the CLI's own errors).
+import json, os, socket, subprocess, sys, time
+args = sys.argv[1:]
+child = subprocess.Popen(["sleep", "300"])
+with open({record!r}, "w") as record:
+    json.dump({{"args": args, "pgid": os.getpgid(0), "pids": [os.getpid(), child.pid]}}, record)
+mode = {mode!r}
+if mode not in ("listening", "quiet", "silent"):
+    print(mode, file=sys.stderr, flush=True)
+    sys.exit(254)
+print("\\nStarting session with SessionId: {session_id}", flush=True)
+if mode == "silent":
+    time.sleep(300)
+parameters = json.loads(args[args.index("--parameters") + 1])
+listener = socket.socket()
+listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+listener.bind(("127.0.0.1", int(parameters["localPortNumber"][0])))
+listener.listen()
+if mode == "listening":
+    print("Port " + parameters["localPortNumber"][0] + " opened for sessionId {session_id}.", flush=True)
+    print("Waiting for connections...", flush=True)
+while True:
+    connection, _ = listener.accept()
+    connection.sendall((parameters["host"][0] + ":" + parameters["portNumber"][0] + "\\n").encode())
+    connection.close()
+"""
+
+# Run by the command: where KUBECONFIG is, its mode and content, then what the server it names answers.
+SHOW_KUBECONFIG = (
+    'echo "$KUBECONFIG"; stat -c %a "$KUBECONFIG"; '
+    + shlex.quote(sys.executable)
+    + ' -c \'import json, os, socket, sys, urllib.parse as u; c = json.load(open(os.environ["KUBECONFIG"])); '
+    'print(json.dumps(c)); s = u.urlsplit(c["clusters"][0]["cluster"]["server"]); '
+    "print(socket.create_connection((s.hostname, s.port), timeout=10).makefile().readline().strip())'"
+)
+
+
+def fake_forward(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str) -> Path:
+    """Put a fake port-forwarding `aws` acting out MODE first on PATH; return where it records what it got."""
+    bin_dir, record = tmp_path / "forward-bin", tmp_path / "forward.json"
+    bin_dir.mkdir()
+    script = bin_dir / "aws"
+    script.write_text(FAKE_FORWARD.format(python=sys.executable, record=str(record), mode=mode, session_id=SESSION_ID))
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return record
+
+
+def private_cluster(endpoint_access: dict[str, Any] = PRIVATE) -> dict[str, Any]:
+    """Create EKS cluster ci-42 in moto with ENDPOINT_ACCESS; return it as DescribeCluster does."""
+    eks = boto3.client("eks", region_name=REGION)
+    eks.create_cluster(name="ci-42", roleArn=f"arn:aws:iam::{ACCOUNT}:role/eks", resourcesVpcConfig=endpoint_access)
+    return eks.describe_cluster(name="ci-42")["cluster"]
+
+
+def system_node(cluster: str = "ci-42", group: str = "system", state: str = "running") -> str:
+    return launch({"kiln:eks-cluster": cluster, "kiln:node-group": group}, state=state)
+
+
+def expect_terminate(stub: Stubber) -> None:
+    stub.add_response("terminate_session", {"SessionId": SESSION_ID}, {"SessionId": SESSION_ID})
+
+
+def running(pids: list[int]) -> list[int]:
+    """Return those of PIDS still running (not gone, not a zombie nobody reaped yet), after up to 5 s."""
+    deadline = time.monotonic() + 5
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if state != "Z":
+                alive.append(pid)
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("mode", ["listening", "quiet"])
+def test_a_private_eks_endpoint_is_forwarded_through_a_system_node_and_cleaned_up(
+    moto: boto3.Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    # quiet: the plugin prints no "Waiting for connections..." line; kiln sees the port accept connections instead.
+    record = fake_forward(tmp_path, monkeypatch, mode)
+    described = private_cluster()
+    system_node(state="stopped")
+    system_node(cluster="other")
+    system_node(group="gpu")
+    node = system_node()
+    client, stub = stubbed("ssm")
+    expect_terminate(stub)
+    out, err = io.StringIO(), io.StringIO()
+    with stub:
+        code = run_command(
+            FakeSession(ssm=client), EKS_TARGET, SHOW_KUBECONFIG + "; exit 3", timeout_s=60, out=out, err=err
+        )
+        stub.assert_no_pending_responses()
+    host = urllib.parse.urlsplit(described["endpoint"]).hostname
+    path, mode_bits, config, answer = out.getvalue().splitlines()
+    assert (code, mode_bits, err.getvalue()) == (3, "600", "")
+    assert not Path(path).exists()
+    # The command reached the forwarded port that the kubeconfig names, and the forward goes to the API's port 443.
+    assert answer == f"{host}:443"
+    config = json.loads(config)
+    (entry,) = config["clusters"]
+    port = urllib.parse.urlsplit(entry["cluster"]["server"]).port
+    assert entry["cluster"] == {
+        "server": f"https://127.0.0.1:{port}",
+        "tls-server-name": host,
+        "certificate-authority-data": described["certificateAuthority"]["data"],
+    }
+    assert config["users"][0]["user"]["exec"]["args"][:4] == ["eks", "get-token", "--cluster-name", "ci-42"]
+    got = json.loads(record.read_text())
+    assert got["args"] == [
+        "ssm",
+        "start-session",
+        "--target",
+        node,
+        "--document-name",
+        "AWS-StartPortForwardingSessionToRemoteHost",
+        "--parameters",
+        json.dumps({"host": [host], "portNumber": ["443"], "localPortNumber": [str(port)]}),
+        "--region",
+        REGION,
+    ]
+    assert running(got["pids"]) == []
+
+
+def test_a_command_out_of_time_still_stops_the_forward(
+    moto: boto3.Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = fake_forward(tmp_path, monkeypatch, "listening")
+    private_cluster()
+    system_node()
+    client, stub = stubbed("ssm")
+    expect_terminate(stub)
+    out, err = io.StringIO(), io.StringIO()
+    with stub:
+        code = run_command(
+            FakeSession(ssm=client),
+            EKS_TARGET,
+            'echo "$KUBECONFIG"; sleep 30',
+            timeout_s=1,
+            out=out,
+            err=err,
+            poll_s=0.05,
+        )
+        stub.assert_no_pending_responses()
+    assert code == 124
+    assert err.getvalue() == "kiln: the command for EKS cluster ci-42 did not finish within 1 s; stopped it\n"
+    assert not Path(out.getvalue().strip()).exists()
+    assert running(json.loads(record.read_text())["pids"]) == []
+
+
+def test_the_system_node_is_found_by_its_cluster_and_group_tags_while_running() -> None:
+    eks, eks_stub = stubbed("eks")
+    cluster = {
+        "name": "ci-42",
+        "endpoint": "https://ABC.gr7.us-east-1.eks.amazonaws.com",
+        "certificateAuthority": {"data": "Q0E="},
+        "resourcesVpcConfig": {"endpointPublicAccess": False},
+    }
+    eks_stub.add_response("describe_cluster", {"cluster": cluster}, {"name": "ci-42"})
+    ec2, ec2_stub = stubbed("ec2")
+    filters = [
+        {"Name": "tag:kiln:eks-cluster", "Values": ["ci-42"]},
+        {"Name": "tag:kiln:node-group", "Values": ["system"]},
+        {"Name": "instance-state-name", "Values": ["running"]},
+    ]
+    ec2_stub.add_response("describe_instances", {"Reservations": []}, {"Filters": filters})
+    with eks_stub, ec2_stub, pytest.raises(Unreachable) as raised:
+        run_command(FakeSession(eks=eks, ec2=ec2), EKS_TARGET, "true", timeout_s=60, out=io.StringIO())
+    ec2_stub.assert_no_pending_responses()
+    message = str(raised.value)
+    assert message.startswith("EKS cluster ci-42 has a private API endpoint and no running system node")
+    assert "kiln:eks-cluster=ci-42 and kiln:node-group=system" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("said", "kind"),
+    [
+        (
+            "An error occurred (TargetNotConnected) when calling the StartSession operation: i-0abc is not connected.",
+            Unreachable,
+        ),
+        (
+            "An error occurred (AccessDeniedException) when calling the StartSession operation: User: x is not "
+            "authorized to perform: ssm:StartSession",
+            RemoteError,
+        ),
+    ],
+)
+def test_a_forward_that_ends_before_it_listens_is_one_line_and_the_command_never_runs(
+    moto: boto3.Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, said: str, kind: type[RemoteError]
+) -> None:
+    fake_forward(tmp_path, monkeypatch, said)
+    private_cluster()
+    node = system_node()
+    marker = tmp_path / "ran"
+    with pytest.raises(RemoteError) as raised:
+        run_command(moto, EKS_TARGET, f"touch {marker}", timeout_s=60, out=io.StringIO(), poll_s=0.05)
+    assert type(raised.value) is kind
+    assert str(raised.value) == f"aws ssm start-session to EKS cluster ci-42's system node {node} failed: {said}"
+    assert not marker.exists()
+
+
+def test_a_missing_session_manager_plugin_says_to_install_it(
+    moto: boto3.Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the AWS CLI prints when it cannot start the plugin.
+    missing = (
+        "SessionManagerPlugin is not found. Please refer to SessionManager Documentation here: "
+        "http://docs.aws.amazon.com/console/systems-manager/session-manager-plugin-not-found"
+    )
+    fake_forward(tmp_path, monkeypatch, missing)
+    private_cluster()
+    system_node()
+    with pytest.raises(RemoteError, match=r"^the session-manager-plugin is not on PATH: .*install it"):
+        run_command(moto, EKS_TARGET, "true", timeout_s=60, out=io.StringIO(), poll_s=0.05)
+
+
+def test_a_private_endpoint_without_the_aws_cli_says_what_to_install(
+    moto: boto3.Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    private_cluster()
+    system_node()
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RemoteError, match=r"^the AWS CLI \(`aws`\) is not on PATH: .*session-manager-plugin$"):
+        run_command(moto, EKS_TARGET, "true", timeout_s=60, out=io.StringIO())
+
+
+def test_a_forward_that_never_listens_is_stopped_after_a_minute(
+    moto: boto3.Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = fake_forward(tmp_path, monkeypatch, "silent")
+    private_cluster()
+    node = system_node()
+    client, stub = stubbed("ssm")
+    expect_terminate(stub)
+    now = [0.0]
+
+    def clock() -> float:
+        # Ten seconds pass at every look once the CLI has started (it prints its banner, with the session id, then).
+        if record.exists():
+            now[0] += 10
+        return now[0]
+
+    marker = tmp_path / "ran"
+    with stub, pytest.raises(RemoteError) as raised:
+        run_command(
+            FakeSession(ssm=client),
+            EKS_TARGET,
+            f"touch {marker}",
+            timeout_s=600,
+            out=io.StringIO(),
+            poll_s=0.2,
+            clock=clock,
+        )
+    assert str(raised.value).startswith(
+        f"the port forward through EKS cluster ci-42's system node {node} did not listen on 127.0.0.1:"
+    )
+    assert "within 60 s (the AWS CLI last said: Starting session with SessionId: kiln-test-0123); stopped it" in str(
+        raised.value
+    )
+    stub.assert_no_pending_responses()
+    assert not marker.exists()
+    assert running(json.loads(record.read_text())["pids"]) == []

@@ -114,3 +114,7 @@ def role_policies(template: Template, role: IConstruct) -> list[dict]:
 def trust_statements(template: Template, role: IConstruct) -> list[dict]:
     """ROLE's trust policy statements in TEMPLATE."""
     return template.to_json()["Resources"][logical_id(role)]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+
+
+# The EKS clusters test_eks*.py share (built once per test process).
+from tests.constructs.eks_clusters import eks  # noqa: E402, F401

@@ -67,9 +67,9 @@ def _policy_grants(template: Template) -> set[tuple[str, str, str | None]]:
     return rows
 
 
-def _tagged(*patterns: str) -> str:
+def _tagged(*patterns: str, key: str = "aws:ResourceTag/kiln:environment") -> str:
     value: str | list[str] = list(patterns) if len(patterns) > 1 else patterns[0]
-    return json.dumps({"StringLike": {"aws:ResourceTag/kiln:environment": value}}, sort_keys=True)
+    return json.dumps({"StringLike": {key: value}}, sort_keys=True)
 
 
 def _expected_grants() -> set[tuple[str, str, str | None]]:
@@ -89,7 +89,21 @@ def _expected_grants() -> set[tuple[str, str, str | None]]:
         ("ssm:SendCommand", f"arn:aws:ec2:*:{a}:instance/*", _tagged("ci-smoke-*", "llm-*")),
         ("ssm:StartSession", f"arn:aws:sagemaker:*:{a}:cluster/*", None),
         ("ssm:StartSession", "arn:aws:ssm:*::document/AWS-StartNonInteractiveCommand", None),
-        ("ssm:TerminateSession", f"arn:aws:ssm:*:{a}:session/${{aws:userid}}-*", None),
+        # A private EKS endpoint: port forwarding through a system node of the role's environments, by Session
+        # Manager's own tag key (as AWS's sample policies spell it).
+        (
+            "ssm:StartSession",
+            f"arn:aws:ec2:*:{a}:instance/*",
+            _tagged("ci-smoke-*", "llm-*", key="ssm:resourceTag/kiln:environment"),
+        ),
+        ("ssm:StartSession", "arn:aws:ssm:*::document/AWS-StartPortForwardingSessionToRemoteHost", None),
+        # Only the role's own sessions, by the tag Session Manager puts on each (an assumed role's session ids
+        # do not start with its aws:userid).
+        (
+            "ssm:TerminateSession",
+            "*",
+            json.dumps({"StringLike": {"ssm:resourceTag/aws:ssmmessages:session-id": ["${aws:userid}"]}}),
+        ),
         ("sagemaker:DescribeCluster", f"arn:aws:sagemaker:*:{a}:cluster/*", None),
         ("sagemaker:ListClusterNodes", f"arn:aws:sagemaker:*:{a}:cluster/*", None),
         ("pcs:GetCluster", f"arn:aws:pcs:*:{a}:cluster/*", None),
@@ -214,6 +228,16 @@ def test_deleting_a_stack_needs_its_environment_tag_of_the_same_cluster(built: B
     assert deletes == {
         (f"arn:aws:cloudformation:*:{ACCOUNT}:stack/ci-smoke-*/*", _tagged("ci-smoke-*")),
         (f"arn:aws:cloudformation:*:{ACCOUNT}:stack/llm-*/*", _tagged("llm-*")),
+    }
+
+
+def test_sessions_on_instances_need_the_environment_tag_as_session_manager_reads_it(built: Built) -> None:
+    sessions = {(r, c) for a, r, c in _policy_grants(built.template) if a == "ssm:StartSession" and ":ec2:" in r}
+    assert sessions == {
+        (
+            f"arn:aws:ec2:*:{ACCOUNT}:instance/*",
+            _tagged("ci-smoke-*", "llm-*", key="ssm:resourceTag/kiln:environment"),
+        )
     }
 
 

@@ -13,17 +13,11 @@ from pathlib import Path
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
 from kiln.catalog.platforms import service_fact
 from kiln.constructs import (
-    CapacityOption,
-    LustreFileSystem,
     LustreFileSystemAttributes,
-    LustreFileSystemProps,
-    TrainingVpc,
-    TrainingVpcProps,
 )
 from kiln.constructs.eks import (
     KUBECTL_ECR_POLICIES,
@@ -47,157 +41,27 @@ from kiln.stacks import new_app
 from kiln.synth import lint_template, nag_report
 from tests.constructs.conftest import (
     ENV,
-    efa_network,
     get_att,
     imported_vpc,
     logical_id,
-    plain_bootstrap,
     ref,
     stack,
-    synth_as_kiln,
 )
-
-REGION = "us-east-1"
-AZ = "us-east-1a"
-RESERVATION = "cr-0123456789abcdef0"
-
-
-@pytest.fixture(scope="module")
-def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Synthesize, once and with cdk-nag on, a training cluster and a HyperPod-shaped one (no node groups)."""
-    outdir = tmp_path_factory.mktemp("eks")
-    app = new_app(str(outdir))
-    st = cdk.Stack(app, "Eks", env=ENV)
-    network = efa_network(st, AZ)
-    net, efa, placement = network.net, network.efa, network.placement
-    lustre = LustreFileSystem(st, "Lustre", LustreFileSystemProps(vpc=net.vpc, subnet=net.compute_subnet))
-    clients = ec2.SecurityGroup(st, "LustreClients", vpc=net.vpc, description="Lustre clients")
-    lustre.allow_from(clients)
-    admin = iam.Role(st, "Admin", assumed_by=iam.AccountRootPrincipal())
-    bootstrap = plain_bootstrap(st, "eks-user-data.sh")
-    cluster = EksTrainingCluster(
-        st,
-        "Cluster",
-        EksTrainingClusterProps(
-            vpc=net.vpc,
-            node_subnet=net.compute_subnet,
-            efa_security_group=efa.security_group,
-            accelerated_groups=[
-                AcceleratedNodeGroup(
-                    name="p5",
-                    instance_type="p5.48xlarge",
-                    max_count=4,
-                    root_volume_gib=512,
-                    capacity=CapacityOption(type="capacity-block", reservation_id=RESERVATION),
-                    placement_group=placement.placement_group,
-                ),
-                AcceleratedNodeGroup(
-                    name="spot",
-                    instance_type="g5.48xlarge",
-                    min_count=1,
-                    max_count=2,
-                    capacity=CapacityOption(type="spot"),
-                    placement_group=placement.placement_group,
-                ),
-                AcceleratedNodeGroup(
-                    name="odcr",
-                    instance_type="p4d.24xlarge",
-                    max_count=2,
-                    capacity=CapacityOption(type="reservation", reservation_id=RESERVATION),
-                    labels={"team": "ml"},
-                ),
-            ],
-            system_nodes=SystemNodeGroup(instance_type="m5.2xlarge", count=3),
-            admin_role=admin,
-            lustre=LustreVolume(
-                file_system=lustre,
-                client_security_group=clients,
-                storage_gib=1200,
-                namespace="training",
-            ),
-            bootstrap=bootstrap,
-            cluster_env={"KILN_CLUSTER_NAME": "llm-eks", "KILN_REGION": REGION},
-        ),
-    )
-    hp_stack = cdk.Stack(app, "HyperPodEks", env=ENV)
-    hp_net = TrainingVpc(hp_stack, "Vpc", TrainingVpcProps(availability_zone=AZ))
-    orchestrator = EksTrainingCluster(
-        hp_stack,
-        "Orchestrator",
-        EksTrainingClusterProps(
-            vpc=hp_net.vpc,
-            node_subnet=hp_net.compute_subnet,
-            # HyperPod's dependencies install on the system nodes before any HyperPod node exists.
-            hyperpod_dependencies=True,
-            kubernetes_version="1.35",
-            # HyperPod's p5 workers join with NVIDIA GPUs.
-            external_accelerators=["gpu"],
-            cluster_name="llm-hyperpod",
-            endpoint="public-and-private",
-            public_access_cidrs=["203.0.113.0/24"],
-        ),
-    )
-    templates = synth_as_kiln(app, outdir, [st, hp_stack])
-    return {
-        "outdir": outdir,
-        "net": net,
-        "efa": efa,
-        "placement": placement,
-        "lustre": lustre,
-        "clients": clients,
-        "admin": admin,
-        "bootstrap": bootstrap,
-        "cluster": cluster,
-        "orchestrator": orchestrator,
-        "template": templates["Eks"],
-        "hp_template": templates["HyperPodEks"],
-    }
-
-
-def _resources(template: Template, kind: str) -> dict:
-    return template.find_resources(kind)
-
-
-def _props(template: Template, construct) -> dict:
-    while not isinstance(construct, cdk.CfnElement):
-        construct = construct.node.default_child
-    return template.to_json()["Resources"][logical_id(construct)]["Properties"]
-
-
-def _gpu_group(eks: dict, name: str) -> dict:
-    return _props(eks["template"], eks["cluster"].node_groups[name].node.default_child)
-
-
-def _launch_template_data(eks: dict, name: str) -> dict:
-    return _props(eks["template"], eks["cluster"].launch_templates[name].launch_template)["LaunchTemplateData"]
-
-
-def _text(value) -> str:
-    """Render a resolved CloudFormation string with its tokens shown as <Ref X> and <X.Attr>."""
-    if isinstance(value, str):
-        return value
-    if "Ref" in value:
-        return f"<Ref {value['Ref']}>"
-    if "Fn::GetAtt" in value:
-        return "<{}.{}>".format(*value["Fn::GetAtt"])
-    separator, parts = value["Fn::Join"]
-    return separator.join(_text(part) for part in parts)
-
-
-def _manifest(template: Template, construct) -> list[dict]:
-    """Return the Kubernetes objects of a manifest resource, tokens rendered by _text."""
-    return json.loads(_text(_props(template, construct)["Manifest"]))
-
-
-def _both(eks: dict) -> list[tuple[Template, EksTrainingCluster]]:
-    """The training cluster and the HyperPod-shaped one, each with its template."""
-    return [(eks["template"], eks["cluster"]), (eks["hp_template"], eks["orchestrator"])]
-
-
-def _managed_policy_names(template: Template, role) -> list[str]:
-    """Return the names of the AWS-managed policies on ROLE's synthesized CloudFormation."""
-    arns = _props(template, role.node.default_child).get("ManagedPolicyArns", [])
-    return [_text(arn).rsplit(":policy/", 1)[1] for arn in arns]
+from tests.constructs.eks_clusters import (
+    AZ,
+    REGION,
+    RESERVATION,
+    _base_props,
+    _both,
+    _gpu_group,
+    _launch_template_data,
+    _managed_policy_names,
+    _manifest,
+    _props,
+    _resources,
+    _text,
+)
+from tests.constructs.kueue_schema import check_kueue_objects
 
 
 def test_cluster_runs_the_pinned_version_with_a_private_endpoint_and_all_control_plane_logs(eks) -> None:
@@ -365,8 +229,14 @@ def test_node_role_holds_only_what_nodes_need(eks) -> None:
 
 def test_vpc_cni_has_its_own_pod_identity_with_only_the_cni_policy(eks) -> None:
     for template, cluster in _both(eks):
-        (association,) = template.find_resources("AWS::EKS::PodIdentityAssociation").values()
-        props = association["Properties"]
+        associations = {
+            (a["Properties"]["Namespace"], a["Properties"]["ServiceAccount"]): a["Properties"]
+            for a in template.find_resources("AWS::EKS::PodIdentityAssociation").values()
+        }
+        # Only what calls AWS: the CNI, and the autoscaler where the cluster has node groups to scale.
+        autoscaler = {("kube-system", "cluster-autoscaler")} if cluster.props.accelerated_groups else set()
+        assert set(associations) == {("kube-system", "aws-node")} | autoscaler
+        props = associations["kube-system", "aws-node"]
         assert props == _props(template, cluster.cni_identity)
         assert (props["Namespace"], props["ServiceAccount"]) == ("kube-system", "aws-node")
         assert props["ClusterName"] == ref(cluster.cluster.node.default_child)
@@ -579,11 +449,6 @@ def test_templates_lint_clean_and_cdk_nag_has_no_open_findings(eks) -> None:
     # cdk-nag 3.0.2's EKS1/EKS2 only match aws_eks clusters, not aws_eks_v2's: the first test checks both here.
 
 
-def _base_props(eks: dict) -> dict:
-    base = eks["cluster"].props
-    return {f: getattr(base, f) for f in base.__dataclass_fields__}
-
-
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -756,16 +621,22 @@ def test_hyperpod_dependencies_need_system_nodes_to_install_on() -> None:
 
 def validate_manifests(clusters: list[tuple[Template, EksTrainingCluster]]) -> set[str]:
     """Check each object of every manifest resource of CLUSTERS against Kubernetes's own OpenAPI schema for its
-    cluster's version (kubernetes-validate, strict: no unknown field); return the kinds checked."""
+    cluster's version (kubernetes-validate, strict: no unknown field), and Kueue's objects against the constraints of
+    Kueue's CRDs (check_kueue_objects: no registry this project reaches ships their schema); return the kinds."""
     import kubernetes_validate
 
     kinds = set()
     for template, cluster in clusters:
         version = cluster.props.kubernetes_version
+        kueue = []
         for resource in template.find_resources("Custom::AWSCDK-EKS-KubernetesResource").values():
             for manifest in json.loads(_text(resource["Properties"]["Manifest"])):
-                kubernetes_validate.validate(manifest, version, strict=True)
+                if manifest["apiVersion"].startswith("kueue.x-k8s.io/"):
+                    kueue.append(manifest)
+                else:
+                    kubernetes_validate.validate(manifest, version, strict=True)
                 kinds.add(manifest["kind"])
+        check_kueue_objects(kueue, version)
     return kinds
 
 

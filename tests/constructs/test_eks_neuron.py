@@ -66,6 +66,7 @@ def neuron(tmp_path_factory: pytest.TempPathFactory) -> dict:
                 ),
             ],
             bootstrap=plain_bootstrap(st, "eks-user-data.sh"),
+            cluster_name="trn-eks",
         ),
     )
     hp_stack = cdk.Stack(app, "HyperPodTrn", env=ENV)
@@ -263,9 +264,12 @@ def test_neuron_components_hold_only_the_kubernetes_rights_they_use(neuron) -> N
 
 def test_neuron_pods_get_no_aws_identity(neuron) -> None:
     for template, cluster in _both(neuron):
-        # The VPC CNI's association is the only one: no Neuron service account gets a role.
-        (association,) = template.find_resources("AWS::EKS::PodIdentityAssociation").values()
-        assert association["Properties"]["ServiceAccount"] == "aws-node"
+        # The VPC CNI's association, and the autoscaler's with node groups: no Neuron service account gets a role.
+        accounts = {
+            a["Properties"]["ServiceAccount"]
+            for a in template.find_resources("AWS::EKS::PodIdentityAssociation").values()
+        }
+        assert accounts == {"aws-node"} | ({"cluster-autoscaler"} if cluster.props.accelerated_groups else set())
         # Off the host network, behind IMDS hop limit 1, the pods cannot reach the node role either.
         for key in (NEURON_DEVICE_PLUGIN, NEURON_SCHEDULER):
             for o in _manifest(template, cluster.addons[key]):

@@ -72,6 +72,7 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> dict:
                     placement_group=network.placement.placement_group,
                 )
             ],
+            cluster_name="llm-eks",
         ),
     )
     workspace = PrometheusWorkspace(gpu_stack, "Metrics", PrometheusWorkspaceProps(alias="llm-eks"))

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -37,6 +38,7 @@ from kiln.jobs.pytorchjob import (
 )
 from kiln.spec import load_spec
 from tests.conftest import ROOT
+from tests.jobs.pytorchjob_schema import check_pytorchjob
 
 EXAMPLES = ROOT / "examples"
 IMAGE = "public.ecr.aws/example/pytorch:2.13"
@@ -89,6 +91,37 @@ def test_a_gpu_job_takes_whole_nodes_with_efa_the_preset_fsx_and_the_queue(scrip
     assert files["data"]["train.py"] == script.read_text()
     assert base64.b64decode(files["binaryData"][LAUNCHER_WHEEL]) == wheel
     assert {"name": "job-files", "configMap": {"name": files["metadata"]["name"]}} in pod["volumes"]
+
+
+@pytest.mark.parametrize("example", ["p5-eks.yaml", "trn1-eks.yaml"])
+def test_every_job_passes_the_operators_types_and_kubernetes_schema(script, wheel, example) -> None:
+    spec = load_spec(EXAMPLES / example)
+    for nodes in (1, 3):
+        files, job = job_manifests(
+            JobRequest(script=script, image=IMAGE, name="llm", nodes=nodes), _facts(example), wheel
+        )
+        check_pytorchjob(job, spec.kubernetes_version)
+        kubernetes_validate.validate(files, spec.kubernetes_version, strict=True)
+
+
+def test_the_schema_check_catches_what_the_operator_would_refuse(script, wheel) -> None:
+    _, job = job_manifests(JobRequest(script=script, image=IMAGE, name="llm"), _facts("p5-eks.yaml"), wheel)
+    misspelt = json.loads(json.dumps(job))
+    misspelt["spec"]["nprocsPerNode"] = misspelt["spec"].pop("nprocPerNode")
+    with pytest.raises(AssertionError, match="no field nprocsPerNode"):
+        check_pytorchjob(misspelt, "1.36")
+    untyped = json.loads(json.dumps(job))
+    untyped["spec"]["nprocPerNode"] = 8
+    with pytest.raises(AssertionError, match="is not str"):
+        check_pytorchjob(untyped, "1.36")
+    bad_pod = json.loads(json.dumps(job))
+    bad_pod["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["resource"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        check_pytorchjob(bad_pod, "1.36")
+    no_replicas = json.loads(json.dumps(job))
+    del no_replicas["spec"]["pytorchReplicaSpecs"]
+    with pytest.raises(ValueError, match="pytorch_replica_specs"):
+        check_pytorchjob(no_replicas, "1.36")
 
 
 def test_a_neuron_job_uses_the_neuron_scheduler_devices_and_logical_cores(script, wheel) -> None:
@@ -229,3 +262,30 @@ def test_submit_without_a_script_or_kubectl_says_so_in_one_line(tmp_path, script
     assert main([*base, "--kubeconfig", str(tmp_path / "k"), "--", str(script)]) == 2
     err = capsys.readouterr().err
     assert "kubectl is not on PATH" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("example", ["p5-eks.yaml", "trn1-eks.yaml"])
+def test_a_job_of_the_groups_largest_size_is_admissible_by_the_clusters_queue(script, wheel, example) -> None:
+    """What `kiln job submit` asks for, Kueue's queue (as the cluster installs it) covers and can hold at once."""
+    from kiln.constructs.eks_scheduling import QueuedGroup, queue_manifests
+
+    spec = load_spec(EXAMPLES / example)
+    [group] = spec.compute.groups
+    queued = [QueuedGroup(name=group.name, instance_type=group.instance_type, max_count=group.max_count)]
+    [queue] = [o for o in queue_manifests(queued) if o["kind"] == "ClusterQueue"]
+    [resource_group] = queue["spec"]["resourceGroups"]
+    [flavor] = resource_group["flavors"]
+    quota = {r["name"]: int(r["nominalQuota"].removesuffix("Mi")) for r in flavor["resources"]}
+    request = JobRequest(script=script, image=IMAGE, name="big", nodes=group.max_count)
+    _, job = job_manifests(request, _facts(example), wheel)
+    asked: dict[str, int] = {}
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        for name, value in replica["template"]["spec"]["containers"][0]["resources"]["requests"].items():
+            asked[name] = asked.get(name, 0) + int(value) * replica["replicas"]
+    assert set(asked) <= set(resource_group["coveredResources"])
+    assert all(asked[name] <= quota[name] for name in asked), (asked, quota)
+    # One node more than the group has would never be admitted: kiln job submit refuses it before.
+    with pytest.raises(JobError, match="never be admitted"):
+        job_manifests(
+            JobRequest(script=script, image=IMAGE, name="big", nodes=group.max_count + 1), _facts(example), wheel
+        )

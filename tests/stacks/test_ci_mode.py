@@ -13,7 +13,8 @@ import pytest
 import yaml
 from aws_cdk.assertions import Template
 
-from kiln.ci.reaper_code.kiln_reaper.contract import BUCKET_PURPOSES
+from kiln.catalog.names import EKS_SYSTEM_NODE_GROUP, TAG_EKS_CLUSTER, TAG_NODE_GROUP
+from kiln.ci.reaper_code.kiln_reaper.contract import BUCKET_PURPOSES, TAG_ENVIRONMENT
 from kiln.constructs import nag_rules
 from kiln.spec import ClusterSpec, SpecError, load_spec, parse_spec
 from kiln.stacks import build_cluster, new_app
@@ -387,6 +388,20 @@ def test_compute_outputs_have_the_fixed_keys(pcs: Built, hyperpod: Built, eks: B
         "EksClusterName": {"Ref": _lid(cluster)},
     }
     assert not {"PcsClusterId", "PcsLoginNodeGroupId", "HyperPodClusterArn"} & outputs.keys()
+
+
+def test_the_eks_system_nodes_carry_the_environment_kiln_ci_run_may_open_sessions_on(eks: Built) -> None:
+    compute = eks.stack(f"{EKS_ENV}-compute").eks
+    template = eks.raw(f"{EKS_ENV}-compute")
+    data = template["Resources"][_lid(compute.node.find_child("SystemLaunchTemplate"))]["Properties"]
+    [spec] = data["LaunchTemplateData"]["TagSpecifications"]
+    tags = {tag["Key"]: tag["Value"] for tag in spec["Tags"]}
+    assert spec["ResourceType"] == "instance"
+    assert tags == {
+        TAG_ENVIRONMENT: EKS_ENV,
+        TAG_EKS_CLUSTER: {"Ref": _lid(compute.cluster.node.default_child)},
+        TAG_NODE_GROUP: EKS_SYSTEM_NODE_GROUP,
+    }
 
 
 def test_the_ci_role_is_cluster_admin_on_eks(eks: Built) -> None:
