@@ -4,6 +4,7 @@ remedy; `kiln validate` shows every node's estimate."""
 from __future__ import annotations
 
 import copy
+import json
 from pathlib import Path
 
 import pytest
@@ -79,3 +80,40 @@ def test_the_example_sets_both_bootstrap_timeouts_from_kilns_estimate(example_as
     assert config["DevSettings"] == {"Timeouts": expected}
     loaded = load_with_official_schema(concrete(config), "llm-pcluster")
     assert loaded.dev_settings.timeouts.compute_node_bootstrap_timeout == default
+
+
+@pytest.mark.parametrize(("stem", "stack"), [("p5-eks", "llm-eks-compute"), ("trn1-eks", "trn-eks-compute")])
+def test_eks_nodes_get_the_budgets_time_to_become_ready(example_assemblies, stem, stack) -> None:
+    """The autoscaler waits for a new node as long as kiln's estimate of its setup (with headroom, at least its own
+    15 minutes), and Kueue for a job's pods that long plus their image pull."""
+    from kiln.constructs.eks_scheduling import CLUSTER_AUTOSCALER_FACTS, IMAGE_PULL_SECONDS
+    from kiln.stacks.bootstrap_config import eks_node_provision_seconds
+
+    spec = load_spec(example_assemblies[stem].spec_path)
+    default = CLUSTER_AUTOSCALER_FACTS["default_provision_seconds"]
+    seconds = eks_node_provision_seconds(spec, config_from_spec(spec), default)
+    assert seconds >= default and seconds % 300 == 0
+    resources = example_assemblies[stem].templates()[stack]["Resources"].values()
+    [chart] = [
+        r
+        for r in resources
+        if r["Type"] == "Custom::AWSCDK-EKS-HelmChart" and r["Properties"]["Chart"] == "cluster-autoscaler"
+    ]
+    assert json.loads(_joined(chart["Properties"]["Values"]))["extraArgs"]["max-node-provision-time"] == f"{seconds}s"
+    manifests = [
+        json.loads(_joined(r["Properties"]["Manifest"]))
+        for r in resources
+        if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
+    ]
+    [install] = [o for objects in manifests for o in objects if o["kind"] == "Job" and "kueue" in o["metadata"]["name"]]
+    args = install["spec"]["template"]["spec"]["initContainers"][-1]["args"]
+    [config] = [json.loads(a.split("=", 1)[1]) for a in args if a.startswith("managerConfig.")]
+    assert json.loads(config)["waitForPodsReady"]["timeout"] == f"{seconds + IMAGE_PULL_SECONDS}s"
+
+
+def _joined(value) -> str:
+    """Return a template string with its tokens (Fn::Join parts that are not strings) dropped."""
+    if isinstance(value, str):
+        return value
+    _, parts = value["Fn::Join"]
+    return "".join(part for part in parts if isinstance(part, str))

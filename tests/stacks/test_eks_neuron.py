@@ -94,10 +94,10 @@ def test_neuron_device_plugin_and_scheduler_run_pinned_images(assembly) -> None:
     assert [r["name"] for r in extender["managedResources"]] == ["aws.amazon.com/neuron", "aws.amazon.com/neuroncore"]
 
 
-def test_no_nvidia_device_plugin_but_efa_and_fsx(assembly) -> None:
+def test_no_nvidia_device_plugin_but_efa_fsx_and_the_autoscaler(assembly) -> None:
     _, template = assembly
     charts = {c["Chart"] for c in _resources(template, "Custom::AWSCDK-EKS-HelmChart")}
-    assert charts == {"aws-efa-k8s-device-plugin", "aws-fsx-csi-driver"}
+    assert charts == {"aws-efa-k8s-device-plugin", "aws-fsx-csi-driver", "cluster-autoscaler"}
     assert "nvidia" not in json.dumps(list(_kubernetes_objects(template).values())).lower()
 
 
