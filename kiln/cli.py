@@ -23,17 +23,20 @@ if TYPE_CHECKING:
 
 def _validate(args: argparse.Namespace) -> int:
     from kiln.bootstrap.readiness import ACCEPT_UNREADY
+    from kiln.spec.problems import printable
     from kiln.stacks.bootstrap_config import load_and_judge
 
     worst = 0
-    for path in args.files:
+    for given in args.files:
         try:
-            spec, readiness = load_and_judge(path)
+            spec, readiness = load_and_judge(given)
         except SpecError as exc:
             worst = 2
             for line in exc.lines_out():
                 print(line, file=sys.stderr)
             continue
+        # Echoed as the problem lines echo it: a file name's control characters never reach the terminal.
+        path = printable(given)
         groups = ", ".join(f"{g.name}={g.max_count}x {g.instance_type}" for g in spec.compute.groups)
         summary = f"{spec.compute.backend}; {groups}"
         if readiness.ready:

@@ -121,3 +121,35 @@ def template_wildcards(template: Mapping[str, Any]) -> Iterator[WildcardUse]:
                 if pair not in seen:
                     seen.add(pair)
                     yield WildcardUse(logical_id, kind, *pair, reasons.get(pair))
+
+
+# An AWS-managed policy's ARN, as CloudFormation joins it: its actions are AWS's, so kiln reviews the attachment.
+_AWS_MANAGED = ":iam::aws:policy/"
+# cdk-nag's id of the finding an AWS-managed policy raises, whose acknowledgement carries the attachment's reason.
+_NAG_MANAGED = "AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{name}]"
+MANAGED_POLICY_RESOURCE = "(the actions AWS's policy grants)"
+
+
+def managed_policy_uses(template: Mapping[str, Any]) -> Iterator[WildcardUse]:
+    """Yield every AWS-managed policy TEMPLATE's roles, users and groups attach, as a use of `policy/NAME` with the
+    reason cdk-nag's acknowledgement, or kiln's review metadata (CDK's handler roles), records for it (None:
+    unreviewed)."""
+    for logical_id, resource in template.get("Resources", {}).items():
+        arns = _listed(_property(resource.get("Properties", {}), "ManagedPolicyArns") or [])
+        suppressed = {
+            rule.get("id", "").removeprefix("AwsSolutions::"): rule.get("reason")
+            for rule in resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", [])
+        }
+        reviewed = {
+            pair[0]: review["reason"]
+            for review in resource.get("Metadata", {}).get(REVIEW_METADATA, [])
+            for pair in review["pairs"]
+            if pair[1] == MANAGED_POLICY_RESOURCE
+        }
+        for arn in arns:
+            text = nag_text(arn)
+            if _AWS_MANAGED not in text:
+                continue
+            name = text.split(_AWS_MANAGED, 1)[1]
+            reason = suppressed.get(_NAG_MANAGED.format(name=name)) or reviewed.get(f"policy/{name}")
+            yield WildcardUse(logical_id, resource.get("Type", ""), f"policy/{name}", MANAGED_POLICY_RESOURCE, reason)

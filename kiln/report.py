@@ -13,10 +13,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kiln.bootstrap.readiness import ACCEPT_UNREADY
-from kiln.iam_wildcards import WildcardUse, template_wildcards
+from kiln.iam_wildcards import WildcardUse, managed_policy_uses, template_wildcards
 from kiln.scan import CheckovResult, ScanError, run_checkov
 from kiln.spec import SpecError
 from kiln.stacks.bootstrap_config import load_and_judge
+from kiln.stacks.ci_mode import ci_environment
 from kiln.synth import NagReport, StackResult, nag_report, stack_results, synthesize
 
 HEADER = (
@@ -26,7 +27,7 @@ HEADER = (
     "cfn-lint E/W",
     "cdk-nag open/ack",
     "checkov pass/fail/skip",
-    "IAM wildcards",
+    "IAM wildcards+managed",
     "boot-ready",
     "synth s",
 )
@@ -108,7 +109,8 @@ def _synthesize(path: str, keep: Path, *, lint: bool, accept_unready: bool) -> _
     with tempfile.TemporaryDirectory(prefix=f"kiln-{cluster.name}-") as tmp:
         started = time.perf_counter()
         try:
-            synthesize(cluster, Path(tmp))
+            # As app.py builds it: a spec with ci.ttl_hours deploys as its own short-lived environment.
+            synthesize(cluster, Path(tmp), ci=ci_environment(cluster))
         except RuntimeError as exc:
             # cdk-nag findings without an acknowledgement stop synthesis.
             spec.details.append(f"{path}: synthesis failed: {exc}")
@@ -140,9 +142,18 @@ def _stack_row(
     spec: _Spec, stack: StackResult, result: CheckovResult | None, unscanned_cell: str, *, lint: bool, totals: Counter
 ) -> tuple[tuple[str, ...], list[str], bool]:
     """Return STACK's row, its detail lines and whether it has a problem; count it in TOTALS."""
-    uses = list(template_wildcards(json.loads(stack.template_path.read_text())))
+    template = json.loads(stack.template_path.read_text())
+    uses = list(template_wildcards(template))
+    # AWS-managed policies grant what AWS writes in them: each attachment is reviewed like a wildcard.
+    managed = list(managed_policy_uses(template))
     checks = checkov_review(spec.path, stack.name, result) if result is not None else Review(unscanned_cell)
-    wildcards = wildcard_review(spec.path, stack.name, uses)
+    wildcards = wildcard_review(spec.path, stack.name, uses + managed)
+    nested = [
+        f"{spec.path}: {stack.name} {logical_id}: a nested stack from {_template_url(resource)}, AWS's template: "
+        "deployed with this stack, but neither synthesized by kiln nor linted, scanned or counted here"
+        for logical_id, resource in template.get("Resources", {}).items()
+        if resource.get("Type") == "AWS::CloudFormation::Stack"
+    ]
     lint_cell = f"{len(stack.cfn_lint_errors)}/{len(stack.cfn_lint_warnings)}" if lint else "skipped"
     nag_cell = f"{len(spec.nag.violations)}/{spec.nag.acknowledged_in(stack.name)}" if spec.nag else "-"
     row = (spec.path, stack.name, str(stack.resources), lint_cell, nag_cell, checks.cell, wildcards.cell)
@@ -154,10 +165,18 @@ def _stack_row(
         passed=result.passed if result else 0,
         skipped=len(result.skipped) if result else 0,
         wildcards=len(uses),
+        managed=len(managed),
+        nested=len(nested),
     )
     lint_lines = stack.cfn_lint_errors + stack.cfn_lint_warnings
     problem = bool(lint_lines) or bool(checks.problems) or bool(wildcards.problems)
-    return row + (spec.boot_cell, f"{spec.seconds:.1f}"), lint_lines + [*checks.details, *wildcards.details], problem
+    details = lint_lines + [*checks.details, *wildcards.details, *nested]
+    return row + (spec.boot_cell, f"{spec.seconds:.1f}"), details, problem
+
+
+def _template_url(resource: dict) -> str:
+    url = resource.get("Properties", {}).get("TemplateURL", "?")
+    return url if isinstance(url, str) else json.dumps(url)
 
 
 def run_report(files: Sequence[str], *, lint: bool = True, accept_unready: bool = False) -> int:
@@ -210,10 +229,15 @@ def _summary(specs: int, totals: Counter[str], *, lint: bool, accept_unready: bo
         return f"\n{specs} specs: problems found; {boot}"
     lint_total = f"cfn-lint {totals['errors']} errors, {totals['warnings']} warnings" if lint else "cfn-lint skipped"
     checkov = f"checkov {totals['passed']} passed, 0 failed, {totals['skipped']} skipped with reasons"
+    count = totals["nested"]
+    nested = (
+        f"; {count} nested stack{'s' * (count != 1)} of AWS's templates not scanned (details below)" if count else ""
+    )
     if not lint:
         checkov = "checkov skipped"
     return (
         f"\n{specs} specs, {totals['stacks']} stacks, {totals['resources']} resources; {lint_total}; "
         f"cdk-nag 0 open, {totals['acknowledged']} acknowledged with reasons; {checkov}; "
-        f"{totals['wildcards']} IAM wildcards, each with its reason; {boot}"
+        f"{totals['wildcards']} IAM wildcards and {totals['managed']} AWS-managed policy attachments, each with its "
+        f"reason; {boot}{nested}"
     )

@@ -34,8 +34,9 @@ FORBIDDEN = {
 # Node-side kiln-metrics: the standard library, prometheus_client (install_exporters adds it), itself, and the
 # exporters' names and ports and the region's shape from the catalog (standard library only, in kiln's wheel).
 METRICS_MAY_IMPORT = ("prometheus_client", "kiln.metrics", "kiln.catalog.exporters", "kiln.catalog.names")
-# Of kiln.ci, the constructs and stacks use only the reaper's code (its names, tags and at() expressions).
-CI_FOR_BUILDERS = ("kiln.ci.reaper_code",)
+# Of kiln.ci, the constructs and stacks use only the reaper's code (its names, tags and at() expressions) and the
+# CloudFormation execution policies (standard library, reviewed with the CI identity's grants).
+CI_FOR_BUILDERS = ("kiln.ci.reaper_code", "kiln.ci.execution_policy")
 # Of kiln.ami, they use only the image's names, recipe and component documents: no CDK, no boto3, no spec there.
 AMI_FOR_BUILDERS = ("kiln.ami.names", "kiln.ami.recipe", "kiln.ami.components")
 AMI_PURE_FORBIDDEN = ("kiln.spec", "kiln.constructs", "kiln.stacks", "kiln.local", "kiln.ci", "pydantic")

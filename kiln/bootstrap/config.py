@@ -22,6 +22,7 @@ from kiln.catalog.names import (
     SHA256_RULE,
     ec2_type_name,
 )
+from kiln.catalog.nccl import override_count_problem, override_name_problem, override_value_problem
 from kiln.catalog.platforms import PIN_FIELDS, ImageProfile, image_profile, image_profile_for, known_image_profiles
 
 # The targets whose nodes kiln mounts FSx for Lustre on (configure_fsx), so it configures LNet over EFA before the
@@ -211,9 +212,14 @@ class BootstrapConfig:
         for url, digest in self.locked.items():
             check_pattern("locked URL", url, _HTTPS_URL, "an https:// URL of printable ASCII without quotes")
             check_pattern(f"locked {url}", digest, SHA256, SHA256_RULE)
+        if why := override_count_problem(len(self.nccl_env)):
+            raise ValueError(f"nccl_env: {why}")
         for name, value in self.nccl_env.items():
             check_pattern("nccl_env variable name", name, ENV_NAME, ENV_NAME_RULE)
             check_pattern(f"nccl_env {name}", value, ENV_VALUE, ENV_VALUE_RULE)
+            # nccl.env and profile.sh carry it into /etc/profile.d: only NCCL's and libfabric's variables, short.
+            if why := override_name_problem(name) or override_value_problem(value):
+                raise ValueError(f"nccl_env {name}: {why}")
         for what in ("hyperpod_controller_group", "hyperpod_login_group"):
             check_pattern(what, getattr(self, what), NODE_GROUP_NAME, NODE_GROUP_NAME_RULE)
         if self.hugepages_2m is not None and (not isinstance(self.hugepages_2m, int) or self.hugepages_2m < 0):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import stat
 import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -20,6 +22,12 @@ from kiln.catalog.names import SHA256, VERSION
 
 LOCK_FORMAT = 1
 MAX_LOCK_BYTES = 1024 * 1024
+# A kiln lock nests three levels (the document, its artifacts list, an entry). Python's JSON decoder recurses once
+# per level and fails past about a thousand (1,100 '[' are 2.2 KB), so nesting is counted before decoding: 16 leaves
+# room for a hand-edited mistake to get the line about its field rather than this one.
+MAX_LOCK_DEPTH = 16
+# The most of a value a refusal echoes.
+_ECHO_CHARS = 80
 # Far above any file kiln locks (enroot packages and the pyxis source are well under 10 MB).
 MAX_DOWNLOAD_BYTES = 2 * 1024**3
 DOWNLOAD_TIMEOUT_SECONDS = 60
@@ -45,34 +53,95 @@ class LockedFile:
     size_bytes: int
 
 
+def _got(value: object) -> str:
+    """Return VALUE as a refusal quotes it: repr() (so controls are escaped), cut past _ECHO_CHARS with its length."""
+    if isinstance(value, str) and len(value) > _ECHO_CHARS:
+        return f"{value[:_ECHO_CHARS]!r}... ({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= _ECHO_CHARS else f"{text[:_ECHO_CHARS]}... ({len(text)} characters)"
+
+
 def _entry(path: Path, number: int, raw: Any) -> LockedFile:
     where = f"{path}: artifacts[{number}]"
     if not isinstance(raw, dict) or set(raw) != {"name", "version", "url", "sha256", "size_bytes"}:
         raise LockError(f"{where}: must have exactly name, version, url, sha256, size_bytes")
     entry = LockedFile(**raw)
     if entry.name not in artifact_table():
-        raise LockError(f"{where}: name: got {entry.name!r}, allowed: {', '.join(artifact_table())}")
+        raise LockError(f"{where}: name: got {_got(entry.name)}, allowed: {', '.join(artifact_table())}")
     if not isinstance(entry.version, str) or not VERSION.fullmatch(entry.version):
-        raise LockError(f"{where}: version: got {entry.version!r}, allowed: a version such as 1.2.3")
+        raise LockError(f"{where}: version: got {_got(entry.version)}, allowed: a version such as 1.2.3")
     if not isinstance(entry.url, str) or not entry.url.startswith("https://") or not entry.url.isprintable():
-        raise LockError(f"{where}: url: got {entry.url!r}, allowed: an https:// URL")
+        raise LockError(f"{where}: url: got {_got(entry.url)}, allowed: an https:// URL")
     if not isinstance(entry.sha256, str) or not SHA256.fullmatch(entry.sha256):
-        raise LockError(f"{where}: sha256: got {entry.sha256!r}, allowed: 64 lowercase hex digits")
+        raise LockError(f"{where}: sha256: got {_got(entry.sha256)}, allowed: 64 lowercase hex digits")
     if isinstance(entry.size_bytes, bool) or not isinstance(entry.size_bytes, int) or entry.size_bytes < 0:
-        raise LockError(f"{where}: size_bytes: got {entry.size_bytes!r}, allowed: an integer >= 0")
+        raise LockError(f"{where}: size_bytes: got {_got(entry.size_bytes)}, allowed: an integer >= 0")
     return entry
+
+
+def _nesting(raw: bytes) -> int:
+    """Return how deeply the JSON text RAW nests arrays and objects (brackets inside strings do not count)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return deepest
+
+
+def _read_lock_bytes(path: Path) -> bytes:
+    """Return at most MAX_LOCK_BYTES + 1 bytes of PATH, refusing anything but a regular file without blocking."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise LockError(f"{path}: not a regular file")
+        # Non-blocking: a FIFO put in the file's place since the stat must not hang the reader.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except FileNotFoundError:
+        raise LockError(f"{path}: not a regular file") from None
+    except OSError as error:
+        raise LockError(f"{path}: cannot be read ({error.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise LockError(f"{path}: not a regular file")
+        chunks, left = [], MAX_LOCK_BYTES + 1  # the size can grow while the file is read
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 16))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError as error:
+        raise LockError(f"{path}: cannot be read ({error.strerror})") from None
+    finally:
+        os.close(fd)
 
 
 def read_lock(path: Path) -> tuple[LockedFile, ...]:
     """Return the entries of the lock file at PATH; raise LockError naming the file and what is wrong."""
-    if not path.is_file():
-        raise LockError(f"{path}: not a regular file")
-    if path.stat().st_size > MAX_LOCK_BYTES:
+    raw = _read_lock_bytes(path)
+    if len(raw) > MAX_LOCK_BYTES:
         raise LockError(f"{path}: larger than {MAX_LOCK_BYTES} bytes; a lock holds a few entries")
+    if _nesting(raw) > MAX_LOCK_DEPTH:
+        raise LockError(
+            f"{path}: nests deeper than {MAX_LOCK_DEPTH} levels; not a kiln lock (format {LOCK_FORMAT} nests 3)"
+        )
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as error:
         raise LockError(f"{path}: not JSON ({error})") from None
+    except RecursionError:
+        # MAX_LOCK_DEPTH keeps the decoder far from Python's limit; this keeps any miss one line.
+        raise LockError(f"{path}: nests too deeply to read; not a kiln lock") from None
     shaped = isinstance(data, dict) and data.get("kiln_lock") == LOCK_FORMAT
     if not shaped or not isinstance(data.get("artifacts"), list):
         raise LockError(f"{path}: not a kiln lock (format {LOCK_FORMAT}: kiln_lock, about, artifacts)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from kiln.bootstrap.cluster_env import CLUSTER_ENV_PATH, cluster_env_text
 from kiln.bootstrap.config import BootstrapConfig
 from kiln.bootstrap.readiness import BootReadiness, boot_readiness
 from kiln.bootstrap.steps import NODE_CONTEXT, Step, declared_steps
-from kiln.bootstrap.wheel import build_wheel
+from kiln.bootstrap.wheel import WHEEL_NAME, wheel_bytes
 from kiln.catalog import InstanceType, SoftwareVersions, instance_type, preset_environment
 from kiln.catalog.exporters import EXPORTERS, PROMETHEUS_PORT
 from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE, ENV_VALUE, ENV_VALUE_RULE
@@ -26,6 +27,13 @@ from kiln.safe_output import replaced_directory
 PACKAGE_DIR = Path(__file__).parent
 SCRIPTS_DIR = PACKAGE_DIR / "scripts"
 TEMPLATES_DIR = PACKAGE_DIR / "templates"
+
+# A bundle's rendered files (entry point, bundle.env, each instance type's facts.env, nccl.env, profile.sh and
+# gres.conf, Slurm's configuration) come to 7-12 KB for the examples; kiln's own scripts and node wheel, copied as
+# they are, add about 200 KB. 4 MiB of rendered text is over three hundred times the examples' and still a small S3
+# object and lifecycle-script zip; a bundle past it was rendered from inputs no cluster needs (one value expanded
+# into every instance type's files) and is refused before a byte of it is written.
+MAX_RENDERED_BYTES = 4 * 1024 * 1024
 
 PYXIS_PREFIX = "/usr/local"
 SCRATCH_DIR = "/scratch"
@@ -42,6 +50,8 @@ _ON_SLURM_INSTALL = (
 _CLOUD_INSTALL = (*_ACCELERATOR_STEPS, "install_lustre_client", *_ON_SLURM_INSTALL)
 _CLOUD_CONFIGURE = (
     "configure_users",
+    # Before the exporters: the Prometheus agent's user must be a fixed one the IMDS rules can name.
+    "configure_imds",
     "configure_kernel",
     "configure_accelerators",
     "configure_fsx",
@@ -340,6 +350,7 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         "KILN_SCRATCH_DIR": SCRATCH_DIR,
         "KILN_CHECKPOINT_DIR": config.checkpoint_dir,
         "KILN_USERS": " ".join(f"{u.name}:{u.uid}:{u.group_id}:{u.shell}" for u in config.users),
+        "KILN_IMDS_GUARD_ROLES": " ".join(imds_guard_roles(config.target)),
         "KILN_HUGEPAGES_2M": "" if config.hugepages_2m is None else str(config.hugepages_2m),
         "KILN_FORK_ENOMEM": "1" if config.fork_enomem else "0",
         "KILN_LAUNCHER_WHEEL": wheel[0],
@@ -355,6 +366,26 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
     for name, value in env.items():
         check_quotable(name, value)
     return sorted(env.items())
+
+
+NODE_ROLES = ("controller", "login", "worker")
+
+
+def imds_guard_roles(target: str) -> tuple[str, ...]:
+    """Return the node roles of TARGET on which configure_imds lets only root and kiln's services reach IMDS.
+
+    PCS leaves its nodes' IMDS open to every user. ParallelCluster restricts it on head and login nodes itself
+    (platforms.json, parallelcluster.imds_secured_roles), so kiln takes only the rest. HyperPod runs its own agents on
+    its nodes, and AWS documents neither their users nor their use of IMDS: kiln leaves HyperPod's nodes as HyperPod
+    sets them rather than risk cutting its health checks and node recovery off. EKS nodes keep the token on the host
+    (hop limit 1) and give pods their own identities; the local cluster has no IMDS.
+    """
+    if target == "pcs":
+        return NODE_ROLES
+    if target == "parallelcluster":
+        secured = service_fact("parallelcluster", "imds_secured_roles").value
+        return tuple(role for role in NODE_ROLES if role not in secured)
+    return ()
 
 
 def _slurm_daemons(config: BootstrapConfig) -> str:
@@ -513,32 +544,55 @@ def _nccl_environment(config: BootstrapConfig, name: str) -> list[tuple[str, str
     return sorted(environment.items())
 
 
-def _write(path: Path, text: str, executable: bool = False) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    path.chmod(0o755 if executable else 0o644)
+class BundleTooLarge(ValueError):
+    """A bundle whose rendered files would pass MAX_RENDERED_BYTES; nothing of it was written."""
 
 
-def _render_slurm(config: BootstrapConfig, layout: SlurmLayout, out: Path, env: jinja2.Environment) -> None:
+class _Rendered:
+    """A bundle's rendered files, held in memory until every one is rendered and their total is known to be sane."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, tuple[str, bool]] = {}
+        # Directories the bundle has even when empty (slurm/: configure_slurm lists it).
+        self.directories: list[str] = []
+        self.size = 0
+
+    def add(self, relative: str, text: str, executable: bool = False) -> None:
+        self.size += len(text.encode())
+        if self.size > MAX_RENDERED_BYTES:
+            raise BundleTooLarge(
+                f"bootstrap bundle: its rendered files pass {MAX_RENDERED_BYTES} bytes at {relative} (the examples' "
+                "come to about 12 KB); nothing was written: look for an outsized value in the spec (launcher.nccl_env, "
+                "a YAML alias used many times)"
+            )
+        self.files[relative] = (text, executable)
+
+    def write(self, out: Path) -> None:
+        for relative in self.directories:
+            (out / relative).mkdir(parents=True, exist_ok=True)
+        for relative, (text, executable) in self.files.items():
+            path = out / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            path.chmod(0o755 if executable else 0o644)
+
+
+def _render_slurm(config: BootstrapConfig, layout: SlurmLayout, out: _Rendered, env: jinja2.Environment) -> None:
     profile = PROFILES[config.target]
-    slurm_dir = out / "slurm"
-    slurm_dir.mkdir(parents=True, exist_ok=True)
+    out.directories.append("slurm")
     context = {"target": config.target, "slurm": layout, "groups": config.groups, "local": config.local}
     if profile.slurm_config == "kiln":
         plugins = "plugins-namespaces" if config.target == "local" else "plugins-cgroup"
         fragments = ("base", plugins, f"nodes-{profile.slurm_nodes}")
         text = "".join(env.get_template(f"slurm/{name}.conf.j2").render(context) for name in fragments)
-        _write(slurm_dir / "slurm.conf", text)
+        out.add("slurm/slurm.conf", text)
         if config.target != "local":
-            _write(slurm_dir / "cgroup.conf", env.get_template("slurm/cgroup.conf.j2").render(context))
+            out.add("slurm/cgroup.conf", env.get_template("slurm/cgroup.conf.j2").render(context))
         if layout.plugstack:
-            _write(slurm_dir / "plugstack.conf", env.get_template("slurm/plugstack.conf.j2").render(context))
+            out.add("slurm/plugstack.conf", env.get_template("slurm/plugstack.conf.j2").render(context))
     if layout.plugstack:
         # Copied into KILN_SLURM_PLUGSTACK_DIR, which only the backend decides.
-        _write(
-            out / "spank" / "pyxis.conf",
-            env.get_template("slurm/pyxis.conf.j2").render(pyxis_plugin=pyxis_plugin(config)),
-        )
+        out.add("spank/pyxis.conf", env.get_template("slurm/pyxis.conf.j2").render(pyxis_plugin=pyxis_plugin(config)))
 
 
 def local_cluster_env(config: BootstrapConfig) -> dict[str, str]:
@@ -553,12 +607,22 @@ def local_cluster_env(config: BootstrapConfig) -> dict[str, str]:
 def render_bundle(config: BootstrapConfig, out_dir: Path | str) -> RenderedBundle:
     """Write the bundle a node of CONFIG's target runs into OUT_DIR.
 
-    OUT_DIR may be missing, empty or an earlier bundle; anything else is refused (UnsafeOutput) untouched.
+    OUT_DIR may be missing, empty or an earlier bundle; anything else is refused (UnsafeOutput) untouched. Every file
+    is rendered before OUT_DIR is touched: a bundle past MAX_RENDERED_BYTES raises BundleTooLarge, nothing written.
     """
     profile = PROFILES[config.target]
     layout = slurm_layout(config)
+    wheel = wheel_bytes()
+    rendered = _render(config, layout, (WHEEL_NAME, hashlib.sha256(wheel).hexdigest()))
     with replaced_directory(out_dir, what="bootstrap bundle") as staging:
-        _render_into(config, layout, staging)
+        shutil.copy2(SCRIPTS_DIR / "lib.sh", staging / "lib.sh")
+        shutil.copy2(SCRIPTS_DIR / "kiln-step", staging / "kiln-step")
+        (staging / "steps").mkdir()
+        for step in profile.steps:
+            shutil.copy2(SCRIPTS_DIR / step.file, staging / step.file)
+        (staging / "launcher").mkdir()
+        (staging / "launcher" / WHEEL_NAME).write_bytes(wheel)
+        rendered.write(staging)
     return RenderedBundle(
         directory=Path(os.path.abspath(out_dir)),
         entry_point=profile.entry_point,
@@ -566,15 +630,11 @@ def render_bundle(config: BootstrapConfig, out_dir: Path | str) -> RenderedBundl
     )
 
 
-def _render_into(config: BootstrapConfig, layout: SlurmLayout | None, out: Path) -> None:
+def _render(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tuple[str, str]) -> _Rendered:
+    """Return the bundle's rendered files (WHEEL: the node wheel's file name and sha256), refusing past the cap."""
     profile = PROFILES[config.target]
     env = _environment()
-    shutil.copy2(SCRIPTS_DIR / "lib.sh", out / "lib.sh")
-    shutil.copy2(SCRIPTS_DIR / "kiln-step", out / "kiln-step")
-    (out / "steps").mkdir()
-    for step in profile.steps:
-        shutil.copy2(SCRIPTS_DIR / step.file, out / step.file)
-    wheel = build_wheel(out / "launcher")
+    out = _Rendered()
     context = {
         "target": config.target,
         "profile": profile,
@@ -582,22 +642,27 @@ def _render_into(config: BootstrapConfig, layout: SlurmLayout | None, out: Path)
         "cluster_env_path": CLUSTER_ENV_PATH,
         "bundle_env": _bundle_env(config, layout, wheel),
     }
-    _write(out / profile.entry_point, env.get_template("entry.sh.j2").render(context), executable=True)
-    _write(out / "bundle.env", env.get_template("bundle.env.j2").render(context))
+    out.add(profile.entry_point, env.get_template("entry.sh.j2").render(context), executable=True)
+    out.add("bundle.env", env.get_template("bundle.env.j2").render(context))
     facts_template = env.get_template("facts.env.j2")
     # An image build (--phase bake) runs with these in place of one type's facts.
     union = f"Image build facts: the largest of each over {' '.join(config.instance_types) or 'no instance types'}."
-    _write(out / "image-facts.env", facts_template.render(title=union, facts=image_facts(config)))
+    out.add("image-facts.env", facts_template.render(title=union, facts=image_facts(config)))
     for name in config.instance_types:
         facts = instance_type(name)
-        folder = out / "instances" / name
+        folder = f"instances/{name}"
         environment = _nccl_environment(config, name)
-        _write(folder / "facts.env", facts_template.render(title=f"Catalog facts for {name}.", facts=_facts_env(facts)))
-        _write(folder / "nccl.env", env.get_template("nccl.env.j2").render(environment=environment, instance=name))
-        _write(folder / "profile.sh", env.get_template("profile.sh.j2").render(environment=environment, instance=name))
+        out.add(
+            f"{folder}/facts.env", facts_template.render(title=f"Catalog facts for {name}.", facts=_facts_env(facts))
+        )
+        out.add(f"{folder}/nccl.env", env.get_template("nccl.env.j2").render(environment=environment, instance=name))
+        out.add(
+            f"{folder}/profile.sh", env.get_template("profile.sh.j2").render(environment=environment, instance=name)
+        )
         if facts.gpu_count or facts.neuron_count:
-            _write(folder / "gres.conf", env.get_template("gres.conf.j2").render(facts=facts))
+            out.add(f"{folder}/gres.conf", env.get_template("gres.conf.j2").render(facts=facts))
     if layout is not None:
         _render_slurm(config, layout, out, env)
     if config.target == "local":
-        _write(out / "cluster.env", cluster_env_text(local_cluster_env(config)))
+        out.add("cluster.env", cluster_env_text(local_cluster_env(config)))
+    return out

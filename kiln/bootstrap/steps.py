@@ -184,6 +184,8 @@ STEPS: dict[str, Step] = {
             ),
         ),
         Step(name="configure_users", phase="configure"),
+        # Only root and kiln's services reach the instance metadata service, and so the node role.
+        Step(name="configure_imds", phase="configure"),
         Step(name="configure_kernel", phase="configure"),
         Step(name="configure_accelerators", phase="configure"),
         # The Lustre mount, and LNet over each EFA device.

@@ -66,11 +66,3 @@ def wheel_bytes() -> bytes:
             info.external_attr = 0o644 << 16
             archive.writestr(info, data, zipfile.ZIP_DEFLATED)
     return buffer.getvalue()
-
-
-def build_wheel(out_dir: Path) -> tuple[str, str]:
-    """Write kiln's node wheel into OUT_DIR; return its file name and sha256."""
-    data = wheel_bytes()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / WHEEL_NAME).write_bytes(data)
-    return WHEEL_NAME, hashlib.sha256(data).hexdigest()

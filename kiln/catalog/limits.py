@@ -63,6 +63,22 @@ LUSTRE_BACKUP_RETENTION_MAX_DAYS = 90
 # which needs at least a /22.
 VPC_PREFIX_MIN = 16
 VPC_PREFIX_MAX = 22
+# A VPC's IPv4 CIDR block (an existing VPC's too): "The allowed block size is between a /16 netmask (65,536 IP
+# addresses) and /28 netmask (16 IP addresses)", https://docs.aws.amazon.com/vpc/latest/userguide/vpc-cidr-blocks.html
+AWS_VPC_PREFIX_MIN = 16
+AWS_VPC_PREFIX_MAX = 28
+# The ranges kiln takes for a VPC: the RFC 1918 private ranges AWS recommends ("When you create a VPC, we recommend
+# that you specify a CIDR block from the private IPv4 address ranges as specified in RFC 1918",
+# https://docs.aws.amazon.com/vpc/latest/userguide/vpc-cidr-blocks.html), and 100.64.0.0/10 (RFC 6598 shared address
+# space), which VPCs take: EC2's CreateVpc reference gives 100.68.0.0/18 as its example of a VPC's CidrBlock
+# (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreateVpc.html). AWS also takes publicly routable
+# blocks (same vpc-cidr-blocks page); kiln does not, as a training cluster's private subnets have no use for them.
+# Not Python's is_private, which also takes link-local 169.254/16, loopback 127/8, 0/8 and reserved 240/4 and refuses
+# 100.64/10.
+VPC_RANGES = tuple(
+    ipaddress.IPv4Network(cidr) for cidr in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
+)
+VPC_RANGES_RULE = "a range inside 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 (RFC 1918) or 100.64.0.0/10 (RFC 6598)"
 PUBLIC_SUBNET_EXTRA_BITS = 4
 PRIVATE_SUBNET_EXTRA_BITS = 2
 # EC2 keeps 5 addresses of every subnet (network, router, DNS, future use, broadcast).
@@ -82,8 +98,31 @@ INT32_MAX = 2**31 - 1
 # FSx for Lustre DataRepositoryPath (CreateDataRepositoryAssociation): at most 4,357 characters.
 S3_URI_MAX = 4357
 
-# kiln's own: a CI environment deletes itself at most 30 days after deploy.
+# kiln's own: a CI environment deletes itself at most 30 days after deploy, and no sooner than 30 minutes. Its reaper
+# is scheduled at deploy + TTL and deployed first, while the network, storage and compute stacks that follow take tens
+# of minutes (`kiln ci up` prints each stack's time); a shorter TTL would start deleting the environment while it is
+# still being deployed, and a tiny one (1e-300) schedules the reaper at synthesis. The spec rule and
+# kiln.stacks.ci_mode.ci_environment (`kiln ci up --ttl`) hold a TTL to these bounds through ttl_problem.
+MIN_TTL_HOURS = 0.5
 MAX_TTL_HOURS = 24 * 30
+TTL_RULE = f"from {MIN_TTL_HOURS:g} (30 minutes: a deploy takes longer) to {MAX_TTL_HOURS} hours (30 days)"
+
+
+def ttl_problem(hours: float) -> str | None:
+    """Return why HOURS is no TTL for a short-lived environment (one line), or None when it is one."""
+    if hours > MAX_TTL_HOURS:
+        return f"must be at most {MAX_TTL_HOURS} hours (30 days) (got {hours:g})"
+    if not hours >= MIN_TTL_HOURS:  # NaN too
+        return (
+            f"must be at least {MIN_TTL_HOURS:g} hours (30 minutes) (got {hours:g}): the reaper is scheduled at deploy "
+            "+ TTL, and a shorter one would delete the environment while it is still being deployed"
+        )
+    return None
+
+
+def is_vpc_range(cidr: ipaddress.IPv4Network) -> bool:
+    """Return True when CIDR lies inside one of the VPC_RANGES."""
+    return any(cidr.subnet_of(allowed) for allowed in VPC_RANGES)
 
 
 def in_range(value: object, low: int, high: int) -> bool:

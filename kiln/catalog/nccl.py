@@ -9,11 +9,19 @@ from functools import lru_cache
 from typing import Any
 
 from kiln.catalog.facts import ACCELERATOR_KINDS, DATA_DIR, GPU_INTERCONNECTS, InstanceType, instance_type
+from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE, ENV_VALUE, ENV_VALUE_RULE
 
 PRESETS_PATH = DATA_DIR / "nccl_presets.json"
 NO_ACCELERATOR = "none"
 # Conditions that name one of a closed set of values (or a list of them): a misspelt value would never match.
 CHOICES = {"accelerator": (*ACCELERATOR_KINDS, NO_ACCELERATOR), "gpu_interconnect": GPU_INTERCONNECTS}
+# kiln's own bounds on the NCCL/EFA overrides (launcher.nccl_env, --nccl-env, KILN_NCCL_ENV): the presets set 7
+# variables in all, named in at most 24 characters with values of at most 15 (^docker,lo,veth). 64 variables, named
+# in up to 64 characters, of up to 256 characters each leave room for any tuning (words, numbers, interface lists,
+# paths) while keeping nccl.env and profile.sh, written per instance type, about 20 KB at most.
+MAX_OVERRIDES = 64
+MAX_OVERRIDE_NAME_CHARS = 64
+MAX_OVERRIDE_VALUE_CHARS = 256
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +82,46 @@ def forbidden_variable(name: str) -> str | None:
     return next((p for p in presets()["forbidden_prefixes"] if name.startswith(p)), None)
 
 
+def allowed_prefixes() -> tuple[str, ...]:
+    """Return the variable families an override may set (nccl_presets.json, allowed_prefixes)."""
+    return tuple(presets()["allowed_prefixes"])
+
+
+def override_count_problem(count: int) -> str | None:
+    """Return why COUNT overrides are too many (one line), or None."""
+    if count > MAX_OVERRIDES:
+        return f"at most {MAX_OVERRIDES} variables (got {count})"
+    return None
+
+
+def override_name_problem(name: str) -> str | None:
+    """Return why NAME may not be an NCCL/EFA override (one line, without echoing NAME), or None when it may."""
+    if not ENV_NAME.fullmatch(name):
+        return f"is not a valid variable name: {ENV_NAME_RULE}"
+    if len(name) > MAX_OVERRIDE_NAME_CHARS:
+        return f"name is {len(name)} characters; at most {MAX_OVERRIDE_NAME_CHARS}"
+    prefix = forbidden_variable(name)
+    if prefix:
+        return f"must not be set: {prefix}* variables break EFA"
+    if not name.startswith(allowed_prefixes()):
+        families = " or ".join(allowed_prefixes())
+        return f"is not an NCCL or libfabric variable: names start with {families} (the families kiln's presets set)"
+    return None
+
+
+def override_value_problem(value: str, *, plain: bool = True) -> str | None:
+    """Return why VALUE may not be an override's value (one line, without echoing VALUE), or None when it may.
+
+    PLAIN: the value is written into files a shell or docker reads unquoted (nccl.env, profile.sh), so it must also
+    be plain text; the launcher sets its overrides in a process's environment directly and passes plain=False.
+    """
+    if len(value) > MAX_OVERRIDE_VALUE_CHARS:
+        return f"value is {len(value)} characters; at most {MAX_OVERRIDE_VALUE_CHARS}"
+    if plain and not ENV_VALUE.fullmatch(value):
+        return f"value must be {ENV_VALUE_RULE}"
+    return None
+
+
 def preset_environment(
     instance: str,
     *,
@@ -87,9 +135,15 @@ def preset_environment(
     for rule in presets()["rules"]:
         if _matches(rule["when"], facts, versions, fork_enomem):
             env.update(rule["env"])
-    for name, value in (overrides or {}).items():
+    overrides = dict(overrides or {})
+    if why := override_count_problem(len(overrides)):
+        raise ValueError(f"NCCL/EFA overrides: {why}")
+    for name, value in overrides.items():
         prefix = forbidden_variable(name)
         if prefix:
             raise ValueError(f"{name}: variables starting with {prefix} must not be set (they break EFA)")
+        why = override_name_problem(name) or override_value_problem(str(value), plain=False)
+        if why:
+            raise ValueError(f"{name!r}: {why}")
         env[name] = str(value)
     return env

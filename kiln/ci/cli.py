@@ -102,7 +102,7 @@ def _now() -> datetime:
 
 def _up(args: argparse.Namespace) -> int:
     from kiln.bootstrap.readiness import ACCEPT_UNREADY
-    from kiln.catalog.limits import MAX_TTL_HOURS
+    from kiln.catalog.limits import ttl_problem
     from kiln.ci.deploy import cdk_command, check_cdk_version, deploy_stacks, github_output_lines, write_github_output
     from kiln.safe_output import claim_directory, write_file_atomically
     from kiln.spec.rules import NO_BAKE_IN_CI
@@ -112,8 +112,8 @@ def _up(args: argparse.Namespace) -> int:
 
     progress = Progress("up")
     given_ttl = parse_hours(args.ttl) if args.ttl else None
-    if given_ttl is not None and given_ttl > MAX_TTL_HOURS:
-        raise CiInputError(f"--ttl {args.ttl}: at most {MAX_TTL_HOURS} h")
+    if given_ttl is not None and (why := ttl_problem(given_ttl)):
+        raise CiInputError(f"--ttl {args.ttl}: {why}")
     ready_timeout_h = parse_hours(args.ready_timeout)
     spec, readiness = load_and_judge(args.spec)
     if spec.compute.image.bake:
@@ -272,13 +272,13 @@ def _sweep(args: argparse.Namespace) -> int:
 def _extend(args: argparse.Namespace) -> int:
     from botocore.exceptions import ClientError
 
-    from kiln.catalog.limits import MAX_TTL_HOURS
+    from kiln.catalog.limits import ttl_problem
     from kiln.ci.reaper_code.kiln_reaper.contract import schedule_name
     from kiln.ci.reaper_code.kiln_reaper.teardown import error_code, reschedule
 
     hours = parse_hours(args.ttl)
-    if hours > MAX_TTL_HOURS:
-        raise CiInputError(f"--ttl {args.ttl}: at most {MAX_TTL_HOURS} h")
+    if why := ttl_problem(hours):
+        raise CiInputError(f"--ttl {args.ttl}: {why}")
     target = _Target(args)
     when = (_now() + timedelta(hours=hours)).replace(microsecond=0)
     try:

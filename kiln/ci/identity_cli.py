@@ -14,30 +14,49 @@ if TYPE_CHECKING:  # CDK loads only when the command runs: `kiln` starts without
 
 WHAT = "kiln ci identity"
 LINT_REGION = "us-east-1"
+PARTITIONS = ("aws", "aws-cn", "aws-us-gov")
 
 DESCRIPTION = (
     "Write a cloud assembly holding one IAM role that GitHub Actions assumes through OIDC to run `kiln ci` for the\n"
     "named clusters (and, unless --existing-provider is given, the account's OIDC provider for GitHub), lint it with\n"
     "cfn-lint and cdk-nag, and print the command that deploys it. Deploy it once per repository and account, then\n"
     "give the DeployRoleArn output to aws-actions/configure-aws-credentials as role-to-assume.\n\n"
-    "The role trusts only the workflow runs listed by --branch, --pull-requests and --environment; with none of\n"
-    "them, runs on main. It deploys through the account's CDK bootstrap roles; otherwise it may only read and\n"
-    "delete the stacks, buckets and reaper schedules of <cluster>-<run> environments and run commands on their\n"
-    "nodes (Session Manager cannot tell HyperPod clusters apart by name: sessions reach any in the account)."
+    "The role trusts only jobs that use the GitHub deployment environments named by --environment (default:\n"
+    "kiln-ci), whose protection rules then decide which runs get the role. Trusting branches (--branch) or pull\n"
+    "requests (--pull-requests) skips those rules and needs --allow-branch-trust. It deploys through the account's\n"
+    "CDK bootstrap roles; otherwise it may only read and delete the stacks, buckets and reaper schedules of\n"
+    "<cluster>-<run> environments and run commands on their nodes (Session Manager cannot tell HyperPod clusters\n"
+    "apart by name: sessions reach any in the account).\n\n"
+    "A default `cdk bootstrap` gives CloudFormation AdministratorAccess, so the role could deploy anything. The\n"
+    "assembly also holds execution-policies/*.json: customer managed policies covering kiln's stacks only; the\n"
+    "command prints how to create them and re-bootstrap with --cloudformation-execution-policies."
+)
+BRANCH_TRUST = (
+    "--branch and --pull-requests trust runs that pass no GitHub environment's protection rules (anyone who can push "
+    "such a branch or open a pull request gets the role); add --allow-branch-trust to mean it, or use --environment"
 )
 
 
 def props_from_args(args: argparse.Namespace) -> GithubDeployIdentityProps:
-    """Return the identity's props from the parsed ARGS; no --branch, --pull-requests or --environment trusts main."""
-    from kiln.constructs.ci_identity import DEFAULT_CDK_QUALIFIER, GithubDeployIdentityProps
+    """Return the identity's props from the parsed ARGS.
 
-    listed = bool(args.branches or args.pull_requests or args.environments)
+    No --environment trusts the kiln-ci environment, unless --allow-branch-trust names branches or pull requests
+    alone. ValueError (one line) for --branch or --pull-requests without --allow-branch-trust.
+    """
+    from kiln.constructs.ci_identity import DEFAULT_CDK_QUALIFIER, DEFAULT_ENVIRONMENT, GithubDeployIdentityProps
+
+    branch_runs = bool(args.branches or args.pull_requests)
+    if branch_runs and not args.allow_branch_trust:
+        raise ValueError(BRANCH_TRUST)
+    default = () if branch_runs else (DEFAULT_ENVIRONMENT,)
+    environments = tuple(args.environments) if args.environments else default
     return GithubDeployIdentityProps(
         repository=args.repository,
         cluster_names=tuple(args.clusters),
-        branches=tuple(args.branches or ()) if listed else ("main",),
+        environments=environments,
+        branch_trust=bool(args.allow_branch_trust),
+        branches=tuple(args.branches or ()),
         pull_requests=args.pull_requests,
-        environments=tuple(args.environments or ()),
         existing_provider_arn=args.existing_provider,
         cdk_qualifier=args.cdk_qualifier or DEFAULT_CDK_QUALIFIER,
     )
@@ -62,12 +81,25 @@ def _identity(args: argparse.Namespace) -> int:
         print(f"{WHAT}: {exc}", file=sys.stderr)
         return 2
 
-    from kiln.stacks.ci_identity import identity_stack_name, synthesize_identity
+    from kiln.ci.execution_policy import bootstrap_command
+    from kiln.stacks.ci_identity import (
+        EXECUTION_POLICY_DIR,
+        identity_execution_policies,
+        identity_stack_name,
+        synthesize_identity,
+        write_execution_policies,
+    )
     from kiln.synth import lint_template, nag_report
 
     try:
+        policies = identity_execution_policies(props, partition=args.partition)
+    except ValueError as exc:
+        print(f"{WHAT}: {exc}", file=sys.stderr)
+        return 1
+    try:
         with replaced_directory(out, what=f"{WHAT} --out") as staging:
             synthesize_identity(props, staging)
+            write_execution_policies(policies, staging)
     except UnsafeOutput as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -82,12 +114,20 @@ def _identity(args: argparse.Namespace) -> int:
     nag = nag_report(out)
     for line in errors + warnings + nag.violations:
         print(f"{WHAT}: {line}", file=sys.stderr)
+    policy_dir = out / EXECUTION_POLICY_DIR
     print(
         f"{WHAT}: wrote {out}: stack {name} trusting {', '.join(props.subjects)}; "
         f"cfn-lint {len(errors)} errors, {len(warnings)} warnings; "
-        f"cdk-nag {len(nag.violations)} open, {len(nag.acknowledged)} acknowledged with reasons"
+        f"cdk-nag {len(nag.violations)} open, {len(nag.acknowledged)} acknowledged with reasons; "
+        f"{len(policies)} CloudFormation execution policies in {policy_dir}"
     )
     print(f"npx cdk deploy --app {shlex.quote(str(out))} --require-approval never")
+    # Then, with administrator credentials: the policies, and a bootstrap that hands CloudFormation them instead of
+    # AdministratorAccess (the role above still assumes the same bootstrap roles).
+    for policy in policies:
+        document = shlex.quote(f"file://{policy_dir / f'{policy.name}.json'}")
+        print(f"aws iam create-policy --policy-name {policy.name} --policy-document {document}")
+    print(bootstrap_command(policies, qualifier=props.cdk_qualifier, partition=args.partition))
     return 1 if errors or warnings or nag.violations else 0
 
 
@@ -109,19 +149,26 @@ def register_identity(commands: argparse._SubParsersAction) -> None:
         help="a cluster (spec) name whose CI environments the role may manage (repeatable)",
     )
     identity.add_argument(
-        "--branch",
-        dest="branches",
-        action="append",
-        metavar="PATTERN",
-        help="trust runs on branches matching PATTERN (* and ? are wildcards; repeatable)",
-    )
-    identity.add_argument("--pull-requests", action="store_true", help="trust pull request runs")
-    identity.add_argument(
         "--environment",
         dest="environments",
         action="append",
         metavar="ENV",
-        help="trust jobs that use this GitHub deployment environment (repeatable)",
+        help="trust jobs that use this GitHub deployment environment (repeatable; default: kiln-ci)",
+    )
+    identity.add_argument(
+        "--allow-branch-trust",
+        action="store_true",
+        help="allow --branch and --pull-requests: runs they name pass no environment's protection rules",
+    )
+    identity.add_argument(
+        "--branch",
+        dest="branches",
+        action="append",
+        metavar="PATTERN",
+        help="trust runs on branches matching PATTERN (* and ? are wildcards; repeatable; needs --allow-branch-trust)",
+    )
+    identity.add_argument(
+        "--pull-requests", action="store_true", help="trust pull request runs (needs --allow-branch-trust)"
     )
     identity.add_argument(
         "--existing-provider",
@@ -130,6 +177,12 @@ def register_identity(commands: argparse._SubParsersAction) -> None:
     )
     identity.add_argument(
         "--cdk-qualifier", metavar="Q", help="the qualifier of the account's CDK bootstrap (default: hnb659fds)"
+    )
+    identity.add_argument(
+        "--partition",
+        choices=PARTITIONS,
+        default="aws",
+        help="the AWS partition the execution policies' ARNs name (default: aws)",
     )
     identity.add_argument("--out", required=True, metavar="DIR", help="the directory to write the cloud assembly to")
     identity.set_defaults(func=_identity)

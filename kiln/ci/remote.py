@@ -364,7 +364,7 @@ def _run_on_instance(
         if error_code(error) == "InvalidInstanceId":
             raise Unreachable(
                 f"{target.label} is not reachable through Systems Manager (yet): its SSM agent must be online, "
-                "with an instance role that allows it (AmazonSSMManagedInstanceCore)"
+                "with an instance role that allows SSM Agent's actions (kiln's node roles hold them)"
             ) from None
         raise RemoteError(explain("ssm:SendCommand", error)) from None
     except BotoCoreError as error:
@@ -726,17 +726,7 @@ def _port_forward(
     argv = ["aws", "ssm", "start-session", "--target", node, "--document-name", PORT_FORWARD_DOCUMENT]
     argv += ["--parameters", parameters, "--region", target.region]
     try:
-        process = subprocess.Popen(
-            argv,
-            env=dict(env),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            start_new_session=True,
-        )
+        process = _spawn(argv, env)
     except FileNotFoundError:
         raise RemoteError(
             f"the AWS CLI (`aws`) is not on PATH: the private API endpoint of {target.label} is reached with "
@@ -836,17 +826,7 @@ def _stream(
     clock: Callable[[], float],
 ) -> int | None:
     """Run ARGV, handing each line it prints to ON_OUT or ON_ERR; return its exit code, None when it ran out of time."""
-    process = subprocess.Popen(
-        argv,
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        start_new_session=True,
-    )
+    process = _spawn(argv, env)
     lines: queue.Queue[tuple[Callable[[str], Any], str | None]] = queue.Queue()
 
     def pump(stream: TextIO, sink: Callable[[str], Any]) -> None:
@@ -874,6 +854,21 @@ def _stream(
     except BaseException:
         _stop(process)
         raise
+
+
+def _spawn(argv: list[str], env: Mapping[str, str]) -> subprocess.Popen[str]:
+    """Start ARGV in a process group of its own (so _stop ends what it starts), its output read as text by lines."""
+    return subprocess.Popen(
+        argv,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        start_new_session=True,
+    )
 
 
 def _stop(process: subprocess.Popen[str]) -> None:

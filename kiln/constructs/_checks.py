@@ -14,13 +14,16 @@ from constructs import IConstruct
 from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
 from kiln.constructs.nag_rules import (
     CHECKOV_SKIPS,
+    MANAGED_POLICY_REVIEWS,
     CheckovSkip,
     Finding,
+    ManagedPolicyReview,
     WildcardGrant,
     wildcard_action,
     wildcard_resource,
 )
 from kiln.iam_wildcards import (
+    MANAGED_POLICY_RESOURCE,
     POLICY_PROPERTIES,
     REVIEW_METADATA,
     nag_text,
@@ -200,3 +203,29 @@ class SkipReviewedCheckovChecks:
             listed = list((node.get_metadata("checkov") or {}).get("skip", []))
             listed += [{"id": skip.check, "comment": skip.reason} for skip in matched]
             node.add_metadata("checkov", {"skip": listed})
+
+
+@jsii.implements(cdk.IAspect)
+class ReviewHandlerManagedPolicies:
+    """Record, in a CDK handler role's review metadata, the reason for each AWS-managed policy it attaches
+    (nag_rules.MANAGED_POLICY_REVIEWS): cdk-nag raises no finding on these plain CloudFormation roles, and
+    `kiln report` fails on an attachment without a reason.
+
+    Added to every kiln stack.
+    """
+
+    def __init__(self, reviews: Sequence[ManagedPolicyReview] = MANAGED_POLICY_REVIEWS) -> None:
+        self.reviews = tuple(reviews)
+
+    def visit(self, node: IConstruct) -> None:
+        if not isinstance(node, cdk.CfnResource) or node.cfn_resource_type != "AWS::IAM::Role":
+            return
+        path = stack_path(node)
+        matched = {
+            review.reason: [(f"policy/{review.policy}", MANAGED_POLICY_RESOURCE)]
+            for review in self.reviews
+            if any(re.fullmatch(pattern, path) for pattern in review.paths)
+        }
+        if matched:
+            recorded = list(node.get_metadata(REVIEW_METADATA) or [])
+            node.add_metadata(REVIEW_METADATA, recorded + review_metadata(matched))

@@ -15,22 +15,38 @@ from kiln.ci.reaper_code.kiln_reaper.contract import (
     BUCKET_PURPOSES,
     MAX_WHOLE_CLUSTER_NAME,
     SCHEDULE_GROUP,
+    TAG_CLUSTER,
     TAG_ENVIRONMENT,
     invoke_role_name,
     schedule_name,
 )
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge_wildcards, require, unresolved
-from kiln.preflight.permissions import GLOBAL_INFRASTRUCTURE_PARAMETERS, PARAMETER_READS, UNSCOPED_READS
+from kiln.preflight.permissions import (
+    BOOTSTRAP_READS,
+    DEFAULT_CDK_QUALIFIER,
+    GLOBAL_INFRASTRUCTURE_PARAMETERS,
+    PARAMETER_READS,
+    UNSCOPED_READS,
+)
 
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
 GITHUB_OIDC_AUDIENCE = "sts.amazonaws.com"
-DEFAULT_CDK_QUALIFIER = "hnb659fds"
+# The GitHub deployment environment the role trusts unless told otherwise. A job that names an environment gets the
+# sub claim repo:OWNER/NAME:environment:ENV, whatever branch it runs on, and the environment's protection rules
+# (required reviewers, deployment branches) decide which runs get that far
+# (https://docs.github.com/en/actions/reference/security/oidc, "Filtering for a specific environment").
+DEFAULT_ENVIRONMENT = "kiln-ci"
+# The CDK bootstrap's CloudFormation execution role (kiln preflight reads its attached policies).
+CFN_EXECUTION_ROLE = "cfn-exec-role"
 # The CDK CLI's modern bootstrap roles: cdk-<qualifier>-<kind>-<account>-<region> in CDK's bootstrap template.
 CDK_BOOTSTRAP_ROLES = ("deploy-role", "file-publishing-role", "image-publishing-role", "lookup-role")
 # Read-only calls that IAM cannot scope to a resource: granted on *.
 LIST_STACKS = ("cloudformation:ListStacks",)
-COMMAND_RESULTS = ("ssm:CancelCommand", "ssm:GetCommandInvocation", "ssm:ListCommandInvocations")
+COMMAND_RESULTS = ("ssm:GetCommandInvocation", "ssm:ListCommandInvocations")
+# The Service Authorization Reference lists no resource type (and no condition key) for ssm:CancelCommand, so IAM can
+# grant it only on "*" (https://docs.aws.amazon.com/service-authorization/latest/reference/list_awssystemsmanager.html).
+CANCEL_COMMAND = ("ssm:CancelCommand",)
 STACK_READS = (
     "cloudformation:DescribeStackEvents",
     "cloudformation:DescribeStacks",
@@ -51,8 +67,25 @@ PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSessionToRemoteHost"
 # Session Manager's own condition key for a target instance's tags, as AWS's sample policies spell it:
 # https://docs.aws.amazon.com/systems-manager/latest/userguide/getting-started-restrict-access-examples.html
 SESSION_TARGET_TAG = f"ssm:resourceTag/{TAG_ENVIRONMENT}"
-# The kiln-owned buckets of an environment: <env>-<kind>-<account>.
+# Tags with the aws: prefix are AWS's: no user can set, change or delete them
+# (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-resource-tags.html), unlike
+# kiln:environment, which anyone allowed ec2:CreateTags could put on any instance. So each instance grant also needs
+# one that ties the instance to what launched it:
+# - CloudFormation tags the instances it creates with aws:cloudformation:stack-name (same page: stack-level tags
+#   reach EC2 instances). ParallelCluster's head node is an instance of the cluster's own stack, which ParallelCluster
+#   names after the cluster (pcluster.models.cluster.Cluster.stack_name), here the environment.
+STACK_NAME_TAG = "aws:cloudformation:stack-name"
+# - PCS tags the instances it launches with their node group's id (kiln.ci.remote finds login nodes by it); the id is
+#   PCS's, so this proves "launched by PCS", not "of this environment".
+PCS_NODE_GROUP_TAG = "aws:pcs:compute-node-group-id"
+# - Auto Scaling tags the instances a group launches with aws:autoscaling:groupName
+#   (https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-tagging.html); EKS managed node groups are
+#   Auto Scaling groups. Again "launched by a group", not "of this environment".
+AUTOSCALING_GROUP_TAG = "aws:autoscaling:groupName"
+# The kiln-owned buckets of an environment: <env>-<kind>-<account>, each kind a family (data, lifecycle) with or
+# without -logs. One pattern per family, <env>-<family>*-<account>, keeps six clusters in one inline policy.
 ENVIRONMENT_BUCKETS = BUCKET_PURPOSES
+BUCKET_FAMILIES = tuple(kind for kind in BUCKET_PURPOSES if not kind.endswith("-logs"))
 # An environment is named <cluster>-<run slug> in at most 31 characters, with a run slug of up to 12: a longer
 # cluster name would be cut short in the environment's name, and the role's <cluster>-* scopes would miss it.
 MAX_CI_CLUSTER_NAME = MAX_WHOLE_CLUSTER_NAME
@@ -72,6 +105,10 @@ BRANCH_RULE = (
 )
 ENVIRONMENT = re.compile(r"[A-Za-z0-9._-]{1,255}")
 ENVIRONMENT_RULE = "a GitHub environment name of letters, digits, . _ - (no wildcards)"
+BRANCH_TRUST_RULE = (
+    "branch_trust=True to trust branch or pull request runs: they skip every GitHub environment's protection rules "
+    "(--allow-branch-trust)"
+)
 CDK_QUALIFIER = re.compile(r"[A-Za-z0-9_-]{1,10}")
 CDK_QUALIFIER_RULE = "1-10 letters, digits, '_' or '-' (the qualifier `cdk bootstrap` was given)"
 ROLE_NAME = re.compile(r"[A-Za-z0-9+=,.@_-]{1,64}")
@@ -96,14 +133,18 @@ class GithubDeployIdentityProps:
         sub claim (no customized OIDC subject template).
     cluster_names: the spec names whose CI environments (<cluster>-<run>) the role may manage; required, 1 to 6
         (IAM limits the role's policy size), each a cluster name of at most 18 characters (so environment names
-        are never cut short). A name's scopes are <name>-*, so they also cover a cluster whose name starts
-        with <name>-.
-    branches: branch name patterns (IAM StringLike: * and ? are wildcards) whose workflow runs may assume the role,
-        without refs/heads/; default ("main",). A job that names a GitHub environment is not a branch run.
-    pull_requests: also trust workflow runs for pull requests (sub repo:OWNER/NAME:pull_request); default False.
-        Any pull request that can run workflows with id-token: write in the repository could then assume the role.
+        are never cut short). A name's scopes are <name>-*, which would also cover a cluster whose name starts
+        with <name>-: a list holding both is refused.
     environments: GitHub deployment environments whose jobs may assume the role (sub
-        repo:OWNER/NAME:environment:ENV); default none. Their protection rules (reviewers, branches) then gate it.
+        repo:OWNER/NAME:environment:ENV); default ("kiln-ci",). Their protection rules (reviewers, deployment
+        branches) gate it.
+    branch_trust: allow branches and pull_requests below; default False. Such runs pass no environment's protection
+        rules: anyone who can push a matching branch (or open a pull request) gets the role.
+    branches: branch name patterns (IAM StringLike: * and ? are wildcards) whose workflow runs may assume the role,
+        without refs/heads/; default none; needs branch_trust. A job that names a GitHub environment is not a branch
+        run.
+    pull_requests: also trust workflow runs for pull requests (sub repo:OWNER/NAME:pull_request); default False; needs
+        branch_trust. Any pull request that can run workflows with id-token: write could then assume the role.
     existing_provider_arn: the account's IAM OIDC provider for token.actions.githubusercontent.com, to reuse;
         default None: create one. An account holds at most one provider per URL, so pass the existing one's ARN
         when the account already has it (another role or tool made it), or deploying fails.
@@ -116,9 +157,10 @@ class GithubDeployIdentityProps:
 
     repository: str
     cluster_names: Sequence[str]
-    branches: Sequence[str] = ("main",)
+    environments: Sequence[str] = (DEFAULT_ENVIRONMENT,)
+    branch_trust: bool = False
+    branches: Sequence[str] = ()
     pull_requests: bool = False
-    environments: Sequence[str] = ()
     existing_provider_arn: str | None = None
     cdk_qualifier: str = DEFAULT_CDK_QUALIFIER
     max_session_duration_hours: int = 1
@@ -148,6 +190,16 @@ class GithubDeployIdentityProps:
                 name,
                 f"at most {MAX_CI_CLUSTER_NAME} characters, so that <name>-<run> environment names keep the whole name",
             )
+        # Every grant is on <name>-*: a name that starts with another's name and '-' would share its grants.
+        overlaps = [(a, b) for a in clusters for b in clusters if b.startswith(f"{a}-")]
+        require(
+            not overlaps,
+            "cluster_names",
+            list(clusters),
+            "names none of which starts with another's name and '-' ("
+            + "; ".join(f"{b} starts with {a}-, so {a}-* grants would reach {b}'s environments" for a, b in overlaps)
+            + ")",
+        )
         branches = _names("branches", self.branches)
         for branch in branches:
             require(BRANCH.fullmatch(branch) is not None, "branches", branch, BRANCH_RULE)
@@ -155,11 +207,18 @@ class GithubDeployIdentityProps:
         for environment in environments:
             require(ENVIRONMENT.fullmatch(environment) is not None, "environments", environment, ENVIRONMENT_RULE)
         require(isinstance(self.pull_requests, bool), "pull_requests", self.pull_requests, "True or False")
+        require(isinstance(self.branch_trust, bool), "branch_trust", self.branch_trust, "True or False")
+        require(
+            self.branch_trust or not (branches or self.pull_requests),
+            "branches/pull_requests",
+            (list(branches), self.pull_requests),
+            BRANCH_TRUST_RULE,
+        )
         require(
             bool(branches or environments or self.pull_requests),
             "branches/pull_requests/environments",
             (list(branches), self.pull_requests, list(environments)),
-            "at least one branch, pull_requests=True or one environment",
+            "at least one environment, or with branch_trust a branch or pull_requests=True",
         )
         arn = self.existing_provider_arn
         if arn is not None and not unresolved(arn):
@@ -199,21 +258,22 @@ class GithubDeployIdentityProps:
         """Return the token sub patterns the role trusts (IAM StringLike), in the order given."""
         repo = f"repo:{self.repository}"
         return (
+            *(f"{repo}:environment:{environment}" for environment in self.environments),
             *(f"{repo}:ref:refs/heads/{branch}" for branch in self.branches),
             *((f"{repo}:pull_request",) if self.pull_requests else ()),
-            *(f"{repo}:environment:{environment}" for environment in self.environments),
         )
 
 
 class GithubDeployIdentity(Construct):
     """An IAM role GitHub Actions assumes by OIDC to deploy, inspect and delete kiln CI environments, nothing more.
 
-    It trusts only the repository's listed branches, pull requests and environments (token audience
-    sts.amazonaws.com). It deploys by assuming CDK's bootstrap roles; otherwise it only reads and deletes the
-    <cluster>-<run> stacks, buckets and reaper schedules `kiln ci` names, and runs commands on their nodes (Run
-    Command on instances tagged with one of those environments; Session Manager on HyperPod nodes, which IAM
-    names only by cluster id, so on any HyperPod cluster of the account) or reaches their private EKS API endpoint
-    (Session Manager port forwarding through an instance tagged with one of those environments).
+    It trusts only the repository's listed GitHub environments (by default kiln-ci) and, when branch_trust says so,
+    branches and pull requests (token audience sts.amazonaws.com). It deploys by assuming CDK's bootstrap roles;
+    otherwise it only reads and deletes the <cluster>-<run> stacks, buckets and reaper schedules `kiln ci` names, and
+    runs commands on their nodes (Run Command on instances tagged with one of those environments that ParallelCluster's
+    stack or PCS launched; Session Manager on HyperPod nodes, which IAM names only by cluster id, so on any HyperPod
+    cluster of the account) or reaches their private EKS API endpoint (Session Manager port forwarding through an
+    instance tagged with one of those environments that an Auto Scaling group launched).
     """
 
     def __init__(self, scope: Construct, construct_id: str, props: GithubDeployIdentityProps) -> None:
@@ -274,26 +334,29 @@ class GithubDeployIdentity(Construct):
             # These take no resource scope.
             iam.PolicyStatement(actions=list(LIST_STACKS), resources=["*"]),
             iam.PolicyStatement(actions=list(COMMAND_RESULTS), resources=["*"]),
+            # No resource type exists for it (CANCEL_COMMAND): "*" is the narrowest IAM allows.
+            iam.PolicyStatement(actions=list(CANCEL_COMMAND), resources=["*"]),
             # `kiln preflight` (kiln ci up runs it first) and finding an environment's nodes (DescribeInstances).
             iam.PolicyStatement(actions=list(UNSCOPED_READS), resources=["*"]),
             iam.PolicyStatement(
                 actions=list(PARAMETER_READS),
                 resources=[f"{arn}:ssm:*::{GLOBAL_INFRASTRUCTURE_PARAMETERS}"],
             ),
+            # `kiln preflight` warns when the bootstrap still hands CloudFormation AdministratorAccess.
+            iam.PolicyStatement(
+                actions=list(BOOTSTRAP_READS),
+                resources=[f"{arn}:iam::{account}:role/cdk-{qualifier}-{CFN_EXECUTION_ROLE}-{account}-*"],
+            ),
             iam.PolicyStatement(
                 actions=list(STACK_READS), resources=each(lambda env: f"{arn}:cloudformation:*:{account}:stack/{env}/*")
             ),
             iam.PolicyStatement(
                 actions=list(BUCKET_READS),
-                resources=[
-                    f"{arn}:s3:::{env}-{kind}-{account}" for env in environments for kind in ENVIRONMENT_BUCKETS
-                ],
+                resources=[f"{arn}:s3:::{env}-{kind}*-{account}" for env in environments for kind in BUCKET_FAMILIES],
             ),
             iam.PolicyStatement(
                 actions=list(OBJECT_DELETES),
-                resources=[
-                    f"{arn}:s3:::{env}-{kind}-{account}/*" for env in environments for kind in ENVIRONMENT_BUCKETS
-                ],
+                resources=[f"{arn}:s3:::{env}-{kind}*-{account}/*" for env in environments for kind in BUCKET_FAMILIES],
             ),
             iam.PolicyStatement(
                 actions=list(SCHEDULE_ACTIONS),
@@ -307,12 +370,24 @@ class GithubDeployIdentity(Construct):
                 resources=each(lambda env: f"{arn}:iam::{account}:role/{invoke_role_name(env)}"),
                 conditions={"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
             ),
-            # Run Command: AWS's shell document, on instances of the role's environments only (their tag).
+            # Run Command: AWS's shell document, on instances of the role's environments only: their kiln:environment
+            # tag, and a tag of AWS's that no tagger can forge (STACK_NAME_TAG, PCS_NODE_GROUP_TAG).
             iam.PolicyStatement(actions=["ssm:SendCommand"], resources=[f"{arn}:ssm:*::document/{RUN_SHELL_DOCUMENT}"]),
+            # A ParallelCluster head node: an instance of the stack named after the environment (a tag of AWS's that
+            # names the environment itself, so kiln:environment adds nothing).
             iam.PolicyStatement(
                 actions=["ssm:SendCommand"],
                 resources=[f"{arn}:ec2:*:{account}:instance/*"],
-                conditions={"StringLike": {f"aws:ResourceTag/{ENVIRONMENT_TAG}": environments}},
+                conditions={"StringLike": {f"aws:ResourceTag/{STACK_NAME_TAG}": environments}},
+            ),
+            # A PCS login node: launched by PCS (its node group's id, which only PCS sets).
+            iam.PolicyStatement(
+                actions=["ssm:SendCommand"],
+                resources=[f"{arn}:ec2:*:{account}:instance/*"],
+                conditions={
+                    "StringLike": {f"aws:ResourceTag/{ENVIRONMENT_TAG}": environments},
+                    "Null": {f"aws:ResourceTag/{PCS_NODE_GROUP_TAG}": "false"},
+                },
             ),
             # HyperPod nodes are session targets named by their cluster's ARN, which holds an id, not the name. IAM
             # checks a session's target and document each on its own, so the two documents share one statement.
@@ -324,11 +399,15 @@ class GithubDeployIdentity(Construct):
                     f"{arn}:ssm:*::document/{PORT_FORWARD_DOCUMENT}",
                 ],
             ),
-            # A private EKS endpoint: port forwarding through a system node of the role's environments (its tag).
+            # A private EKS endpoint: port forwarding through a system node of the role's environments (its tag), which
+            # an Auto Scaling group (the managed node group's) launched.
             iam.PolicyStatement(
                 actions=["ssm:StartSession"],
                 resources=[f"{arn}:ec2:*:{account}:instance/*"],
-                conditions={"StringLike": {SESSION_TARGET_TAG: environments}},
+                conditions={
+                    "StringLike": {SESSION_TARGET_TAG: environments},
+                    "Null": {f"ssm:resourceTag/{AUTOSCALING_GROUP_TAG}": "false"},
+                },
             ),
             # Only sessions this role started: Session Manager tags each session with its starter's user id
             # (aws:ssmmessages:session-id). A session's id starts with the role session name, not with an assumed
@@ -350,13 +429,17 @@ class GithubDeployIdentity(Construct):
                 resources=each(lambda env: f"{arn}:eks:*:{account}:nodegroup/{env}/*/*"),
             ),
         ]
-        # DeleteStack: a stack of the cluster's environments, and only while it is tagged as one of them.
-        statements.extend(
+        # DeleteStack: a stack of the role's environments, and only while it is tagged as one of them (a long-lived
+        # cluster's own <cluster>-compute has no kiln:environment) and as one of the role's clusters: kiln:cluster
+        # holds the spec's name exactly, so another role's cluster <cluster>-x is spared.
+        statements.append(
             iam.PolicyStatement(
                 actions=["cloudformation:DeleteStack"],
-                resources=[f"{arn}:cloudformation:*:{account}:stack/{cluster}-*/*"],
-                conditions={"StringLike": {f"aws:ResourceTag/{ENVIRONMENT_TAG}": f"{cluster}-*"}},
+                resources=each(lambda env: f"{arn}:cloudformation:*:{account}:stack/{env}/*"),
+                conditions={
+                    "StringLike": {f"aws:ResourceTag/{ENVIRONMENT_TAG}": environments},
+                    "StringEquals": {f"aws:ResourceTag/{TAG_CLUSTER}": list(clusters)},
+                },
             )
-            for cluster in clusters
         )
         return statements

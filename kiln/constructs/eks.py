@@ -41,6 +41,7 @@ from kiln.constructs.eks_addons import (
     VPC_CNI_IDENTITY,
     AcceleratorKind,
     GitHelmAddon,
+    HelmAddon,
     LustreVolumeNames,
     PodIdentity,
     git_helm_job_manifests,
@@ -75,6 +76,7 @@ from kiln.constructs.neuron_addons import (
     neuron_instance_types,
     neuron_scheduler_manifests,
 )
+from kiln.constructs.node_access import ssm_agent_statements
 from kiln.constructs.node_bootstrap import NodeBootstrap
 
 Endpoint = Literal["private", "public-and-private"]
@@ -124,11 +126,12 @@ SYSTEM_NODE_GROUP = EKS_SYSTEM_NODE_GROUP
 # pod behind another hop: pods cannot take the node role. What needs AWS gets its own identity (Pod Identity).
 NODE_HOP_LIMIT = 1
 # AWS-managed policies of the node role, what nodes themselves need (each acknowledged in
-# nag_rules.EKS_NODE_POLICIES). The VPC CNI's policy is on its own Pod Identity role instead.
+# nag_rules.EKS_NODE_POLICIES). The VPC CNI's policy is on its own Pod Identity role instead; Session Manager (an
+# operator's shell, `kiln ci run`'s port forward) takes SSM Agent's own actions (kiln.constructs.node_access), not
+# AmazonSSMManagedInstanceCore.
 NODE_POLICIES = (
     "AmazonEKSWorkerNodePolicy",
     "AmazonEC2ContainerRegistryPullOnly",
-    "AmazonSSMManagedInstanceCore",
 )
 # What CDK's kubectl handler gets from ECR only to pull oci:// Helm charts; kiln's charts come over HTTPS.
 KUBECTL_ECR_POLICIES = ("AmazonEC2ContainerRegistryReadOnly", "AmazonElasticContainerRegistryPublicReadOnly")
@@ -471,16 +474,7 @@ class EksTrainingCluster(Construct):
         kinds = props.accelerator_kinds
         # Device plugins only for the accelerators the cluster has; EFA's and the rest always.
         self.addons: dict[str, Construct] = {
-            key: self.cluster.add_helm_chart(
-                _pascal(key),
-                chart=addon.chart,
-                repository=addon.repository,
-                version=addon.version,
-                namespace=addon.namespace,
-                release=addon.release,
-                values=dict(addon.values),
-                create_namespace=False,
-            )
+            key: self._helm_chart(_pascal(key), addon)
             for key, addon in HELM_ADDONS.items()
             if addon.accelerator is None or addon.accelerator in kinds
         }
@@ -527,9 +521,12 @@ class EksTrainingCluster(Construct):
             self,
             "NodeRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description="kiln EKS nodes: join the cluster, image pulls, SSM sessions, bootstrap bundle",
+            description="kiln EKS nodes: join the cluster, image pulls, SSM Agent, bootstrap bundle",
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name) for name in NODE_POLICIES],
         )
+        for statement in ssm_agent_statements(self):
+            role.add_to_policy(statement)
+        acknowledge_wildcards(role, nag_rules.NODE_SSM_GRANTS)
         if self.props.bootstrap is not None and self.props.accelerated_groups:
             self.props.bootstrap.grant_read(role)
         return role
@@ -725,16 +722,7 @@ class EksTrainingCluster(Construct):
             provision_seconds=self.props.node_provision_seconds,
             node_selector=self._system_selector(),
         )
-        chart = self.cluster.add_helm_chart(
-            "ClusterAutoscaler",
-            chart=addon.chart,
-            repository=addon.repository,
-            version=addon.version,
-            namespace=addon.namespace,
-            release=addon.release,
-            values=dict(addon.values),
-            create_namespace=False,
-        )
+        chart = self._helm_chart("ClusterAutoscaler", addon)
         # Credentials are injected when the pod is created: the association must be there first.
         chart.node.add_dependency(association, self.pod_identity_agent)
         self.addons["cluster-autoscaler"] = chart
@@ -755,6 +743,19 @@ class EksTrainingCluster(Construct):
         queues = self.cluster.add_manifest("KueueQueues", *queue_manifests(groups))
         queues.node.add_dependency(ready)
         return queues
+
+    def _helm_chart(self, construct_id: str, addon: HelmAddon) -> eks.HelmChart:
+        """Install ADDON's chart at its pinned version from its HTTPS repository, into its existing namespace."""
+        return self.cluster.add_helm_chart(
+            construct_id,
+            chart=addon.chart,
+            repository=addon.repository,
+            version=addon.version,
+            namespace=addon.namespace,
+            release=addon.release,
+            values=dict(addon.values),
+            create_namespace=False,
+        )
 
     def _system_selector(self) -> dict[str, str]:
         return {NODE_GROUP_LABEL: SYSTEM_NODE_GROUP} if self.system_node_group is not None else {}

@@ -28,8 +28,13 @@ def kiln_function(
     description: str,
     environment: Mapping[str, str] | None = None,
 ) -> lambda_.Function:
-    """Return a function running HANDLER from CODE_DIR (without bytecode caches) as ROLE, one invocation at a time
-    (kiln's functions act on one environment or workspace, never side by side), logging to LOG_GROUP."""
+    """Return a function running HANDLER from CODE_DIR (without bytecode caches) as ROLE, logging to LOG_GROUP.
+
+    No reserved concurrency: Lambda lets an account reserve only what leaves 100 unreserved
+    (https://docs.aws.amazon.com/lambda/latest/dg/configuration-concurrency.html), and new accounts often have a
+    quota of 10 to 100, where reserving even 1 fails the deploy. Two invocations side by side do no harm: the reaper's
+    deletions and reschedules are idempotent, and CloudFormation sends the provisioner one event at a time.
+    """
     return lambda_.Function(
         scope,
         construct_id,
@@ -39,7 +44,6 @@ def kiln_function(
         role=role,
         timeout=timeout,
         memory_size=MEMORY_MB,
-        reserved_concurrent_executions=1,
         log_group=log_group,
         description=description,
         environment=dict(environment) if environment else None,

@@ -13,11 +13,14 @@ from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.capacity import CAPACITY, CAPACITY_TYPES, CapacityType, is_reservation_id
 from kiln.catalog.interfaces import InterfaceLayout, efa_layout
 from kiln.catalog.limits import IMDS_HOP_LIMIT_MAX, IMDS_HOP_LIMIT_MIN, ROOT_VOLUME_MAX_GIB, ROOT_VOLUME_MIN_GIB
+from kiln.catalog.platforms import service_fact
 from kiln.constructs._checks import require, require_in, unresolved
 
 SHELL_SCRIPT = 'text/x-shellscript; charset="utf-8"'
-# Containers reach IMDS through one more network hop than the host.
-CONTAINER_HOP_LIMIT = 2
+# An IMDSv2 token reaches the host's own network and no container behind a bridge (platforms.json,
+# ec2.imds_host_hop_limit): nothing kiln runs needs more (PCS's agent, slurmd, enroot's containers share the host's
+# network; EKS pods get their own identity), and a container should not take the node role.
+IMDS_HOP_LIMIT: int = service_fact("ec2", "imds_host_hop_limit").value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,7 +69,7 @@ class EfaLaunchTemplateProps:
     user_data_parts: shell scripts, each one part of the MIME multi-part user data, in order.
     image_id: the AMI; default: none here (PCS and EKS name it on the node group).
     placement_group: a cluster placement group (ec2.IPlacementGroup); default none.
-    hop_limit: IMDSv2 hop limit; default 2 so containers reach IMDS.
+    hop_limit: IMDSv2 hop limit; default 1 (IMDS_HOP_LIMIT): the host's processes only, no bridged container.
     """
 
     instance_type: str
@@ -78,7 +81,7 @@ class EfaLaunchTemplateProps:
     user_data_parts: Sequence[str] = ()
     image_id: str | None = None
     placement_group: ec2.IPlacementGroup | None = None
-    hop_limit: int = CONTAINER_HOP_LIMIT
+    hop_limit: int = IMDS_HOP_LIMIT
 
     def __post_init__(self) -> None:
         catalog_instance_type(self.instance_type)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import kiln.ci.execution_policy as _exec
 from kiln.catalog.platforms import service_fact
 from kiln.preflight.permissions import PARAMETER_READS, UNSCOPED_READS
 
@@ -54,8 +55,33 @@ def wildcard_resource(resource: str) -> str:
 # Nodes of every backend.
 SSM_CORE = Finding(
     managed_policy("AmazonSSMManagedInstanceCore"),
-    "Session Manager is how operators reach private nodes (no SSH ingress). AWS's policy for it is broader than "
-    "sessions alone: it also lets a node read this account's SSM parameters and run Run Command documents.",
+    "EC2 Image Builder's setting-up guide requires this AWS-maintained policy on build and test instances, whose "
+    "agent runs the build's components (kiln's PCS, ParallelCluster and EKS nodes hold only SSM Agent's own actions "
+    "instead, NODE_SSM_GRANTS). It is broader than sessions: it also lets an instance read this account's SSM "
+    "parameters (ssm:GetParameter on *).",
+)
+# What SSM Agent itself calls for Session Manager and Run Command (platforms.json, systems_manager.instance_actions):
+# what kiln's PCS and ParallelCluster node roles hold in place of AmazonSSMManagedInstanceCore. Its heartbeat takes the
+# instance as its resource (systems_manager.heartbeat_resource); its channels take none.
+NODE_SSM_ACTIONS = tuple(
+    action for actions in service_fact("systems_manager", "instance_actions").value.values() for action in actions
+)
+NODE_SSM_HEARTBEAT = tuple(action for action in NODE_SSM_ACTIONS if action.startswith("ssm:"))
+NODE_SSM_CHANNELS = tuple(action for action in NODE_SSM_ACTIONS if action not in NODE_SSM_HEARTBEAT)
+NODE_SSM_GRANTS = (
+    WildcardGrant(
+        NODE_SSM_CHANNELS,
+        r"\*",
+        "SSM Agent's session and command channels (ssmmessages, ec2messages), exactly those of AWS's minimal Session "
+        "Manager policy and of Run Command's message delivery; these actions take no resource scope. Operators reach "
+        "private nodes this way and kiln ci runs its commands; no SSM parameter, document or inventory access.",
+    ),
+    WildcardGrant(
+        NODE_SSM_HEARTBEAT,
+        r"arn:(<AWS::Partition>|aws[a-z-]*):ec2:(<AWS::Region>|[a-z0-9-]+):(<AWS::AccountId>|[0-9]{{12}}):instance/\*",
+        "SSM Agent's heartbeat, which keeps the node a managed node: on this account's instances in this region only; "
+        "instance ids are EC2's, unknown at synthesis.",
+    ),
 )
 
 IMAGE_BUILDER_INSTANCE = Finding(
@@ -78,7 +104,6 @@ EKS_NODE_POLICIES = (
         managed_policy("AmazonEC2ContainerRegistryPullOnly"),
         "Nodes pull EKS system images; pull-only, nothing else in ECR.",
     ),
-    SSM_CORE,
 )
 EKS_CNI_POLICY = Finding(
     managed_policy("AmazonEKS_CNI_Policy"),
@@ -264,6 +289,8 @@ REAPER_GRANTS = (
 
 
 # The CI identity: the role GitHub Actions assumes for `kiln ci` (kiln/constructs/ci_identity.py).
+from kiln.preflight.permissions import BOOTSTRAP_READS  # noqa: E402
+
 _CI_PARTITION = r"(<AWS::Partition>|aws[a-z-]*)"
 _CI_ACCOUNT = r"(<AWS::AccountId>|[0-9]{{12}})"
 # An environment of one of the role's cluster names (at most 18 characters): <cluster>-<run>, the run a wildcard.
@@ -282,10 +309,16 @@ CI_IDENTITY_GRANTS = (
         "ListStacks takes no resource scope; kiln ci sweep lists stacks to find expired environments.",
     ),
     WildcardGrant(
-        ("ssm:CancelCommand", "ssm:GetCommandInvocation", "ssm:ListCommandInvocations"),
+        ("ssm:GetCommandInvocation", "ssm:ListCommandInvocations"),
         r"\*",
-        "Run Command results and cancellation take no resource scope; kiln reads the output of the commands it sent "
-        "and cancels one that outlives its timeout.",
+        "Read-only: Run Command results take no resource scope; kiln reads the output of the commands it sent.",
+    ),
+    WildcardGrant(
+        ("ssm:CancelCommand",),
+        r"\*",
+        "kiln ci run cancels a command that outlives its timeout. The Service Authorization Reference lists no "
+        "resource type and no condition key for ssm:CancelCommand, so IAM can grant it only on *: the role could "
+        "cancel another principal's Run Command in this account (an interruption, never access to a node).",
     ),
     WildcardGrant(
         UNSCOPED_READS,
@@ -298,6 +331,12 @@ CI_IDENTITY_GRANTS = (
         PARAMETER_READS,
         rf"arn:{_CI_PARTITION}:ssm:\*::parameter/aws/service/global-infrastructure/\*",
         "kiln preflight reads AWS's public parameters of the services each region offers, in any region.",
+    ),
+    WildcardGrant(
+        BOOTSTRAP_READS,
+        rf"arn:{_CI_PARTITION}:iam::{_CI_ACCOUNT}:role/cdk-{{qualifier}}-cfn-exec-role-{_CI_ACCOUNT}-\*",
+        "Read-only: kiln preflight lists the policies attached to the CDK bootstrap's CloudFormation execution role "
+        "of the one qualifier (warning when it is AdministratorAccess); its name ends in the environment's region.",
     ),
     WildcardGrant(
         (
@@ -314,9 +353,11 @@ CI_IDENTITY_GRANTS = (
     ),
     WildcardGrant(
         ("s3:GetBucketTagging", "s3:ListBucket", "s3:ListBucketVersions", "s3:DeleteObject", "s3:DeleteObjectVersion"),
-        rf"arn:{_CI_PARTITION}:s3:::{_CI_ENVIRONMENT}-(data|data-logs|lifecycle|lifecycle-logs)-{_CI_ACCOUNT}(/\*)?",
+        rf"arn:{_CI_PARTITION}:s3:::{_CI_ENVIRONMENT}-(data|lifecycle)\*-{_CI_ACCOUNT}(/\*)?",
         "kiln ci down empties an environment's own four buckets (<env>-data, -data-logs, -lifecycle, -lifecycle-logs, "
-        "each ending in the account id) before deleting its stacks; no other bucket matches.",
+        "each ending in the account id) before deleting its stacks: <env>-data*-<account> and "
+        "<env>-lifecycle*-<account> (one pattern per pair keeps six clusters in one inline policy). A long-lived "
+        "cluster's <cluster>-data-<account> does not match (the run part is missing).",
     ),
     WildcardGrant(
         ("scheduler:GetSchedule", "scheduler:UpdateSchedule"),
@@ -334,7 +375,9 @@ CI_IDENTITY_GRANTS = (
         ("ssm:SendCommand",),
         rf"arn:{_CI_PARTITION}:ec2:\*:{_CI_ACCOUNT}:instance/\*",
         "Instance ids are unknown in advance: Run Command reaches only instances whose kiln:environment tag names one "
-        "of the role's environments (aws:ResourceTag condition).",
+        "of the role's environments and that also carry a tag no user can set (aws: prefix): a ParallelCluster head "
+        "node's aws:cloudformation:stack-name naming one of the role's environments, or a PCS node's "
+        "aws:pcs:compute-node-group-id.",
     ),
     WildcardGrant(
         ("ssm:SendCommand",),
@@ -352,7 +395,8 @@ CI_IDENTITY_GRANTS = (
         rf"arn:{_CI_PARTITION}:ec2:\*:{_CI_ACCOUNT}:instance/\*",
         "Instance ids are unknown in advance: kiln ci run forwards a port to a private EKS API endpoint through a "
         "system node, and may start sessions only on instances whose kiln:environment tag names one of the role's "
-        "environments (ssm:resourceTag condition).",
+        "environments (ssm:resourceTag condition) and that an Auto Scaling group launched (its "
+        "aws:autoscaling:groupName tag, which no user can set), as EKS managed node groups' instances are.",
     ),
     WildcardGrant(
         ("ssm:StartSession",),
@@ -394,6 +438,190 @@ CI_IDENTITY_GRANTS = (
         ("eks:DescribeNodegroup",),
         rf"arn:{_CI_PARTITION}:eks:\*:{_CI_ACCOUNT}:nodegroup/{_CI_ENVIRONMENT}/\*/\*",
         "Read-only, on the node groups of the role's environments' EKS clusters (group names and ids are EKS's).",
+    ),
+)
+
+# The CloudFormation execution policies `kiln ci identity` writes for `cdk bootstrap` (kiln/ci/execution_policy.py):
+# JSON documents, not template resources, reviewed pair by pair all the same (execution_policy_review).
+_X_ARN = r"arn:aws[a-z-]*"
+_X_ACCOUNT = r"<aws:PrincipalAccount>"
+_X_ENV = _CI_ENVIRONMENT
+_X_IN_REGIONS = "in any region (the environment's is not known when the policy is written)"
+_X_BY_ID = (
+    "Its ARNs hold service-assigned ids, not names kiln chooses, so no pattern can narrow them to kiln's environments: "
+    "this reaches every such resource of the account (the residual risk kiln's docs name)."
+)
+CI_EXECUTION_GRANTS = (
+    WildcardGrant(
+        _exec.STACK_ACTIONS,
+        rf"{_X_ARN}:cloudformation:\*:{_X_ACCOUNT}:stack/{_X_ENV}/\*",
+        "Nested stacks of the environments' stacks (named <parent>-<id>-<suffix>, so <cluster>-*); CloudFormation "
+        f"appends the stack id; {_X_IN_REGIONS}.",
+    ),
+    WildcardGrant(
+        _exec.TRANSFORM_ACTIONS,
+        rf"{_X_ARN}:cloudformation:\*:aws:transform/Serverless-2016-10-31",
+        "ParallelCluster's cluster provider template uses AWS's Serverless transform, which CloudFormation runs with "
+        f"the execution role's CreateChangeSet on the transform itself; {_X_IN_REGIONS}.",
+    ),
+    WildcardGrant(
+        (*_exec.ROLE_ACTIONS, *_exec.ATTACH_ACTIONS),
+        rf"{_X_ARN}:iam::{_X_ACCOUNT}:role/((aws-pcs/)?{_X_ENV}|ParallelClusterLambdaRole-\*)",
+        "Roles of the environments' stacks only: CloudFormation names them <stack>-<id>-<suffix> (<cluster>-*, under "
+        "/aws-pcs/ for PCS nodes), ParallelCluster's provider names its own ParallelClusterLambdaRole-<stack id>. "
+        "AttachRolePolicy only of kiln's AWS managed policies and of policies of these names (iam:PolicyARN). "
+        "A role of these names can still be given any inline policy: this bounds which roles CI touches, not what "
+        "a role it makes may do (no permissions boundary; kiln's docs name this).",
+    ),
+    WildcardGrant(
+        _exec.POLICY_ACTIONS,
+        rf"{_X_ARN}:iam::{_X_ACCOUNT}:policy/((parallelcluster/)?{_X_ENV}|ParallelCluster\*"
+        r"|DefaultParallelClusterIamAdminPolicy-\*)",
+        "Managed policies of the environments' stacks (<cluster>-*, under /parallelcluster/ for ParallelCluster's "
+        "nodes) and those ParallelCluster's provider names after its stack id; no other policy of the account.",
+    ),
+    WildcardGrant(
+        _exec.INSTANCE_PROFILE_ACTIONS,
+        rf"{_X_ARN}:iam::{_X_ACCOUNT}:instance-profile/(aws-pcs/)?{_X_ENV}",
+        "Instance profiles of the environments' stacks (<cluster>-*, under /aws-pcs/ for PCS nodes) only.",
+    ),
+    WildcardGrant(
+        _exec.LINKED_ROLE_ACTIONS,
+        rf"{_X_ARN}:iam::{_X_ACCOUNT}:role/aws-service-role/\*",
+        "EKS, PCS, FSx, HyperPod, Grafana and Managed Prometheus create their service-linked roles on first use; such "
+        "a role holds only its service's AWS-defined policy and only that service assumes it.",
+    ),
+    WildcardGrant(
+        _exec.FSX_LINKED_ROLE_ACTIONS,
+        rf"{_X_ARN}:iam::{_X_ACCOUNT}:role/aws-service-role/s3\.data-source\.lustre\.fsx\.amazonaws\.com/\*",
+        "FSx for Lustre writes the policy of its S3 data-repository service-linked role with the caller's "
+        "permissions; that role only.",
+    ),
+    WildcardGrant(
+        _exec.BUCKET_ACTIONS,
+        rf"{_X_ARN}:s3:::{_X_ENV}",
+        "Buckets of the environments' stacks only: kiln names them <env>-<purpose>-<account>, CloudFormation names "
+        "the rest after the stack (<cluster>-*).",
+    ),
+    WildcardGrant(
+        _exec.OBJECT_ACTIONS,
+        rf"{_X_ARN}:s3:::{_X_ENV}/\*",
+        "Objects of the environments' buckets only (CloudFormation empties nothing; the handler's delete and ACL "
+        "calls).",
+    ),
+    WildcardGrant(
+        _exec.CODE_READS,
+        rf"{_X_ARN}:s3:::(cdk-{{qualifier}}-assets-{_X_ACCOUNT}-\*|\*-aws-parallelcluster)/\*",
+        "Read-only: Lambda reads function and layer code with the caller's permissions, from the CDK bootstrap's "
+        "asset bucket of the one qualifier (its name ends in the region) and ParallelCluster's public regional "
+        "buckets.",
+    ),
+    WildcardGrant(
+        _exec.FUNCTION_ACTIONS,
+        rf"{_X_ARN}:lambda:\*:{_X_ACCOUNT}:function:({_X_ENV}|pcluster-cfn-\*)",
+        "Functions of the environments' stacks (<stack>-<id>-<suffix>, so <cluster>-*) and ParallelCluster's "
+        "provider function (pcluster-cfn-<stack id>); InvokeFunction is how CloudFormation calls a custom "
+        f"resource's provider; {_X_IN_REGIONS}.",
+    ),
+    WildcardGrant(
+        _exec.LAYER_ACTIONS,
+        rf"{_X_ARN}:lambda:\*:{_X_ACCOUNT}:layer:\*",
+        "CDK's kubectl and AWS CLI layers and ParallelCluster's (PCLayer-<stack id>) are not named after the stack. "
+        "A layer is code a function opts into; publishing one grants nothing.",
+    ),
+    WildcardGrant(
+        _exec.LOG_GROUP_ACTIONS,
+        rf"{_X_ARN}:logs:\*:{_X_ACCOUNT}:log-group:({_X_ENV}|/aws/lambda/pcluster-cfn-\*)",
+        "Log groups of the environments' stacks (<cluster>-*) and of ParallelCluster's provider function only; "
+        f"{_X_IN_REGIONS}.",
+    ),
+    WildcardGrant(
+        _exec.LOGS_ACCOUNT_ACTIONS,
+        r"\*",
+        "Log deliveries (flow logs, the scraper's and workspaces' logs), the account's log resource policies and "
+        "DescribeLogGroups take no resource scope.",
+    ),
+    WildcardGrant(
+        _exec.KEY_CREATE,
+        r"\*",
+        "CreateKey takes no resource scope; creating a key gives access to no other key.",
+    ),
+    WildcardGrant(
+        _exec.KEY_ACTIONS,
+        rf"{_X_ARN}:kms:\*:{_X_ACCOUNT}:key/\*",
+        "Key ids are KMS's: only keys tagged kiln:environment with one of the environments (aws:ResourceTag), as "
+        "CloudFormation tags kiln's keys at creation; no other key's policy, grants or deletion.",
+    ),
+    WildcardGrant(
+        _exec.EC2_ACTIONS,
+        r"\*",
+        "The VPC, subnets, gateways, routes, security groups, endpoints, flow logs, placement groups and launch "
+        f"templates, and the instances EKS and PCS launch. {_X_BY_ID}",
+    ),
+    WildcardGrant(
+        _exec.UNSCOPED_READS,
+        r"\*",
+        "Read-only calls the handlers make beside their own service's (Lambda's, Grafana's, the scraper's, flow "
+        "logs', the VPC endpoint's), none of which kiln could scope to a name.",
+    ),
+    WildcardGrant(
+        _exec.EKS_ACTIONS,
+        rf"{_X_ARN}:eks:\*:{_X_ACCOUNT}:(cluster|nodegroup|addon|access-entry|podidentityassociation)/{_X_ENV}",
+        "EKS clusters of the environments (named after the environment) and what is inside them (their ARNs start "
+        f"with the cluster's name); {_X_IN_REGIONS}.",
+    ),
+    WildcardGrant(
+        _exec.PCS_ACTIONS,
+        rf"{_X_ARN}:pcs:\*:{_X_ACCOUNT}:cluster/\*",
+        f"PCS clusters, their node groups and queues. {_X_BY_ID}",
+    ),
+    WildcardGrant(
+        _exec.PCS_SECRET_ACTIONS,
+        rf"{_X_ARN}:secretsmanager:\*:{_X_ACCOUNT}:secret:\*",
+        "PCS creates each cluster's Slurm key as a secret with the caller's permissions. Create and tag only: no "
+        "secret can be read or changed.",
+    ),
+    WildcardGrant(
+        _exec.HYPERPOD_ACTIONS,
+        rf"{_X_ARN}:sagemaker:\*:{_X_ACCOUNT}:cluster/\*",
+        f"HyperPod clusters. {_X_BY_ID}",
+    ),
+    WildcardGrant(
+        _exec.FSX_ACTIONS,
+        r"\*",
+        f"Lustre file systems and their data repository associations. {_X_BY_ID}",
+    ),
+    WildcardGrant(
+        _exec.PROMETHEUS_ACTIONS,
+        rf"{_X_ARN}:aps:\*:{_X_ACCOUNT}:\*",
+        f"Managed Prometheus workspaces and scrapers. {_X_BY_ID}",
+    ),
+    WildcardGrant(
+        _exec.GRAFANA_ACTIONS,
+        rf"{_X_ARN}:grafana:\*:{_X_ACCOUNT}:/workspaces/\*",
+        f"Managed Grafana workspaces. {_X_BY_ID}",
+    ),
+    WildcardGrant(
+        _exec.IDENTITY_CENTER_ACTIONS,
+        r"\*",
+        "kiln's Grafana workspaces sign in with IAM Identity Center; the workspace handler registers and removes its "
+        "managed application there, which takes no resource scope.",
+    ),
+    WildcardGrant(
+        _exec.PARAMETER_ACTIONS,
+        rf"{_X_ARN}:ssm:\*:{_X_ACCOUNT}:parameter/CFN-\*",
+        "CDK's EKS construct keeps a parameter without a name; CloudFormation names such parameters CFN-<id>-<suffix>. "
+        "No other parameter of the account.",
+    ),
+    WildcardGrant(
+        _exec.SCHEDULE_ACTIONS,
+        rf"{_X_ARN}:scheduler:\*:{_X_ACCOUNT}:schedule/default/{_X_ENV}",
+        f"The reapers' schedules (<env>-reaper in the default group); {_X_IN_REGIONS}.",
+    ),
+    WildcardGrant(
+        _exec.TOPIC_ACTIONS,
+        rf"{_X_ARN}:sns:\*:{_X_ACCOUNT}:{_X_ENV}",
+        f"The reapers' alarm topics (<env>-reaper-alarm); {_X_IN_REGIONS}.",
     ),
 )
 
@@ -451,6 +679,31 @@ _CDK_FUNCTIONS = (_RESTRICT_DEFAULT_SG, _AUTO_DELETE_OBJECTS, _BUCKET_DEPLOYMENT
 _FUNCTION = "AWS::Lambda::Function"
 _LOG_GROUP = "AWS::Logs::LogGroup"
 
+
+@dataclass(frozen=True)
+class ManagedPolicyReview:
+    """An AWS-managed policy that CDK's own handler roles attach where cdk-nag raises no finding (their roles are
+    plain CloudFormation resources), matched by construct path below the stack, with why it is acceptable."""
+
+    policy: str
+    paths: tuple[str, ...]
+    reason: str
+
+
+# The reviewed AWS-managed policies of CDK's deploy-time handler roles cdk-nag does not see; `kiln report` lists
+# them with the other attachments (kiln.iam_wildcards.managed_policy_uses).
+MANAGED_POLICY_REVIEWS = (
+    ManagedPolicyReview(
+        "service-role/AWSLambdaBasicExecutionRole",
+        (
+            r"Custom::VpcRestrictDefaultSGCustomResourceProvider/Role",
+            r"Custom::S3AutoDeleteObjectsCustomResourceProvider/Role",
+        ),
+        "CDK's default security group lockdown and bucket emptying handlers write their CloudWatch logs with the "
+        "basic Lambda execution policy (logs only).",
+    ),
+)
+
 CHECKOV_SKIPS = (
     CheckovSkip(
         "CKV_AWS_115",
@@ -503,6 +756,15 @@ CHECKOV_SKIPS = (
         "An access-log bucket does not log access to itself: S3 would write a log object for every log delivery, "
         "without end, and logging it to a third bucket only moves the question. Only S3's logging service may "
         "write to it (bucket policy), and it is versioned, so a deleted log stays recoverable.",
+    ),
+    # kiln's own functions (kiln/constructs/functions.py): the reaper and the dashboard provisioner.
+    CheckovSkip(
+        "CKV_AWS_115",
+        _FUNCTION,
+        (r"(.+/)?Reaper/Function/Resource", r"(.+/)?DashboardProvisioner/Resource"),
+        "Reserving concurrency fails the deploy in accounts whose Lambda quota leaves less than 100 unreserved, "
+        "common in new accounts; these functions run a few times per environment or deploy, and two side by side "
+        "do no harm (idempotent deletions and reschedules; one CloudFormation event at a time).",
     ),
     # The TTL reaper of a short-lived environment (kiln/constructs/reaper.py).
     CheckovSkip(

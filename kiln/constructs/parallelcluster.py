@@ -19,9 +19,11 @@ from kiln.bootstrap.fetch import FETCH_SCRIPT, fetch_arguments
 from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.limits import SERVICE_NODE_ROOT_VOLUME_GIB
 from kiln.catalog.platforms import service_fact
-from kiln.constructs._checks import require, require_in, require_node_group, unresolved
+from kiln.constructs import nag_rules
+from kiln.constructs._checks import acknowledge_wildcards, require, require_in, require_node_group, unresolved
 from kiln.constructs.launch_template import CapacityOption
 from kiln.constructs.lustre import ILustreFileSystem
+from kiln.constructs.node_access import ssm_agent_statements
 from kiln.constructs.node_bootstrap import NodeBootstrap
 
 # The one place the ParallelCluster version is pinned: provider template, schema in tests, Makefile.
@@ -34,7 +36,6 @@ OperatingSystem = Literal["ubuntu2204", "ubuntu2404", "al2023"]
 # kiln's OS names in ParallelCluster's Image.Os words.
 OPERATING_SYSTEMS: dict[str, str] = {"ubuntu2204": "ubuntu2204", "ubuntu2404": "ubuntu2404", "al2023": "alinux2023"}
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$")
-SSM_POLICY = "arn:${AWS::Partition}:iam::aws:policy/AmazonSSMManagedInstanceCore"
 OPEN_TO_ALL = ("0.0.0.0/0", "::/0")
 # The provider's default Lambda role attaches a cluster's AdditionalIamPolicies only when their ARN is like these
 # (besides ten AWS managed policies): kiln's own policies take the path below instead of widening that role.
@@ -193,6 +194,7 @@ class ParallelCluster(Construct):
             "a name other than the stack's",
         )
         self.fetch_script = s3_assets.Asset(self, "FetchScript", path=str(FETCH_SCRIPT))
+        self.ssm_agent_policy = self._ssm_agent_policy()
         self.config = self._configuration()
         self.provider = cfn.CfnStack(
             self, "Provider", template_url=Fn.sub(PROVIDER_TEMPLATE.replace("{version}", PARALLELCLUSTER_VERSION))
@@ -234,6 +236,18 @@ class ParallelCluster(Construct):
             statements=[iam.PolicyStatement(actions=["s3:GetObject"], resources=objects)],
         )
 
+    def _ssm_agent_policy(self) -> iam.ManagedPolicy:
+        """Every node's SSM Agent: Session Manager and Run Command (kiln ci), not AmazonSSMManagedInstanceCore, in a
+        policy the provider may attach (ParallelCluster attaches no SSM policy of its own)."""
+        policy = attachable_policy(
+            self,
+            "NodeSsmAgent",
+            description="kiln: ParallelCluster nodes' SSM Agent, for Session Manager and Run Command only",
+            statements=ssm_agent_statements(self),
+        )
+        acknowledge_wildcards(policy, nag_rules.NODE_SSM_GRANTS)
+        return policy
+
     def _iam(self, policies: Sequence[iam.IManagedPolicy] = ()) -> dict[str, Any]:
         # Nodes read exactly the two objects they need: fetch.sh and the bundle.
         s3_access = [
@@ -248,7 +262,7 @@ class ParallelCluster(Construct):
                 "EnableWriteAccess": False,
             },
         ]
-        additional = [Fn.sub(SSM_POLICY), *(policy.managed_policy_arn for policy in policies)]
+        additional = [self.ssm_agent_policy.managed_policy_arn, *(policy.managed_policy_arn for policy in policies)]
         return {"S3Access": s3_access, "AdditionalIamPolicies": [{"Policy": arn} for arn in additional]}
 
     def _root_volume(self, size: int) -> dict[str, Any]:
@@ -299,6 +313,8 @@ class ParallelCluster(Construct):
                 "Networking": head_networking,
                 **self._root_volume(SERVICE_NODE_ROOT_VOLUME_GIB),
                 "Iam": self._iam(props.head_node_policies),
+                # ParallelCluster then lets only root and its admin users reach IMDS on head and login nodes
+                # (platforms.json, parallelcluster.imds_secured_roles); the bootstrap's configure_imds takes the rest.
                 "Imds": {"Secured": True},
                 "Ssh": {"AllowedIps": props.ssh_allowed_ips},
                 "CustomActions": self._on_node_configured("controller"),
@@ -333,7 +349,7 @@ class ParallelCluster(Construct):
                         "CustomActions": self._on_node_configured("login"),
                         "Iam": {
                             "AdditionalIamPolicies": [
-                                {"Policy": Fn.sub(SSM_POLICY)},
+                                {"Policy": self.ssm_agent_policy.managed_policy_arn},
                                 {"Policy": self._login_read_policy().managed_policy_arn},
                             ]
                         },

@@ -17,9 +17,10 @@ from kiln.bootstrap.fetch import fetch_user_data
 from kiln.catalog.limits import SERVICE_NODE_ROOT_VOLUME_GIB
 from kiln.catalog.platforms import newest_pcs_slurm, pcs_slurm_versions
 from kiln.constructs import nag_rules
-from kiln.constructs._checks import acknowledge, require, require_in, require_node_group, unresolved
+from kiln.constructs._checks import acknowledge_wildcards, require, require_in, require_node_group, unresolved
 from kiln.constructs.ids import hashed_id
 from kiln.constructs.launch_template import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
+from kiln.constructs.node_access import ssm_agent_statements
 from kiln.constructs.node_bootstrap import NodeBootstrap
 
 ClusterSize = Literal["SMALL", "MEDIUM", "LARGE"]
@@ -169,14 +170,18 @@ class PcsCluster(Construct):
             "NodeRole",
             path=PCS_ROLE_PATH,
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description="kiln PCS nodes: register with the cluster, fetch the bootstrap bundle, SSM sessions",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
+            description="kiln PCS nodes: register with the cluster, fetch the bootstrap bundle, SSM Agent",
         )
         role.add_to_policy(
             iam.PolicyStatement(actions=["pcs:RegisterComputeNodeGroupInstance"], resources=[self.cluster.attr_arn])
         )
         props.bootstrap.grant_read(role)
-        acknowledge(role, nag_rules.SSM_CORE)
+        # Session Manager and Run Command, not AmazonSSMManagedInstanceCore: PCS requires only the registration above
+        # and names managed policies as optional additions
+        # (https://docs.aws.amazon.com/pcs/latest/userguide/security-instance-profiles.html).
+        for statement in ssm_agent_statements(self):
+            role.add_to_policy(statement)
+        acknowledge_wildcards(role, nag_rules.NODE_SSM_GRANTS)
         return role
 
     def _node_group(self, group: PcsNodeGroup, role: str) -> pcs.CfnComputeNodeGroup:

@@ -10,13 +10,16 @@ from pathlib import Path
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_scheduler as scheduler
+from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from kiln.catalog.names import CLUSTER_NAME, CLUSTER_NAME_RULE
 from kiln.ci.reaper_code.kiln_reaper.contract import (
     SCHEDULE_GROUP,
+    alarm_topic_name,
     invoke_role_name,
     reaper_role_name,
     schedule_name,
@@ -30,6 +33,8 @@ REAPER_CODE = Path(__file__).resolve().parent.parent / "ci" / "reaper_code"
 HANDLER = "kiln_reaper.handler.main"
 # One invocation's limit; the function reschedules itself when deleting takes longer (EKS, HyperPod, FSx).
 TIMEOUT = cdk.Duration.minutes(15)
+# SNS's AWS-managed key: the alarm topic is encrypted at rest, and only the reaper (in this account) publishes.
+SNS_MANAGED_KEY = "alias/aws/sns"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,7 +60,8 @@ class EnvironmentReaperProps:
 
 
 class EnvironmentReaper(Construct):
-    """Deletes its environment's stacks in order (compute, storage, network), then its own, at delete_at."""
+    """Deletes its environment's stacks in order (compute, storage, network), then its own, at delete_at; publishes
+    to its alarm topic (`alarm_topic`, <environment>-reaper-alarm) when that keeps failing."""
 
     def __init__(self, scope: Construct, construct_id: str, props: EnvironmentReaperProps) -> None:
         super().__init__(scope, construct_id)
@@ -72,6 +78,14 @@ class EnvironmentReaper(Construct):
             assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
             description=f"kiln reaper of {env}: deletes its stacks and empties their non-retained buckets",
         )
+        self.alarm_topic = sns.Topic(
+            self,
+            "Alarm",
+            topic_name=alarm_topic_name(env),
+            display_name=f"kiln reaper {env}"[:100],
+            master_key=kms.Alias.from_alias_name(self, "AlarmKey", SNS_MANAGED_KEY),
+            enforce_ssl=True,
+        )
         self.function = kiln_function(
             self,
             "Function",
@@ -85,6 +99,7 @@ class EnvironmentReaper(Construct):
                 "KILN_ENVIRONMENT": env,
                 "KILN_SCHEDULE_NAME": self.schedule_name,
                 "KILN_REAPER_STACK": stack.stack_name,
+                "KILN_ALARM_TOPIC": self.alarm_topic.topic_arn,
             },
         )
         self.invoke_role = iam.Role(
@@ -154,3 +169,4 @@ class EnvironmentReaper(Construct):
             )
         )
         self.log_group.grant_write(self.role)
+        self.role.add_to_policy(iam.PolicyStatement(actions=["sns:Publish"], resources=[self.alarm_topic.topic_arn]))

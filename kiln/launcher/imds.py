@@ -1,4 +1,4 @@
-"""Find this node's EC2 instance type (KILN_INSTANCE_TYPE, else IMDSv2) and its catalog entry."""
+"""Find this node's EC2 instance type (KILN_INSTANCE_TYPE, the bootstrap's record, else IMDSv2) and catalog entry."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ from dataclasses import dataclass
 from kiln.catalog import InstanceType, UnknownInstanceType, instance_type
 
 DEFAULT_ENDPOINT = "http://169.254.169.254"
+# Where the bootstrap records the node's instance type for every user (configure_training_env): on multi-user nodes
+# IMDS answers only root and kiln's services (configure_imds). Under KILN_ROOT where that is set (the local cluster).
+RECORDED_TYPE = "/etc/kiln/instance-type"
 TOKEN_TTL_SECONDS = 60
 # Off EC2 nothing answers; a short timeout keeps that from delaying every launch.
 TIMEOUT_SECONDS = 1.0
@@ -25,10 +28,19 @@ class InstanceTypeLookup:
 
 
 def lookup(environ: Mapping[str, str] = os.environ, timeout: float = TIMEOUT_SECONDS) -> InstanceTypeLookup:
-    """Return the instance type from KILN_INSTANCE_TYPE, else from IMDSv2 at KILN_IMDS_ENDPOINT."""
+    """Return the instance type from KILN_INSTANCE_TYPE, else the bootstrap's record, else IMDSv2 at
+    KILN_IMDS_ENDPOINT."""
     explicit = environ.get("KILN_INSTANCE_TYPE", "").strip()
     if explicit:
         return InstanceTypeLookup(name=explicit, source="KILN_INSTANCE_TYPE")
+    recorded = environ.get("KILN_ROOT", "/").rstrip("/") + RECORDED_TYPE
+    try:
+        with open(recorded, encoding="utf-8") as file:
+            name = file.read().strip()
+    except OSError:
+        name = ""
+    if name:
+        return InstanceTypeLookup(name=name, source=recorded)
     endpoint = environ.get("KILN_IMDS_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/")
     try:
         name = query_imds(endpoint, timeout)

@@ -14,7 +14,12 @@ from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 
 from kiln.catalog import SoftwareVersions, UnknownInstanceType, preset_environment
-from kiln.catalog.nccl import forbidden_variable
+from kiln.catalog.nccl import (
+    forbidden_variable,
+    override_count_problem,
+    override_name_problem,
+    override_value_problem,
+)
 from kiln.launcher.errors import UsageError
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -51,6 +56,9 @@ def parse_overrides(pairs: Iterable[str], env_json: str | None) -> dict[str, str
             document = json.loads(env_json)
         except json.JSONDecodeError as error:
             raise UsageError(f"KILN_NCCL_ENV: not JSON ({error.msg})") from None
+        except RecursionError:
+            # Python's decoder recurses per level: a thousand '[' would otherwise end the launcher in a traceback.
+            raise UsageError("KILN_NCCL_ENV: nests too deeply; expected a JSON object of NAME: value") from None
         if not isinstance(document, dict):
             raise UsageError("KILN_NCCL_ENV: expected a JSON object of NAME: value")
         overrides.update({str(k): str(v) for k, v in document.items()})
@@ -63,11 +71,18 @@ def parse_overrides(pairs: Iterable[str], env_json: str | None) -> dict[str, str
 
 
 def check_overrides(overrides: Mapping[str, str]) -> None:
-    """Raise UsageError for an override the catalog forbids (RDMAV_*)."""
-    for name in overrides:
+    """Raise UsageError for an override the catalog does not allow: RDMAV_*, a variable outside NCCL's and libfabric's
+    families, too many, or a value too long (kiln.catalog.nccl, the rule launcher.nccl_env follows too)."""
+    if why := override_count_problem(len(overrides)):
+        raise UsageError(f"--nccl-env/KILN_NCCL_ENV: {why}")
+    for name, value in overrides.items():
         prefix = forbidden_variable(name)
         if prefix:
             raise UsageError(f"{name}: variables starting with {prefix} must not be set (they break EFA)")
+        # The values go into the job's environment directly, never through a shell: any characters will do.
+        why = override_name_problem(name) or override_value_problem(value, plain=False)
+        if why:
+            raise UsageError(f"{name[:80]!r}: {why}")
 
 
 def software_versions(environ: Mapping[str, str]) -> SoftwareVersions:

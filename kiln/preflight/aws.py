@@ -30,6 +30,7 @@ class AwsClients:
     ssm: Any
     s3: Any
     fsx: Any
+    iam: Any
 
     @classmethod
     def from_session(cls, session: Any, region: str) -> AwsClients:
@@ -50,11 +51,12 @@ class AwsClients:
             ssm=client("ssm"),
             s3=client("s3"),
             fsx=client("fsx"),
+            iam=client("iam"),
         )
 
     def iam_action(self, operation: str) -> str:
         """Return the IAM action behind OPERATION (an operation name of one of these clients)."""
-        for client in (self.ec2, self.service_quotas, self.ssm, self.s3, self.fsx):
+        for client in (self.ec2, self.service_quotas, self.ssm, self.s3, self.fsx, self.iam):
             model = client.meta.service_model
             if operation in model.operation_names:
                 prefix = model.signing_name

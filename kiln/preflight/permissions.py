@@ -22,3 +22,7 @@ GLOBAL_INFRASTRUCTURE_PARAMETERS = "parameter/aws/service/global-infrastructure/
 PARAMETER_READS = ("ssm:GetParameters",)
 # The bucket check reads a bucket by name: HeadBucket (s3:ListBucket) and its tags.
 BUCKET_READS = ("s3:GetBucketTagging", "s3:ListBucket")
+# The bootstrap check lists the policies attached to the CDK bootstrap's CloudFormation execution role.
+BOOTSTRAP_READS = ("iam:ListAttachedRolePolicies",)
+# The qualifier `cdk bootstrap` uses unless given --qualifier; its roles are cdk-<qualifier>-<kind>-<account>-<region>.
+DEFAULT_CDK_QUALIFIER = "hnb659fds"

@@ -28,7 +28,17 @@ class Check:
 
 def all_checks() -> tuple[Check, ...]:
     """Return every check in the order `kiln preflight --help` lists them."""
-    from kiln.preflight.checks import bucket, image, lustre, offerings, quotas, reservations, services, subnet
+    from kiln.preflight.checks import (
+        bootstrap,
+        bucket,
+        image,
+        lustre,
+        offerings,
+        quotas,
+        reservations,
+        services,
+        subnet,
+    )
 
     return (
         services.CHECK,
@@ -39,6 +49,7 @@ def all_checks() -> tuple[Check, ...]:
         image.CHECK,
         lustre.CHECK,
         bucket.CHECK,
+        bootstrap.CHECK,
     )
 
 

@@ -17,6 +17,18 @@ from kiln.spec.yaml_source import read_spec_file
 
 def parse_spec(data: Any, source: str = "<spec>", lines: Mapping[Path, int] | None = None) -> ClusterSpec:
     """Validate DATA (already parsed) into a ClusterSpec or raise SpecError with every problem."""
+    try:
+        return _parse(data, source, lines)
+    except RecursionError:
+        # Reading bounds a file's nesting (yaml_source.MAX_DEPTH); DATA built in code is not, and the models, the
+        # shape repair and the rules all recurse. Whatever nests past Python's limit is one line, never a traceback.
+        raise SpecError(source, [Problem(path=(), message=_TOO_DEEP)]) from None
+
+
+_TOO_DEEP = "nests too deeply to check; a spec nests about 6 levels"
+
+
+def _parse(data: Any, source: str, lines: Mapping[Path, int] | None) -> ClusterSpec:
     if data is None:
         raise SpecError(source, [Problem(path=(), message="is empty; a spec needs at least name and compute")])
     if not isinstance(data, Mapping):

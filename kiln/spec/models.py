@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from kiln.catalog.capacity import CapacityType
 from kiln.catalog.kubernetes import default_kubernetes_version, kubernetes_versions
-from kiln.catalog.limits import ROOT_VOLUME_MAX_GIB, ROOT_VOLUME_MIN_GIB, SERVICE_NODE_ROOT_VOLUME_GIB
+from kiln.catalog.limits import ROOT_VOLUME_MAX_GIB, ROOT_VOLUME_MIN_GIB, SERVICE_NODE_ROOT_VOLUME_GIB, TTL_RULE
 from kiln.catalog.names import (
     AVAILABILITY_ZONE,
     CLUSTER_NAME,
@@ -26,6 +26,7 @@ from kiln.catalog.names import (
     VERSION,
     VERSION_RULE,
 )
+from kiln.catalog.nccl import MAX_OVERRIDE_NAME_CHARS, MAX_OVERRIDE_VALUE_CHARS, MAX_OVERRIDES, allowed_prefixes
 from kiln.catalog.platforms import KILN_INSTALLS, Component, image_profile_for, newest_pcs_slurm
 
 # pydantic matches Field patterns with Rust's regex crate, where $ is the end of the text (a trailing
@@ -61,9 +62,13 @@ PATTERN_RULES = {
 
 
 class SpecModel(BaseModel):
-    """Base for every spec section: unknown keys are errors, values are immutable."""
+    """Base for every spec section: unknown keys are errors, values are immutable, types are exact.
 
-    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+    Strict: a count is a YAML integer, a switch a YAML boolean, as the JSON Schema says. Without it pydantic would take
+    max_count: "2", true or 2.0, retain: "off" or 0, efa: "true"; a number field (ttl_hours) still takes an integer.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True, strict=True)
 
 
 class Network(SpecModel):
@@ -71,8 +76,9 @@ class Network(SpecModel):
 
     vpc_cidr: str = Field(
         "10.0.0.0/16",
-        description="Private CIDR of a new VPC, /16 to /22; not Docker's 172.17.0.0/16 on Slurm backends. With "
-        "vpc_id: the existing VPC's CIDR (required on parallelcluster, whose SSH rule admits it alone).",
+        description="CIDR of a new VPC, /16 to /22, inside 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 or "
+        "100.64.0.0/10; not Docker's 172.17.0.0/16 on Slurm backends. With vpc_id: the existing VPC's CIDR, /16 to "
+        "/28 (required on parallelcluster, whose SSH rule admits it alone).",
     )
     vpc_id: str | None = Field(None, pattern=VPC_ID_PATTERN, description="An existing VPC to use instead.")
     private_subnet_id: str | None = Field(
@@ -320,7 +326,9 @@ class Launcher(SpecModel):
     )
     nccl_env: dict[str, str] = Field(
         default_factory=dict,
-        description="Overrides of the NCCL/EFA presets: NAME (A-Z, 0-9, _) to a value of letters, digits, ^_,.:/=+-.",
+        description=f"Overrides of the NCCL/EFA presets, at most {MAX_OVERRIDES}: a variable of NCCL's or libfabric's "
+        f"(starting with {' or '.join(allowed_prefixes())}; up to {MAX_OVERRIDE_NAME_CHARS} of A-Z, 0-9, _) to a value "
+        f"of at most {MAX_OVERRIDE_VALUE_CHARS} letters, digits and ^_,.:/=+-.",
     )
 
 
@@ -360,7 +368,10 @@ class Observability(SpecModel):
 class Ci(SpecModel):
     """Short-lived environments for CI."""
 
-    ttl_hours: float | None = Field(None, description="Delete the whole environment this long after deploy.")
+    ttl_hours: float | None = Field(
+        None,
+        description=f"Delete the whole environment this long after deploy: {TTL_RULE}.",
+    )
 
 
 class ClusterSpec(SpecModel):

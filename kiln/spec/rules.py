@@ -16,6 +16,8 @@ from kiln.catalog import UnknownInstanceType, instance_type
 from kiln.catalog.capacity import CAPACITY, is_reservation_id
 from kiln.catalog.kubernetes import kubernetes_source, kubernetes_versions
 from kiln.catalog.limits import (
+    AWS_VPC_PREFIX_MAX,
+    AWS_VPC_PREFIX_MIN,
     DOCKER_DEFAULT_BRIDGE,
     HYPERPOD_MAX_INSTANCES_PER_GROUP,
     INT32_MAX,
@@ -25,7 +27,6 @@ from kiln.catalog.limits import (
     LUSTRE_STORAGE_STEP_GIB,
     MAX_SPEC_TAGS,
     MAX_TAGS_PER_RESOURCE,
-    MAX_TTL_HOURS,
     PARALLELCLUSTER_COMPUTE_RESOURCE_SUFFIX,
     PARALLELCLUSTER_MAX_QUEUES,
     PARALLELCLUSTER_NAME_MAX,
@@ -40,15 +41,14 @@ from kiln.catalog.limits import (
     TAG_VALUE_MAX,
     VPC_PREFIX_MAX,
     VPC_PREFIX_MIN,
+    VPC_RANGES_RULE,
     in_range,
     is_lustre_storage,
+    is_vpc_range,
+    ttl_problem,
 )
 from kiln.catalog.names import (
     BUCKET_NAME_RULE,
-    ENV_NAME,
-    ENV_NAME_RULE,
-    ENV_VALUE,
-    ENV_VALUE_RULE,
     HYPERPOD_TYPE_PREFIX,
     NODE_PATH,
     NODE_PATH_RULE,
@@ -60,7 +60,7 @@ from kiln.catalog.names import (
     known_regions,
     matches,
 )
-from kiln.catalog.nccl import forbidden_variable
+from kiln.catalog.nccl import override_count_problem, override_name_problem, override_value_problem
 from kiln.catalog.neuron import known_neuron_releases
 from kiln.catalog.platforms import (
     PIN_FIELDS,
@@ -168,7 +168,8 @@ def network(spec: ClusterSpec) -> Iterator[Problem]:
 
 
 def _vpc_cidr(spec: ClusterSpec, *, existing: bool) -> Iterator[Problem]:
-    """A VPC's CIDR is a private IPv4 network clear of Docker's bridge; a new one also fits kiln's subnet split."""
+    """A VPC's CIDR is an IPv4 network of a range and size AWS takes for VPCs, clear of Docker's bridge; a new one
+    also fits kiln's subnet split."""
     net = spec.network
     field = ("network", "vpc_cidr")
     try:
@@ -178,8 +179,14 @@ def _vpc_cidr(spec: ClusterSpec, *, existing: bool) -> Iterator[Problem]:
         return
     if not existing and not VPC_PREFIX_MIN <= cidr.prefixlen <= VPC_PREFIX_MAX:
         yield _p(field, f"prefix must be /{VPC_PREFIX_MIN} to /{VPC_PREFIX_MAX} (got /{cidr.prefixlen})")
-    if not cidr.is_private:
-        yield _p(field, f"must be a private range such as 10.0.0.0/16 (got {net.vpc_cidr!r})")
+    elif existing and not AWS_VPC_PREFIX_MIN <= cidr.prefixlen <= AWS_VPC_PREFIX_MAX:
+        yield _p(
+            field,
+            f"prefix must be /{AWS_VPC_PREFIX_MIN} to /{AWS_VPC_PREFIX_MAX}, the sizes AWS allows for a VPC "
+            f"(got /{cidr.prefixlen})",
+        )
+    if not is_vpc_range(cidr):
+        yield _p(field, f"must be {VPC_RANGES_RULE}, such as 10.0.0.0/16 (got {shown(net.vpc_cidr)})")
     elif _slurm_nodes(spec) and cidr.overlaps(DOCKER_DEFAULT_BRIDGE):
         yield _p(
             field,
@@ -747,27 +754,29 @@ def image_ownership(spec: ClusterSpec) -> Iterator[Problem]:
 
 
 def launcher(spec: ClusterSpec) -> Iterator[Problem]:
-    """Checkpoints go to a plain absolute path; NCCL overrides are plain, safe NAME=value pairs."""
+    """Checkpoints go to a plain absolute path; NCCL overrides are a few plain NAME=value pairs of NCCL's and
+    libfabric's own variables (kiln.catalog.nccl), never ones that change what the node's shells run."""
     checkpoint = spec.launcher.checkpoint_dir
     if not checkpoint.startswith("/"):
         yield _p(("launcher", "checkpoint_dir"), f"must be an absolute path (got {shown(checkpoint)})")
     elif not matches(NODE_PATH, checkpoint):
         yield _p(("launcher", "checkpoint_dir"), f"must be {NODE_PATH_RULE} (got {shown(checkpoint)})")
-    for name, value in spec.launcher.nccl_env.items():
+    nccl_env = spec.launcher.nccl_env
+    if why := override_count_problem(len(nccl_env)):
+        yield _p(("launcher", "nccl_env"), why)
+    for name, value in nccl_env.items():
         path = ("launcher", "nccl_env", key_part(name))
-        if not matches(ENV_NAME, name):
-            yield _p(path, f"is not a valid variable name: {ENV_NAME_RULE} (got {shown(name)})")
-        elif prefix := forbidden_variable(name):
-            yield _p(path, f"must not be set: {prefix}* variables break EFA")
-        elif not matches(ENV_VALUE, value):
-            yield _p(path, f"value must be {ENV_VALUE_RULE} (got {shown(value)})")
+        if why := override_name_problem(name):
+            yield _p(path, f"{why} (got {shown(name)})")
+        elif why := override_value_problem(value):
+            yield _p(path, f"{why} (got {shown(value)})")
 
 
 def ci(spec: ClusterSpec) -> Iterator[Problem]:
-    """A TTL is positive and at most 30 days, and a short-lived environment names its own buckets."""
+    """A TTL outlasts a deploy and is at most 30 days, and a short-lived environment names its own buckets."""
     ttl = spec.ci.ttl_hours
-    if ttl is not None and not 0 < ttl <= MAX_TTL_HOURS:
-        yield _p(("ci", "ttl_hours"), f"must be more than 0 and at most {MAX_TTL_HOURS} (got {ttl})")
+    if ttl is not None and (why := ttl_problem(ttl)):
+        yield _p(("ci", "ttl_hours"), why)
     if ttl is not None and spec.storage.bucket.name is not None:
         yield _p(
             ("storage", "bucket", "name"),

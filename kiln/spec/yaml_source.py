@@ -1,7 +1,7 @@
 """Read a spec file: YAML to plain data, with the line of every key, duplicates rejected.
 
 A spec file may be hostile or simply wrong (a pipe, a device, a huge file, an alias bomb, deep nesting):
-reading it is bounded in bytes, nodes and depth, never blocks, and every failure is one SpecError line.
+reading it is bounded in bytes, nodes, text and depth, never blocks, and every failure is one SpecError line.
 """
 
 from __future__ import annotations
@@ -24,12 +24,21 @@ MAX_NODES = 10_000
 # Specs nest about 6 levels. The composer recurses about 3 frames per level, so 100 levels stay far below
 # Python's recursion limit wherever load_spec is called from.
 MAX_DEPTH = 100
+# The characters of all scalars (keys and values) once aliases are expanded. A file without aliases holds at most
+# MAX_FILE_BYTES of them (a scalar's text is never longer than the bytes that write it), so this limit refuses only
+# what aliases multiply: 4,800 uses of one 500 KB value (2.4 billion characters) stay under MAX_NODES, and would
+# otherwise reach the renderer, which writes each value into every instance type's files.
+MAX_TEXT_CHARS = MAX_FILE_BYTES
 
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
 _MESSAGE_CHARS = 160
 _TOO_DEEP = f"nesting deeper than {MAX_DEPTH} levels; a spec may nest at most {MAX_DEPTH}"
 _TOO_MANY = (
     f"more than {MAX_NODES} YAML nodes; a spec may hold at most {MAX_NODES} (each use of an alias counts in full)"
+)
+_TOO_MUCH_TEXT = (
+    f"more than {MAX_TEXT_CHARS} characters of keys and values; a spec may hold at most {MAX_TEXT_CHARS} "
+    "(each use of an alias counts in full)"
 )
 
 
@@ -61,16 +70,18 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 class _BoundedLoader(yaml.SafeLoader):
     """SafeLoader that refuses, while composing, documents too deep or too large once aliases are expanded.
 
-    Each node's expanded size and depth are measured once, when it is composed, so an alias costs a lookup
-    however many times its node is reused; a document whose aliases expand past MAX_NODES is refused at
-    the alias that crosses the limit, before anything walks the expanded structure.
+    Each node's expanded size, depth and text are measured once, when it is composed, so an alias costs a lookup
+    however many times its node is reused; a document whose aliases expand past MAX_NODES or MAX_TEXT_CHARS is
+    refused at the alias that crosses the limit, before anything walks the expanded structure.
     """
 
     def __init__(self, text: str) -> None:
         super().__init__(text)
         self._depth = 0
         self._nodes = 0
-        self._measured: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded nodes, expanded depth)
+        self._chars = 0
+        # id(node) -> (expanded nodes, expanded depth, expanded characters of its scalars)
+        self._measured: dict[int, tuple[int, int, int]] = {}
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
         if self.check_event(yaml.AliasEvent):
@@ -90,9 +101,16 @@ class _BoundedLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
         parts = [self._measured[id(child)] for child in _children(node)]
+        chars = len(node.value) if isinstance(node, yaml.ScalarNode) else sum(text for _, _, text in parts)
+        if isinstance(node, yaml.ScalarNode):
+            # A collection's children were counted as they were composed; a scalar counts its own text.
+            self._chars += chars
+            if self._chars > MAX_TEXT_CHARS:
+                raise _Refused(_TOO_MUCH_TEXT, event.start_mark)
         self._measured[id(node)] = (
-            1 + sum(size for size, _ in parts),
-            1 + max((depth for _, depth in parts), default=0),
+            1 + sum(size for size, _, _ in parts),
+            1 + max((depth for _, depth, _ in parts), default=0),
+            chars,
         )
         return node
 
@@ -102,12 +120,19 @@ class _BoundedLoader(yaml.SafeLoader):
             raise _Refused(
                 f"alias {alias} is used inside the node it names; a spec cannot contain itself", event.start_mark
             )
-        size, depth = self._measured[id(node)]
+        size, depth, chars = self._measured[id(node)]
         self._nodes += size
+        self._chars += chars
         if self._nodes > MAX_NODES:
             raise _Refused(
                 f"alias {alias} stands for {size} YAML nodes, taking the document past {MAX_NODES}, "
                 f"the most a spec may hold (each use of an alias counts in full)",
+                event.start_mark,
+            )
+        if self._chars > MAX_TEXT_CHARS:
+            raise _Refused(
+                f"alias {alias} stands for {chars} characters of keys and values, taking the document past "
+                f"{MAX_TEXT_CHARS}, the most a spec may hold (each use of an alias counts in full)",
                 event.start_mark,
             )
         if self._depth + depth > MAX_DEPTH:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -11,12 +12,18 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
+from kiln.ci.execution_policy import NamedPolicy, execution_policies, policy_name_base
+from kiln.constructs import nag_rules
+from kiln.constructs._checks import review_wildcards
 from kiln.constructs.ci_identity import GithubDeployIdentity, GithubDeployIdentityProps
+from kiln.iam_wildcards import wildcard_pairs
 from kiln.safe_output import check_replaceable
 from kiln.stacks.app import new_app
 from kiln.stacks.tidy import add_template_aspects
 
 STACK_PREFIX = "kiln-ci-identity-"
+# Where `kiln ci identity` writes the CloudFormation execution policies, inside its output directory.
+EXECUTION_POLICY_DIR = "execution-policies"
 IDENTITY_TAG = "kiln:ci-identity"
 # CloudFormation: a letter, then letters, digits and '-', 128 characters at most.
 _MAX_STACK_NAME = 128
@@ -80,3 +87,35 @@ def synthesize_identity(props: GithubDeployIdentityProps, outdir: Path) -> Path:
     build_identity(app, props)
     app.synth()
     return Path(outdir)
+
+
+def identity_execution_policies(props: GithubDeployIdentityProps, *, partition: str = "aws") -> list[NamedPolicy]:
+    """Return the CloudFormation execution policies for PROPS' clusters, every wildcard pair reviewed.
+
+    Raises ValueError naming a wildcard (action, resource) pair that no nag_rules.CI_EXECUTION_GRANTS entry covers,
+    or when IAM's size limits cannot hold them.
+    """
+    policies = execution_policies(
+        props.cluster_names,
+        qualifier=props.cdk_qualifier,
+        name_base=policy_name_base(identity_stack_name(props.repository)),
+        partition=partition,
+    )
+    pairs = [pair for policy in policies for pair in wildcard_pairs(policy.document)]
+    review = review_wildcards(pairs, nag_rules.CI_EXECUTION_GRANTS, {"qualifier": props.cdk_qualifier})
+    if review.unreviewed:
+        action, resource = review.unreviewed[0]
+        raise ValueError(
+            f"unreviewed IAM wildcard in the execution policies: {action} on {resource}; add a WildcardGrant with its "
+            "reason to nag_rules.CI_EXECUTION_GRANTS, or narrow the grant"
+        )
+    return policies
+
+
+def write_execution_policies(policies: list[NamedPolicy], outdir: Path) -> Path:
+    """Write each of POLICIES as <name>.json under OUTDIR/execution-policies (a directory being built) and return it."""
+    directory = Path(outdir) / EXECUTION_POLICY_DIR
+    directory.mkdir(parents=True, exist_ok=True)
+    for policy in policies:
+        (directory / f"{policy.name}.json").write_text(json.dumps(policy.document, indent=2) + "\n")
+    return directory

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import aws_cdk as cdk
 
+from kiln.catalog.limits import ttl_problem
 from kiln.ci.reaper_code.kiln_reaper.contract import (
     TAG_CLUSTER,
     TAG_ENVIRONMENT,
@@ -14,7 +15,7 @@ from kiln.ci.reaper_code.kiln_reaper.contract import (
     TAG_TTL_HOURS,
     environment_bucket_name,
 )
-from kiln.spec import ClusterSpec
+from kiln.spec import ClusterSpec, Problem, SpecError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +75,13 @@ def ci_environment(
     ttl_hours: float | None = None,
     admin_role_arn: str | None = None,
 ) -> CiEnvironment | None:
-    """Return the environment SPEC deploys as: one `kiln ci up` NAMEs, else SPEC's own when it sets ci.ttl_hours."""
+    """Return the environment SPEC deploys as: one `kiln ci up` NAMEs, else SPEC's own when it sets ci.ttl_hours.
+
+    TTL_HOURS (`kiln ci up --ttl`) overrides the spec's and is held to the bounds the spec's is (limits.ttl_problem):
+    a SpecError line before anything is synthesized or deployed.
+    """
+    if ttl_hours is not None and (why := ttl_problem(ttl_hours)):
+        raise SpecError("--ttl", [Problem(path=("ci", "ttl_hours"), message=f"{why}; --ttl sets it for this deploy")])
     ttl = ttl_hours if ttl_hours is not None else spec.ci.ttl_hours
     if name is None and ttl is None:
         return None

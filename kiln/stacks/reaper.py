@@ -42,3 +42,5 @@ class ReaperStack(cdk.Stack):
         )
         cdk.CfnOutput(self, "DeleteAt", value=delete_at.isoformat())
         cdk.CfnOutput(self, "ScheduleName", value=self.reaper.schedule_name)
+        # Subscribe to hear of a teardown that keeps failing (aws sns subscribe --topic-arn ... --protocol email).
+        cdk.CfnOutput(self, "AlarmTopicArn", value=self.reaper.alarm_topic.topic_arn)

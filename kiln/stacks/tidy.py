@@ -8,7 +8,7 @@ import aws_cdk as cdk
 import jsii
 from constructs import IConstruct
 
-from kiln.constructs._checks import SkipReviewedCheckovChecks
+from kiln.constructs._checks import ReviewHandlerManagedPolicies, SkipReviewedCheckovChecks
 
 
 def _rendered_dependencies(node: cdk.CfnResource, stack: cdk.Stack) -> set[str]:
@@ -50,6 +50,8 @@ class DropRedundantDependsOn:
 
 
 def add_template_aspects(stack: cdk.Stack) -> None:
-    """Add the aspects every kiln stack gets: DependsOn without redundancy, and the reviewed checkov skips."""
+    """Add the aspects every kiln stack gets: DependsOn without redundancy, the reviewed checkov skips, and the
+    reviewed AWS-managed policies of CDK's handler roles."""
     cdk.Aspects.of(stack).add(DropRedundantDependsOn())
     cdk.Aspects.of(stack).add(SkipReviewedCheckovChecks())
+    cdk.Aspects.of(stack).add(ReviewHandlerManagedPolicies())

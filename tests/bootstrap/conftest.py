@@ -55,6 +55,7 @@ SHIMMED = (
     "chown",
     "gpg",
     "git",
+    "iptables",
 )
 # Calls that change a system: a second run of an idempotent step makes none of them.
 MUTATING = (
@@ -76,7 +77,10 @@ MUTATING = (
     "efa-installer",
     "lnetctl",
     "git",
+    "iptables",
 )
+# iptables calls that only read the rules.
+IPTABLES_READS = ("iptables -w -S", "iptables -w -C", "iptables -w -n -L")
 # Every command a node could reach the network with; a baked image's boot must call none of them.
 NETWORK_COMMANDS = ("curl", "wget", "apt-get", "dnf", "pip", "pip3", "gpg", "git")
 _NETWORK_STUB = """#!/usr/bin/env bash
@@ -249,7 +253,7 @@ class Node:
         return self.shim_log.read_text().splitlines() if self.shim_log.exists() else []
 
     def mutating_calls(self, since: int = 0) -> list[str]:
-        ignored = ("systemctl is-active", "lnetctl net show")
+        ignored = ("systemctl is-active", "lnetctl net show", *IPTABLES_READS)
         return [
             c
             for c in self.calls()[since:]

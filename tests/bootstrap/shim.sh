@@ -110,8 +110,45 @@ case "$name" in
     if [[ "$name" == groupadd ]]; then
       echo "${user}:x:${gid}:" >>"${prefix}/etc/group"
     else
-      echo "${user}:x:${uid}:${gid}::/home/${user}:/bin/bash" >>"${prefix}/etc/passwd"
+      # A system user without --uid gets the next free one below 1000, as useradd --system picks them.
+      uid="${uid:-$((999 - $(wc -l <"${prefix}/etc/passwd")))}"
+      echo "${user}:x:${uid}:${gid:-$uid}::/home/${user}:/bin/bash" >>"${prefix}/etc/passwd"
     fi ;;
+  iptables)
+    # The filter table as files of rules (one a line, as iptables -S lists them after "-A CHAIN"), per chain.
+    tables="$state/iptables"
+    mkdir -p "$tables"
+    [[ -f "$tables/OUTPUT" ]] || : >"$tables/OUTPUT"
+    args=()
+    for arg in "$@"; do
+      [[ "$arg" == -w || "$arg" == -n ]] || args+=("$arg")
+    done
+    set -- "${args[@]}"
+    op="$1" chain="$2"
+    shift 2
+    file="$tables/$chain"
+    case "$op" in
+      -N) [[ ! -f "$file" ]] || exit 1
+        : >"$file" ;;
+      -L) [[ -f "$file" ]] ;;
+      -F) [[ -f "$file" ]] || exit 1
+        : >"$file" ;;
+      -S) [[ -f "$file" ]] || exit 1
+        if [[ "$chain" == OUTPUT ]]; then echo "-P OUTPUT ACCEPT"; else echo "-N $chain"; fi
+        sed "s/^/-A $chain /" "$file" ;;
+      -A) [[ -f "$file" ]] || exit 1
+        echo "$*" >>"$file" ;;
+      -I) [[ -f "$file" ]] || exit 1
+        position=1
+        [[ "${1:-}" =~ ^[0-9]+$ ]] && position="$1" && shift
+        { head -n $((position - 1)) "$file"; echo "$*"; tail -n +"$position" "$file"; } >"$file.new"
+        mv "$file.new" "$file" ;;
+      -C) [[ -f "$file" ]] && grep -qxF -- "$*" "$file" ;;
+      -D) [[ -f "$file" ]] && grep -qxF -- "$*" "$file" || exit 1
+        awk -v rule="$*" 'gone || $0 != rule {print; next} {gone = 1}' "$file" >"$file.new"
+        mv "$file.new" "$file" ;;
+      *) exit 2 ;;
+    esac ;;
   make)
     # What each source tree's `make install` puts in place: enroot's script, or pyxis's plugin.
     prefix="" destdir="" dir="" target=""

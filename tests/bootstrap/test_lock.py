@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -193,3 +194,79 @@ def test_lock_text_round_trips_sorted() -> None:
     document = json.loads(lock_text(entries))
     assert [e["name"] for e in document["artifacts"]] == ["efa-installer", "pyxis"]
     assert lock_text(reversed(entries)) == lock_text(entries)
+
+
+# Deep nesting: Python's JSON decoder recurses per level and ends in RecursionError past about a thousand.
+DEEP_LOCKS = {
+    "1100-lists": "[" * 1100 + "]" * 1100,  # the audit's 2.2 KB file
+    "1100-objects": '{"a": ' * 1100 + "1" + "}" * 1100,
+    "inside-a-lock": '{"kiln_lock": 1, "about": "", "artifacts": [' + "[" * 1100 + "]" * 1100 + "]}",
+    "never-closed": "[" * 100_000,
+}
+
+
+@pytest.mark.parametrize("text", DEEP_LOCKS.values(), ids=DEEP_LOCKS)
+def test_a_deeply_nested_lock_is_one_lock_error(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "cluster.lock.json"
+    path.write_text(text)
+    with pytest.raises(LockError) as caught:
+        read_lock(path)
+    assert str(caught.value) == (
+        f"{path}: nests deeper than {lock.MAX_LOCK_DEPTH} levels; not a kiln lock (format {lock.LOCK_FORMAT} nests 3)"
+    )
+
+
+def test_the_depth_limit_is_exact(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.lock.json"
+    inner = lock.MAX_LOCK_DEPTH - 2  # the document and its artifacts list are two levels
+    path.write_text('{"kiln_lock": 1, "about": "", "artifacts": [' + "[" * inner + "]" * inner + "]}")
+    with pytest.raises(LockError, match=r"artifacts\[0\]: must have exactly"):
+        read_lock(path)
+    path.write_text('{"kiln_lock": 1, "about": "", "artifacts": [' + "[" * (inner + 1) + "]" * (inner + 1) + "]}")
+    with pytest.raises(LockError, match=f"nests deeper than {lock.MAX_LOCK_DEPTH} levels"):
+        read_lock(path)
+
+
+def test_brackets_and_escaped_quotes_inside_strings_do_not_nest(tmp_path: Path) -> None:
+    entry = LockedFile(name="pyxis", version="0.20.0", url="https://x/" + "[{" * 50, sha256="a" * 64, size_bytes=1)
+    document = json.loads(lock_text([entry]))
+    document["about"] = '\\"[[[[' * 50 + '"{{{{'  # an escaped quote does not end the string
+    path = tmp_path / "cluster.lock.json"
+    path.write_text(json.dumps(document))
+    assert read_lock(path) == (entry,)
+
+
+def test_a_recursion_error_while_decoding_is_one_lock_error(tmp_path: Path, monkeypatch) -> None:
+    # The depth check keeps the decoder far from Python's limit; without it, the backstop still answers in one line.
+    monkeypatch.setattr(lock, "MAX_LOCK_DEPTH", 10**9)
+    path = tmp_path / "cluster.lock.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(LockError, match=r"nests too deeply to read; not a kiln lock$"):
+        read_lock(path)
+
+
+def test_a_deep_lock_named_by_a_spec_is_one_line_in_validate(tmp_path: Path, capsys) -> None:
+    spec = _spec(tmp_path)
+    (tmp_path / "quickstart.lock.json").write_text(DEEP_LOCKS["1100-lists"])
+    assert main(["validate", str(spec)]) == 2
+    out, err = capsys.readouterr()
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"{spec}: software.lock_file: ") and "nests deeper than 16 levels" in line
+    assert "Traceback" not in out + err
+
+
+def test_a_lock_that_is_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.lock.json"
+    os.mkfifo(path)
+    with pytest.raises(LockError, match="not a regular file"):
+        read_lock(path)
+
+
+def test_a_huge_value_in_a_lock_is_echoed_briefly(tmp_path: Path) -> None:
+    entry = {"name": "x" * 500_000, "version": "1", "url": "https://x/y", "sha256": "a" * 64, "size_bytes": 1}
+    path = tmp_path / "cluster.lock.json"
+    path.write_text(json.dumps({"kiln_lock": 1, "about": "", "artifacts": [entry]}))
+    with pytest.raises(LockError) as caught:
+        read_lock(path)
+    assert f"name: got {'x' * 80!r}... (500000 characters), allowed: " in str(caught.value)
+    assert len(str(caught.value)) < len(str(path)) + 400

@@ -370,3 +370,78 @@ def test_render_tells_what_each_hyperpod_role_runs(tmp_path, capsys):
     )
     eks = capsys.readouterr().err
     assert "configure_slurm" not in eks and "roles: instance group" not in eks
+
+
+def _rendered_bytes(bundle: Path) -> int:
+    """Return the bytes of BUNDLE's rendered files: all but kiln's scripts, the node wheel and the marker."""
+    copied = {"lib.sh", "kiln-step", ".kiln-output"}
+    return sum(
+        p.stat().st_size
+        for p in bundle.rglob("*")
+        if p.is_file() and p.name not in copied and p.parts[len(bundle.parts)] not in ("steps", "launcher")
+    )
+
+
+def test_the_examples_bundles_are_far_below_the_rendered_size_cap(tmp_path):
+    from kiln.bootstrap.render import MAX_RENDERED_BYTES
+
+    for example, target in (("p5-pcs", "pcs"), ("p5-parallelcluster", "parallelcluster"), ("trn1-eks", "eks")):
+        bundle = render_bundle(config_from_spec(load_spec(EXAMPLES / f"{example}.yaml"), target), tmp_path / example)
+        size = _rendered_bytes(bundle.directory)
+        assert 5_000 < size < MAX_RENDERED_BYTES // 100, (example, size)
+
+
+def test_a_bundle_past_the_cap_is_refused_before_a_byte_is_written(tmp_path, monkeypatch):
+    from kiln.bootstrap import render
+
+    out = tmp_path / "bundle"
+    earlier = render_bundle(pcs_config(), out)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    monkeypatch.setattr(render, "MAX_RENDERED_BYTES", 10_000)
+    with pytest.raises(render.BundleTooLarge, match=r"^bootstrap bundle: its rendered files pass 10000 bytes at "):
+        render_bundle(pcs_config(nccl_env={f"NCCL_X{i}": "a" * 256 for i in range(64)}), out)
+    # The earlier bundle is whole, and no staging directory was left (or made) beside it.
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bundle"] and earlier.directory == out
+
+
+def test_render_refuses_an_oversized_bundle_in_one_line(tmp_path, capsys, monkeypatch):
+    from kiln.bootstrap import render
+    from kiln.cli import main
+
+    monkeypatch.setattr(render, "MAX_RENDERED_BYTES", 1_000)
+    argv = ["bootstrap", "render", "--spec", str(EXAMPLES / "p5-pcs.yaml"), "--target", "pcs"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("kiln bootstrap render: bootstrap bundle: its rendered files pass 1000 bytes at ")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_alias_amplified_spec_renders_nothing(tmp_path, capsys):
+    """The audit's case: 4,800 uses of one 500 KB launcher.nccl_env value rendered 1.8 GB; it is refused on reading."""
+    from kiln.cli import main
+
+    lines = ["name: llm", "compute: {backend: pcs, groups: [{name: gpu, instance_type: p5.48xlarge}]}"]
+    lines += ["big: &v " + "a" * 500_000, "launcher:", "  nccl_env:"]
+    lines += [f"    NCCL_X{i}: *v" for i in range(4800)]
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text("\n".join(lines) + "\n")
+    assert main(["bootstrap", "render", "--spec", str(spec), "--target", "pcs", "--out", str(tmp_path / "out")]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{spec}:7:14: ") and "alias *v stands for 500000 characters" in line
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("nccl_env", "words"),
+    [
+        ({"LD_PRELOAD": "/tmp/x.so"}, "nccl_env LD_PRELOAD: is not an NCCL or libfabric variable"),
+        ({"BASH_ENV": "/tmp/x"}, "nccl_env BASH_ENV: is not an NCCL or libfabric variable"),
+        ({"NCCL_X": "a" * 257}, "nccl_env NCCL_X: value is 257 characters; at most 256"),
+        ({f"NCCL_X{i}": "1" for i in range(65)}, "nccl_env: at most 64 variables (got 65)"),
+    ],
+)
+def test_the_config_refuses_what_would_reach_root_login_shells(tmp_path, nccl_env, words):
+    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        render_bundle(pcs_config(nccl_env=nccl_env), tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -18,6 +18,7 @@ ACTIVE_STEPS = (
     "install_container_runtime",
     "install_exporters",
     "configure_users",
+    "configure_imds",
     "configure_kernel",
     "configure_accelerators",
     "configure_fsx",

@@ -606,3 +606,23 @@ class TestCatalogCommands:
         assert self.listed(capsys, "--family", "p4d", "--family", "p5")[:2] == ["p4d.24xlarge", "p5.4xlarge"]
         g6e = self.listed(capsys, "--family", "g6e")
         assert g6e[0] == "g6e.xlarge" and g6e[-1] == "g6e.48xlarge"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        ({"LD_PRELOAD": "/tmp/x.so"}, "'LD_PRELOAD': is not an NCCL or libfabric variable"),
+        ({"KILN_STEP": "x"}, "'KILN_STEP': is not an NCCL or libfabric variable"),
+        ({"NCCL_X": "a" * 257}, "'NCCL_X': value is 257 characters; at most 256"),
+        ({f"NCCL_X{i}": "1" for i in range(65)}, r"NCCL/EFA overrides: at most 64 variables \(got 65\)"),
+    ],
+)
+def test_preset_overrides_are_held_to_the_allowed_families_and_sizes(overrides: dict, words: str) -> None:
+    """The renderer and `kiln job submit` put overrides over the presets through here: the same rule as the spec's."""
+    with pytest.raises(ValueError, match=words):
+        preset_environment("p5.48xlarge", overrides=overrides)
+
+
+def test_the_allowed_families_are_data() -> None:
+    assert nccl.allowed_prefixes() == tuple(nccl.presets()["allowed_prefixes"]) == ("NCCL_", "FI_")
+    assert preset_environment("p5.48xlarge", overrides={"FI_EFA_FORK_SAFE": "1"})["FI_EFA_FORK_SAFE"] == "1"

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln.ci.identity_cli import props_from_args, register_identity
+from kiln.ci.execution_policy import MANAGED_POLICY_MAX_CHARS, policy_size
+from kiln.ci.identity_cli import BRANCH_TRUST, props_from_args, register_identity
 from kiln.safe_output import MARKER
 from kiln.synth import lint_template
 
@@ -55,13 +56,37 @@ def test_writes_a_clean_assembly_and_prints_the_deploy_command(written: tuple[Pa
     out, result = written
     assert result.code == 0, result.stderr
     assert result.stderr == ""
-    summary, deploy = result.stdout.splitlines()
+    summary, deploy, *create, bootstrap = result.stdout.splitlines()
     assert summary.startswith(
         f"kiln ci identity: wrote {out}: stack {STACK} trusting repo:octo-org/kiln:environment:ci;"
     )
     assert "cfn-lint 0 errors, 0 warnings; cdk-nag 0 open" in summary
+    assert summary.endswith(f"; {len(create)} CloudFormation execution policies in {out}/execution-policies")
     assert deploy == f"npx cdk deploy --app {out} --require-approval never"
     assert (out / f"{STACK}.template.json").is_file() and (out / MARKER).is_file()
+    # The recipe: each policy created from its file, then a bootstrap that hands CloudFormation those, not admin.
+    names = [f"kiln-ci-exec-octo-org-kiln-{n}" for n in range(1, len(create) + 1)]
+    assert create == [
+        f"aws iam create-policy --policy-name {name} --policy-document file://{out}/execution-policies/{name}.json"
+        for name in names
+    ]
+    arns = ",".join(f"arn:aws:iam::ACCOUNT:policy/{name}" for name in names)
+    assert bootstrap == f"npx cdk bootstrap aws://ACCOUNT/REGION --cloudformation-execution-policies {arns}"
+
+
+def test_the_execution_policies_fit_iam_and_name_only_the_listed_clusters(written: tuple[Path, Run]) -> None:
+    out, _ = written
+    files = sorted((out / "execution-policies").glob("*.json"))
+    assert 1 <= len(files) <= 10
+    documents = [json.loads(path.read_text()) for path in files]
+    assert all(policy_size(document) <= MANAGED_POLICY_MAX_CHARS for document in documents)
+    statements = [s for document in documents for s in document["Statement"]]
+    assert all(s["Effect"] == "Allow" and "*" not in s["Action"] for s in statements)
+    stacks = next(s for s in statements if s["Sid"] == "Stacks")
+    assert stacks["Resource"] == [
+        "arn:aws:cloudformation:*:${aws:PrincipalAccount}:stack/ci-smoke-*/*",
+        "arn:aws:cloudformation:*:${aws:PrincipalAccount}:stack/llm-*/*",
+    ]
 
 
 def test_the_template_passes_cfn_lint_and_trusts_only_what_was_listed(written: tuple[Path, Run]) -> None:
@@ -80,7 +105,7 @@ def test_the_template_passes_cfn_lint_and_trusts_only_what_was_listed(written: t
 
 def test_rewrites_its_own_assembly(written: tuple[Path, Run]) -> None:
     out, _ = written
-    again = run(*_identity_args(out, "--branch", "main"))
+    again = run(*_identity_args(out, "--allow-branch-trust", "--branch", "main"))
     assert again.code == 0, again.stderr
     assert "trusting repo:octo-org/kiln:ref:refs/heads/main;" in again.stdout
 
@@ -99,7 +124,16 @@ def test_refuses_a_non_empty_directory_kiln_did_not_make(tmp_path: Path) -> None
     [
         (["--repository", "octo-org"], "kiln ci identity: repository: got 'octo-org'; allowed: OWNER/NAME"),
         (["--repository", "o/r", "--cluster", "Bad_Name"], "kiln ci identity: cluster_names: got 'Bad_Name'"),
-        (["--repository", "o/r", "--branch", "refs/heads/x"], "kiln ci identity: branches: got 'refs/heads/x'"),
+        (
+            ["--repository", "o/r", "--allow-branch-trust", "--branch", "refs/heads/x"],
+            "kiln ci identity: branches: got 'refs/heads/x'",
+        ),
+        (["--repository", "o/r", "--branch", "main"], f"kiln ci identity: {BRANCH_TRUST}"),
+        (["--repository", "o/r", "--pull-requests"], f"kiln ci identity: {BRANCH_TRUST}"),
+        (
+            ["--repository", "o/r", "--cluster", "ci-x"],
+            "kiln ci identity: cluster_names: got ['ci', 'ci-x']; allowed: names none of which starts with another's",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, flags: list[str], message: str) -> None:
@@ -111,16 +145,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, flags: list[str], mess
     assert not out.exists()
 
 
-def test_main_is_trusted_only_when_no_run_is_listed() -> None:
+def test_the_kiln_ci_environment_is_trusted_unless_branch_trust_is_asked_for() -> None:
     def subjects(*flags: str) -> tuple[str, ...]:
         args = parser().parse_args(["identity", "--repository", "o/r", "--cluster", "ci", "--out", "x", *flags])
         return props_from_args(args).subjects
 
-    assert subjects() == ("repo:o/r:ref:refs/heads/main",)
-    assert subjects("--pull-requests") == ("repo:o/r:pull_request",)
-    assert subjects("--branch", "dev", "--environment", "ci") == (
-        "repo:o/r:ref:refs/heads/dev",
+    assert subjects() == ("repo:o/r:environment:kiln-ci",)
+    assert subjects("--environment", "gpu-ci") == ("repo:o/r:environment:gpu-ci",)
+    # Branch-only trust, as before, only when asked for by name.
+    assert subjects("--allow-branch-trust", "--branch", "main") == ("repo:o/r:ref:refs/heads/main",)
+    assert subjects("--allow-branch-trust", "--pull-requests") == ("repo:o/r:pull_request",)
+    assert subjects("--allow-branch-trust", "--branch", "dev", "--environment", "ci") == (
         "repo:o/r:environment:ci",
+        "repo:o/r:ref:refs/heads/dev",
     )
 
 

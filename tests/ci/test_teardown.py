@@ -272,3 +272,74 @@ def test_a_reaper_whose_teardown_fails_reports_it_and_tries_again_later(
     assert result["done"] is False and "bucket not empty" in result["error"]
     moved = parse_at_expression(moto.client("scheduler").get_schedule(Name=f"{ENV}-reaper")["ScheduleExpression"])
     assert moved is not None and moved >= before + handler._RETRY_FAILED_AFTER - timedelta(seconds=1)
+
+
+def _alarm_topic(moto: boto3.Session, monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """Create the alarm topic and an SQS queue subscribed to it; return the topic ARN and the queue URL."""
+    sns, sqs = moto.client("sns"), moto.client("sqs")
+    topic = sns.create_topic(Name=f"{ENV}-reaper-alarm")["TopicArn"]
+    queue = sqs.create_queue(QueueName="alarms")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
+    monkeypatch.setenv("KILN_ALARM_TOPIC", topic)
+    return topic, queue
+
+
+def _alarms(moto: boto3.Session, queue: str) -> list[str]:
+    messages = moto.client("sqs").receive_message(QueueUrl=queue, MaxNumberOfMessages=10).get("Messages", [])
+    return [json.loads(m["Body"])["Message"] for m in messages]
+
+
+def test_a_failing_teardown_alarms_at_first_and_then_every_few_failures(
+    moto: boto3.Session, reaper_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _schedule(moto)
+    _, queue = _alarm_topic(moto, monkeypatch)
+
+    def failing(clients: Clients, environment: str, **options: float) -> None:
+        raise TeardownFailed(f"{ENV}-storage: deletion failed 3 times: Data: bucket not empty")
+
+    monkeypatch.setattr(handler, "teardown", failing)
+    event: dict = {"environment": ENV}
+    alarmed = []
+    for _ in range(handler.ALARM_EVERY):
+        result = handler.main(event, _Context(900_000))
+        # The count travels in the schedule's own event, the one the next invocation receives.
+        target = moto.client("scheduler").get_schedule(Name=f"{ENV}-reaper")["Target"]
+        event = json.loads(target["Input"])
+        assert event == {"environment": ENV, "failures": result["failures"]}
+        alarmed.extend((result["failures"], m) for m in _alarms(moto, queue))
+    assert [count for count, _ in alarmed] == [1, handler.ALARM_EVERY]
+    assert all("bucket not empty" in message and "kiln ci down" in message for _, message in alarmed)
+
+
+def test_a_reaper_that_breaks_alarms_and_lets_the_schedule_retry(
+    moto: boto3.Session, reaper_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, queue = _alarm_topic(moto, monkeypatch)
+
+    def broken(clients: Clients, environment: str, **options: float) -> None:
+        raise RuntimeError("throttled")
+
+    monkeypatch.setattr(handler, "teardown", broken)
+    with pytest.raises(RuntimeError, match="throttled"):
+        handler.main({"environment": ENV}, _Context(900_000))
+    [message] = _alarms(moto, queue)
+    assert "RuntimeError: throttled" in message
+
+
+def test_progress_resets_the_failure_count(
+    moto: boto3.Session, reaper_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _schedule(moto)
+    monkeypatch.setattr(handler, "teardown", lambda clients, environment, **options: None)
+    handler.main({"environment": ENV, "failures": 5}, _Context(900_000))
+    target = moto.client("scheduler").get_schedule(Name=f"{ENV}-reaper")["Target"]
+    assert json.loads(target["Input"]) == {"environment": ENV}
+
+
+def test_an_alarm_that_cannot_go_out_never_stops_the_teardown(
+    moto: boto3.Session, reaper_env: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KILN_ALARM_TOPIC", f"arn:aws:sns:us-east-1:123456789012:{ENV}-missing")
+    assert handler.alarm(ENV, "x") is False

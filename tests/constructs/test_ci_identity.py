@@ -23,9 +23,10 @@ CLUSTERS = ("ci-smoke", "llm")
 PROPS = GithubDeployIdentityProps(
     repository="octo-org/kiln",
     cluster_names=CLUSTERS,
+    environments=("ci",),
+    branch_trust=True,
     branches=("main", "release/*"),
     pull_requests=True,
-    environments=("ci",),
 )
 SUB = "token.actions.githubusercontent.com:sub"
 AUD = "token.actions.githubusercontent.com:aud"
@@ -67,9 +68,21 @@ def _policy_grants(template: Template) -> set[tuple[str, str, str | None]]:
     return rows
 
 
-def _tagged(*patterns: str, key: str = "aws:ResourceTag/kiln:environment") -> str:
+def _tagged(*patterns: str, key: str = "aws:ResourceTag/kiln:environment", **more: dict) -> str:
     value: str | list[str] = list(patterns) if len(patterns) > 1 else patterns[0]
-    return json.dumps({"StringLike": {key: value}}, sort_keys=True)
+    return json.dumps({"StringLike": {key: value}, **more}, sort_keys=True)
+
+
+ENVS = ["ci-smoke-*", "llm-*"]
+# A stack of one of the role's environments, of one of its clusters exactly.
+DELETE_TAGGED = _tagged(*ENVS, StringEquals={"aws:ResourceTag/kiln:cluster": list(CLUSTERS)})
+# Run Command on a ParallelCluster head node (the stack named after the environment) or a PCS node (launched by PCS).
+SEND_TO_HEAD_NODE = _tagged(*ENVS, key="aws:ResourceTag/aws:cloudformation:stack-name")
+SEND_TO_PCS_NODE = _tagged(*ENVS, Null={"aws:ResourceTag/aws:pcs:compute-node-group-id": "false"})
+# Port forwarding through an EKS system node: an instance an Auto Scaling group launched.
+SESSION_ON_SYSTEM_NODE = _tagged(
+    *ENVS, key="ssm:resourceTag/kiln:environment", Null={"ssm:resourceTag/aws:autoscaling:groupName": "false"}
+)
 
 
 def _expected_grants() -> set[tuple[str, str, str | None]]:
@@ -86,16 +99,13 @@ def _expected_grants() -> set[tuple[str, str, str | None]]:
         ("ssm:GetCommandInvocation", "*", None),
         ("ssm:ListCommandInvocations", "*", None),
         ("ssm:SendCommand", "arn:aws:ssm:*::document/AWS-RunShellScript", None),
-        ("ssm:SendCommand", f"arn:aws:ec2:*:{a}:instance/*", _tagged("ci-smoke-*", "llm-*")),
+        ("ssm:SendCommand", f"arn:aws:ec2:*:{a}:instance/*", SEND_TO_HEAD_NODE),
+        ("ssm:SendCommand", f"arn:aws:ec2:*:{a}:instance/*", SEND_TO_PCS_NODE),
         ("ssm:StartSession", f"arn:aws:sagemaker:*:{a}:cluster/*", None),
         ("ssm:StartSession", "arn:aws:ssm:*::document/AWS-StartNonInteractiveCommand", None),
         # A private EKS endpoint: port forwarding through a system node of the role's environments, by Session
         # Manager's own tag key (as AWS's sample policies spell it).
-        (
-            "ssm:StartSession",
-            f"arn:aws:ec2:*:{a}:instance/*",
-            _tagged("ci-smoke-*", "llm-*", key="ssm:resourceTag/kiln:environment"),
-        ),
+        ("ssm:StartSession", f"arn:aws:ec2:*:{a}:instance/*", SESSION_ON_SYSTEM_NODE),
         ("ssm:StartSession", "arn:aws:ssm:*::document/AWS-StartPortForwardingSessionToRemoteHost", None),
         # Only the role's own sessions, by the tag Session Manager puts on each (an assumed role's session ids
         # do not start with its aws:userid).
@@ -110,6 +120,8 @@ def _expected_grants() -> set[tuple[str, str, str | None]]:
         ("pcs:ListComputeNodeGroups", f"arn:aws:pcs:*:{a}:cluster/*", None),
         # kiln preflight (kiln ci up runs it first): read-only, none of them resource-scoped.
         ("ssm:GetParameters", "arn:aws:ssm:*::parameter/aws/service/global-infrastructure/*", None),
+        # ... and whether the bootstrap still hands CloudFormation AdministratorAccess.
+        ("iam:ListAttachedRolePolicies", f"arn:aws:iam::{a}:role/cdk-hnb659fds-cfn-exec-role-{a}-*", None),
     }
     rows |= {
         (action, "*", None)
@@ -139,9 +151,9 @@ def _expected_grants() -> set[tuple[str, str, str | None]]:
                 "cloudformation:DescribeStackEvents",
             )
         }
-        rows.add(("cloudformation:DeleteStack", stacks, _tagged(f"{c}-*")))
-        for kind in ("data", "data-logs", "lifecycle", "lifecycle-logs"):
-            bucket = f"arn:aws:s3:::{c}-*-{kind}-{a}"
+        rows.add(("cloudformation:DeleteStack", stacks, DELETE_TAGGED))
+        for kind in ("data", "lifecycle"):
+            bucket = f"arn:aws:s3:::{c}-*-{kind}*-{a}"
             rows |= {
                 (action, bucket, None) for action in ("s3:ListBucket", "s3:ListBucketVersions", "s3:GetBucketTagging")
             }
@@ -181,10 +193,10 @@ def test_the_role_trusts_only_the_provider_with_github_audience_and_listed_subje
                 "StringEquals": {AUD: "sts.amazonaws.com"},
                 "StringLike": {
                     SUB: [
+                        "repo:octo-org/kiln:environment:ci",
                         "repo:octo-org/kiln:ref:refs/heads/main",
                         "repo:octo-org/kiln:ref:refs/heads/release/*",
                         "repo:octo-org/kiln:pull_request",
-                        "repo:octo-org/kiln:environment:ci",
                     ]
                 },
             },
@@ -223,22 +235,112 @@ def test_the_role_may_do_exactly_the_contract_each_on_its_narrowest_scope(built:
     assert _policy_grants(built.template) == _expected_grants()
 
 
-def test_deleting_a_stack_needs_its_environment_tag_of_the_same_cluster(built: Built) -> None:
-    deletes = {(r, c) for a, r, c in _policy_grants(built.template) if a == "cloudformation:DeleteStack"}
-    assert deletes == {
-        (f"arn:aws:cloudformation:*:{ACCOUNT}:stack/ci-smoke-*/*", _tagged("ci-smoke-*")),
-        (f"arn:aws:cloudformation:*:{ACCOUNT}:stack/llm-*/*", _tagged("llm-*")),
-    }
+def _condition_holds(condition: dict, tags: dict[str, str]) -> bool:
+    """IAM's StringLike, StringEquals and Null on a resource's tags (aws:ResourceTag/K and ssm:resourceTag/K alike)."""
+
+    def tag(key: str) -> str | None:
+        return tags.get(key.split("/", 1)[1])
+
+    for operator, keys in condition.items():
+        for key, wanted in keys.items():
+            values = wanted if isinstance(wanted, list) else [wanted]
+            found = tag(key)
+            if operator == "Null":
+                if (found is None) != (values == ["true"]):
+                    return False
+            elif found is None or not any(
+                string_like(v, found) if operator == "StringLike" else v == found for v in values
+            ):
+                return False
+    return True
 
 
-def test_sessions_on_instances_need_the_environment_tag_as_session_manager_reads_it(built: Built) -> None:
-    sessions = {(r, c) for a, r, c in _policy_grants(built.template) if a == "ssm:StartSession" and ":ec2:" in r}
-    assert sessions == {
-        (
-            f"arn:aws:ec2:*:{ACCOUNT}:instance/*",
-            _tagged("ci-smoke-*", "llm-*", key="ssm:resourceTag/kiln:environment"),
-        )
-    }
+def allowed(template: Template, action: str, resource: str, tags: dict[str, str]) -> bool:
+    """Whether the role's statements allow ACTION on RESOURCE carrying TAGS (Allow only: the role has no Deny)."""
+    for policy in _resources(template, "AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            if (
+                action in actions
+                and any(isinstance(r, str) and string_like(r, resource) for r in resources)
+                and _condition_holds(statement.get("Condition", {}), tags)
+            ):
+                return True
+    return False
+
+
+INSTANCE = f"arn:aws:ec2:us-east-1:{ACCOUNT}:instance/i-0123456789abcdef0"
+# What anyone allowed ec2:CreateTags can put on any instance.
+FORGED = {"kiln:environment": "llm-4242"}
+
+
+@pytest.mark.parametrize(
+    ("tags", "expected"),
+    [
+        (FORGED, False),
+        # ParallelCluster's head node: an instance of its cluster stack, named after the environment.
+        ({**FORGED, "aws:cloudformation:stack-name": "llm-4242"}, True),
+        ({"aws:cloudformation:stack-name": "llm-4242"}, True),
+        # ... but not of another stack.
+        ({**FORGED, "aws:cloudformation:stack-name": "prod-db"}, False),
+        # A PCS login node: PCS sets its node group's id.
+        ({**FORGED, "aws:pcs:compute-node-group-id": "pcs_abc123"}, True),
+        ({"aws:pcs:compute-node-group-id": "pcs_abc123"}, False),
+        ({**FORGED, "kiln:environment": "prod-4242", "aws:pcs:compute-node-group-id": "pcs_abc123"}, False),
+    ],
+)
+def test_run_command_needs_a_tag_no_tagger_can_forge(built: Built, tags: dict, expected: bool) -> None:
+    assert allowed(built.template, "ssm:SendCommand", INSTANCE, tags) is expected
+
+
+@pytest.mark.parametrize(
+    ("tags", "expected"),
+    [
+        (FORGED, False),
+        ({**FORGED, "aws:autoscaling:groupName": "eks-system-12345678"}, True),
+        ({"aws:autoscaling:groupName": "eks-system-12345678"}, False),
+    ],
+)
+def test_sessions_on_instances_need_the_environment_tag_and_an_auto_scaling_launch(
+    built: Built, tags: dict, expected: bool
+) -> None:
+    assert allowed(built.template, "ssm:StartSession", INSTANCE, tags) is expected
+
+
+@pytest.mark.parametrize(
+    ("bucket", "expected"),
+    [
+        ("llm-4242-data", True),
+        ("llm-4242-data-logs", True),
+        ("llm-4242-lifecycle-logs", True),
+        # A long-lived cluster's own bucket, had its spec named it so.
+        ("llm-data", False),
+        ("llm-4242-data-other-account", False),
+    ],
+)
+def test_emptying_buckets_reaches_the_environments_four_only(built: Built, bucket: str, expected: bool) -> None:
+    name = bucket if bucket.endswith("other-account") else f"{bucket}-{ACCOUNT}"
+    assert allowed(built.template, "s3:DeleteObject", f"arn:aws:s3:::{name}/checkpoints/step-10.pt", {}) is expected
+
+
+@pytest.mark.parametrize(
+    ("stack", "tags", "expected"),
+    [
+        ("llm-4242-compute", {"kiln:environment": "llm-4242", "kiln:cluster": "llm"}, True),
+        # Another role's cluster llm-x: its environments match llm-*, its kiln:cluster does not.
+        ("llm-x-4242-compute", {"kiln:environment": "llm-x-4242", "kiln:cluster": "llm-x"}, False),
+        ("llm-4242-compute", {}, False),
+        # A long-lived cluster's own stacks carry kiln:cluster, not kiln:environment.
+        ("llm-compute", {"kiln:cluster": "llm"}, False),
+        ("prod-compute", {"kiln:environment": "llm-4242", "kiln:cluster": "llm"}, False),
+    ],
+)
+def test_deleting_a_stack_needs_its_environment_and_cluster_tags(
+    built: Built, stack: str, tags: dict, expected: bool
+) -> None:
+    arn = f"arn:aws:cloudformation:us-east-1:{ACCOUNT}:stack/{stack}/0a1b2c3d-0000-1111-2222-333344445555"
+    assert allowed(built.template, "cloudformation:DeleteStack", arn, tags) is expected
 
 
 def test_the_stack_is_tagged_and_outputs_the_role_arn(built: Built) -> None:
@@ -304,7 +406,8 @@ def test_an_existing_provider_is_trusted_and_none_is_created() -> None:
     (role,) = _resources(template, "AWS::IAM::Role").values()
     (statement,) = role["Properties"]["AssumeRolePolicyDocument"]["Statement"]
     assert statement["Principal"] == {"Federated": arn}
-    assert statement["Condition"]["StringLike"] == {SUB: ["repo:octo-org/kiln:ref:refs/heads/main"]}
+    # Bound to the kiln-ci environment unless told otherwise.
+    assert statement["Condition"]["StringLike"] == {SUB: ["repo:octo-org/kiln:environment:kiln-ci"]}
     assert role["Properties"]["RoleName"] == "kiln-ci"
     assumed = {r for a, r, _ in _policy_grants(template) if a == "sts:AssumeRole"}
     assert f"arn:aws:iam::{ACCOUNT}:role/cdk-abc-deploy-role-{ACCOUNT}-*" in assumed
@@ -313,7 +416,9 @@ def test_an_existing_provider_is_trusted_and_none_is_created() -> None:
 def test_six_clusters_of_the_longest_name_keep_one_inline_policy() -> None:
     names = tuple(f"cluster-{i}-abcdefgh" for i in range(6))
     assert all(len(name) == 18 for name in names)
-    props = GithubDeployIdentityProps(repository="o/r", cluster_names=names, pull_requests=True)
+    props = GithubDeployIdentityProps(
+        repository="o/r", cluster_names=names, branch_trust=True, branches=("main",), pull_requests=True
+    )
     stack = build_identity(new_app(), props, env=cdk.Environment(account=ACCOUNT, region="us-gov-west-1"), nag=False)
     template = Template.from_stack(stack)
     template.resource_count_is("AWS::IAM::ManagedPolicy", 0)
@@ -337,7 +442,14 @@ def test_six_clusters_of_the_longest_name_keep_one_inline_policy() -> None:
         ({"branches": ("main:evil",)}, r"branches: got 'main:evil'"),
         ({"branches": ("a..b",)}, r"branches: got 'a\.\.b'"),
         ({"environments": ("prod*",)}, r"environments: got 'prod\*'"),
-        ({"branches": ()}, r"branches/pull_requests/environments: .*allowed: at least one"),
+        ({"environments": ()}, r"branches/pull_requests/environments: .*allowed: at least one environment"),
+        ({"branches": ("main",)}, r"branches/pull_requests: got \(\['main'\], False\); allowed: branch_trust=True"),
+        ({"pull_requests": True}, r"branches/pull_requests: got \(\[\], True\); allowed: branch_trust=True"),
+        (
+            {"cluster_names": ("qs", "qs-foo")},
+            r"cluster_names: got \['qs', 'qs-foo'\]; allowed: names none of which starts with another's name and '-' "
+            r"\(qs-foo starts with qs-, so qs-\* grants would reach qs-foo's environments\)$",
+        ),
         ({"existing_provider_arn": "arn:aws:iam::111111111111:oidc-provider/example.com"}, r"existing_provider_arn"),
         ({"cdk_qualifier": "much-too-long"}, r"cdk_qualifier: got 'much-too-long'"),
         ({"max_session_duration_hours": 13}, r"max_session_duration_hours: got 13; allowed: a whole number"),

@@ -18,6 +18,7 @@ from aws_cdk.assertions import Template
 from kiln.catalog.platforms import service_fact
 from kiln.constructs import (
     LustreFileSystemAttributes,
+    nag_rules,
 )
 from kiln.constructs.eks import (
     KUBECTL_ECR_POLICIES,
@@ -44,7 +45,9 @@ from tests.constructs.conftest import (
     get_att,
     imported_vpc,
     logical_id,
+    policy_rows,
     ref,
+    role_policies,
     stack,
 )
 from tests.constructs.eks_clusters import (
@@ -181,8 +184,8 @@ def test_gpu_nodes_boot_the_eks_bundle_and_the_node_role_reads_only_it(eks) -> N
         for p in _resources(eks["template"], "AWS::IAM::Policy").values()
         if p["Properties"]["Roles"] == [ref(role.node.default_child)]
     ]
-    (statement,) = policy["PolicyDocument"]["Statement"]
-    assert statement["Action"] == "s3:GetObject"
+    # The bundle read, beside SSM Agent's own actions (test_node_role_holds_only_what_nodes_need).
+    [statement] = [s for s in policy["PolicyDocument"]["Statement"] if s["Action"] == "s3:GetObject"]
     assert statement["Resource"] == cdk.Stack.of(role).resolve(eks["bootstrap"].object_arn)
 
 
@@ -220,11 +223,15 @@ def test_node_role_holds_only_what_nodes_need(eks) -> None:
     for template, cluster in _both(eks):
         names = _managed_policy_names(template, cluster.node_role)
         assert "AmazonEKS_CNI_Policy" not in names
-        assert sorted(names) == [
-            "AmazonEC2ContainerRegistryPullOnly",
-            "AmazonEKSWorkerNodePolicy",
-            "AmazonSSMManagedInstanceCore",
-        ]
+        assert sorted(names) == ["AmazonEC2ContainerRegistryPullOnly", "AmazonEKSWorkerNodePolicy"]
+        # SSM Agent's own actions instead of AmazonSSMManagedInstanceCore: no ssm:GetParameter on *.
+        granted = {
+            row[0]
+            for document in role_policies(template, cluster.node_role.node.default_child)
+            for row in policy_rows(document)
+        }
+        assert set(nag_rules.NODE_SSM_HEARTBEAT) | set(nag_rules.NODE_SSM_CHANNELS) <= granted
+        assert not any(action.startswith("ssm:GetParameter") for action in granted)
 
 
 def test_vpc_cni_has_its_own_pod_identity_with_only_the_cni_policy(eks) -> None:

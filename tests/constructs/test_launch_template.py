@@ -8,6 +8,7 @@ from aws_cdk.assertions import Template
 
 from kiln.catalog import instance_type
 from kiln.catalog.interfaces import efa_layout
+from kiln.catalog.platforms import service_fact
 from kiln.constructs import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
 from tests.constructs.conftest import get_att, logical_id, stack
 
@@ -92,12 +93,14 @@ def test_every_interface_joins_the_efa_group_and_only_the_primary_more(templates
     assert "SecurityGroupIds" not in _data(templates, "p5.48xlarge")
 
 
-def test_imdsv2_required_with_a_hop_limit_for_containers(templates) -> None:
+def test_imdsv2_required_and_its_token_stays_on_the_host(templates) -> None:
+    # Hop limit 1: a container behind a bridge is one hop more and gets no token (platforms.json, imds_host_hop_limit).
+    assert service_fact("ec2", "imds_host_hop_limit").value == 1
     for key in templates["built"]:
         assert _data(templates, key)["MetadataOptions"] == {
             "HttpEndpoint": "enabled",
             "HttpTokens": "required",
-            "HttpPutResponseHopLimit": 2,
+            "HttpPutResponseHopLimit": 1,
         }
 
 

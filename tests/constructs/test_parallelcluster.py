@@ -13,7 +13,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
 from kiln.catalog.platforms import service_fact
-from kiln.constructs import CapacityOption, LustreFileSystem, LustreFileSystemAttributes
+from kiln.constructs import CapacityOption, LustreFileSystem, LustreFileSystemAttributes, nag_rules
 from kiln.constructs.parallelcluster import (
     PARALLELCLUSTER_VERSION,
     ParallelCluster,
@@ -22,7 +22,10 @@ from kiln.constructs.parallelcluster import (
     attachable_policy,
     is_attachable,
 )
-from tests.constructs.conftest import imported_vpc, logical_id, plain_bootstrap, stack
+from kiln.iam_wildcards import template_wildcards
+from kiln.stacks import new_app
+from kiln.synth import nag_report
+from tests.constructs.conftest import imported_vpc, logical_id, plain_bootstrap, stack, synth_as_kiln
 from tests.constructs.pcluster_schema import concrete, load_with_official_schema
 
 CAPACITIES = {
@@ -219,12 +222,70 @@ def test_each_kind_of_node_is_told_its_role_and_login_nodes_run_the_bootstrap_to
         assert args[2:4] == ["--role", {"head": "controller", "login": "login"}.get(kind, "worker")], kind
     # Login pools take no S3Access: a policy the provider may attach reads exactly the two objects.
     policies = [p["Policy"] for p in pool["Iam"]["AdditionalIamPolicies"]]
-    (read,) = [r for r in template.find_resources("AWS::IAM::ManagedPolicy").values()]
-    assert read["Properties"]["Path"] == "/parallelcluster/"
-    (statement,) = read["Properties"]["PolicyDocument"]["Statement"]
+    read = cluster.node.find_child("LoginNodeBootstrapRead").node.default_child
+    properties = template.find_resources("AWS::IAM::ManagedPolicy")[logical_id(read)]["Properties"]
+    assert properties["Path"] == "/parallelcluster/"
+    (statement,) = properties["PolicyDocument"]["Statement"]
     assert statement["Action"] == "s3:GetObject" and len(statement["Resource"]) == 2
     assert "*" not in json.dumps(statement["Resource"]).replace("${AWS::Partition}", "")
-    assert len(policies) == 2 and any("AmazonSSMManagedInstanceCore" in json.dumps(p) for p in policies)
+    assert policies == [
+        Stack.of(cluster).resolve(cluster.ssm_agent_policy.managed_policy_arn),
+        {"Ref": logical_id(read)},
+    ]
+
+
+def test_every_node_holds_ssm_agents_own_actions_not_the_managed_policy(on_demand) -> None:
+    cluster, template = on_demand
+    config = Stack.of(cluster).resolve(cluster.config)
+    (pool,) = config["LoginNodes"]["Pools"]
+    kinds = [config["HeadNode"], pool, *config["Scheduling"]["SlurmQueues"]]
+    agent = Stack.of(cluster).resolve(cluster.ssm_agent_policy.managed_policy_arn)
+    for kind in kinds:
+        assert {"Policy": agent} in kind["Iam"]["AdditionalIamPolicies"]
+    assert "AmazonSSMManagedInstanceCore" not in json.dumps(config)
+    # A policy the provider's Lambda role may attach, granting exactly SSM Agent's calls (platforms.json).
+    assert is_attachable(cluster.ssm_agent_policy)
+    properties = template.find_resources("AWS::IAM::ManagedPolicy")[
+        logical_id(cluster.ssm_agent_policy.node.default_child)
+    ]["Properties"]
+    heartbeat, channels = properties["PolicyDocument"]["Statement"]
+    documented = service_fact("systems_manager", "instance_actions").value
+    granted = sorted([heartbeat["Action"], *channels["Action"]])
+    assert granted == sorted(documented["session_manager"] + documented["run_command"])
+    # The heartbeat on the account's instances in the region; the channels, which take no resource, on *.
+    assert heartbeat["Resource"] == "arn:aws:ec2:us-east-1:111111111111:instance/*"
+    assert channels["Resource"] == "*"
+
+
+def test_cdk_nag_has_no_open_finding_and_the_ssm_wildcard_is_reviewed(tmp_path) -> None:
+    app = new_app(str(tmp_path))
+    st = stack("PcNag", app)
+    cluster = ParallelCluster(st, "Cluster", _props(st))
+    template = synth_as_kiln(app, tmp_path, [st])["PcNag"]
+    policy = logical_id(cluster.ssm_agent_policy.node.default_child)
+    uses = [u for u in template_wildcards(template.to_json()) if u.logical_id == policy]
+    assert {(u.action, u.resource) for u in uses} == {(action, "*") for action in nag_rules.NODE_SSM_CHANNELS} | {
+        ("ssm:UpdateInstanceInformation", "arn:aws:ec2:us-east-1:111111111111:instance/*")
+    }
+    assert {u.reason for u in uses} == {grant.reason for grant in nag_rules.NODE_SSM_GRANTS}
+    assert nag_report(tmp_path).violations == []
+
+
+def test_parallelcluster_secures_imds_on_head_and_login_nodes_and_sets_no_hop_limit(on_demand) -> None:
+    """kiln's bootstrap leaves IMDS to ParallelCluster on the roles it restricts itself (HeadNode/Imds/Secured),
+    and ParallelCluster's configuration has no hop limit to set (platforms.json, parallelcluster.*)."""
+    cluster, _ = on_demand
+    config = Stack.of(cluster).resolve(cluster.config)
+    assert config["HeadNode"]["Imds"] == {"Secured": True}
+    assert config["Imds"] == {"ImdsSupport": "v2.0"}
+    assert service_fact("parallelcluster", "imds_secured_roles").value == ["controller", "login"]
+    # The pinned release's schema: HeadNode/Imds takes Secured alone, Imds ImdsSupport alone.
+    from pcluster.schemas.cluster_schema import ImdsSchema as HeadNodeImdsSchema
+    from pcluster.schemas.common_schema import ImdsSchema
+
+    assert set(HeadNodeImdsSchema().fields) == {"secured"}
+    assert set(ImdsSchema().fields) == {"imds_support"}
+    assert service_fact("parallelcluster", "launch_template_hop_limit").value is None
 
 
 def test_head_node_ip_is_an_output(on_demand) -> None:

@@ -5,16 +5,24 @@ from __future__ import annotations
 import pytest
 from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk.assertions import Template
 
+from kiln.catalog.platforms import service_fact
 from kiln.constructs import CapacityOption
+from kiln.constructs.nag_rules import NODE_SSM_CHANNELS, NODE_SSM_GRANTS
 from kiln.constructs.pcs import PcsCluster, PcsClusterProps, PcsNodeGroup
-from tests.constructs.conftest import get_att, imported_vpc, logical_id, plain_bootstrap, ref, stack
+from kiln.iam_wildcards import template_wildcards
+from kiln.stacks import new_app
+from kiln.synth import nag_report
+from tests.constructs.conftest import get_att, imported_vpc, logical_id, plain_bootstrap, ref, stack, synth_as_kiln
+
+SSM_DOCS = service_fact("systems_manager", "instance_actions").value
 
 
 @pytest.fixture(scope="module")
-def pcs():
-    st = stack("Pcs")
+def pcs(tmp_path_factory):
+    outdir = tmp_path_factory.mktemp("pcs-assembly")
+    app = new_app(str(outdir))
+    st = stack("Pcs", app)
     vpc = imported_vpc(st)
     efa = ec2.SecurityGroup(st, "Efa", vpc=vpc)
     clients = ec2.SecurityGroup(st, "LustreClients", vpc=vpc)
@@ -59,7 +67,9 @@ def pcs():
         "efa": efa,
         "clients": clients,
         "bootstrap": bootstrap,
-        "template": Template.from_stack(st),
+        # Synthesized as kiln's stacks are, cdk-nag on.
+        "template": synth_as_kiln(app, outdir, [st])["Pcs"],
+        "outdir": outdir,
     }
 
 
@@ -177,9 +187,8 @@ def test_node_role_follows_the_pcs_rule_and_least_privilege(pcs) -> None:
     template = pcs["template"]
     role = template.find_resources("AWS::IAM::Role")[logical_id(cluster.role.node.default_child)]["Properties"]
     assert role["Path"] == "/aws-pcs/"
-    assert role["ManagedPolicyArns"] == [
-        {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AmazonSSMManagedInstanceCore"]]}
-    ]
+    # No AWS-managed policy: AmazonSSMManagedInstanceCore would let every node read the account's SSM parameters.
+    assert "ManagedPolicyArns" not in role
     template.has_resource_properties(
         "AWS::IAM::InstanceProfile", {"Path": "/aws-pcs/", "Roles": [ref(cluster.role.node.default_child)]}
     )
@@ -197,7 +206,37 @@ def test_node_role_follows_the_pcs_rule_and_least_privilege(pcs) -> None:
     (s3,) = [s for s in statements if s["Action"] == "s3:GetObject"]
     assert s3["Resource"] == Stack.of(cluster).resolve(pcs["bootstrap"].object_arn)
     assert "bundles/node.zip" in str(s3["Resource"])
-    assert len(statements) == 2
+    # SSM Agent's own calls for Session Manager and Run Command, exactly as AWS lists them, and nothing else of SSM:
+    # its heartbeat on this account's instances, its channels (which take no resource) on *.
+    (heartbeat,) = [s for s in statements if s["Action"] == "ssm:UpdateInstanceInformation"]
+    assert heartbeat["Resource"] == "arn:aws:ec2:us-east-1:111111111111:instance/*"
+    (channels,) = [s for s in statements if s["Resource"] == "*"]
+    granted = sorted([heartbeat["Action"], *channels["Action"]])
+    assert granted == sorted([*SSM_DOCS["session_manager"], *SSM_DOCS["run_command"]]) and len(granted) == 11
+    assert all(action.split(":")[0] in ("ssmmessages", "ec2messages") for action in channels["Action"])
+    assert len(statements) == 4
+
+
+def test_the_node_role_wildcard_is_reviewed_and_cdk_nag_has_no_open_finding(pcs) -> None:
+    policy = pcs["cluster"].role.node.find_child("DefaultPolicy").node.default_child
+    uses = [u for u in template_wildcards(pcs["template"].to_json()) if u.logical_id == logical_id(policy)]
+    assert {(u.action, u.resource) for u in uses} == {(action, "*") for action in NODE_SSM_CHANNELS} | {
+        ("ssm:UpdateInstanceInformation", "arn:aws:ec2:us-east-1:111111111111:instance/*")
+    }
+    assert {u.reason for u in uses} == {grant.reason for grant in NODE_SSM_GRANTS}
+    report = nag_report(pcs["outdir"])
+    assert report.violations == []
+    assert not any("AmazonSSMManagedInstanceCore" in rule for rule, _ in report.acknowledged)
+
+
+def test_every_node_group_keeps_the_imds_token_on_the_host(pcs) -> None:
+    templates = pcs["template"].find_resources("AWS::EC2::LaunchTemplate")
+    groups = [_group(pcs, name) for name in ("p5", "spot", "login")]
+    for group in groups:
+        options = templates[group["CustomLaunchTemplate"]["TemplateId"]["Ref"]]["Properties"]["LaunchTemplateData"][
+            "MetadataOptions"
+        ]
+        assert (options["HttpTokens"], options["HttpPutResponseHopLimit"]) == ("required", 1)
 
 
 def test_outputs_cluster_id_and_login_group(pcs) -> None:

@@ -79,7 +79,7 @@ def from_a_used_checkout(tmp_path_factory: pytest.TempPathFactory) -> Built:
 # --- the function and its code -------------------------------------------------------------------------------
 
 
-def test_the_function_runs_the_reaper_one_at_a_time_for_up_to_15_minutes(built: Built) -> None:
+def test_the_function_runs_the_reaper_for_up_to_15_minutes_and_knows_its_alarm_topic(built: Built) -> None:
     reaper = built.reaper
     function = built.resource(reaper.function.node.default_child)
     properties = function["Properties"]
@@ -88,7 +88,6 @@ def test_the_function_runs_the_reaper_one_at_a_time_for_up_to_15_minutes(built: 
         "Handler": "kiln_reaper.handler.main",
         "Timeout": 900,
         "MemorySize": 256,
-        "ReservedConcurrentExecutions": 1,
         "Role": get_att(reaper.role.node.default_child, "Arn"),
         "LoggingConfig": {"LogGroup": ref(reaper.log_group.node.default_child)},
         "Description": f"kiln reaper of {ENVIRONMENT}",
@@ -97,6 +96,7 @@ def test_the_function_runs_the_reaper_one_at_a_time_for_up_to_15_minutes(built: 
                 "KILN_ENVIRONMENT": ENVIRONMENT,
                 "KILN_SCHEDULE_NAME": f"{ENVIRONMENT}-reaper",
                 "KILN_REAPER_STACK": STACK_NAME,
+                "KILN_ALARM_TOPIC": ref(reaper.alarm_topic.node.default_child),
             }
         },
     }
@@ -159,6 +159,8 @@ def test_the_reaper_role_may_delete_only_its_environment(built: Built) -> None:
     # GetAtt Arn of a log group is arn:...:log-group:<name>:*, its streams and nothing else.
     log_group = json.dumps(get_att(reaper.log_group.node.default_child, "Arn"), sort_keys=True)
     expected |= {(a, log_group, None) for a in ("logs:CreateLogStream", "logs:PutLogEvents")}
+    # Its alarm topic, and no other.
+    expected.add(("sns:Publish", json.dumps(ref(reaper.alarm_topic.node.default_child)), None))
     assert policy_rows(document) == expected
     assert nag_rules.REAPER_STACK_ACTIONS == (
         "cloudformation:DeleteStack",
@@ -243,7 +245,7 @@ def test_checkov_skips_are_recorded_with_their_reasons(built: Built) -> None:
     listed = {(s.resource_type, s.check): s.reason for s in nag_rules.CHECKOV_SKIPS if "Reaper/" in " ".join(s.paths)}
     assert _checkov_skips(function) == [(c, listed["AWS::Lambda::Function", c]) for c, _ in _checkov_skips(function)]
     assert _checkov_skips(logs) == [("CKV_AWS_158", listed["AWS::Logs::LogGroup", "CKV_AWS_158"])]
-    assert [c for c, _ in _checkov_skips(function)] == ["CKV_AWS_117", "CKV_AWS_116", "CKV_AWS_173"]
+    assert [c for c, _ in _checkov_skips(function)] == ["CKV_AWS_115", "CKV_AWS_117", "CKV_AWS_116", "CKV_AWS_173"]
     assert [c for c, _ in _checkov_skips(logs)] == ["CKV_AWS_158"]
     assert all(reason.strip() for _, reason in _checkov_skips(function) + _checkov_skips(logs))
 
@@ -275,3 +277,13 @@ def test_a_naive_delete_at_is_refused() -> None:
         ValueError, match=r"^delete_at: got datetime\.datetime\(2030, 1, 2, 3, 4, 5\); allowed: a timezone-aware time$"
     ):
         EnvironmentReaperProps(environment=ENVIRONMENT, delete_at=naive)
+
+
+def test_the_alarm_topic_is_the_environments_encrypted_and_tls_only(built: Built) -> None:
+    reaper = built.reaper
+    topic = built.resource(reaper.alarm_topic.node.default_child)["Properties"]
+    assert topic["TopicName"] == f"{ENVIRONMENT}-reaper-alarm"
+    assert topic["KmsMasterKeyId"].endswith(":alias/aws/sns")
+    [policy] = [r for r in built.template.find_resources("AWS::SNS::TopicPolicy").values()]
+    [statement] = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert statement["Effect"] == "Deny" and statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}

@@ -1,4 +1,4 @@
-"""Instance type discovery: KILN_INSTANCE_TYPE, else IMDSv2 (a fake one on loopback here)."""
+"""Instance type discovery: KILN_INSTANCE_TYPE, the bootstrap's record, else IMDSv2 (a fake one on loopback here)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,26 @@ def test_explicit_variable_wins_without_any_request(fake_imds):
     found = lookup({"KILN_INSTANCE_TYPE": "g5.48xlarge", "KILN_IMDS_ENDPOINT": fake_imds})
     assert (found.name, found.source) == ("g5.48xlarge", "KILN_INSTANCE_TYPE")
     assert FakeImds.seen == []
+
+
+def test_the_bootstraps_record_answers_before_imds(fake_imds, tmp_path):
+    # On multi-user nodes IMDS answers root and kiln's services only: a user's kiln-launch reads the node's record.
+    record = tmp_path / "etc/kiln/instance-type"
+    record.parent.mkdir(parents=True)
+    record.write_text("p5.48xlarge\n")
+    found = lookup({"KILN_ROOT": str(tmp_path), "KILN_IMDS_ENDPOINT": fake_imds})
+    assert (found.name, found.source) == ("p5.48xlarge", str(record))
+    assert FakeImds.seen == []
+    # The variable still wins over the record.
+    assert lookup({"KILN_ROOT": str(tmp_path), "KILN_INSTANCE_TYPE": "g5.48xlarge"}).name == "g5.48xlarge"
+
+
+def test_an_empty_record_falls_back_to_imds(fake_imds, tmp_path):
+    record = tmp_path / "etc/kiln/instance-type"
+    record.parent.mkdir(parents=True)
+    record.write_text("\n")
+    found = lookup({"KILN_ROOT": str(tmp_path), "KILN_IMDS_ENDPOINT": fake_imds})
+    assert found.name == "p4d.24xlarge" and found.source == f"imds {fake_imds}"
 
 
 def test_imdsv2_token_then_instance_type(fake_imds):

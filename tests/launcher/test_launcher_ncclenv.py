@@ -112,3 +112,30 @@ def test_cli_plan_shows_preset_override_and_kept_variable(tmp_path):
         "NCCL_DEBUG": {"value": "INFO", "source": "override"},
     }
     assert nccl["kept_from_environment"]["NCCL_SOCKET_IFNAME"]["value"] == "ens5"
+
+
+@pytest.mark.parametrize("name", ["LD_PRELOAD", "BASH_ENV", "PATH", "PYTHONPATH", "KILN_STEP", "OMP_NUM_THREADS"])
+def test_an_override_outside_nccls_and_libfabrics_families_is_refused(name):
+    with pytest.raises(UsageError, match=rf"^'{name}': is not an NCCL or libfabric variable: names start with NCCL_"):
+        plan("p5.48xlarge", environ={}, overrides={name: "x"})
+
+
+def test_overrides_are_bounded_like_the_specs():
+    most = {f"NCCL_X{i}": "1" for i in range(64)}
+    assert set(most) <= set(plan("p5.48xlarge", environ={}, overrides=most).to_set())
+    with pytest.raises(UsageError, match=r"^--nccl-env/KILN_NCCL_ENV: at most 64 variables \(got 65\)$"):
+        plan("p5.48xlarge", environ={}, overrides={**most, "NCCL_Y": "1"})
+    with pytest.raises(UsageError, match=r"value is 257 characters; at most 256"):
+        plan("p5.48xlarge", environ={}, overrides={"NCCL_X": "a" * 257})
+
+
+def test_a_launcher_value_need_not_be_shell_plain():
+    # The launcher sets overrides in the job's environment, never through a shell: NCCL's %h and %p pass here,
+    # though the spec (whose values go into files shells read) refuses them.
+    result = plan("p5.48xlarge", environ={}, overrides={"NCCL_DEBUG_FILE": "/fsx/nccl.%h.%p"})
+    assert result.to_set()["NCCL_DEBUG_FILE"] == "/fsx/nccl.%h.%p"
+
+
+def test_a_deeply_nested_kiln_nccl_env_is_one_usage_error():
+    with pytest.raises(UsageError, match=r"^KILN_NCCL_ENV: nests too deeply; expected a JSON object of NAME: value$"):
+        parse_overrides([], "[" * 100_000 + "]" * 100_000)

@@ -66,7 +66,7 @@ def aws(aws_env: None) -> Iterator[AwsClients]:
 
 
 def stubbed(aws: AwsClients, service: str) -> tuple[AwsClients, Stubber]:
-    """Return AWS with SERVICE's client (a field name: ec2, service_quotas, ssm, s3, fsx) replaced by a stubbed one.
+    """Return AWS with SERVICE's client (a field: ec2, service_quotas, ssm, s3, fsx, iam) replaced by a stubbed one.
 
     The caller adds responses and activates the stubber (`with stubber:`); moto still answers the other clients.
     """

@@ -22,13 +22,18 @@ def _names_in(path) -> set[str]:
 
 
 def test_every_call_of_a_check_is_a_listed_permission_and_every_permission_is_used(aws) -> None:
-    clients = (aws.ec2, aws.service_quotas, aws.ssm, aws.s3, aws.fsx)
+    clients = (aws.ec2, aws.service_quotas, aws.ssm, aws.s3, aws.fsx, aws.iam)
     called = set()
     for path in CHECKS:
         names = _names_in(path)
         for client in clients:
             mapping = client.meta.method_to_api_mapping
             called |= {aws.iam_action(mapping[name]) for name in names if name in mapping}
-    listed = {*permissions.UNSCOPED_READS, *permissions.PARAMETER_READS, *permissions.BUCKET_READS}
+    listed = {
+        *permissions.UNSCOPED_READS,
+        *permissions.PARAMETER_READS,
+        *permissions.BUCKET_READS,
+        *permissions.BOOTSTRAP_READS,
+    }
     assert called == listed
     assert all(action.split(":")[1].startswith(("Describe", "Get", "List")) for action in listed)

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kiln.spec import SpecError, yaml_source
-from kiln.spec.yaml_source import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, parse_yaml, read_spec_file
+from kiln.spec import SpecError, parse_spec, yaml_source
+from kiln.spec.yaml_source import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, MAX_TEXT_CHARS, parse_yaml, read_spec_file
 
 MEMORY_BYTES = 2 << 30
 TIMEOUT_S = 30
@@ -49,6 +49,21 @@ def _deep_through_aliases() -> str:
     lines = [f"a0: &a0 {'[' * 40}x{']' * 40}"]
     lines += [f"a{i}: &a{i} {'[' * 39}*a{i - 1}{']' * 39}" for i in (1, 2)]
     return "\n".join(lines) + "\n"
+
+
+def _alias_text_bomb() -> str:
+    # The audit's case: 4,800 uses of one 500 KB launcher.nccl_env value, 2.4 billion characters once expanded, in a
+    # file of half a megabyte and under 5,000 YAML nodes.
+    lines = ["name: llm", "compute: {backend: pcs, groups: [{name: gpu, instance_type: p5.48xlarge}]}"]
+    lines += ["big: &v " + "a" * 500_000, "launcher:", "  nccl_env:"]
+    lines += [f"    NCCL_X{i}: *v" for i in range(4800)]
+    return "\n".join(lines) + "\n"
+
+
+def _alias_text_through_a_list() -> str:
+    # Ten 60 KB values under one anchor, the list used twice: no alias stands for a large value of its own.
+    values = ", ".join(["b" * 60_000] * 10)
+    return f"a: &l [{values}]\nb: *l\nc: *l\n"
 
 
 def _deep_block() -> str:
@@ -106,6 +121,8 @@ HOSTILE: list[tuple[str, Callable[[Path], Path], str, bool]] = [
         True,
     ),
     ("many-nodes", _text("[" + "0, " * 200_000 + "0]\n"), f"more than {MAX_NODES} YAML nodes", True),
+    ("alias-text-bomb", _text(_alias_text_bomb()), "alias *v stands for 500000 characters of keys and values", True),
+    ("alias-text-through-a-list", _text(_alias_text_through_a_list()), "alias *l stands for 600000 characters", True),
     ("huge-file", _huge, f"is {MAX_FILE_BYTES + 1} bytes; a spec file may be at most 1 MiB", False),
     ("dev-zero", _dev_zero, "is a character device, not a spec file", False),
     ("link-to-dev-zero", _link_to_dev_zero, "is a character device, not a spec file", False),
@@ -198,6 +215,27 @@ def test_the_limits_are_exact() -> None:
     assert len(parse_yaml("[" + "0," * (MAX_NODES - 1) + "]", "f.yaml")[0]) == MAX_NODES - 1
     with pytest.raises(SpecError, match=f"more than {MAX_NODES} YAML nodes"):
         parse_yaml("[" + "0," * MAX_NODES + "]", "f.yaml")
+
+
+def test_the_text_limit_is_exact_and_counts_each_use_of_an_alias() -> None:
+    # Keys count: "a" is one character of the document's text.
+    assert len(parse_yaml("a: " + "x" * (MAX_TEXT_CHARS - 1), "f.yaml")[0]["a"]) == MAX_TEXT_CHARS - 1
+    with pytest.raises(SpecError, match=rf"^f\.yaml:1:4: more than {MAX_TEXT_CHARS} characters of keys and values"):
+        parse_yaml("a: " + "x" * MAX_TEXT_CHARS, "f.yaml")
+    half = (MAX_TEXT_CHARS - 2) // 2  # keys a and b, the value twice
+    assert parse_yaml(f"a: &v {'x' * half}\nb: *v\n", "f.yaml")[0]["b"] == "x" * half
+    with pytest.raises(SpecError, match=rf"^f\.yaml:2:4: alias \*v stands for {half + 1} characters"):
+        parse_yaml(f"a: &v {'x' * (half + 1)}\nb: *v\n", "f.yaml")
+
+
+def test_a_spec_nested_past_pythons_recursion_limit_in_code_is_one_line() -> None:
+    # A file cannot nest past MAX_DEPTH; data built in code can, and the models, shape repair and rules recurse.
+    deep: object = "x"
+    for _ in range(sys.getrecursionlimit() * 2):
+        deep = [deep]
+    with pytest.raises(SpecError) as caught:
+        parse_spec({"name": "llm", "compute": {"backend": "pcs", "groups": deep}}, "code")
+    assert caught.value.lines_out() == ["code: (top level): nests too deeply to check; a spec nests about 6 levels"]
 
 
 def test_a_recursion_error_while_parsing_is_one_line() -> None:

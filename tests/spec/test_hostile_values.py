@@ -417,6 +417,8 @@ AT_THE_LIMIT = {
     "vpc-beside-docker": edge(("network", {"vpc_cidr": "172.18.0.0/16"})),
     "eks-on-docker-range": edge(("network", {"vpc_cidr": "172.17.0.0/16"}), compute=eks(group())),
     "ttl-max": edge(("ci", {"ttl_hours": limits.MAX_TTL_HOURS})),
+    "ttl-min": edge(("ci", {"ttl_hours": limits.MIN_TTL_HOURS})),
+    "vpc-shared-address-space": edge(("network", {"vpc_cidr": "100.64.0.0/16"})),
     "newest-partition": edge(("region", "eusc-de-east-1"), ("availability_zone", "eusc-de-east-1a")),
     "lock-file-in-a-folder": edge(("software", {"lock_file": "locks/cluster.lock.json"})),
     "hyperpod-sagemaker-names": edge(
@@ -480,6 +482,8 @@ PAST_THE_LIMIT = [
     ("vpc-15", edge(("network", {"vpc_cidr": "10.0.0.0/15"})), "network.vpc_cidr", "/16 to /22"),
     ("vpc-on-docker", edge(("network", {"vpc_cidr": "172.17.0.0/16"})), "network.vpc_cidr", "Docker"),
     ("ttl-above", edge(("ci", {"ttl_hours": limits.MAX_TTL_HOURS + 0.5})), "ci.ttl_hours", "at most 720"),
+    ("ttl-below", edge(("ci", {"ttl_hours": limits.MIN_TTL_HOURS - 0.01})), "ci.ttl_hours", "at least 0.5 hours"),
+    ("vpc-link-local", edge(("network", {"vpc_cidr": "169.254.0.0/16"})), "network.vpc_cidr", "must be a range"),
     ("region-unknown", edge(("region", "us-east-9"), ("availability_zone", "us-east-9a")), "region", "AWS region"),
     ("neuron-unknown", edge(("software", {"neuron": "2.99.0"})), "software.neuron", "Neuron SDK release kiln knows"),
     ("lock-file-above", edge(("software", {"lock_file": "../cluster.lock.json"})), "software.lock_file", ".json"),

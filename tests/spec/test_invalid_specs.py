@@ -143,7 +143,7 @@ CASES = [
         "compute.head_node.instance_type",
         "unknown instance type 'm9.huge'",
     ),
-    ("negative-ttl", with_change("ci", {"ttl_hours": -1}), "ci.ttl_hours", "must be more than 0"),
+    ("negative-ttl", with_change("ci", {"ttl_hours": -1}), "ci.ttl_hours", "must be at least 0.5 hours"),
     ("zero-storage", with_change("storage.lustre.storage_gib", 0), "storage.lustre.storage_gib", "must be positive"),
     (
         "unknown-key",
@@ -198,7 +198,12 @@ CASES = [
         "compute.groups[0].root_volume_gib",
         "at least 40",
     ),
-    ("public-cidr", with_change("network", {"vpc_cidr": "8.8.0.0/16"}), "network.vpc_cidr", "private range"),
+    (
+        "public-cidr",
+        with_change("network", {"vpc_cidr": "8.8.0.0/16"}),
+        "network.vpc_cidr",
+        "must be a range inside 10.0.0.0/8",
+    ),
     (
         "pcluster-capacity-block-dynamic",
         with_change(
@@ -346,7 +351,7 @@ def test_base_spec_of_the_table_is_valid(tmp_path: Path, capsys: pytest.CaptureF
         "PCS sample AMI for Slurm 25.11; installs lustre_client, enroot 3.5.0, pyxis 0.20.0, "
         "nvidia_container_toolkit 1.17.8",
         # kiln's estimate of each node's setup at boot; the p5 group scales from zero within PCS's deadline.
-        "  login (m5.2xlarge): setup at boot ~22 min by kiln's estimate (install_launcher 4, install_enroot 3, "
+        "  login (m5.2xlarge): setup at boot ~23 min by kiln's estimate (install_launcher 4, install_enroot 3, "
         "install_lustre_client 2 min)",
         "  gpu (p5.48xlarge): setup at boot ~23 min by kiln's estimate (install_launcher 4, install_enroot 3, "
         "install_lustre_client 2 min); PCS's ResumeTimeout is 30 min",

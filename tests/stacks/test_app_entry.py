@@ -65,6 +65,27 @@ def test_a_bad_lock_file_stops_the_app_with_one_line_before_synthesis(tmp_path: 
     assert not (tmp_path / "cdk.out").exists() or not list((tmp_path / "cdk.out").glob("*.template.json"))
 
 
+def test_a_deeply_nested_lock_file_stops_the_app_with_one_line(tmp_path: Path) -> None:
+    """The audit's 2.2 KB lock of 1,100 '[' raised RecursionError in the app; it is one line now."""
+    spec = (ROOT / "examples" / "quickstart.yaml").read_text()
+    (tmp_path / "cluster.yaml").write_text(spec + "software: {lock_file: cluster.lock.json}\n")
+    (tmp_path / "cluster.lock.json").write_text("[" * 1100 + "]" * 1100)
+    result = _app(tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert _kiln_lines(result.stderr) == [
+        "cluster.yaml: software.lock_file: cluster.lock.json: nests deeper than 16 levels; not a kiln lock "
+        "(format 1 nests 3)"
+    ]
+
+
+def test_a_deeply_nested_spec_stops_the_app_with_one_line(tmp_path: Path) -> None:
+    (tmp_path / "cluster.yaml").write_text("name: llm\ncompute: " + "[" * 20_000 + "\n")
+    result = _app(tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    [line] = _kiln_lines(result.stderr)
+    assert line.startswith("cluster.yaml:2:") and "nesting deeper than 100 levels" in line
+
+
 def _unready_spec(tmp_path: Path) -> None:
     """Write cluster.yaml: the quickstart on an AMI of the user's own, with an EFA installer release AWS publishes no
     digest for and no lock, so its nodes would refuse that download."""

@@ -145,6 +145,19 @@ def test_an_environment_is_made_only_by_a_name_or_a_ttl() -> None:
     assert own.delete_at == datetime(2030, 1, 3, 2, 30, tzinfo=timezone.utc)
 
 
+@pytest.mark.parametrize("ttl", [1e-300, 0.0, 0.49, 720.5, float("nan")])
+def test_a_ttl_given_beside_the_spec_is_held_to_the_specs_bounds(ttl: float) -> None:
+    with pytest.raises(SpecError) as caught:
+        ci_environment(_example("quickstart"), name="quickstart-pr1", ttl_hours=ttl)
+    [line] = caught.value.lines_out()
+    assert line.startswith("--ttl: ci.ttl_hours: must be at ") and line.endswith("; --ttl sets it for this deploy")
+
+
+def test_the_shortest_ttl_deletes_the_environment_half_an_hour_after_deploy() -> None:
+    ci = ci_environment(_example("quickstart"), name="quickstart-pr1", created_at=HP_CREATED_AT, ttl_hours=0.5)
+    assert ci is not None and ci.delete_at == HP_CREATED_AT + timedelta(minutes=30)
+
+
 def test_data_is_kept_only_when_the_spec_sets_retain_itself() -> None:
     assert not retains_data(_example("quickstart"))  # the spec's default (True) does not count
     assert retains_data(_example("quickstart", bucket={"retain": True}))

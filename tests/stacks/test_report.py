@@ -74,13 +74,13 @@ def test_report_tables_stacks_resources_lint_results_and_boot_readiness(capsys: 
     out = captured.out.splitlines()
     assert out[0].split() == [
         "spec", "stack", "resources", "cfn-lint", "E/W", "cdk-nag", "open/ack", "checkov", "pass/fail/skip",
-        "IAM", "wildcards", "boot-ready", "synth", "s",
+        "IAM", "wildcards+managed", "boot-ready", "synth", "s",
     ]  # fmt: skip
     rows = table(out)
     assert set(rows) == set(STACKS)
     assert all(row["cfn-lint E/W"] == "0/0" for row in rows.values())
     assert {name: row["cdk-nag open/ack"] for name, row in rows.items()} == {
-        "quickstart-compute": "0/1",
+        "quickstart-compute": "0/2",  # SSM Agent's heartbeat and channels (NODE_SSM_GRANTS)
         "quickstart-network": "0/0",
         "quickstart-storage": "0/0",
     }
@@ -127,8 +127,8 @@ def test_report_accepts_unready_nodes_only_when_asked_and_still_says_so(
     assert all(row["checkov pass/fail/skip"] == "skipped" for row in table(out).values())
     last = out[-1]
     assert last.startswith("1 specs, 3 stacks,") and "cfn-lint skipped" in last and "; checkov skipped; " in last
-    assert "cdk-nag 0 open, 1 acknowledged with reasons" in last
-    assert "IAM wildcards, each with its reason" in last
+    assert "cdk-nag 0 open, 2 acknowledged with reasons" in last
+    assert "AWS-managed policy attachments, each with its reason" in last
     assert last.endswith("0 of 1 specs boot-ready (accepted by --accept-unready)")
     assert captured.err.count(": not boot-ready: ") == 1
 
@@ -160,7 +160,7 @@ def test_report_scans_every_template_with_checkov_and_reviews_every_iam_wildcard
     out, err = captured.out.splitlines(), captured.err.splitlines()
     rows = table(out)
     assert set(rows) == set(STACKS)
-    totals = {"passed": 0, "skipped": 0, "wildcards": 0}
+    totals = {"passed": 0, "skipped": 0, "wildcards": 0, "managed": 0}
     for stack, row in rows.items():
         # Every checkov check passed, or was skipped with the reason the template records.
         passed, failed, skipped = map(int, re.fullmatch(r"(\d+)/(\d+)/(\d+)", row["checkov pass/fail/skip"]).groups())
@@ -173,7 +173,7 @@ def test_report_scans_every_template_with_checkov_and_reviews_every_iam_wildcard
             re.fullmatch(rf"\S+: checkov skipped CKV_\w+ on {stack} AWS::\w+::\w+\.\w+: \S.*", line) for line in skips
         )
         # Every wildcard pair is reviewed: the cell is a bare count, and each pair is in a line with its reason.
-        assert row["IAM wildcards"].isdigit()
+        assert row["IAM wildcards+managed"].isdigit()
         prefix = f"{QUICKSTART}: IAM wildcard in {stack} "
         pairs = 0
         for line in err:
@@ -181,25 +181,31 @@ def test_report_scans_every_template_with_checkov_and_reviews_every_iam_wildcard
                 _, grants, reason = line.removeprefix(prefix).split(": ", 2)
                 assert reason.strip() and all(" on " in grant for grant in grants.split(", "))
                 pairs += len(grants.split(", "))
-        assert pairs == int(row["IAM wildcards"])
+                # An AWS-managed policy's attachment, reviewed like a wildcard.
+                totals["managed"] += sum(grant.startswith("policy/") for grant in grants.split(", "))
+        assert pairs == int(row["IAM wildcards+managed"])
         totals["passed"] += passed
         totals["skipped"] += skipped
         totals["wildcards"] += pairs
     assert not [line for line in err if " failed on " in line or "unreviewed IAM wildcard" in line]
     # The flow logs' key policy and the access-log bucket's policy grant on wildcards, for reasons.
-    assert int(rows["quickstart-network"]["IAM wildcards"]) > 0
+    assert int(rows["quickstart-network"]["IAM wildcards+managed"]) > 0
     access_logs = rf"{re.escape(QUICKSTART)}: IAM wildcard in quickstart-storage \w+: s3:PutObject on <\w+\.Arn>/"
     assert any(re.match(access_logs, line) for line in err)
     assert (
         f"; checkov {totals['passed']} passed, 0 failed, {totals['skipped']} skipped with reasons; "
-        f"{totals['wildcards']} IAM wildcards, each with its reason; 1 of 1 specs boot-ready" in out[-1]
+        f"{totals['wildcards'] - totals['managed']} IAM wildcards and {totals['managed']} AWS-managed policy "
+        "attachments, each with its reason; 1 of 1 specs boot-ready" in out[-1]
     )
+    # The login and compute nodes' role attaches AWS's policies (PCS's and Session Manager's, as the platform
+    # documents them), each reviewed.
+    assert totals["managed"] > 0
 
 
 def _synthesizes(monkeypatch: pytest.MonkeyPatch, resources: dict) -> None:
     """Let the report's synthesis write one hand-written template, quickstart-compute, instead of the spec's stacks."""
 
-    def synthesize(spec: object, outdir: Path) -> tuple[None, Path]:
+    def synthesize(spec: object, outdir: Path, ci: object = None) -> tuple[None, Path]:
         (outdir / "quickstart-compute.template.json").write_text(json.dumps({"Resources": resources}))
         return None, outdir
 
@@ -213,7 +219,7 @@ def test_an_unreviewed_iam_wildcard_fails_the_report_and_says_how_to_fix_it(
     assert main(["report", "--no-lint", QUICKSTART]) == 1
     captured = capsys.readouterr()
     out = captured.out.splitlines()
-    assert table(out)["quickstart-compute"]["IAM wildcards"] == "1 (1 unreviewed)"
+    assert table(out)["quickstart-compute"]["IAM wildcards+managed"] == "1 (1 unreviewed)"
     assert out[-1] == "1 specs: problems found; 1 of 1 specs boot-ready"
     assert (
         f"{QUICKSTART}: unreviewed IAM wildcard in quickstart-compute Open: s3:* on *; narrow it or add a "
@@ -231,7 +237,7 @@ def test_a_missing_checkov_is_an_error_in_every_row_and_one_line(
     captured = capsys.readouterr()
     out = captured.out.splitlines()
     assert table(out)["quickstart-compute"]["checkov pass/fail/skip"] == "error"
-    assert table(out)["quickstart-compute"]["IAM wildcards"] == "0"
+    assert table(out)["quickstart-compute"]["IAM wildcards+managed"] == "0"
     assert out[-1] == "1 specs: problems found; 1 of 1 specs boot-ready"
     assert captured.err.splitlines().count(f"kiln report: {MISSING}") == 1
 
@@ -284,3 +290,39 @@ def test_checkov_review_fails_on_a_failed_check_and_lists_skips_with_reasons() -
         1,
     )
     assert checkov_review("c.yaml", "c-storage", CheckovResult(passed=3)) == Review("3/0/0")
+
+
+def test_an_aws_managed_policy_without_a_reason_fails_the_report(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    role = {
+        "Type": "AWS::IAM::Role",
+        "Properties": {
+            "AssumeRolePolicyDocument": {"Statement": []},
+            "ManagedPolicyArns": [
+                {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":iam::aws:policy/AdministratorAccess"]]}
+            ],
+        },
+    }
+    _synthesizes(monkeypatch, {"Admin": role})
+    assert main(["report", "--no-lint", QUICKSTART]) == 1
+    captured = capsys.readouterr()
+    assert table(captured.out.splitlines())["quickstart-compute"]["IAM wildcards+managed"] == "1 (1 unreviewed)"
+    assert any(
+        "unreviewed IAM wildcard in quickstart-compute Admin: policy/AdministratorAccess on" in line
+        for line in captured.err.splitlines()
+    )
+
+
+def test_a_nested_stack_of_aws_is_named_as_not_scanned(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    nested = {"Type": "AWS::CloudFormation::Stack", "Properties": {"TemplateURL": "https://example.com/t.yaml"}}
+    _synthesizes(monkeypatch, {"Provider": nested})
+    assert main(["report", "--no-lint", QUICKSTART]) == 0
+    captured = capsys.readouterr()
+    assert "1 nested stack of AWS's templates not scanned (details below)" in captured.out.splitlines()[-1]
+    assert any(
+        "quickstart-compute Provider: a nested stack from https://example.com/t.yaml" in line
+        for line in captured.err.splitlines()
+    )

@@ -12,6 +12,9 @@ configure_training_env() {
   else
     skip "no NCCL profile for ${KILN_INSTANCE_TYPE}"
   fi
+  # This node's instance type for kiln-launch, which every user runs: IMDS answers only root and kiln's services
+  # (configure_imds). A file of the node's own, not launcher.env: what a job exports reaches every node of the job.
+  write_file "$(root_path /etc/kiln/instance-type)" <<<"$KILN_INSTANCE_TYPE"
   # Sourced by job scripts (set -a; source launcher.env): every value is shell-quoted with printf %q, so
   # whatever a value holds, sourcing the file only assigns it.
   write_file "$(root_path /etc/kiln/launcher.env)" < <(

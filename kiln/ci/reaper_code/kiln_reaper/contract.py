@@ -46,3 +46,8 @@ def invoke_role_name(environment: str) -> str:
 def schedule_name(environment: str) -> str:
     """Return the name of ENVIRONMENT's one-time reaper schedule."""
     return f"{environment}-reaper"
+
+
+def alarm_topic_name(environment: str) -> str:
+    """Return the name of the SNS topic ENVIRONMENT's reaper publishes to when its teardown keeps failing."""
+    return f"{environment}-reaper-alarm"

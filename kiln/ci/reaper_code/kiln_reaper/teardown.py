@@ -232,10 +232,15 @@ def parse_at_expression(expression: str) -> datetime | None:
 _KEPT_SCHEDULE_FIELDS = ("Target", "FlexibleTimeWindow", "State", "Description", "ActionAfterCompletion", "KmsKeyArn")
 
 
-def reschedule(scheduler: Any, name: str, when: datetime, group: str = SCHEDULE_GROUP) -> None:
-    """Move the one-time schedule NAME to WHEN, keeping its target and everything else it had."""
+def reschedule(
+    scheduler: Any, name: str, when: datetime, group: str = SCHEDULE_GROUP, *, event: dict | None = None
+) -> None:
+    """Move the one-time schedule NAME to WHEN, keeping its target and everything else it had (the target's input
+    replaced by EVENT when given)."""
     current = scheduler.get_schedule(Name=name, GroupName=group)
     kept = {key: current[key] for key in _KEPT_SCHEDULE_FIELDS if current.get(key) is not None}
+    if event is not None:
+        kept["Target"] = {**kept["Target"], "Input": json.dumps(event)}
     scheduler.update_schedule(
         Name=name, GroupName=group, ScheduleExpression=at_expression(when), ScheduleExpressionTimezone="UTC", **kept
     )

@@ -1,0 +1,711 @@
+"""The CloudFormation execution policies for kiln's CI stacks, for `cdk bootstrap` to hand CloudFormation, not admin.
+
+`cdk deploy` works through the CDK bootstrap's deploy role, which passes CloudFormation the bootstrap's execution
+role; a default `cdk bootstrap` gives that role AdministratorAccess, so whoever may deploy may create anything.
+`kiln ci identity` writes these customer managed policy documents beside its assembly, for
+`cdk bootstrap --cloudformation-execution-policies` (https://docs.aws.amazon.com/cdk/v2/guide/ref-cli-cmd-bootstrap.html).
+
+The actions are those CloudFormation's resource handlers list for the resource types kiln's CI stacks hold (the
+registry schemas' handlers.*.permissions, which cfn-lint ships; a test checks every example's types against them),
+less the mutating ones of features kiln never sets (NOT_GRANTED, each with its reason). Resources are scoped to
+kiln's names where the ARN holds a name kiln chooses: <cluster>-* for stacks, roles, policies, buckets, functions,
+log groups, EKS clusters and schedules. Services whose ARNs hold only service-assigned ids (EC2, PCS, HyperPod, FSx,
+Managed Prometheus, Managed Grafana) are granted on their id wildcards; every wildcard pair has a reviewed reason in
+kiln.constructs.nag_rules.CI_EXECUTION_GRANTS. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kiln.preflight.permissions import DEFAULT_CDK_QUALIFIER
+
+# IAM counts a managed policy's characters without white space; 6,144 at most
+# (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html).
+MANAGED_POLICY_MAX_CHARS = 6144
+# A role holds 10 managed policies unless the quota is raised (same page); the bootstrap's execution role holds
+# only these.
+MAX_POLICIES = 10
+# The account of whoever the policy is attached to, as an IAM policy variable: a global condition key, usable in
+# Resource and Condition values (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_variables.html),
+# so the documents need no account id.
+ACCOUNT = "${aws:PrincipalAccount}"
+ENVIRONMENT_TAG = "kiln:environment"
+# ParallelCluster's cluster provider template (its nested stacks) names these itself, from its stack id, not from
+# kiln's stack: its function pcluster-cfn-<id>, its policies stack's role ParallelClusterLambdaRole-<id> and policies
+# ParallelClusterClusterPolicy1-<id>, DefaultParallelClusterIamAdminPolicy-<id> and the like (aws-parallelcluster:
+# cloudformation/custom_resource/cluster.yaml, cloudformation/policies/parallelcluster-policies.yaml).
+PCLUSTER_FUNCTION = "pcluster-cfn-*"
+PCLUSTER_ROLE = "ParallelClusterLambdaRole-*"
+PCLUSTER_POLICIES = ("ParallelCluster*", "DefaultParallelClusterIamAdminPolicy-*")
+# Its template uses the AWS::Serverless transform: CloudFormation needs CreateChangeSet on the transform's ARN
+# (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/using-iam-template.html).
+SERVERLESS_TRANSFORM = "transform/Serverless-2016-10-31"
+# FSx for Lustre links a file system to S3 through this service-linked role, whose policy FSx writes with the
+# caller's permissions.
+FSX_S3_LINKED_ROLE = "role/aws-service-role/s3.data-source.lustre.fsx.amazonaws.com/*"
+# The AWS managed policies kiln's roles attach (ManagedPolicyArns of the examples' templates) and those
+# ParallelCluster's provider attaches to its own roles.
+AWS_MANAGED_POLICIES = (
+    "AmazonEC2ContainerRegistryPullOnly",
+    "AmazonEKSClusterPolicy",
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEKS_CNI_Policy",
+    "AmazonSSMManagedInstanceCore",
+    "AmazonSageMakerClusterInstanceRolePolicy",
+    "AWSXRayDaemonWriteAccess",
+    "service-role/AWSLambdaBasicExecutionRole",
+    "service-role/AWSLambdaVPCAccessExecutionRole",
+)
+
+STACK_ACTIONS = (
+    "cloudformation:CreateStack",
+    "cloudformation:DeleteStack",
+    "cloudformation:DescribeStacks",
+    "cloudformation:GetStackPolicy",
+    "cloudformation:GetTemplate",
+    "cloudformation:SetStackPolicy",
+    "cloudformation:UpdateStack",
+    "cloudformation:UpdateTerminationProtection",
+)
+ROLE_ACTIONS = (
+    "iam:CreateRole",
+    "iam:DeleteRole",
+    "iam:DeleteRolePolicy",
+    "iam:DetachRolePolicy",
+    "iam:GetRole",
+    "iam:GetRolePolicy",
+    "iam:ListAttachedRolePolicies",
+    "iam:ListRolePolicies",
+    "iam:PassRole",
+    "iam:PutRolePolicy",
+    "iam:TagRole",
+    "iam:UntagRole",
+    "iam:UpdateAssumeRolePolicy",
+    "iam:UpdateRole",
+    "iam:UpdateRoleDescription",
+)
+ATTACH_ACTIONS = ("iam:AttachRolePolicy",)
+POLICY_ACTIONS = (
+    "iam:CreatePolicy",
+    "iam:CreatePolicyVersion",
+    "iam:DeletePolicy",
+    "iam:DeletePolicyVersion",
+    "iam:GetPolicy",
+    "iam:GetPolicyVersion",
+    "iam:ListEntitiesForPolicy",
+    "iam:ListPolicyVersions",
+)
+INSTANCE_PROFILE_ACTIONS = (
+    "iam:AddRoleToInstanceProfile",
+    "iam:CreateInstanceProfile",
+    "iam:DeleteInstanceProfile",
+    "iam:GetInstanceProfile",
+    "iam:RemoveRoleFromInstanceProfile",
+    "iam:TagInstanceProfile",
+)
+LINKED_ROLE_ACTIONS = ("iam:CreateServiceLinkedRole", "iam:DeleteServiceLinkedRole")
+FSX_LINKED_ROLE_ACTIONS = ("iam:AttachRolePolicy", "iam:PutRolePolicy")
+BUCKET_ACTIONS = (
+    "s3:CreateBucket",
+    "s3:CreateBucketMetadataTableConfiguration",
+    "s3:DeleteBucket",
+    "s3:DeleteBucketAnalyticsConfiguration",
+    "s3:DeleteBucketCors",
+    "s3:DeleteBucketEncryption",
+    "s3:DeleteBucketLifecycle",
+    "s3:DeleteBucketMetadataTableConfiguration",
+    "s3:DeleteBucketMetricsConfiguration",
+    "s3:DeleteBucketPolicy",
+    "s3:DeleteBucketReplication",
+    "s3:DeleteBucketWebsite",
+    "s3:GetAccelerateConfiguration",
+    "s3:GetAnalyticsConfiguration",
+    "s3:GetBucketAbac",
+    "s3:GetBucketAcl",
+    "s3:GetBucketCORS",
+    "s3:GetBucketLogging",
+    "s3:GetBucketMetadataTableConfiguration",
+    "s3:GetBucketNotification",
+    "s3:GetBucketObjectLockConfiguration",
+    "s3:GetBucketOwnershipControls",
+    "s3:GetBucketPolicy",
+    "s3:GetBucketPublicAccessBlock",
+    "s3:GetBucketTagging",
+    "s3:GetBucketVersioning",
+    "s3:GetBucketWebsite",
+    "s3:GetEncryptionConfiguration",
+    "s3:GetIntelligentTieringConfiguration",
+    "s3:GetInventoryConfiguration",
+    "s3:GetLifecycleConfiguration",
+    "s3:GetMetricsConfiguration",
+    "s3:GetReplicationConfiguration",
+    "s3:ListBucket",
+    "s3:ListTagsForResource",
+    "s3:PutAccelerateConfiguration",
+    "s3:PutAnalyticsConfiguration",
+    "s3:PutBucketAbac",
+    "s3:PutBucketAcl",
+    "s3:PutBucketCORS",
+    "s3:PutBucketLogging",
+    "s3:PutBucketNotification",
+    "s3:PutBucketObjectLockConfiguration",
+    "s3:PutBucketOwnershipControls",
+    "s3:PutBucketPolicy",
+    "s3:PutBucketPublicAccessBlock",
+    "s3:PutBucketReplication",
+    "s3:PutBucketTagging",
+    "s3:PutBucketVersioning",
+    "s3:PutBucketWebsite",
+    "s3:PutEncryptionConfiguration",
+    "s3:PutIntelligentTieringConfiguration",
+    "s3:PutInventoryConfiguration",
+    "s3:PutLifecycleConfiguration",
+    "s3:PutMetricsConfiguration",
+    "s3:PutObjectLockConfiguration",
+    "s3:PutReplicationConfiguration",
+    "s3:TagResource",
+    "s3:UntagResource",
+    "s3:UpdateBucketMetadataAnnotationTableConfiguration",
+    "s3:UpdateBucketMetadataInventoryTableConfiguration",
+    "s3:UpdateBucketMetadataJournalTableConfiguration",
+)
+OBJECT_ACTIONS = ("s3:DeleteObject", "s3:PutObjectAcl")
+CODE_READS = ("s3:GetObject", "s3:GetObjectVersion")
+FUNCTION_ACTIONS = (
+    "lambda:AssociateRuntimeAlias",
+    "lambda:CreateFunction",
+    "lambda:DeleteFunction",
+    "lambda:DeleteFunctionCodeSigningConfig",
+    "lambda:DeleteFunctionConcurrency",
+    "lambda:GetFunction",
+    "lambda:GetFunctionCodeSigningConfig",
+    "lambda:GetFunctionRecursionConfig",
+    "lambda:GetFunctionScalingConfig",
+    "lambda:GetRuntimeManagementConfig",
+    "lambda:InvokeFunction",
+    "lambda:PublishVersion",
+    "lambda:PutFunctionCodeSigningConfig",
+    "lambda:PutFunctionConcurrency",
+    "lambda:PutFunctionRecursionConfig",
+    "lambda:PutFunctionScalingConfig",
+    "lambda:PutRuntimeManagementConfig",
+    "lambda:TagResource",
+    "lambda:UntagResource",
+    "lambda:UpdateFunctionCode",
+    "lambda:UpdateFunctionConfiguration",
+)
+LAYER_ACTIONS = (
+    "lambda:DeleteLayerVersion",
+    "lambda:GetLayerVersion",
+    "lambda:PublishLayerVersion",
+)
+LOG_GROUP_ACTIONS = (
+    "logs:AssociateKmsKey",
+    "logs:CreateLogGroup",
+    "logs:DeleteDataProtectionPolicy",
+    "logs:DeleteIndexPolicy",
+    "logs:DeleteLogGroup",
+    "logs:DeleteRetentionPolicy",
+    "logs:DescribeIndexPolicies",
+    "logs:DisassociateKmsKey",
+    "logs:GetDataProtectionPolicy",
+    "logs:ListTagsForResource",
+    "logs:PutBearerTokenAuthentication",
+    "logs:PutDataProtectionPolicy",
+    "logs:PutIndexPolicy",
+    "logs:PutLogGroupDeletionProtection",
+    "logs:PutRetentionPolicy",
+    "logs:TagResource",
+    "logs:UntagResource",
+)
+# Vended log deliveries, the account's log resource policies and log group listing take no resource scope.
+LOGS_ACCOUNT_ACTIONS = (
+    "logs:CreateLogDelivery",
+    "logs:DeleteLogDelivery",
+    "logs:DeleteResourcePolicy",
+    "logs:DescribeLogGroups",
+    "logs:DescribeResourcePolicies",
+    "logs:GetLogDelivery",
+    "logs:ListLogDeliveries",
+    "logs:PutResourcePolicy",
+    "logs:UpdateLogDelivery",
+)
+KEY_CREATE = ("kms:CreateKey",)
+KEY_ACTIONS = (
+    "kms:CreateGrant",
+    "kms:DescribeKey",
+    "kms:DisableKey",
+    "kms:DisableKeyRotation",
+    "kms:EnableKey",
+    "kms:EnableKeyRotation",
+    "kms:GetKeyPolicy",
+    "kms:GetKeyRotationStatus",
+    "kms:ListResourceTags",
+    "kms:PutKeyPolicy",
+    "kms:ScheduleKeyDeletion",
+    "kms:TagResource",
+    "kms:UntagResource",
+    "kms:UpdateKeyDescription",
+)
+EC2_ACTIONS = (
+    "ec2:AllocateAddress",
+    "ec2:AssignPrivateNatGatewayAddress",
+    "ec2:AssociateAddress",
+    "ec2:AssociateNatGatewayAddress",
+    "ec2:AssociateRouteTable",
+    "ec2:AssociateSubnetCidrBlock",
+    "ec2:AttachInternetGateway",
+    "ec2:AttachNetworkInterface",
+    "ec2:AuthorizeSecurityGroupEgress",
+    "ec2:AuthorizeSecurityGroupIngress",
+    "ec2:CreateFleet",
+    "ec2:CreateFlowLogs",
+    "ec2:CreateInternetGateway",
+    "ec2:CreateLaunchTemplate",
+    "ec2:CreateLaunchTemplateVersion",
+    "ec2:CreateNatGateway",
+    "ec2:CreateNetworkInterface",
+    "ec2:CreatePlacementGroup",
+    "ec2:CreateRoute",
+    "ec2:CreateRouteTable",
+    "ec2:CreateSecurityGroup",
+    "ec2:CreateSubnet",
+    "ec2:CreateTags",
+    "ec2:CreateVpc",
+    "ec2:CreateVpcEndpoint",
+    "ec2:DeleteFlowLogs",
+    "ec2:DeleteInternetGateway",
+    "ec2:DeleteLaunchTemplate",
+    "ec2:DeleteNatGateway",
+    "ec2:DeleteNetworkInterface",
+    "ec2:DeletePlacementGroup",
+    "ec2:DeleteRoute",
+    "ec2:DeleteRouteTable",
+    "ec2:DeleteSecurityGroup",
+    "ec2:DeleteSubnet",
+    "ec2:DeleteTags",
+    "ec2:DeleteVpc",
+    "ec2:DeleteVpcEndpoints",
+    "ec2:DescribeAddresses",
+    "ec2:DescribeDhcpOptions",
+    "ec2:DescribeFlowLogs",
+    "ec2:DescribeImages",
+    "ec2:DescribeInstanceTypeOfferings",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeInstances",
+    "ec2:DescribeInternetGateways",
+    "ec2:DescribeKeyPairs",
+    "ec2:DescribeLaunchTemplateVersions",
+    "ec2:DescribeLaunchTemplates",
+    "ec2:DescribeNatGateways",
+    "ec2:DescribeNetworkAcls",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribePlacementGroups",
+    "ec2:DescribeRouteTables",
+    "ec2:DescribeSecurityGroupRules",
+    "ec2:DescribeSecurityGroups",
+    "ec2:DescribeSnapshots",
+    "ec2:DescribeSubnets",
+    "ec2:DescribeTags",
+    "ec2:DescribeVpcAttribute",
+    "ec2:DescribeVpcEncryptionControls",
+    "ec2:DescribeVpcEndpoints",
+    "ec2:DescribeVpcs",
+    "ec2:DescribeVpnGateways",
+    "ec2:DetachInternetGateway",
+    "ec2:DetachNetworkInterface",
+    "ec2:DisassociateAddress",
+    "ec2:DisassociateNatGatewayAddress",
+    "ec2:DisassociateRouteTable",
+    "ec2:DisassociateSubnetCidrBlock",
+    "ec2:GetManagedPrefixListEntries",
+    "ec2:GetSecurityGroupsForVpc",
+    "ec2:ModifyLaunchTemplate",
+    "ec2:ModifyNetworkInterfaceAttribute",
+    "ec2:ModifySubnetAttribute",
+    "ec2:ModifyVpcAttribute",
+    "ec2:ModifyVpcEndpoint",
+    "ec2:ModifyVpcTenancy",
+    "ec2:ReleaseAddress",
+    "ec2:ReplaceRoute",
+    "ec2:ReplaceRouteTableAssociation",
+    "ec2:RevokeSecurityGroupEgress",
+    "ec2:RevokeSecurityGroupIngress",
+    "ec2:RunInstances",
+    "ec2:TerminateInstances",
+    "ec2:UnassignPrivateNatGatewayAddress",
+    "ec2:UpdateSecurityGroupRuleDescriptionsEgress",
+    "ec2:UpdateSecurityGroupRuleDescriptionsIngress",
+)
+# Reads the handlers list beside EC2's (Lambda's, flow logs', Grafana's, the scraper's, the VPC endpoint's): none
+# takes a resource scope that kiln could name.
+UNSCOPED_READS = (
+    "autoscaling:DescribeTags",
+    "elasticfilesystem:DescribeMountTargets",
+    "kafka:DescribeCluster",
+    "kafka:DescribeClusterV2",
+    "kafka:GetBootstrapBrokers",
+    "kafka:ListClusters",
+    "kafka:ListNodes",
+    "lambda:GetCodeSigningConfig",
+    "organizations:DescribeOrganization",
+    "s3files:ListMountTargets",
+    "s3tables:GetTable",
+    "s3tables:GetTableMetadataLocation",
+    "vpc-lattice:DescribeServiceNetworkVpcEndpointAssociation",
+)
+EKS_ACTIONS = (
+    "eks:ActivateCertificateAuthority",
+    "eks:AssociateAccessPolicy",
+    "eks:CreateAccessEntry",
+    "eks:CreateAddon",
+    "eks:CreateCluster",
+    "eks:CreateNodegroup",
+    "eks:CreatePodIdentityAssociation",
+    "eks:DeleteAccessEntry",
+    "eks:DeleteAddon",
+    "eks:DeleteCluster",
+    "eks:DeleteNodegroup",
+    "eks:DeletePodIdentityAssociation",
+    "eks:DescribeAccessEntry",
+    "eks:DescribeAddon",
+    "eks:DescribeCluster",
+    "eks:DescribeNodegroup",
+    "eks:DescribePodIdentityAssociation",
+    "eks:DescribeUpdate",
+    "eks:DisassociateAccessPolicy",
+    "eks:ListAssociatedAccessPolicies",
+    "eks:ListUpdates",
+    "eks:TagResource",
+    "eks:UntagResource",
+    "eks:UpdateAccessEntry",
+    "eks:UpdateAddon",
+    "eks:UpdateClusterConfig",
+    "eks:UpdateClusterVersion",
+    "eks:UpdateNodegroupConfig",
+    "eks:UpdateNodegroupVersion",
+    "eks:UpdatePodIdentityAssociation",
+)
+# EKS ARNs: cluster/<name>, and <kind>/<cluster name>/... for everything inside a cluster.
+EKS_RESOURCE_KINDS = ("cluster", "nodegroup", "addon", "access-entry", "podidentityassociation")
+PCS_ACTIONS = (
+    "pcs:CreateCluster",
+    "pcs:CreateComputeNodeGroup",
+    "pcs:CreateQueue",
+    "pcs:DeleteCluster",
+    "pcs:DeleteComputeNodeGroup",
+    "pcs:DeleteQueue",
+    "pcs:GetCluster",
+    "pcs:GetComputeNodeGroup",
+    "pcs:GetQueue",
+    "pcs:ListTagsForResource",
+    "pcs:TagResource",
+    "pcs:UntagResource",
+    "pcs:UpdateCluster",
+    "pcs:UpdateComputeNodeGroup",
+    "pcs:UpdateQueue",
+)
+# PCS keeps each cluster's Slurm key in a Secrets Manager secret it creates with the caller's permissions.
+PCS_SECRET_ACTIONS = ("secretsmanager:CreateSecret", "secretsmanager:TagResource")
+HYPERPOD_ACTIONS = (
+    "sagemaker:AddTags",
+    "sagemaker:BatchAddClusterNodes",
+    "sagemaker:BatchDeleteClusterNodes",
+    "sagemaker:CreateCluster",
+    "sagemaker:DeleteCluster",
+    "sagemaker:DeleteTags",
+    "sagemaker:DescribeCluster",
+    "sagemaker:ListTags",
+    "sagemaker:UpdateCluster",
+    "sagemaker:UpdateClusterSoftware",
+)
+# AWS::FSx::FileSystem has no registry handler schema; these are the FileSystem API calls CloudFormation makes for it.
+FSX_ACTIONS = (
+    "fsx:CreateDataRepositoryAssociation",
+    "fsx:CreateFileSystem",
+    "fsx:DeleteDataRepositoryAssociation",
+    "fsx:DeleteFileSystem",
+    "fsx:DescribeDataRepositoryAssociations",
+    "fsx:DescribeFileSystems",
+    "fsx:ListTagsForResource",
+    "fsx:TagResource",
+    "fsx:UntagResource",
+    "fsx:UpdateDataRepositoryAssociation",
+    "fsx:UpdateFileSystem",
+)
+PROMETHEUS_ACTIONS = (
+    "aps:CreateAlertManagerDefinition",
+    "aps:CreateLoggingConfiguration",
+    "aps:CreateQueryLoggingConfiguration",
+    "aps:CreateScraper",
+    "aps:CreateWorkspace",
+    "aps:DeleteAlertManagerDefinition",
+    "aps:DeleteLoggingConfiguration",
+    "aps:DeleteQueryLoggingConfiguration",
+    "aps:DeleteScraper",
+    "aps:DeleteScraperLoggingConfiguration",
+    "aps:DeleteWorkspace",
+    "aps:DescribeAlertManagerDefinition",
+    "aps:DescribeLoggingConfiguration",
+    "aps:DescribeQueryLoggingConfiguration",
+    "aps:DescribeScraper",
+    "aps:DescribeScraperLoggingConfiguration",
+    "aps:DescribeWorkspace",
+    "aps:DescribeWorkspaceConfiguration",
+    "aps:ListTagsForResource",
+    "aps:PutAlertManagerDefinition",
+    "aps:TagResource",
+    "aps:UntagResource",
+    "aps:UpdateLoggingConfiguration",
+    "aps:UpdateQueryLoggingConfiguration",
+    "aps:UpdateScraper",
+    "aps:UpdateScraperLoggingConfiguration",
+    "aps:UpdateWorkspaceAlias",
+    "aps:UpdateWorkspaceConfiguration",
+)
+GRAFANA_ACTIONS = (
+    "grafana:CreateWorkspace",
+    "grafana:DeleteWorkspace",
+    "grafana:DescribeWorkspace",
+    "grafana:DescribeWorkspaceAuthentication",
+    "grafana:DescribeWorkspaceConfiguration",
+    "grafana:ListTagsForResource",
+    "grafana:TagResource",
+    "grafana:UntagResource",
+    "grafana:UpdateWorkspace",
+    "grafana:UpdateWorkspaceAuthentication",
+    "grafana:UpdateWorkspaceConfiguration",
+)
+# kiln's Grafana workspaces sign in with IAM Identity Center (AuthenticationProviders AWS_SSO): the workspace
+# handler registers a managed application there.
+IDENTITY_CENTER_ACTIONS = (
+    "sso:CreateManagedApplicationInstance",
+    "sso:DeleteManagedApplicationInstance",
+    "sso:DescribeRegisteredRegions",
+    "sso:GetApplicationInstance",
+    "sso:GetSharedSsoConfiguration",
+    "sso:ListApplicationInstances",
+)
+PARAMETER_ACTIONS = (
+    "ssm:AddTagsToResource",
+    "ssm:DeleteParameter",
+    "ssm:GetParameters",
+    "ssm:ListTagsForResource",
+    "ssm:PutParameter",
+    "ssm:RemoveTagsFromResource",
+)
+SCHEDULE_ACTIONS = (
+    "scheduler:CreateSchedule",
+    "scheduler:DeleteSchedule",
+    "scheduler:GetSchedule",
+    "scheduler:UpdateSchedule",
+)
+TRANSFORM_ACTIONS = ("cloudformation:CreateChangeSet",)
+# The reaper's alarm topic (<environment>-reaper-alarm) and any subscription to it.
+TOPIC_ACTIONS = (
+    "sns:CreateTopic",
+    "sns:DeleteTopic",
+    "sns:GetDataProtectionPolicy",
+    "sns:GetSubscriptionAttributes",
+    "sns:GetTopicAttributes",
+    "sns:ListSubscriptionsByTopic",
+    "sns:ListTagsForResource",
+    "sns:PutDataProtectionPolicy",
+    "sns:SetSubscriptionAttributes",
+    "sns:SetTopicAttributes",
+    "sns:Subscribe",
+    "sns:TagResource",
+    "sns:Unsubscribe",
+    "sns:UntagResource",
+)
+
+# What the handlers list that these policies leave out: the mutating calls of features kiln's templates never use.
+NOT_GRANTED = {
+    "ec2:AcceptAddressTransfer": "takes over an Elastic IP another account transfers; kiln allocates its own",
+    "ec2:AttachVpnGateway": "kiln's VPC gateway attachment is an internet gateway, never a VPN gateway",
+    "ec2:DetachVpnGateway": "kiln's VPC gateway attachment is an internet gateway, never a VPN gateway",
+    "ec2:CreateVpcEncryptionControl": "kiln's VPC sets no encryption control",
+    "ec2:ModifyImageAttribute": "HyperPod shares a custom AMI only when an instance group names one (kiln's name "
+    "none); it would let CI share any AMI of the account",
+    "ec2:ModifySnapshotAttribute": "as ec2:ModifyImageAttribute, for the AMI's snapshots",
+    "vpc-lattice:CreateServiceNetworkVpcEndpointAssociation": "kiln's VPC endpoint is an S3 gateway endpoint",
+    "vpce:AllowMultiRegion": "kiln's VPC endpoints serve their own region only",
+    "firehose:TagDeliveryStream": "kiln's log groups deliver to no Firehose stream",
+    "s3:REST.PUT.OBJECT": "not an IAM action (an S3 operation name in the log group schema)",
+    "s3tables:CreateNamespace": "S3 Metadata tables; kiln's buckets configure none",
+    "s3tables:CreateTable": "S3 Metadata tables; kiln's buckets configure none",
+    "s3tables:CreateTableBucket": "S3 Metadata tables; kiln's buckets configure none",
+    "s3tables:PutTableBucketPolicy": "S3 Metadata tables; kiln's buckets configure none",
+    "s3tables:PutTableEncryption": "S3 Metadata tables; kiln's buckets configure none",
+    "s3tables:PutTablePolicy": "S3 Metadata tables; kiln's buckets configure none",
+    "s3tables:UpdateTableMetadataLocation": "S3 Metadata tables; kiln's buckets configure none",
+    "lambda:PassCapacityProvider": "Lambda managed instances; kiln's functions run on Lambda's own capacity",
+    "iam:AttachGroupPolicy": "kiln attaches policies to roles only: IAM users and groups stay out of CI's reach",
+    "iam:AttachUserPolicy": "kiln attaches policies to roles only: IAM users and groups stay out of CI's reach",
+    "iam:DetachGroupPolicy": "kiln attaches policies to roles only: IAM users and groups stay out of CI's reach",
+    "iam:DetachUserPolicy": "kiln attaches policies to roles only: IAM users and groups stay out of CI's reach",
+    "iam:PutGroupPolicy": "kiln attaches policies to roles only: IAM users and groups stay out of CI's reach",
+    "iam:PutUserPolicy": "kiln attaches policies to roles only: IAM users and groups stay out of CI's reach",
+    "iam:DeleteGroupPolicy": "kiln attaches policies to roles only: IAM users and groups stay out of CI's reach",
+    "iam:DeleteUserPolicy": "kiln attaches policies to roles only: IAM users and groups stay out of CI's reach",
+    "iam:GetGroupPolicy": "kiln attaches policies to roles only: IAM users and groups stay out of CI's reach",
+    "iam:GetUserPolicy": "kiln attaches policies to roles only: IAM users and groups stay out of CI's reach",
+    "iam:PutRolePermissionsBoundary": "kiln's roles carry no permissions boundary, and CI must not change one",
+    "iam:DeleteRolePermissionsBoundary": "kiln's roles carry no permissions boundary, and CI must not remove one",
+    "kms:Decrypt": "only for functions' environments or workspaces encrypted with a customer key; kiln's use AWS's",
+    "kms:Encrypt": "only for functions' environments encrypted with a customer key; kiln's use AWS's",
+    "kms:GenerateDataKey": "only for functions' environments or workspaces encrypted with a customer key; kiln's "
+    "use AWS's",
+}
+
+
+@dataclass(frozen=True)
+class NamedPolicy:
+    """One customer managed policy to create: its name and document."""
+
+    name: str
+    document: dict[str, Any]
+
+    @property
+    def size(self) -> int:
+        """Return the characters IAM counts: the document without white space."""
+        return policy_size(self.document)
+
+
+def policy_size(document: dict[str, Any]) -> int:
+    """Return DOCUMENT's length as IAM counts it (white space outside strings does not count)."""
+    return len(json.dumps(document, separators=(",", ":")))
+
+
+def _statement(sid: str, actions: Sequence[str], resources: Sequence[str], condition: dict | None = None) -> dict:
+    statement: dict[str, Any] = {
+        "Sid": sid,
+        "Effect": "Allow",
+        "Action": sorted(actions),
+        "Resource": list(resources) if len(resources) > 1 else resources[0],
+    }
+    if condition:
+        statement["Condition"] = condition
+    return statement
+
+
+def execution_statements(
+    cluster_names: Sequence[str], *, qualifier: str, partition: str = "aws"
+) -> list[dict[str, Any]]:
+    """Return the execution role's statements for the CI environments (<cluster>-<run>) of CLUSTER_NAMES."""
+    arn, account = f"arn:{partition}", ACCOUNT
+    prefixes = [f"{cluster}-*" for cluster in cluster_names]
+
+    def each(template: str) -> list[str]:
+        return [template.replace("{env}", env) for env in prefixes]
+
+    def iam(kind: str, names: Sequence[str]) -> list[str]:
+        return [f"{arn}:iam::{account}:{kind}/{name}" for name in names]
+
+    roles = iam("role", [*prefixes, *(f"aws-pcs/{env}" for env in prefixes), PCLUSTER_ROLE])
+    policies = iam("policy", [*prefixes, *(f"parallelcluster/{env}" for env in prefixes), *PCLUSTER_POLICIES])
+    attachable = [f"{arn}:iam::aws:policy/{name}" for name in AWS_MANAGED_POLICIES] + policies
+    environments = {"StringLike": {f"aws:ResourceTag/{ENVIRONMENT_TAG}": prefixes}}
+    return [
+        _statement("Stacks", STACK_ACTIONS, each(f"{arn}:cloudformation:*:{account}:stack/{{env}}/*")),
+        _statement("Transform", TRANSFORM_ACTIONS, [f"{arn}:cloudformation:*:aws:{SERVERLESS_TRANSFORM}"]),
+        _statement("Roles", ROLE_ACTIONS, roles),
+        _statement("AttachPolicies", ATTACH_ACTIONS, roles, {"ArnLike": {"iam:PolicyARN": attachable}}),
+        _statement("Policies", POLICY_ACTIONS, policies),
+        _statement(
+            "InstanceProfiles",
+            INSTANCE_PROFILE_ACTIONS,
+            iam("instance-profile", [*prefixes, *(f"aws-pcs/{env}" for env in prefixes)]),
+        ),
+        _statement("LinkedRoles", LINKED_ROLE_ACTIONS, [f"{arn}:iam::{account}:role/aws-service-role/*"]),
+        _statement("FsxLinkedRole", FSX_LINKED_ROLE_ACTIONS, [f"{arn}:iam::{account}:{FSX_S3_LINKED_ROLE}"]),
+        _statement("Buckets", BUCKET_ACTIONS, each(f"{arn}:s3:::{{env}}")),
+        _statement("Objects", OBJECT_ACTIONS, each(f"{arn}:s3:::{{env}}/*")),
+        _statement(
+            "Code",
+            CODE_READS,
+            [f"{arn}:s3:::cdk-{qualifier}-assets-{account}-*/*", f"{arn}:s3:::*-aws-parallelcluster/*"],
+        ),
+        _statement(
+            "Functions",
+            FUNCTION_ACTIONS,
+            [
+                *each(f"{arn}:lambda:*:{account}:function:{{env}}"),
+                f"{arn}:lambda:*:{account}:function:{PCLUSTER_FUNCTION}",
+            ],
+        ),
+        _statement("Layers", LAYER_ACTIONS, [f"{arn}:lambda:*:{account}:layer:*"]),
+        _statement(
+            "LogGroups",
+            LOG_GROUP_ACTIONS,
+            [
+                *each(f"{arn}:logs:*:{account}:log-group:{{env}}"),
+                f"{arn}:logs:*:{account}:log-group:/aws/lambda/{PCLUSTER_FUNCTION}",
+            ],
+        ),
+        _statement("Logs", LOGS_ACCOUNT_ACTIONS, ["*"]),
+        _statement("CreateKeys", KEY_CREATE, ["*"]),
+        _statement("Keys", KEY_ACTIONS, [f"{arn}:kms:*:{account}:key/*"], environments),
+        _statement("Network", EC2_ACTIONS, ["*"]),
+        _statement("Reads", UNSCOPED_READS, ["*"]),
+        _statement(
+            "Eks",
+            EKS_ACTIONS,
+            [f"{arn}:eks:*:{account}:{kind}/{env}" for env in prefixes for kind in EKS_RESOURCE_KINDS],
+        ),
+        _statement("Pcs", PCS_ACTIONS, [f"{arn}:pcs:*:{account}:cluster/*"]),
+        _statement("PcsSecrets", PCS_SECRET_ACTIONS, [f"{arn}:secretsmanager:*:{account}:secret:*"]),
+        _statement("HyperPod", HYPERPOD_ACTIONS, [f"{arn}:sagemaker:*:{account}:cluster/*"]),
+        _statement("Fsx", FSX_ACTIONS, ["*"]),
+        _statement("Prometheus", PROMETHEUS_ACTIONS, [f"{arn}:aps:*:{account}:*"]),
+        _statement("Grafana", GRAFANA_ACTIONS, [f"{arn}:grafana:*:{account}:/workspaces/*"]),
+        _statement("IdentityCenter", IDENTITY_CENTER_ACTIONS, ["*"]),
+        _statement("Parameters", PARAMETER_ACTIONS, [f"{arn}:ssm:*:{account}:parameter/CFN-*"]),
+        _statement("Schedules", SCHEDULE_ACTIONS, each(f"{arn}:scheduler:*:{account}:schedule/default/{{env}}")),
+        _statement("Topics", TOPIC_ACTIONS, each(f"{arn}:sns:*:{account}:{{env}}")),
+    ]
+
+
+def policy_name_base(identity_stack: str) -> str:
+    """Return the policies' name stem for the identity stack IDENTITY_STACK: kiln-ci-exec-<repository>."""
+    stem = re.sub(r"^kiln-ci-identity-", "kiln-ci-exec-", identity_stack)
+    # IAM policy names: 128 characters at most, with room for -<n>.
+    return stem[:120].rstrip("-")
+
+
+def execution_policies(
+    cluster_names: Sequence[str], *, qualifier: str, name_base: str, partition: str = "aws"
+) -> list[NamedPolicy]:
+    """Return the statements packed, in order, into as few managed policies as IAM's size limit allows.
+
+    Raises ValueError when one statement alone exceeds the limit or more than MAX_POLICIES are needed.
+    """
+    statements = execution_statements(cluster_names, qualifier=qualifier, partition=partition)
+    documents: list[list[dict]] = [[]]
+    for statement in statements:
+        if policy_size(_document([statement])) > MANAGED_POLICY_MAX_CHARS:
+            raise ValueError(f"statement {statement['Sid']} alone exceeds IAM's {MANAGED_POLICY_MAX_CHARS} characters")
+        if policy_size(_document([*documents[-1], statement])) > MANAGED_POLICY_MAX_CHARS:
+            documents.append([])
+        documents[-1].append(statement)
+    if len(documents) > MAX_POLICIES:
+        raise ValueError(
+            f"the execution policies need {len(documents)} managed policies; a role holds {MAX_POLICIES} by default"
+        )
+    return [NamedPolicy(f"{name_base}-{n}", _document(found)) for n, found in enumerate(documents, start=1)]
+
+
+def _document(statements: list[dict]) -> dict[str, Any]:
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def bootstrap_command(policies: Sequence[NamedPolicy], *, qualifier: str, partition: str = "aws") -> str:
+    """Return the `cdk bootstrap` line that hands CloudFormation POLICIES instead of AdministratorAccess."""
+    arns = ",".join(f"arn:{partition}:iam::ACCOUNT:policy/{policy.name}" for policy in policies)
+    qualified = f" --qualifier {qualifier}" if qualifier != DEFAULT_CDK_QUALIFIER else ""
+    return f"npx cdk bootstrap aws://ACCOUNT/REGION{qualified} --cloudformation-execution-policies {arns}"
