@@ -658,6 +658,10 @@ class EksTrainingCluster(Construct):
                 id=template.launch_template_id, version=template.latest_version
             ),
             labels={**ACCELERATOR_LABELS[group.accelerator_kind], **group.labels, NODE_GROUP_LABEL: group.name},
+            # An update drains nodes as their pods' disruption budgets allow, or fails (and rolls back) rather than
+            # evicting a training job: CloudFormation's default, which CDK's node groups turn around
+            # (AWS::EKS::Nodegroup ForceUpdateEnabled).
+            force_update=False,
             # What a node offers before one exists: the autoscaler reads these from the node group (scale from zero).
             tags=node_template_tags(group.instance_type) if props.cluster_autoscaler else None,
         )

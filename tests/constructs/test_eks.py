@@ -144,6 +144,8 @@ def test_gpu_node_group_sits_in_the_single_az_on_its_efa_launch_template(
     assert group["NodeRole"] == get_att(eks["cluster"].node_role.node.default_child, "Arn")
     assert group["Labels"]["kiln.io/node-group"] == name
     assert group["Labels"]["nvidia.com/gpu.present"] == "true"
+    # Updates drain nodes within their pods' disruption budgets, or fail: never a forced eviction of a job.
+    assert group["ForceUpdateEnabled"] is False
 
 
 def test_launch_templates_carry_every_efa_the_placement_group_and_the_cluster_groups(eks) -> None:
