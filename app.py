@@ -25,5 +25,10 @@ if not readiness.ready:
     if not accepted:
         sys.exit(1)
 # A spec with ci.ttl_hours is a short-lived environment of itself: it deploys with its reaper.
-build_cluster(app, spec, ci=ci_environment(spec))
+try:
+    build_cluster(app, spec, ci=ci_environment(spec))
+except SpecError as exc:
+    # What only the synthesis can tell (an EKS cluster's second AZ with no account to look it up): one line each.
+    print("\n".join(SpecError(path, exc.problems).lines_out()), file=sys.stderr)
+    sys.exit(2)
 app.synth()

@@ -8,12 +8,14 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kiln import bootstrap_cli
+from kiln import bootstrap_cli, diff_cli
 from kiln.ami import cli as ami_cli
 from kiln.ci import cli as ci_cli
+from kiln.hyperpod import cli as hyperpod_cli
 from kiln.jobs import cli as job_cli
 from kiln.local import cli as local_cli
 from kiln.preflight import cli as preflight_cli
+from kiln.preflight import leftovers_cli
 from kiln.safe_output import UnsafeOutput
 from kiln.spec import SpecError
 
@@ -269,6 +271,9 @@ def build_parser() -> argparse.ArgumentParser:
     job_cli.register(commands)
     ami_cli.register(commands)
     preflight_cli.register(commands)
+    leftovers_cli.register(commands)
+    diff_cli.register(commands)
+    hyperpod_cli.register(commands)
     return parser
 
 

@@ -26,6 +26,8 @@ FORBIDDEN = {
     "kiln.preflight": ("kiln.constructs", "kiln.stacks", "kiln.local", "aws_cdk", "constructs", "cdk_nag", "jsii"),
     # `kiln job` writes manifests from the spec and the catalog; it never synthesizes, so it starts in a second.
     "kiln.jobs": ("kiln.constructs", "kiln.stacks", "kiln.local", "aws_cdk", "constructs", "cdk_nag", "jsii"),
+    # `kiln hyperpod` and `kiln leftovers` ask AWS with boto3; they never synthesize either.
+    "kiln.hyperpod": ("kiln.constructs", "kiln.stacks", "kiln.local", "aws_cdk", "constructs", "cdk_nag", "jsii"),
     # The reaper's Lambda code: what the Lambda runtime has (stdlib, boto3), nothing of kiln's beyond itself.
     "kiln.ci.reaper_code": ("kiln", "aws_cdk", "constructs", "cdk_nag", "jsii", "pydantic", "yaml", "jinja2"),
     # The Grafana provisioning Lambda's code, likewise.

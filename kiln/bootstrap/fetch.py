@@ -1,15 +1,74 @@
-"""How a cloud node gets its bundle: fetch.sh, with deploy-time values passed as arguments."""
+"""How a cloud node gets its bundle: fetch.sh, with deploy-time values passed as arguments or in a manifest.
+
+PCS and EKS nodes run fetch.sh from their user data with the values as arguments. A ParallelCluster node's
+OnNodeConfigured action, which ParallelCluster never updates on a head node, is resolve-bootstrap.sh with only
+stable arguments: it reads the manifest (node_manifest) from an SSM parameter the compute stack rewrites at each
+deploy, checks fetch.sh against its digest and runs it with the manifest, and fetch.sh checks the bundle's digest
+(bundle_digest) before it unpacks it.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import os
 import shlex
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from kiln.bootstrap.cluster_env import check_cluster_env
 
 FETCH_SCRIPT = Path(__file__).parent / "scripts" / "fetch.sh"
 FETCH_SCRIPT_ON_NODE = "/opt/kiln/fetch.sh"
+# Frozen: a ParallelCluster head node's OnNodeConfigured Script (see the script's header).
+RESOLVE_SCRIPT = Path(__file__).parent / "scripts" / "resolve-bootstrap.sh"
+
+
+def file_sha256(path: Path) -> str:
+    """Return the sha256 of the file at PATH, as resolve-bootstrap.sh checks fetch.sh."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def bundle_digest(directory: Path) -> str:
+    """Return the digest of a bundle directory's content, which fetch.sh recomputes from the zip before unpacking.
+
+    The sha256 of one "<sha256 of the file>  <relative path>" line per file (sha256sum's format), in path order;
+    every file counts, dot files too, and links are followed, as CDK's zip of an asset directory takes them.
+    Directories, timestamps and modes do not count, so the zip's maker does not matter.
+    """
+    files: list[tuple[str, str]] = []
+    for parent, _, names in os.walk(directory, followlinks=True):
+        for name in names:
+            path = Path(parent) / name
+            if path.is_file():
+                files.append((path.relative_to(directory).as_posix(), file_sha256(path)))
+    listing = "".join(f"{digest}  {relative}\n" for relative, digest in sorted(files))
+    return hashlib.sha256(listing.encode()).hexdigest()
+
+
+def node_manifest(
+    *,
+    fetch_url: str,
+    fetch_sha256: str,
+    bundle_url: str,
+    entry_point: str,
+    values: Mapping[str, str],
+    bundle_sha256: str | None = None,
+) -> dict[str, Any]:
+    """Return the manifest resolve-bootstrap.sh and fetch.sh read (values may be CDK tokens).
+
+    fetch: fetch.sh's S3 URL and sha256; bundle: the zip's S3 URL, entry point and, when known, its bundle_digest;
+    env: the KILN_NAME values for cluster.env.
+    """
+    check_cluster_env(values)
+    bundle: dict[str, str] = {"url": bundle_url, "entry_point": entry_point}
+    if bundle_sha256 is not None:
+        bundle["sha256"] = bundle_sha256
+    return {
+        "fetch": {"url": fetch_url, "sha256": fetch_sha256},
+        "bundle": bundle,
+        "env": {name: values[name] for name in sorted(values)},
+    }
 
 
 def fetch_arguments(bundle_url: str, entry_point: str, values: Mapping[str, str], role: str | None = None) -> list[str]:

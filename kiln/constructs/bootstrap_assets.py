@@ -16,6 +16,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from kiln.bootstrap.config import BootstrapConfig
+from kiln.bootstrap.fetch import bundle_digest
 from kiln.bootstrap.render import render_bundle
 from kiln.constructs.node_bootstrap import NodeBootstrap
 
@@ -58,6 +59,7 @@ class BootstrapAssets(Construct):
             object_key=self.asset.s3_object_key,
             entry_point=bundle.entry_point,
             object_url=self.asset.s3_object_url,
+            content_sha256=bundle_digest(bundle.directory),
         )
 
     def grant_read(self, grantee: iam.IGrantable) -> None:

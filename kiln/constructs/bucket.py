@@ -20,7 +20,8 @@ class DataBucketProps:
 
     bucket_name: a fixed name; default: CloudFormation generates one.
     retain: keep the bucket and its objects on stack deletion; default True. False empties and
-        deletes it (for short-lived CI environments).
+        deletes it (for short-lived CI environments). A kept bucket keeps its policies (TLS only; the access-log
+        bucket's lets S3 deliver the logs) and its access-log bucket, so it works and stays locked down after.
     abort_incomplete_upload_days: days before unfinished multipart uploads are removed; default 7.
     noncurrent_version_days: days old object versions are kept, in the bucket and its access-log bucket; default 30.
     access_logs: write server access logs to a sibling bucket; default True.
@@ -103,6 +104,10 @@ class DataBucket(Construct):
             **common,
         )
         acknowledge_wildcards(self.bucket, (nag_rules.BUCKET_AUTO_DELETE,), bucket=self.bucket.bucket_arn)
+        if props.retain:
+            for kept in (self.bucket, self.access_log_bucket):
+                if kept is not None and kept.policy is not None:
+                    kept.policy.apply_removal_policy(RemovalPolicy.RETAIN)
 
     @property
     def bucket_name(self) -> str:

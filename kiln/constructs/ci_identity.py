@@ -26,6 +26,7 @@ from kiln.preflight.permissions import (
     BOOTSTRAP_READS,
     DEFAULT_CDK_QUALIFIER,
     GLOBAL_INFRASTRUCTURE_PARAMETERS,
+    LEFTOVER_READS,
     PARAMETER_READS,
     UNSCOPED_READS,
 )
@@ -338,6 +339,8 @@ class GithubDeployIdentity(Construct):
             iam.PolicyStatement(actions=list(CANCEL_COMMAND), resources=["*"]),
             # `kiln preflight` (kiln ci up runs it first) and finding an environment's nodes (DescribeInstances).
             iam.PolicyStatement(actions=list(UNSCOPED_READS), resources=["*"]),
+            # Preflight's leftovers check: what an earlier environment of this name kept (advisory).
+            iam.PolicyStatement(actions=list(LEFTOVER_READS), resources=["*"]),
             iam.PolicyStatement(
                 actions=list(PARAMETER_READS),
                 resources=[f"{arn}:ssm:*::{GLOBAL_INFRASTRUCTURE_PARAMETERS}"],

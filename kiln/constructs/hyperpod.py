@@ -183,6 +183,16 @@ class HyperPodCluster(Construct):
         # The scripts must be in S3 before HyperPod runs them on the first nodes.
         self.cluster.node.add_dependency(self.lifecycle)
         CfnOutput(self, "ClusterArn", value=self.cluster.attr_cluster_arn, description="SageMaker HyperPod cluster")
+        # SourceS3Uri stays fixed, so changed scripts update S3 and not the cluster: HyperPod runs them on nodes
+        # provisioned later, and only UpdateClusterSoftware reruns them on running nodes (platforms.json,
+        # hyperpod.lifecycle_reruns). Deploys print this output, so the place the nodes read is in plain view.
+        CfnOutput(
+            self,
+            "LifecycleEntryPoint",
+            value=f"{self.source_s3_uri}{props.lifecycle.entry_point}",
+            description="HyperPod runs these lifecycle scripts on nodes it provisions (new groups, more nodes, "
+            "replaced nodes); running nodes keep the ones they booted with until UpdateClusterSoftware reruns them",
+        )
 
     @property
     def source_s3_uri(self) -> str:

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal, Protocol, get_args, runtime_checkable
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import Aws, CfnMapping, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_fsx as fsx
 from aws_cdk import aws_s3 as s3
@@ -20,7 +20,10 @@ from kiln.catalog.limits import (
     PERSISTENT_2_THROUGHPUTS,
     is_lustre_storage,
 )
+from kiln.catalog.names import regions_by_partition
+from kiln.catalog.platforms import service_fact
 from kiln.constructs._checks import require, require_in, unresolved
+from kiln.constructs.retention import retain_all
 
 LustreDeployment = Literal["PERSISTENT_2", "SCRATCH_2"]
 DEPLOYMENTS: tuple[str, ...] = get_args(LustreDeployment)
@@ -90,7 +93,9 @@ class LustreFileSystemProps:
     data_repository: link to S3; default none.
     backup_retention_days: PERSISTENT_2 daily backups kept this many days, 0 for none; default 7.
     retain: keep the file system on stack deletion; default: PERSISTENT_2 yes, SCRATCH_2 no (scratch holds
-        no durable copy, so a retained one is only a bill).
+        no durable copy, so a retained one is only a bill). A kept file system keeps what it needs to keep working:
+        its security group, every rule on that group (the clients' rules allow_from adds included) and its link to
+        S3. Its subnet, VPC and efa_security_group are its caller's to keep.
     """
 
     vpc: ec2.IVpc
@@ -183,6 +188,12 @@ class LustreFileSystem(Construct):
         if props.efa:
             self._enable_efa(props.efa_security_group)
         self.data_repository = self._link(props.data_repository) if props.data_repository else None
+        if props.effective_retain:
+            # The file servers' interfaces keep the group in use, so deleting it would fail the stack's deletion;
+            # the link keeps auto-export and auto-import running.
+            retain_all(self.security_group)
+            if self.data_repository is not None:
+                self.data_repository.apply_removal_policy(RemovalPolicy.RETAIN)
 
     def _enable_efa(self, efa_group: ec2.ISecurityGroup) -> None:
         # The L2 has no EFA or metadata settings yet; EFA-enabled file systems need both.
@@ -235,7 +246,8 @@ class LustreFileSystem(Construct):
 
     @property
     def dns_name(self) -> str:
-        return self.file_system.dns_name
+        # FSx's own answer (CloudFormation's DNSName attribute), not a name spelled from the region.
+        return self.file_system.node.default_child.attr_dns_name
 
     @property
     def mount_name(self) -> str:
@@ -248,18 +260,41 @@ def allow_lustre_clients(servers: ec2.Connections, peer: ec2.IConnectable) -> No
         servers.allow_from(peer, port, "Lustre client")
 
 
+def file_system_dns_name(scope: Construct, file_system_id: str) -> str:
+    """Return the DNS name FSx gives FILE_SYSTEM_ID in the region of SCOPE's stack (catalog fact fsx_lustre.dns_name).
+
+    An env-agnostic stack gets it from a mapping of the partitions the fact covers: a deploy to any other partition
+    fails at that mapping rather than mounting a name that does not resolve.
+    """
+    fact = service_fact("fsx_lustre", "dns_name").value
+    domains: dict[str, str] = fact["domains"]
+    region = Stack.of(scope).region
+    if unresolved(region):
+        mapping = CfnMapping(scope, "FsxDnsDomain", mapping={p: {"domain": d} for p, d in domains.items()})
+        domain, region = mapping.find_in_map(Aws.PARTITION, "domain"), Aws.REGION
+    else:
+        partition = next((p for p, names in regions_by_partition().items() if region in names), None)
+        require(
+            partition in domains, "region", region, f"a region of a partition whose FSx DNS names kiln knows: {domains}"
+        )
+        domain = domains[partition]
+    return fact["pattern"].format(file_system_id=file_system_id, region=region, domain=domain)
+
+
 @dataclass(frozen=True, kw_only=True)
 class LustreFileSystemAttributes:
     """A file system made elsewhere.
 
-    file_system_id, dns_name, mount_name: as FSx reports them (strings or tokens).
-    security_group: the group its file servers carry (clients are let in through it).
+    file_system_id, dns_name, mount_name: as FSx reports them (strings or tokens); file_system_dns_name() spells
+        the DNS name FSx gives a file system id.
+    security_group: the group its file servers carry (allow_from lets clients in through it); None: the file system
+        already admits its clients through groups made elsewhere, and allow_from is refused.
     """
 
     file_system_id: str
     dns_name: str
     mount_name: str
-    security_group: ec2.ISecurityGroup
+    security_group: ec2.ISecurityGroup | None = None
 
     def __post_init__(self) -> None:
         if not unresolved(self.file_system_id):
@@ -279,8 +314,14 @@ class ImportedLustreFileSystem(Construct):
         self.file_system_id = attributes.file_system_id
         self.dns_name = attributes.dns_name
         self.mount_name = attributes.mount_name
-        self.connections = ec2.Connections(security_groups=[attributes.security_group])
+        groups = [attributes.security_group] if attributes.security_group is not None else []
+        self.connections = ec2.Connections(security_groups=groups)
 
     def allow_from(self, peer: ec2.IConnectable) -> None:
         """Let PEER (nodes, their security group) mount the file system."""
+        if not self.connections.security_groups:
+            raise ValueError(
+                f"{self.node.path}: allow_from needs the file servers' security_group; without it, PEER joins a "
+                "group the file system already admits"
+            )
         allow_lustre_clients(self.connections, peer)

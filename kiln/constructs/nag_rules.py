@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import kiln.ci.execution_policy as _exec
 from kiln.catalog.platforms import service_fact
-from kiln.preflight.permissions import PARAMETER_READS, UNSCOPED_READS
+from kiln.preflight.permissions import LEFTOVER_READS, PARAMETER_READS, UNSCOPED_READS
 
 
 @dataclass(frozen=True)
@@ -324,8 +324,16 @@ CI_IDENTITY_GRANTS = (
         UNSCOPED_READS,
         r"\*",
         "Read-only calls that take no resource scope: kiln preflight, which kiln ci up runs before deploying, reads "
-        "quotas, offerings, reservations, subnets, images, instances and file systems; kiln ci finds an "
+        "quotas, offerings, reservations, subnets, their route tables and endpoints, security groups, network "
+        "interfaces, images, instances and file systems; kiln ci finds an "
         "environment's nodes by their kiln:environment tag with DescribeInstances.",
+    ),
+    WildcardGrant(
+        LEFTOVER_READS,
+        r"\*",
+        "Read-only, for preflight's leftovers check (kiln ci up runs it): the tagging API (tag:GetResources) and "
+        "AMP's ListWorkspaces take no resource scope; DescribeBackups, DescribeKey and GetBucketLogging describe "
+        "what that listing found under kiln's tags, whose ids the role cannot know in advance.",
     ),
     WildcardGrant(
         PARAMETER_READS,

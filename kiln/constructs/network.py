@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aws_cdk import RemovalPolicy
@@ -12,7 +14,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from kiln.catalog.limits import PRIVATE_SUBNET_EXTRA_BITS, PUBLIC_SUBNET_EXTRA_BITS, VPC_PREFIX_MAX, VPC_PREFIX_MIN
-from kiln.constructs._checks import require, unresolved
+from kiln.constructs._checks import require, require_in, unresolved
 from kiln.constructs.keys import logs_key
 
 
@@ -32,18 +34,31 @@ class TrainingVpcProps:
     """Props for TrainingVpc.
 
     cidr: CIDR of a new VPC (ignored with `existing`); default 10.0.0.0/16.
-    availability_zone: the AZ of compute, FSx and the placement group; default: the region's first AZ.
+    availability_zone: the AZ of compute, FSx and the placement group; default: the region's first AZ (and then the
+        VPC spans the region's first two).
+    second_availability_zone: with availability_zone, a second AZ the VPC's public and private subnets span too (EKS's
+        control plane needs two); None: the VPC lies in availability_zone alone. Never guessed: the caller names it.
+    interface_endpoints: endpoint services (platforms.json services.vpc_endpoints names: ssm, ecr.api, ...) that
+        get an interface endpoint in the compute subnet, admitting HTTPS from the VPC's CIDR alone.
+    gateway_endpoints: gateway endpoint services besides S3, which every new VPC gets (dynamodb).
     existing: import this VPC and subnet instead of creating a VPC.
     flow_log_retention: how long VPC flow logs are kept; default one year.
     retain_flow_logs: keep the flow log group when the stack is deleted; default True (False for short-lived
         environments, whose logs go with them).
+    retain_for_data: keep the new VPC and its compute subnet when the stack is deleted, because a kept file system's
+        interfaces stay in that subnet (deleting either would fail the stack's deletion); default False. The rest
+        (NAT gateway, Elastic IP, other subnets, routes, endpoints, the flow log) is deleted as ever.
     """
 
     cidr: str = "10.0.0.0/16"
     availability_zone: str | None = None
+    second_availability_zone: str | None = None
+    interface_endpoints: Sequence[str] = ()
+    gateway_endpoints: Sequence[str] = ()
     existing: ExistingNetwork | None = None
     flow_log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR
     retain_flow_logs: bool = True
+    retain_for_data: bool = False
 
     def __post_init__(self) -> None:
         if self.existing is None and not unresolved(self.cidr):
@@ -57,21 +72,42 @@ class TrainingVpcProps:
                 self.cidr,
                 f"an IPv4 CIDR from /{VPC_PREFIX_MIN} to /{VPC_PREFIX_MAX}",
             )
+        second = self.second_availability_zone
+        if second is not None:
+            zone = "second_availability_zone"
+            require(self.availability_zone is not None, zone, second, "set together with availability_zone")
+            require(second != self.availability_zone, zone, second, f"an AZ other than {self.availability_zone}")
+        for name in self.gateway_endpoints:
+            require_in("gateway_endpoints", name, GATEWAY_SERVICES)
+        require(
+            self.existing is None or not (self.interface_endpoints or self.gateway_endpoints),
+            "interface_endpoints",
+            list(self.interface_endpoints),
+            "none with `existing` (kiln adds no endpoint to a VPC it does not own)",
+        )
 
 
-def _second_az(first: str) -> str:
-    """Return another AZ of the same region: EKS and NAT placement want two."""
-    return first[:-1] + ("b" if first.endswith("a") else "a")
+# Gateway endpoint services a new VPC may get besides S3 (CDK's names for them).
+GATEWAY_SERVICES = {"dynamodb": ec2.GatewayVpcEndpointAwsService.DYNAMODB}
+HTTPS = 443
+
+
+def endpoint_id(service: str) -> str:
+    """Return the construct id of SERVICE's endpoint: ecr.api -> EndpointEcrApi."""
+    return "Endpoint" + "".join(part.capitalize() for part in re.split(r"[.-]", service))
 
 
 class TrainingVpc(Construct):
-    """A VPC for training: public and private subnets in two AZs, one NAT, S3 endpoint, KMS-encrypted flow logs."""
+    """A VPC for training: public and private subnets in one AZ or two, one NAT, an S3 gateway endpoint (and the
+    interface endpoints the props name), KMS-encrypted flow logs."""
 
     def __init__(self, scope: Construct, construct_id: str, props: TrainingVpcProps | None = None) -> None:
         super().__init__(scope, construct_id)
         props = props or TrainingVpcProps()
         # The key of the flow logs of a VPC kiln creates (an existing VPC keeps its own logging).
         self.flow_log_key: kms.Key | None = None
+        # The group of the interface endpoints' network interfaces (None without interface endpoints).
+        self.endpoint_security_group: ec2.SecurityGroup | None = None
         if props.existing:
             self.vpc = self._import(props.existing)
             self.compute_subnet = ec2.Subnet.from_subnet_attributes(
@@ -85,6 +121,9 @@ class TrainingVpc(Construct):
         self.vpc = self._create(props)
         self.compute_subnet = self.vpc.private_subnets[0]
         self.availability_zone = self.compute_subnet.availability_zone
+        if props.retain_for_data:
+            for kept in (self.vpc, self.compute_subnet):
+                kept.node.default_child.apply_removal_policy(RemovalPolicy.RETAIN)
 
     def _import(self, existing: ExistingNetwork) -> ec2.IVpc:
         return ec2.Vpc.from_vpc_attributes(
@@ -98,11 +137,10 @@ class TrainingVpc(Construct):
 
     def _create(self, props: TrainingVpcProps) -> ec2.Vpc:
         prefix = ipaddress.IPv4Network(props.cidr).prefixlen
-        zones = (
-            {"availability_zones": [props.availability_zone, _second_az(props.availability_zone)]}
-            if props.availability_zone
-            else {"max_azs": 2}
-        )
+        zones = {"max_azs": 2}
+        if props.availability_zone:
+            named = [props.availability_zone, props.second_availability_zone]
+            zones = {"availability_zones": [zone for zone in named if zone]}
         vpc = ec2.Vpc(
             self,
             "Resource",
@@ -125,6 +163,7 @@ class TrainingVpc(Construct):
             **zones,
         )
         vpc.add_gateway_endpoint("S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3)
+        self._add_endpoints(vpc, props)
         # Flow logs record who talked to whom in the cluster: encrypted with the cluster's own key, kept as long.
         self.flow_log_key = logs_key(
             self, "FlowLogsKey", description="kiln: encrypts the VPC flow logs", retain=props.retain_flow_logs
@@ -143,6 +182,35 @@ class TrainingVpc(Construct):
             traffic_type=ec2.FlowLogTrafficType.ALL,
         )
         return vpc
+
+    def _add_endpoints(self, vpc: ec2.Vpc, props: TrainingVpcProps) -> None:
+        """Give VPC the gateway endpoints PROPS names, and its interface endpoints in the compute subnet behind one
+        group that admits HTTPS from the VPC's own addresses and nothing else."""
+        for name in props.gateway_endpoints:
+            vpc.add_gateway_endpoint(endpoint_id(name), service=GATEWAY_SERVICES[name])
+        if not props.interface_endpoints:
+            return
+        group = ec2.SecurityGroup(
+            self,
+            "EndpointSecurityGroup",
+            vpc=vpc,
+            description="kiln: interface VPC endpoints, HTTPS from this VPC only",
+            allow_all_outbound=False,
+        )
+        # The CIDR as given (the VPC's own), a literal in the template that reviewers and cdk-nag can read.
+        group.add_ingress_rule(ec2.Peer.ipv4(props.cidr), ec2.Port.tcp(HTTPS), "HTTPS from this VPC")
+        self.endpoint_security_group = group
+        compute = ec2.SubnetSelection(subnets=[vpc.private_subnets[0]])
+        for name in dict.fromkeys(props.interface_endpoints):
+            vpc.add_interface_endpoint(
+                endpoint_id(name),
+                service=ec2.InterfaceVpcEndpointAwsService(name),
+                subnets=compute,
+                security_groups=[group],
+                private_dns_enabled=True,
+                # The group above admits the VPC; CDK's `open` would add a second rule of its own.
+                open=False,
+            )
 
     @staticmethod
     def _mark_deliberate_az_choice(vpc: ec2.Vpc) -> None:

@@ -19,18 +19,25 @@ class NodeBootstrap:
     entry_point: the script inside the zip a node runs, as a relative path (e.g. pcs.sh).
     object_url: s3://bucket/key as one value, when its maker has one (an S3 asset does); default: built
         from bucket and object_key.
+    content_sha256: the digest of the files the zip holds (kiln.bootstrap.fetch.bundle_digest), when its maker
+        knows it (BootstrapAssets does); a node that is given it checks the zip against it before unpacking.
     """
 
     bucket: s3.IBucket
     object_key: str
     entry_point: str
     object_url: str | None = None
+    content_sha256: str | None = None
 
     def __post_init__(self) -> None:
         require(bool(self.object_key), "object_key", self.object_key, "the key of the zipped bundle")
         if not unresolved(self.entry_point):
             relative = bool(self.entry_point) and not self.entry_point.startswith("/") and ".." not in self.entry_point
             require(relative, "entry_point", self.entry_point, "a relative path inside the bundle, such as pcs.sh")
+        if self.content_sha256 is not None and not unresolved(self.content_sha256):
+            digest = self.content_sha256
+            hex_digest = len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
+            require(hex_digest, "content_sha256", digest, "64 lowercase hex digits (bootstrap.fetch.bundle_digest)")
 
     @property
     def s3_url(self) -> str:

@@ -1,21 +1,33 @@
-"""ParallelCluster: an AWS ParallelCluster 3 cluster deployed through its CloudFormation provider."""
+"""ParallelCluster: an AWS ParallelCluster 3 cluster deployed through its CloudFormation provider.
+
+ParallelCluster takes a changed configuration as an update only where each changed setting's update policy allows
+it (platforms.json, parallelcluster.update_policies). So that a changed bundle, pin or kiln release is no change
+at all, every node's OnNodeConfigured action is the frozen resolve-bootstrap.sh with stable arguments (the region,
+an SSM parameter's name and the node's role): the parameter, which the stack rewrites at each deploy, names the
+current fetch.sh and bundle with their digests. Likewise the head node and login pools boot an image that never
+changes (custom_ami, or ParallelCluster's official one), and an image that may change between deploys, such as the
+newest bake, goes to the queues alone (compute_ami), whose nodes an update replaces as their jobs finish.
+update_refusals says which changes an update would refuse.
+"""
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from aws_cdk import Aws, CfnOutput, CustomResource, Fn, Stack
+from aws_cdk import AssetHashType, Aws, CfnOutput, CustomResource, Fn, Stack
 from aws_cdk import aws_cloudformation as cfn
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from kiln.bootstrap.fetch import FETCH_SCRIPT, fetch_arguments
+from kiln.bootstrap.fetch import FETCH_SCRIPT, RESOLVE_SCRIPT, file_sha256, node_manifest
 from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.limits import SERVICE_NODE_ROOT_VOLUME_GIB
 from kiln.catalog.platforms import service_fact
@@ -46,6 +58,15 @@ BOOTSTRAP_TIMEOUTS = tuple(
     service_fact("parallelcluster", key).value["property"].rsplit("/", 1)[-1]
     for key in ("head_node_bootstrap_timeout", "compute_node_bootstrap_timeout")
 )
+# Scheduling/SlurmSettings/QueueUpdateStrategy: its values, and kiln's (DRAIN: running jobs finish first).
+QUEUE_UPDATE_STRATEGIES: tuple[str, ...] = tuple(
+    service_fact("parallelcluster", "queue_update_strategy").value["allowed"]
+)
+DEFAULT_QUEUE_UPDATE_STRATEGY: str = service_fact("parallelcluster", "queue_update_strategy").value["kiln"]
+# The update policy of every setting kiln writes, by path (a list of sections keyed as List[Key]).
+UPDATE_POLICIES: dict[str, str] = dict(service_fact("parallelcluster", "update_policies").value)
+# Where an AMI may be set and its update policy: only the queues' image can change on a running cluster.
+AMI_SETTINGS: dict[str, str] = dict(service_fact("parallelcluster", "ami_settings").value)
 
 
 def attachable_policy(scope: Construct, construct_id: str, **kwargs: Any) -> iam.ManagedPolicy:
@@ -109,10 +130,19 @@ class ParallelClusterProps:
     subnet: private subnet of the head node, queues and login nodes.
     queues: the Slurm queues.
     bootstrap / cluster_env: the bundle every node runs as its OnNodeConfigured action
-        (BootstrapAssets.node_bootstrap for kiln's `parallelcluster` bundle) and its deploy-time values.
+        (BootstrapAssets.node_bootstrap for kiln's `parallelcluster` bundle) and its deploy-time values. Both go
+        into the bootstrap parameter a node reads when it boots: running nodes keep the bundle they booted with,
+        nodes that boot after a deploy get that deploy's.
     head_node_instance_type: default m5.8xlarge.
     login_instance_type / login_count: a login node pool; count 0 for none (default 1).
-    os: ubuntu2204 (default), ubuntu2404 or al2023; custom_ami: a baked image instead of the stock one.
+    os: ubuntu2204 (default), ubuntu2404 or al2023.
+    custom_ami: the AMI every node boots instead of ParallelCluster's official one for os (Image/CustomAmi): the
+        head node and login pools always, the queues unless compute_ami. ParallelCluster never changes it on an
+        existing cluster (update policy UNSUPPORTED), so it must be a literal AMI id; unset: the official AMI, which
+        ParallelCluster looks up when it creates the cluster and keeps for the cluster's life.
+    compute_ami: the AMI the queues boot instead (Scheduling/SlurmQueues/Image/CustomAmi), which may change from
+        one deploy to the next (a deploy-time value such as the newest baked image's SSM parameter): its update
+        policy is QUEUE_UPDATE_STRATEGY, so with DRAIN a new image replaces each queue's nodes as their jobs finish.
     file_system: an FSx for Lustre file system (LustreFileSystem, or from_lustre_attributes) mounted at
         fsx_mount_dir (/fsx); default none.
     security_groups: added to every node (e.g. one the file system admits).
@@ -122,6 +152,9 @@ class ParallelClusterProps:
         provider's Lambda role attaches only policies ParallelCluster's own policy lets it (ATTACHABLE_POLICIES):
         make them with attachable_policy (path /parallelcluster/).
     scaledown_idle_minutes: idle time before dynamic nodes stop; default 10.
+    queue_update_strategy: how an update replaces the nodes of queues whose settings changed: DRAIN (default:
+        running jobs finish, then the nodes are replaced), TERMINATE (running jobs are killed) or
+        COMPUTE_FLEET_STOP (such an update needs the fleet stopped).
     slurm_settings: further Scheduling.SlurmSettings entries.
     bootstrap_timeouts: DevSettings/Timeouts in seconds (HeadNodeBootstrapTimeout, ComputeNodeBootstrapTimeout),
         long enough for the nodes' setup; unset: ParallelCluster's defaults.
@@ -139,11 +172,13 @@ class ParallelClusterProps:
     login_count: int = 1
     os: OperatingSystem = "ubuntu2204"
     custom_ami: str | None = None
+    compute_ami: str | None = None
     file_system: ILustreFileSystem | None = None
     fsx_mount_dir: str = "/fsx"
     security_groups: Sequence[ec2.ISecurityGroup] = ()
     head_node_policies: Sequence[iam.IManagedPolicy] = ()
     scaledown_idle_minutes: int = 10
+    queue_update_strategy: str = DEFAULT_QUEUE_UPDATE_STRATEGY
     slurm_settings: Mapping[str, Any] = field(default_factory=dict)
     bootstrap_timeouts: Mapping[str, int] = field(default_factory=dict)
     delete_with_stack: bool = True
@@ -161,6 +196,20 @@ class ParallelClusterProps:
         require_in("os", self.os, OPERATING_SYSTEMS)
         require(self.login_count >= 0, "login_count", self.login_count, "0 or more")
         require(self.scaledown_idle_minutes >= 1, "scaledown_idle_minutes", self.scaledown_idle_minutes, "1 or more")
+        require_in("queue_update_strategy", self.queue_update_strategy, QUEUE_UPDATE_STRATEGIES)
+        require(
+            self.custom_ami is None or not unresolved(self.custom_ami),
+            "custom_ami",
+            self.custom_ami,
+            f"a literal AMI id: an update never changes Image/CustomAmi ({AMI_SETTINGS['Image/CustomAmi']}), so a "
+            "value read at deploy would fail the first deploy after it changed; give such an image as compute_ami",
+        )
+        require(
+            "QueueUpdateStrategy" not in self.slurm_settings,
+            "slurm_settings",
+            sorted(self.slurm_settings),
+            "settings other than QueueUpdateStrategy (set queue_update_strategy)",
+        )
         if not unresolved(self.ssh_allowed_ips):
             require(
                 self.ssh_allowed_ips not in OPEN_TO_ALL,
@@ -193,7 +242,17 @@ class ParallelCluster(Construct):
             props.cluster_name,
             "a name other than the stack's",
         )
+        # Named by its digest, which never changes: every node's OnNodeConfigured Script.
+        self.resolve_script = s3_assets.Asset(
+            self,
+            "ResolveBootstrap",
+            path=str(RESOLVE_SCRIPT),
+            asset_hash=file_sha256(RESOLVE_SCRIPT),
+            asset_hash_type=AssetHashType.CUSTOM,
+        )
         self.fetch_script = s3_assets.Asset(self, "FetchScript", path=str(FETCH_SCRIPT))
+        self.bootstrap_parameter = self._bootstrap_parameter()
+        self.bootstrap_read_policy = self._bootstrap_read_policy()
         self.ssm_agent_policy = self._ssm_agent_policy()
         self.config = self._configuration()
         self.provider = cfn.CfnStack(
@@ -217,23 +276,49 @@ class ParallelCluster(Construct):
         return self.cluster.get_att_string("headNode.privateIpAddress")
 
     def _on_node_configured(self, role: str) -> dict[str, Any]:
-        """Run the bundle as ParallelCluster's OnNodeConfigured action, telling the node its role outright."""
-        props = self.props
-        arguments = fetch_arguments(props.bootstrap.s3_url, props.bootstrap.entry_point, props.cluster_env, role=role)
-        return {"OnNodeConfigured": {"Script": self.fetch_script.s3_object_url, "Args": arguments}}
+        """Run resolve-bootstrap.sh as ParallelCluster's OnNodeConfigured action, telling the node its role outright.
 
-    def _login_read_policy(self) -> iam.ManagedPolicy:
-        """Login pools take no S3Access: an attachable policy that reads exactly fetch.sh and the bundle."""
+        Script and Args stay the same whatever the bundle, pins or kiln release (a head node's and a login pool's
+        OnNodeConfigured is UNSUPPORTED for updates): the parameter they name holds what changes."""
+        # The parameter's name is a Ref: CloudFormation writes this deploy's manifest before it updates the cluster.
+        args = [Stack.of(self).region, self.bootstrap_parameter.parameter_name, "--role", role]
+        return {"OnNodeConfigured": {"Script": self.resolve_script.s3_object_url, "Args": args}}
+
+    def _bootstrap_parameter(self) -> ssm.StringParameter:
+        """The manifest of this deploy's bootstrap: fetch.sh and the bundle with their digests, and cluster.env."""
+        props = self.props
+        manifest = node_manifest(
+            fetch_url=self.fetch_script.s3_object_url,
+            fetch_sha256=file_sha256(FETCH_SCRIPT),
+            bundle_url=props.bootstrap.s3_url,
+            entry_point=props.bootstrap.entry_point,
+            values=props.cluster_env,
+            bundle_sha256=props.bootstrap.content_sha256,
+        )
+        # No fixed name: CloudFormation names it, and the name stays while the parameter is updated in place.
+        return ssm.StringParameter(
+            self,
+            "NodeBootstrap",
+            string_value=Stack.of(self).to_json_string(manifest),
+            simple_name=True,
+            description="kiln: the bootstrap ParallelCluster nodes fetch at boot (rewritten at every deploy)",
+        )
+
+    def _bootstrap_read_policy(self) -> iam.ManagedPolicy:
+        """Every node reads exactly the parameter, resolve-bootstrap.sh, fetch.sh and the bundle."""
         props = self.props
         objects = [
-            f"arn:{Aws.PARTITION}:s3:::{self.fetch_script.s3_bucket_name}/{self.fetch_script.s3_object_key}",
-            f"arn:{Aws.PARTITION}:s3:::{props.bootstrap.bucket.bucket_name}/{props.bootstrap.object_key}",
+            f"arn:{Aws.PARTITION}:s3:::{asset.s3_bucket_name}/{asset.s3_object_key}"
+            for asset in (self.resolve_script, self.fetch_script)
         ]
         return attachable_policy(
             self,
-            "LoginNodeBootstrapRead",
-            description="kiln: ParallelCluster login nodes read the bootstrap's fetch script and bundle",
-            statements=[iam.PolicyStatement(actions=["s3:GetObject"], resources=objects)],
+            "NodeBootstrapRead",
+            description="kiln: ParallelCluster nodes read the bootstrap's parameter, scripts and bundle",
+            statements=[
+                iam.PolicyStatement(actions=["ssm:GetParameter"], resources=[self.bootstrap_parameter.parameter_arn]),
+                iam.PolicyStatement(actions=["s3:GetObject"], resources=[*objects, props.bootstrap.object_arn]),
+            ],
         )
 
     def _ssm_agent_policy(self) -> iam.ManagedPolicy:
@@ -249,21 +334,9 @@ class ParallelCluster(Construct):
         return policy
 
     def _iam(self, policies: Sequence[iam.IManagedPolicy] = ()) -> dict[str, Any]:
-        # Nodes read exactly the two objects they need: fetch.sh and the bundle.
-        s3_access = [
-            {
-                "BucketName": self.fetch_script.s3_bucket_name,
-                "KeyName": self.fetch_script.s3_object_key,
-                "EnableWriteAccess": False,
-            },
-            {
-                "BucketName": self.props.bootstrap.bucket.bucket_name,
-                "KeyName": self.props.bootstrap.object_key,
-                "EnableWriteAccess": False,
-            },
-        ]
-        additional = [self.ssm_agent_policy.managed_policy_arn, *(policy.managed_policy_arn for policy in policies)]
-        return {"S3Access": s3_access, "AdditionalIamPolicies": [{"Policy": arn} for arn in additional]}
+        # Attached by ARN: editing the policies' statements changes no setting of the cluster.
+        attached = [self.ssm_agent_policy, self.bootstrap_read_policy, *policies]
+        return {"AdditionalIamPolicies": [{"Policy": policy.managed_policy_arn} for policy in attached]}
 
     def _root_volume(self, size: int) -> dict[str, Any]:
         return {"LocalStorage": {"RootVolume": {"Size": size, "Encrypted": True, "VolumeType": "gp3"}}}
@@ -293,6 +366,9 @@ class ParallelCluster(Construct):
             "CustomActions": self._on_node_configured("worker"),
             "Iam": self._iam(),
         }
+        if props.compute_ami:
+            # The queue's own image: the one AMI setting an update takes while the fleet runs (AMI_SETTINGS).
+            entry["Image"] = {"CustomAmi": props.compute_ami}
         if queue.capacity.reservation_id:
             entry["CapacityReservationTarget"] = {"CapacityReservationId": queue.capacity.reservation_id}
         return entry
@@ -302,6 +378,7 @@ class ParallelCluster(Construct):
         head_networking: dict[str, Any] = {"SubnetId": props.subnet.subnet_id}
         if props.security_groups:
             head_networking["AdditionalSecurityGroups"] = [g.security_group_id for g in props.security_groups]
+        # The head node's and login pools' image (the queues' too, without compute_ami): never changed by an update.
         image: dict[str, Any] = {"Os": OPERATING_SYSTEMS[props.os]}
         if props.custom_ami:
             image["CustomAmi"] = props.custom_ami
@@ -321,7 +398,11 @@ class ParallelCluster(Construct):
             },
             "Scheduling": {
                 "Scheduler": "slurm",
-                "SlurmSettings": {"ScaledownIdletime": props.scaledown_idle_minutes, **props.slurm_settings},
+                "SlurmSettings": {
+                    "ScaledownIdletime": props.scaledown_idle_minutes,
+                    "QueueUpdateStrategy": props.queue_update_strategy,
+                    **props.slurm_settings,
+                },
                 "SlurmQueues": [self._queue(q) for q in props.queues],
             },
             "Imds": {"ImdsSupport": "v2.0"},
@@ -347,12 +428,7 @@ class ParallelCluster(Construct):
                         # Without its own, a pool takes the head node's (ParallelCluster 3.11+); said outright.
                         "Ssh": {"AllowedIps": props.ssh_allowed_ips},
                         "CustomActions": self._on_node_configured("login"),
-                        "Iam": {
-                            "AdditionalIamPolicies": [
-                                {"Policy": self.ssm_agent_policy.managed_policy_arn},
-                                {"Policy": self._login_read_policy().managed_policy_arn},
-                            ]
-                        },
+                        "Iam": self._iam(),
                         "Networking": {
                             "SubnetIds": [props.subnet.subnet_id],
                             **(
@@ -365,3 +441,253 @@ class ParallelCluster(Construct):
                 ]
             }
         return config
+
+
+# ---- What an update of a running cluster takes: the changed settings and their update policies. ----
+
+# The keyed lists of the configuration (path -> the key that matches their items across an update), from the
+# paths of UPDATE_POLICIES: Scheduling/SlurmQueues[Name] is the list of queues, matched by Name.
+_KEYED_LIST = re.compile(r"^(?P<list>.+)\[(?P<key>\w+)\]$")
+KEYED_LISTS: dict[str, str] = {
+    match["list"]: match["key"] for path in UPDATE_POLICIES if (match := _KEYED_LIST.match(path)) is not None
+}
+# The remedy for each kind of refusal, as ParallelCluster's update documentation gives it (platforms.json,
+# parallelcluster.update_policy_conditions).
+_NEW_CLUSTER = "ParallelCluster never changes it on an existing cluster: keep it, or delete the cluster and deploy anew"
+_FLEET_STOP = (
+    "stop the compute fleet first (pcluster update-compute-fleet --cluster-name {cluster} --status STOP_REQUESTED), "
+    "deploy, then start it (--status START_REQUESTED)"
+)
+_LOGIN_STOP = (
+    "scale the login pool to 0 nodes and deploy first, then, once its nodes are gone, deploy this change with the "
+    "count back"
+)
+_UNKNOWN = "kiln knows no update policy for this setting: keep it, or delete the cluster and deploy anew"
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """One setting that differs between two ParallelCluster configurations, as ParallelCluster compares them.
+
+    segments: where it is, list items by their key: ("Scheduling", "SlurmQueues[p5]", "ComputeResources[p5-nodes]",
+        "MinCount"); an item added or removed ends with the item ("Scheduling", "SlurmQueues[p5]").
+    pattern: the same place as UPDATE_POLICIES names it (Scheduling/SlurmQueues[Name]/ComputeResources[Name]/...).
+    old / new: its values (None where absent); for an item added to or removed from a keyed list, the item.
+    """
+
+    segments: tuple[str, ...]
+    pattern: str
+    old: Any
+    new: Any
+
+    @property
+    def path(self) -> str:
+        return "/".join(self.segments)
+
+    @property
+    def policy(self) -> str | None:
+        return UPDATE_POLICIES.get(self.pattern)
+
+    @property
+    def is_item(self) -> bool:
+        """An item added to or removed from a keyed list."""
+        return self.pattern.endswith("]")
+
+    @property
+    def parents(self) -> tuple[str, ...]:
+        return self.segments[:-1]
+
+    @property
+    def key(self) -> str:
+        """The setting's own name: for an item, its list's."""
+        return self.segments[-1].split("[", 1)[0]
+
+
+def cluster_configuration(template: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Return the ClusterConfiguration of TEMPLATE's Custom::PclusterCluster (a synthesized or deployed template)."""
+    for resource in template.get("Resources", {}).values():
+        if resource.get("Type") == "Custom::PclusterCluster":
+            return resource["Properties"]["ClusterConfiguration"]
+    return None
+
+
+def cluster_name_of(template: Mapping[str, Any]) -> str:
+    """Return the cluster name TEMPLATE's Custom::PclusterCluster gives ParallelCluster ("" when it has none)."""
+    for resource in template.get("Resources", {}).values():
+        if resource.get("Type") == "Custom::PclusterCluster":
+            name = resource["Properties"].get("ClusterName")
+            return name if isinstance(name, str) else ""
+    return ""
+
+
+def config_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[ConfigChange]:
+    """Return every setting that differs from BEFORE to AFTER, compared the way ParallelCluster's update does:
+    sections recursively, keyed lists item by item, and other values (lists of strings too) whole. Values may be
+    CloudFormation intrinsics (a template's): they compare as written."""
+    return list(_changes(before, after, (), ""))
+
+
+def _item_name(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _changes(
+    old: Mapping[str, Any] | None, new: Mapping[str, Any] | None, at: tuple[str, ...], pattern: str
+) -> Iterator:
+    old, new = old or {}, new or {}
+    for key in sorted(set(old) | set(new)):
+        before, after = old.get(key), new.get(key)
+        if before == after:
+            continue
+        shape = f"{pattern}/{key}".lstrip("/")
+        if shape in KEYED_LISTS:
+            item = KEYED_LISTS[shape]
+            olds = {_item_name(entry.get(item)): entry for entry in before or []}
+            news = {_item_name(entry.get(item)): entry for entry in after or []}
+            for name in [*olds, *(name for name in news if name not in olds)]:
+                where = (*at, f"{key}[{name}]")
+                if name in olds and name in news:
+                    yield from _changes(olds[name], news[name], where, f"{shape}[{item}]")
+                else:
+                    yield ConfigChange(where, f"{shape}[{item}]", olds.get(name), news.get(name))
+        elif isinstance(before, dict) and isinstance(after, dict):
+            yield from _changes(before, after, (*at, key), shape)
+        elif UPDATE_POLICIES.get(shape) == "IGNORED" and isinstance(before or after, dict):
+            # ParallelCluster looks into a section that is not analyzed for what was added or removed in it.
+            yield from _changes(before, after, (*at, key), shape)
+        else:
+            yield ConfigChange((*at, key), shape, before, after)
+
+
+def update_verdicts(
+    before: Mapping[str, Any], after: Mapping[str, Any], cluster_name: str
+) -> list[tuple[ConfigChange, str | None]]:
+    """Return each change from BEFORE to AFTER with the line refusing it, or None where the update takes it.
+
+    The cluster is taken to be in use: its compute fleet running (ParallelCluster's state until someone stops it)
+    and its login pools up where BEFORE gives them nodes; AFTER's QueueUpdateStrategy applies. Each change is judged
+    by the update policy of its setting (UPDATE_POLICIES) the way ParallelCluster's own check does; a setting kiln
+    has no policy for is refused.
+    """
+    changes = config_changes(before, after)
+    verdicts: list[tuple[ConfigChange, str | None]] = []
+    for change in changes:
+        remedy = _refusal(change, changes, before, after)
+        line = None
+        if remedy is not None:
+            what = "added" if change.old is None else "removed" if change.new is None else "changed"
+            if not change.is_item and what == "changed":
+                what = f"{_brief(change.old)} -> {_brief(change.new)}"
+            line = (
+                f"ParallelCluster {cluster_name}: {change.path} {what}: update policy {change.policy or 'unknown'}; "
+                + remedy.format(cluster=cluster_name)
+            )
+        verdicts.append((change, line))
+    return verdicts
+
+
+def update_refusals(before: Mapping[str, Any], after: Mapping[str, Any], cluster_name: str) -> list[str]:
+    """Return one line for each change from BEFORE to AFTER that ParallelCluster's update of a cluster in use
+    refuses, with what to do instead (none: the update goes through); see update_verdicts."""
+    return [line for _, line in update_verdicts(before, after, cluster_name) if line is not None]
+
+
+def _brief(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _queue_update_strategy(config: Mapping[str, Any]) -> str:
+    settings = config.get("Scheduling", {}).get("SlurmSettings", {})
+    return settings.get("QueueUpdateStrategy", "COMPUTE_FLEET_STOP")
+
+
+def _running_pools(config: Mapping[str, Any]) -> set[str]:
+    pools = config.get("LoginNodes", {}).get("Pools", [])
+    return {pool.get("Name") for pool in pools if pool.get("Count", 0) > 0}
+
+
+def _named(config: Mapping[str, Any], parents: Sequence[str], kind: str) -> Mapping[str, Any]:
+    """Return the queue (kind SlurmQueues) or compute resource (ComputeResources) the change's path names."""
+    node: Any = config
+    for part in parents:
+        name, _, item = part.partition("[")
+        node = node.get(name, {}) if isinstance(node, Mapping) else {}
+        if item:
+            entries = node if isinstance(node, list) else []
+            node = next((entry for entry in entries if _item_name(entry.get("Name")) == item[:-1]), {})
+        if name == kind:
+            return node
+    return {}
+
+
+def _managed_placement_group(queue: Mapping[str, Any], resource: Mapping[str, Any]) -> bool:
+    chosen = resource.get("Networking", {}).get("PlacementGroup") or queue.get("Networking", {}).get("PlacementGroup")
+    return bool(chosen and chosen.get("Enabled") and not (chosen.get("Name") or chosen.get("Id")))
+
+
+def _managed_lustre(config: Mapping[str, Any]) -> set[str]:
+    return {
+        storage.get("Name")
+        for storage in config.get("SharedStorage", [])
+        if storage.get("StorageType") == "FsxLustre" and "FileSystemId" not in storage.get("FsxLustreSettings", {})
+    }
+
+
+def _refusal(
+    change: ConfigChange, changes: list[ConfigChange], before: Mapping[str, Any], after: Mapping[str, Any]
+) -> str | None:
+    """Return the remedy when ParallelCluster refuses CHANGE on a cluster in use, else None."""
+    policy = change.policy
+    strategy = _queue_update_strategy(after)
+    if policy is None:
+        return _UNKNOWN
+    in_queues = any(part.startswith("SlurmQueues[") for part in change.parents)
+    strategy_applies = in_queues and strategy != "COMPUTE_FLEET_STOP"
+    if policy in ("SUPPORTED", "IGNORED"):
+        return None
+    if policy == "QUEUE_UPDATE_STRATEGY":
+        return None if strategy_applies else _FLEET_STOP
+    if policy == "MANAGED_PLACEMENT_GROUP":
+        queues = [_named(config, change.segments, "SlurmQueues") for config in (before, after)]
+        resources = [_named(config, change.segments, "ComputeResources") for config in (before, after)]
+        deleted = _managed_placement_group(queues[0], resources[0]) and not _managed_placement_group(
+            queues[1], resources[1]
+        )
+        return _FLEET_STOP if deleted or not strategy_applies else None
+    if policy == "MANAGED_FSX":
+        if _managed_lustre(before) & _managed_lustre(after):
+            return _NEW_CLUSTER
+        kept = isinstance(change.old, list) and all(value in (change.new or []) for value in change.old)
+        return None if in_queues and (strategy != "COMPUTE_FLEET_STOP" or kept) else _FLEET_STOP
+    if policy == "RESIZE_UPDATE_STRATEGY_ON_REMOVE":
+        resizable = in_queues or change.key == "SlurmQueues"
+        if resizable and (strategy == "TERMINATE" or (change.is_item and change.old is None)):
+            return None
+        if change.key == "MaxCount" and (change.new or 0) >= (change.old or 0):
+            return None
+        if change.key == "MinCount":
+            sibling = next((c for c in changes if c.parents == change.parents and c.key == "MaxCount"), None)
+            if sibling is not None and (sibling.new or 0) - (sibling.old or 0) >= (change.new or 0) - (change.old or 0):
+                return None
+        return _FLEET_STOP
+    if policy == "SHARED_STORAGE_UPDATE_POLICY":
+        # ParallelCluster mounts and unmounts a file system it did not make (FileSystemId) on running nodes.
+        storage = change.new if change.new is not None else change.old
+        external = (
+            change.is_item
+            and storage.get("StorageType") == "FsxLustre"
+            and "FileSystemId" in storage.get("FsxLustreSettings", {})
+            and storage.get("MountDir") not in ("home", "/home")
+        )
+        return None if external else _NEW_CLUSTER
+    if policy == "LOGIN_NODES_STOP":
+        return None if not _running_pools(before) else _LOGIN_STOP
+    if policy == "LOGIN_NODES_POOLS_UPDATE_POLICY":
+        return None if not _running_pools(before) or change.old is None else _LOGIN_STOP
+    if policy == "LOGIN_NODES_POOL_STOP":
+        pool = next((p[len("Pools[") : -1] for p in change.parents if p.startswith("Pools[")), None)
+        return None if pool not in _running_pools(before) else _LOGIN_STOP
+    if policy in ("COMPUTE_FLEET_STOP", "COMPUTE_AND_LOGIN_NODES_STOP"):
+        return _FLEET_STOP if policy == "COMPUTE_FLEET_STOP" else _FLEET_STOP + "; " + _LOGIN_STOP
+    return _NEW_CLUSTER

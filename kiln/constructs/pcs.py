@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from aws_cdk import CfnOutput
 from aws_cdk import aws_ec2 as ec2
@@ -15,7 +17,7 @@ from constructs import Construct
 
 from kiln.bootstrap.fetch import fetch_user_data
 from kiln.catalog.limits import SERVICE_NODE_ROOT_VOLUME_GIB
-from kiln.catalog.platforms import newest_pcs_slurm, pcs_slurm_versions
+from kiln.catalog.platforms import newest_pcs_slurm, pcs_slurm_versions, service_fact
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge_wildcards, require, require_in, require_node_group, unresolved
 from kiln.constructs.ids import hashed_id
@@ -27,13 +29,32 @@ ClusterSize = Literal["SMALL", "MEDIUM", "LARGE"]
 CLUSTER_SIZES: tuple[str, ...] = get_args(ClusterSize)
 # PCS only hands instance profiles to nodes when the role lives under this path (or is named AWSPCS...).
 PCS_ROLE_PATH = "/aws-pcs/"
+# Hex digits of the digest a node group's PCS name ends in (node_group_name).
+NAME_DIGEST_LENGTH = 6
+
+
+def pcs_name_rule(kind: str) -> dict[str, Any]:
+    """Return PCS's rule for KIND's names (compute_node_group or queue): min, max and pattern (platforms.json)."""
+    return service_fact("pcs", "name_rules").value[kind]
+
+
+def node_group_name(name: str, instance_types: Sequence[str]) -> str:
+    """Return the name PCS gives node group NAME: NAME, cut to fit, then a digest of NAME and INSTANCE_TYPES.
+
+    PCS cannot change a node group's name or instance types (platforms.json, pcs.node_group_fixed): CloudFormation
+    replaces the group, creating the new one before it deletes the old. Both live in the name's digest, so the new
+    group never takes the old one's name, and every other change keeps the name and updates the group in place.
+    """
+    longest = pcs_name_rule("compute_node_group")["max"]
+    digest = hashlib.sha256(json.dumps([name, sorted(instance_types)]).encode()).hexdigest()[:NAME_DIGEST_LENGTH]
+    return f"{name[: longest - NAME_DIGEST_LENGTH - 1].rstrip('-')}-{digest}"
 
 
 @dataclass(frozen=True, kw_only=True)
 class PcsNodeGroup:
     """One PCS compute node group.
 
-    name: node group and queue name (lowercase, digits, '-').
+    name: the group's name and its queue's (lowercase, digits, '-'); PCS names the node group node_group_name(...).
     instance_type: one EC2 type per group.
     min_count / max_count: scaling bounds; min_count nodes stay up.
     capacity: on-demand (default), spot, capacity-block or reservation.
@@ -52,6 +73,8 @@ class PcsNodeGroup:
 
     def __post_init__(self) -> None:
         require_node_group(self.name, self.min_count, self.max_count)
+        shortest = pcs_name_rule("queue")["min"]
+        require(len(self.name) >= shortest, "name", self.name, f"at least {shortest} characters (PCS's queue names)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +115,9 @@ class PcsClusterProps:
         require(bool(self.compute_groups), "compute_groups", list(self.compute_groups), "at least one node group")
         names = [g.name for g in self.compute_groups] + ([self.login.name] if self.login else [])
         require(len(set(names)) == len(names), "node group names", names, "unique names")
+        groups = [*self.compute_groups, *([self.login] if self.login else [])]
+        pcs_names = [node_group_name(g.name, [g.instance_type]) for g in groups]
+        require(len(set(pcs_names)) == len(pcs_names), "node group names in PCS", pcs_names, "unique names")
         require(
             self.scale_down_idle_seconds >= 60, "scale_down_idle_seconds", self.scale_down_idle_seconds, "60 or more"
         )
@@ -110,6 +136,8 @@ class PcsCluster(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: PcsClusterProps) -> None:
         super().__init__(scope, construct_id)
         self.props = props
+        # No Name: CloudFormation names the cluster, so a change PCS cannot make in place (size, subnet, security
+        # group; platforms.json, pcs.cluster_fixed) creates a second cluster beside the first instead of failing.
         self.security_group = ec2.SecurityGroup(
             self,
             "ClusterSecurityGroup",
@@ -142,6 +170,7 @@ class PcsCluster(Construct):
         self.queues: dict[str, pcs.CfnQueue] = {}
         for group in props.compute_groups:
             self.node_groups[group.name] = self._node_group(group, role="worker")
+            # The queue keeps the group's name (what `sbatch -p` takes) and follows a replaced node group in place.
             self.queues[group.name] = pcs.CfnQueue(
                 self,
                 hashed_id("Queue", group.name),
@@ -204,7 +233,7 @@ class PcsCluster(Construct):
             self,
             hashed_id("NodeGroup", group.name),
             cluster_id=self.cluster.attr_id,
-            name=group.name,
+            name=node_group_name(group.name, [group.instance_type]),
             ami_id=props.ami_id,
             custom_launch_template=pcs.CfnComputeNodeGroup.CustomLaunchTemplateProperty(
                 template_id=template.launch_template_id, version=template.latest_version

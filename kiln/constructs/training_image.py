@@ -41,6 +41,9 @@ _PARENT = re.compile(r"ami-[0-9a-f]{8,17}|ssm:/[A-Za-z0-9_./-]+|arn:aws[a-z-]*:i
 BUILD_INSTANCE_POLICIES: tuple[str, ...] = tuple(service_fact("imagebuilder", "instance_profile_policies").value)
 # Image Builder's own test phase: every install step's marker, checked again on an instance of the new AMI.
 TEST_TIMEOUT_MINUTES = 60
+# Build logs go to a group under this prefix: Image Builder writes there without an execution role
+# (https://docs.aws.amazon.com/imagebuilder/latest/APIReference/API_PipelineLoggingConfiguration.html).
+BUILD_LOG_PREFIX = "/aws/imagebuilder/"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,8 +133,13 @@ class TrainingImage(Construct):
         self.log_group = logs.LogGroup(
             self,
             "BuildLogs",
-            # Where Image Builder sends the recipe's build and test logs; created here so it has a retention.
-            log_group_name=f"/aws/imagebuilder/{self.recipe_name}",
+            # Where Image Builder sends the recipe's build and test logs (the pipeline and the image name it); created
+            # here so it has a retention. A retained group outlives the stack, so its name is this stack's own: the
+            # recipe's, then the stack id's UUID, and a redeploy after `cdk destroy` creates a group of its own
+            # instead of failing on the kept one ("already exists").
+            log_group_name=cdk.Fn.join(
+                "", [f"{BUILD_LOG_PREFIX}{self.recipe_name}-", cdk.Fn.select(2, cdk.Fn.split("/", cdk.Aws.STACK_ID))]
+            ),
             retention=logs.RetentionDays.ONE_YEAR,
             removal_policy=cdk.RemovalPolicy.RETAIN if props.retain else cdk.RemovalPolicy.DESTROY,
         )
@@ -223,6 +231,9 @@ class TrainingImage(Construct):
             ),
             enhanced_image_metadata_enabled=True,
             status="ENABLED",
+            logging_configuration=imagebuilder.CfnImagePipeline.PipelineLoggingConfigurationProperty(
+                image_log_group_name=self.log_group.log_group_name
+            ),
         )
         # The first image, built while the stack deploys, and again whenever the pipeline changes (a new recipe).
         self.image = imagebuilder.CfnImage(
@@ -230,6 +241,9 @@ class TrainingImage(Construct):
             "Image",
             image_pipeline_execution_settings=imagebuilder.CfnImage.ImagePipelineExecutionSettingsProperty(
                 deployment_id=self.pipeline.attr_deployment_id, on_update=True
+            ),
+            logging_configuration=imagebuilder.CfnImage.ImageLoggingConfigurationProperty(
+                log_group_name=self.log_group.log_group_name
             ),
         )
         policy = cdk.RemovalPolicy.RETAIN if props.retain else cdk.RemovalPolicy.DESTROY

@@ -15,8 +15,9 @@ from kiln.preflight.findings import Finding
 # Read-only calls, retried with botocore's standard backoff (throttling included) before a check gives up.
 MAX_ATTEMPTS = 4
 CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS}, connect_timeout=5, read_timeout=20)
-# IAM actions whose name is not the operation's (S3 authorizes HeadBucket as s3:ListBucket).
-IAM_ACTION_OVERRIDES = {("s3", "HeadBucket"): "s3:ListBucket"}
+# IAM actions whose name is not the operation's (S3 authorizes HeadBucket as s3:ListBucket; the tagging API's
+# actions are tag:*, its signing name is tagging).
+IAM_ACTION_OVERRIDES = {("s3", "HeadBucket"): "s3:ListBucket", ("tagging", "GetResources"): "tag:GetResources"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +32,10 @@ class AwsClients:
     s3: Any
     fsx: Any
     iam: Any
+    cloudformation: Any
+    tagging: Any
+    amp: Any
+    kms: Any
 
     @classmethod
     def from_session(cls, session: Any, region: str) -> AwsClients:
@@ -52,11 +57,30 @@ class AwsClients:
             s3=client("s3"),
             fsx=client("fsx"),
             iam=client("iam"),
+            cloudformation=client("cloudformation"),
+            tagging=client("resourcegroupstaggingapi"),
+            amp=client("amp"),
+            kms=client("kms"),
+        )
+
+    def clients(self) -> tuple[Any, ...]:
+        """Return every client, in the order iam_action looks an operation up."""
+        return (
+            self.ec2,
+            self.service_quotas,
+            self.ssm,
+            self.s3,
+            self.fsx,
+            self.iam,
+            self.cloudformation,
+            self.tagging,
+            self.amp,
+            self.kms,
         )
 
     def iam_action(self, operation: str) -> str:
         """Return the IAM action behind OPERATION (an operation name of one of these clients)."""
-        for client in (self.ec2, self.service_quotas, self.ssm, self.s3, self.fsx, self.iam):
+        for client in self.clients():
             model = client.meta.service_model
             if operation in model.operation_names:
                 prefix = model.signing_name

@@ -16,8 +16,12 @@ Read-only checks of the account your AWS credentials reach, in the spec's region
   reservations  capacity reservations and blocks: state, AZ, type, count, start and end
   subnet        free addresses in the compute subnet against nodes x interfaces
   image         compute.image.ami_id exists, fits the instance architecture and the root volume
-  lustre        FSx for Lustre storage quota for the deployment type, against what is in use
-  bucket        storage.bucket.name is free (or this cluster's own); the data repository bucket exists
+  lustre        FSx for Lustre storage quota for the deployment type, against what is in use; an attached
+                file system (file_system_id) exists, is Lustre, in the VPC, and admits security_group_id
+  bucket        what a deploy does with storage.bucket.name: creates, updates or attaches it (or fails: it exists);
+                the data repository bucket exists
+  leftovers     what an earlier deploy kept after `cdk destroy` (by kiln's tags), what a deploy does with each,
+                and the commands that attach or delete it (`kiln leftovers` lists the same)
 
 Each finding is one line: OK, WARN (deploys, but look), FAIL (the deploy would fail) or UNCHECKED (AWS refused
 the question: the line names the IAM action to allow). Exit 0 ready (no FAIL or UNCHECKED), 1 not ready,

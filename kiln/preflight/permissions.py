@@ -10,7 +10,11 @@ UNSCOPED_READS = (
     "ec2:DescribeInstanceTypeOfferings",
     "ec2:DescribeInstanceTypes",
     "ec2:DescribeInstances",
+    "ec2:DescribeNetworkInterfaces",
+    "ec2:DescribeRouteTables",
+    "ec2:DescribeSecurityGroups",
     "ec2:DescribeSubnets",
+    "ec2:DescribeVpcEndpoints",
     "fsx:DescribeFileSystems",
     "servicequotas:GetAWSDefaultServiceQuota",
     "servicequotas:GetServiceQuota",
@@ -22,6 +26,18 @@ GLOBAL_INFRASTRUCTURE_PARAMETERS = "parameter/aws/service/global-infrastructure/
 PARAMETER_READS = ("ssm:GetParameters",)
 # The bucket check reads a bucket by name: HeadBucket (s3:ListBucket) and its tags.
 BUCKET_READS = ("s3:GetBucketTagging", "s3:ListBucket")
+# The bucket and leftovers checks ask whether the cluster's stacks (and a bucket's) still exist, and what they hold:
+# the cluster's own stacks, <name>-<part>.
+STACK_READS = ("cloudformation:DescribeStacks", "cloudformation:ListStackResources")
+# The leftovers check finds what an earlier deploy kept by kiln's tags and describes it. Advisory (a refusal is a
+# WARN): the tagging API and AMP's listing take no resource scope; the rest read the kept resources themselves.
+LEFTOVER_READS = (
+    "aps:ListWorkspaces",
+    "fsx:DescribeBackups",
+    "kms:DescribeKey",
+    "s3:GetBucketLogging",
+    "tag:GetResources",
+)
 # The bootstrap check lists the policies attached to the CDK bootstrap's CloudFormation execution role.
 BOOTSTRAP_READS = ("iam:ListAttachedRolePolicies",)
 # The qualifier `cdk bootstrap` uses unless given --qualifier; its roles are cdk-<qualifier>-<kind>-<account>-<region>.

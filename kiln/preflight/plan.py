@@ -17,6 +17,7 @@ from kiln.catalog.limits import (
     SUBNET_RESERVED_ADDRESSES,
 )
 from kiln.catalog.names import ec2_type_name
+from kiln.catalog.network import node_endpoints
 from kiln.ci.reaper_code.kiln_reaper.contract import environment_bucket_name, stack_name
 from kiln.spec import ClusterSpec
 from kiln.spec.models import Lustre
@@ -67,6 +68,21 @@ class Plan:
     subnet_id: str | None
     new_subnet_addresses: int | None  # usable addresses of the private subnet a new VPC gets
     services: tuple[str, ...]
+    # The new VPC's second AZ as the spec names it (None: the account's first other AZ, or none on one AZ).
+    second_availability_zone: str | None = None
+    # The VPC endpoints (kiln.catalog.network names) the nodes call AWS through where no NAT carries them.
+    node_endpoints: tuple[str, ...] = ()
+    # The spec asks for interface endpoints in the VPC kiln creates.
+    interface_endpoints: bool = False
+    # The spec attaches bucket_name (storage.bucket.existing) rather than creating it.
+    bucket_existing: bool = False
+    # A short-lived environment's plan (`kiln ci up`): name is that environment's, its resources carry its tag.
+    environment: str | None = None
+
+    @property
+    def kubernetes(self) -> bool:
+        """Return True when the cluster has an EKS control plane (EKS, or HyperPod orchestrated by EKS)."""
+        return "eks" in self.services
 
     @property
     def address_need(self) -> int:
@@ -159,6 +175,12 @@ def _import_bucket(spec: ClusterSpec) -> str | None:
     return lustre.data_repository.import_path.removeprefix("s3://").partition("/")[0]
 
 
+def _node_endpoints(spec: ClusterSpec) -> tuple[str, ...]:
+    prometheus = spec.observability is not None and spec.observability.prometheus
+    found = node_endpoints(spec.compute.backend, orchestrator=spec.effective_orchestrator, prometheus=prometheus)
+    return tuple(endpoint.name for endpoint in found)
+
+
 def plan_for(
     spec: ClusterSpec, *, spec_path: str, region: str, environment: str | None = None, account: str | None = None
 ) -> Plan:
@@ -184,10 +206,15 @@ def plan_for(
         smallest_root_gib=spec.smallest_root_volume_gib if ami_id else None,
         lustre=spec.storage.lustre,
         bucket_name=bucket_name,
+        bucket_existing=spec.storage.bucket.existing and environment is None,
         import_bucket=_import_bucket(spec),
         storage_stack=stack_name(name, "storage"),
         vpc_id=spec.network.vpc_id,
         subnet_id=spec.network.private_subnet_id,
         new_subnet_addresses=_new_subnet_addresses(spec),
         services=_services(spec),
+        second_availability_zone=spec.network.second_availability_zone,
+        node_endpoints=_node_endpoints(spec),
+        interface_endpoints=spec.network.interface_endpoints,
+        environment=environment,
     )

@@ -31,13 +31,16 @@ def all_checks() -> tuple[Check, ...]:
     from kiln.preflight.checks import (
         bootstrap,
         bucket,
+        egress,
         image,
+        leftovers,
         lustre,
         offerings,
         quotas,
         reservations,
         services,
         subnet,
+        zones,
     )
 
     return (
@@ -46,9 +49,12 @@ def all_checks() -> tuple[Check, ...]:
         quotas.CHECK,
         reservations.CHECK,
         subnet.CHECK,
+        zones.CHECK,
+        egress.CHECK,
         image.CHECK,
         lustre.CHECK,
         bucket.CHECK,
+        leftovers.CHECK,
         bootstrap.CHECK,
     )
 

@@ -38,6 +38,10 @@ AZ_PATTERN = f"^{AVAILABILITY_ZONE.pattern}$"
 VPC_ID_PATTERN = r"^vpc-([0-9a-f]{8}|[0-9a-f]{17})$"
 SUBNET_ID_PATTERN = r"^subnet-([0-9a-f]{8}|[0-9a-f]{17})$"
 AMI_ID_PATTERN = r"^ami-([0-9a-f]{8}|[0-9a-f]{17})$"
+# FSx's own patterns (API Reference: FileSystemId, LustreFileSystemConfiguration.MountName) and EC2's group ids.
+FILE_SYSTEM_ID_PATTERN = r"^fs-([0-9a-f]{8}|[0-9a-f]{17})$"
+MOUNT_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,8}$"
+SECURITY_GROUP_ID_PATTERN = r"^sg-([0-9a-f]{8}|[0-9a-f]{17})$"
 VERSION_PATTERN = f"^{VERSION.pattern}$"
 NCCL_PATTERN = f"^{NCCL_VERSION.pattern}$"
 DCGM_EXPORTER_PATTERN = f"^{DCGM_EXPORTER_VERSION.pattern}$"
@@ -53,6 +57,9 @@ PATTERN_RULES = {
     VPC_ID_PATTERN: "a VPC id such as vpc-0123456789abcdef0",
     SUBNET_ID_PATTERN: "a subnet id such as subnet-0123456789abcdef0",
     AMI_ID_PATTERN: "an AMI id such as ami-0123456789abcdef0",
+    FILE_SYSTEM_ID_PATTERN: "an FSx file system id such as fs-0123456789abcdef0",
+    MOUNT_NAME_PATTERN: "an FSx for Lustre mount name: 1-8 letters, digits, '_' or '-'",
+    SECURITY_GROUP_ID_PATTERN: "a security group id such as sg-0123456789abcdef0",
     VERSION_PATTERN: VERSION_RULE,
     NCCL_PATTERN: NCCL_VERSION_RULE,
     DCGM_EXPORTER_PATTERN: DCGM_EXPORTER_VERSION_RULE,
@@ -84,6 +91,19 @@ class Network(SpecModel):
     private_subnet_id: str | None = Field(
         None, pattern=SUBNET_ID_PATTERN, description="Private subnet of vpc_id in availability_zone."
     )
+    second_availability_zone: str | None = Field(
+        None,
+        pattern=AZ_PATTERN,
+        description="A new VPC's second AZ (EKS's control plane needs subnets in two), another of region's than "
+        "availability_zone; unset: the first other AZ the account lists, looked up at deploy (needed on EKS when "
+        "synthesizing without an account). Not with vpc_id.",
+    )
+    interface_endpoints: bool = Field(
+        False,
+        description="Interface VPC endpoints in the compute subnet for the AWS services the nodes call (SSM, ECR, "
+        "EKS auth, CloudWatch Logs, PCS, ...: the backend's list), HTTPS from the VPC only, so their traffic skips "
+        "the NAT gateway; each costs an hourly fee. Not with vpc_id: preflight checks an existing VPC's.",
+    )
 
 
 class Bucket(SpecModel):
@@ -91,6 +111,11 @@ class Bucket(SpecModel):
 
     name: str | None = Field(None, description="Bucket name; generated when omitted.")
     retain: bool = Field(True, description="Keep the bucket and its data on `cdk destroy`.")
+    existing: bool = Field(
+        False,
+        description="Use the bucket `name` names, made elsewhere (one an earlier deploy kept, or a team's): kiln "
+        "neither creates nor deletes it, so retain does not apply.",
+    )
 
 
 class DataRepository(SpecModel):
@@ -111,6 +136,26 @@ class Lustre(SpecModel):
     compression: Literal["LZ4", "NONE"] = "LZ4"
     efa: bool = Field(False, description="EFA-enabled file system (PERSISTENT_2 only).")
     data_repository: DataRepository = DataRepository()
+    file_system_id: str | None = Field(
+        None,
+        pattern=FILE_SYSTEM_ID_PATTERN,
+        description="Attach this existing file system (one an earlier deploy kept, or a team's) instead of creating "
+        "one: in network.vpc_id, with mount_name and security_group_id; kiln neither changes nor deletes it.",
+    )
+    mount_name: str | None = Field(
+        None, pattern=MOUNT_NAME_PATTERN, description="With file_system_id: its mount name, as FSx reports it."
+    )
+    security_group_id: str | None = Field(
+        None,
+        pattern=SECURITY_GROUP_ID_PATTERN,
+        description="With file_system_id: a group the file system already admits Lustre clients from (TCP 988, "
+        "1018-1023); kiln's nodes join it, and kiln adds no rule to it.",
+    )
+
+    @property
+    def attached(self) -> bool:
+        """Return True when the spec attaches an existing file system rather than creating one."""
+        return self.file_system_id is not None
 
     @property
     def effective_throughput_per_tib(self) -> int | None:

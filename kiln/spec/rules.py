@@ -167,6 +167,42 @@ def network(spec: ClusterSpec) -> Iterator[Problem]:
     yield from _vpc_cidr(spec, existing=False)
 
 
+def network_zones(spec: ClusterSpec) -> Iterator[Problem]:
+    """A new VPC's second AZ is another AZ of the cluster's region; it and the interface endpoints are for a VPC kiln
+    creates (an existing VPC keeps its own subnets and endpoints, which preflight checks)."""
+    net = spec.network
+    field = ("network", "second_availability_zone")
+    if net.vpc_id:
+        for name, what in (("second_availability_zone", "subnets"), ("interface_endpoints", "endpoints")):
+            if name in net.model_fields_set and getattr(net, name):
+                yield _p(
+                    ("network", name),
+                    f"applies to the VPC kiln creates; existing vpc_id {net.vpc_id} keeps its own {what} "
+                    "(`kiln preflight` checks what its nodes need): remove it",
+                    ("network", "vpc_id"),
+                )
+        return
+    second, first = net.second_availability_zone, spec.availability_zone
+    if second is None:
+        return
+    if first is None:
+        yield _p(
+            field,
+            f"needs availability_zone, the AZ of compute, FSx and EFA (got {second!r} alone); without either, the VPC "
+            "takes the region's first two AZs",
+            ("availability_zone",),
+        )
+    elif second == first:
+        yield _p(field, f"must differ from availability_zone (both are {second!r})", ("availability_zone",))
+    elif second[:-1] != first[:-1]:
+        yield _p(
+            field,
+            f"must lie in availability_zone's region {first[:-1]} (got {second!r})",
+            ("availability_zone",),
+            ("region",),
+        )
+
+
 def _vpc_cidr(spec: ClusterSpec, *, existing: bool) -> Iterator[Problem]:
     """A VPC's CIDR is an IPv4 network of a range and size AWS takes for VPCs, clear of Docker's bridge; a new one
     also fits kiln's subnet split."""
@@ -225,12 +261,63 @@ def _s3_uri_problem(uri: str) -> str | None:
     return None
 
 
+# What describes a file system kiln creates: an attached one (file_system_id) is as FSx made it.
+NEW_FILE_SYSTEM_FIELDS = ("deployment", "storage_gib", "throughput_per_tib", "compression", "efa", "data_repository")
+ATTACH_FIELDS = ("mount_name", "security_group_id")
+
+
+def _attached_lustre(spec: ClusterSpec, fs: Lustre) -> Iterator[Problem]:
+    """An attached file system is named whole (id, mount name, client group), in its own VPC, and nothing more."""
+    base = ("storage", "lustre")
+    fs_id = (*base, "file_system_id")
+    for field in NEW_FILE_SYSTEM_FIELDS:
+        if field in fs.model_fields_set:
+            yield _p(
+                (*base, field),
+                f"describes a file system kiln creates, but file_system_id attaches {fs.file_system_id} as it is: "
+                "remove it",
+                fs_id,
+            )
+    if fs.mount_name is None:
+        yield _p(
+            (*base, "mount_name"),
+            f"is required with file_system_id: `aws fsx describe-file-systems --file-system-ids {fs.file_system_id} "
+            "--query FileSystems[0].LustreConfiguration.MountName` prints it",
+            fs_id,
+        )
+    if fs.security_group_id is None:
+        yield _p(
+            (*base, "security_group_id"),
+            "is required with file_system_id: a group the file system admits Lustre clients from (TCP 988 and "
+            "1018-1023), which kiln's nodes join (`kiln leftovers` names the one a kept file system admits)",
+            fs_id,
+        )
+    if spec.network.vpc_id is None:
+        yield _p(
+            fs_id,
+            "needs network.vpc_id and network.private_subnet_id, the file system's VPC and a subnet of it: nodes join "
+            "security_group_id, and a security group serves its own VPC alone",
+            ("network", "vpc_id"),
+        )
+
+
 def lustre(spec: ClusterSpec) -> Iterator[Problem]:
-    """Lustre sizes, throughput and EFA fit the deployment type."""
+    """Lustre sizes, throughput and EFA fit the deployment type; an attached file system is named whole."""
     fs = spec.storage.lustre
     if fs is None:
         return
     base = ("storage", "lustre")
+    if fs.attached:
+        yield from _attached_lustre(spec, fs)
+        return
+    for field in ATTACH_FIELDS:
+        if getattr(fs, field) is not None:
+            yield _p(
+                (*base, field),
+                "applies only with file_system_id (a file system kiln creates gets its own): remove it, or set "
+                "file_system_id",
+                (*base, "file_system_id"),
+            )
     deployment = (*base, "deployment")
     yield from _lustre_size(fs)
     if fs.deployment == "PERSISTENT_2":
@@ -296,11 +383,26 @@ def _lustre_efa_clients(spec: ClusterSpec) -> Iterator[Problem]:
 
 
 def bucket(spec: ClusterSpec) -> Iterator[Problem]:
-    """A named bucket follows S3's naming rules."""
-    name = spec.storage.bucket.name
+    """A named bucket follows S3's naming rules; an existing bucket is named, and kiln never deletes it."""
+    wanted = spec.storage.bucket
+    name = wanted.name
+    base = ("storage", "bucket")
     if name is not None and not is_bucket_name(name):
+        yield _p((*base, "name"), f"is not a valid S3 bucket name: {BUCKET_NAME_RULE} (got {shown(name)})")
+    if not wanted.existing:
+        return
+    if name is None:
         yield _p(
-            ("storage", "bucket", "name"), f"is not a valid S3 bucket name: {BUCKET_NAME_RULE} (got {shown(name)})"
+            (*base, "existing"),
+            "got true without storage.bucket.name: name the bucket to attach (`kiln leftovers` lists the ones an "
+            "earlier deploy kept)",
+            (*base, "name"),
+        )
+    if "retain" in wanted.model_fields_set:
+        yield _p(
+            (*base, "retain"),
+            "does not apply with existing: true (kiln neither creates nor deletes a bucket it attaches): remove it",
+            (*base, "existing"),
         )
 
 
@@ -377,6 +479,8 @@ def _reserved_name(spec: ClusterSpec, name: str) -> str | None:
         return f"is reserved on hyperpod for the Slurm {name} group (got {name!r})"
     if backend == "pcs" and name == PCS_LOGIN_GROUP and spec.compute.login_nodes.count:
         return f"is the name of the PCS login node group (got {name!r}); choose another or set login_nodes.count 0"
+    if backend == "pcs" and len(name) < (shortest := service_fact("pcs", "name_rules").value["queue"]["min"]):
+        return f"must be at least {shortest} characters on pcs, whose queue (Slurm partition) takes it (got {name!r})"
     if backend == "eks" and name == EKS_SYSTEM_GROUP:
         return f"is the name of the EKS node group for cluster services (got {name!r})"
     if backend == "parallelcluster" and len(name) > PARALLELCLUSTER_QUEUE_NAME_MAX:
@@ -851,6 +955,7 @@ RULES: tuple[Rule, ...] = (
     cluster_name,
     placement,
     network,
+    network_zones,
     lustre,
     bucket,
     compute,

@@ -27,8 +27,16 @@ FEATURE_FLAGS = {
     "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
     "@aws-cdk/core:enablePartitionLiterals": True,
     "@aws-cdk/aws-iam:minimizePolicies": True,
+    # Exports, as every kiln release has deployed: CloudFormation refuses a change to an export in use, with a
+    # rollback, and `kiln diff` names it first. "both"/"weak" (Fn::GetStackOutput) would replace the file system and
+    # the cluster on the switching deploy (every create-only property fed across stacks: aws/aws-cdk#38829), and then
+    # leave a reader on a replaced or deleted value until its own template changes (Fn::GetStackOutput's page).
+    "@aws-cdk/core:defaultCrossStackReferences": "strong",
 }
 
+
+# Resource types whose Tags are create-only (their resource schemas): only kiln's own tags, fixed for a stack's life.
+FIXED_TAG_TYPES = ("AWS::EC2::PlacementGroup",)
 
 DEFAULT_SPEC_FILE = "cluster.yaml"
 NO_SPEC = (
@@ -126,8 +134,12 @@ def build_cluster(
             continue
         add_template_aspects(stack)
         tags = ci.tags(part) if ci is not None else {TAG_CLUSTER: spec.name}
-        for key, value in (tags | spec.tags).items():
+        for key, value in tags.items():
             cdk.Tags.of(stack).add(key, value)
+        for key, value in spec.tags.items():
+            # A placement group's Tags are create-only and compute imports its name: the spec's tags, which change,
+            # stay off it, so a tags change updates the cluster instead of being refused (kiln/changes).
+            cdk.Tags.of(stack).add(key, value, exclude_resource_types=list(FIXED_TAG_TYPES))
     if nag:
         cdk.Validations.of(app).add_plugins(
             AwsSolutionsChecks(app, verbose=True, write_suppressions_to_cloud_formation=True)

@@ -226,7 +226,8 @@ def boot_budget(spec: ClusterSpec, config: BootstrapConfig) -> tuple[tuple[str, 
     for kind, name in node_kinds(spec).items():
         role = KIND_ROLES.get(kind, "worker")
         limit = deadline(config.target, role)
-        work = boot_work(config, name, baked=baked)
+        # ParallelCluster's head and login nodes boot ami_id, not the bake (an update never changes their image).
+        work = boot_work(config, name, baked=baked and (role == "worker" or spec.compute.backend != "parallelcluster"))
         lines.append(budget_line(kind, work, limit))
         if role == "worker" and kind in from_zero:
             refusal = over_budget(kind, work, limit, baked=boot_work(config, name, baked=True))
@@ -255,7 +256,8 @@ def parallelcluster_timeouts(spec: ClusterSpec, config: BootstrapConfig) -> dict
         (boot_work(config, ec2_type_name(g.instance_type), baked=baked) for g in spec.compute.groups),
         key=lambda work: work.seconds,
     )
-    head_work = boot_work(config, ec2_type_name(spec.compute.head_node.instance_type), baked=baked)
+    # The head node boots compute.image.ami_id, never the bake (kiln.stacks.parallelcluster): it installs at boot.
+    head_work = boot_work(config, ec2_type_name(spec.compute.head_node.instance_type), baked=False)
     return {
         head.name: bootstrap_timeout(head_work, head.seconds),
         compute.name: bootstrap_timeout(slowest, compute.seconds),

@@ -178,7 +178,9 @@ class ComputeStack(cdk.Stack):
             cdk.CfnOutput(self, "GrafanaUrl", value=self.grafana.url)
 
     def _node_image(self, spec: ClusterSpec, image: ImageStack | None) -> str | None:
-        """Return the AMI nodes boot: the newest image the image stack baked (read at each deploy), else ami_id."""
+        """Return the AMI nodes boot: the newest image the image stack baked (read at each deploy), else ami_id. On
+        ParallelCluster only the queues boot the bake (kiln.stacks.parallelcluster): an update never changes the
+        head node's or login nodes' image."""
         if image is None:
             return spec.compute.image.ami_id
         self.add_stack_dependency(image)

@@ -44,7 +44,10 @@ def parallelcluster_props(
         login_instance_type=compute.login_nodes.instance_type,
         login_count=compute.login_nodes.count,
         os=spec.image_os,
-        custom_ami=context.image_id,
+        # The head and login nodes boot ami_id (or ParallelCluster's official AMI), which no deploy changes; with a
+        # bake, the queues boot the newest baked image, read at each deploy (an update drains and replaces them).
+        custom_ami=compute.image.ami_id,
+        compute_ami=context.image_id if compute.image.bake else None,
         file_system=context.storage.lustre,
         fsx_mount_dir=MOUNT_POINT,
         security_groups=context.client_groups(),

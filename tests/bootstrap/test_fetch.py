@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import shutil
 import stat
 import subprocess
 import zipfile
@@ -10,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from kiln.bootstrap.fetch import FETCH_SCRIPT, fetch_arguments, fetch_user_data
+from kiln.bootstrap.fetch import (
+    FETCH_SCRIPT,
+    RESOLVE_SCRIPT,
+    bundle_digest,
+    fetch_arguments,
+    fetch_user_data,
+    file_sha256,
+    node_manifest,
+)
 from kiln.bootstrap.render import SCRIPTS_DIR
 from tests.bootstrap.conftest import SHELLCHECK
 
@@ -96,3 +107,177 @@ def test_user_data_embeds_fetch_sh_and_passes_quoted_values(tmp_path: Path) -> N
     subprocess.run([str(SHELLCHECK), str(script)], check=True)
     assert FETCH_SCRIPT.read_text() in text
     assert text.rstrip().endswith("'KILN_REGION=us-east-1'")
+
+
+# ---- ParallelCluster: resolve-bootstrap.sh reads the manifest from SSM, fetch.sh checks the bundle's digest. ----
+
+# resolve-bootstrap.sh is every ParallelCluster node's OnNodeConfigured Script, which ParallelCluster never updates
+# on a head node: a changed file is a new S3 key, which every cluster made before can only take by being made anew.
+# Change this digest only with that in the release notes.
+RESOLVE_SCRIPT_SHA256 = "1fe742f8dd718830550da1d8ec5ddc2412342808c46538684a053e539efdc893"
+
+
+def _bundle_dir(tmp_path: Path) -> Path:
+    """A bundle as the renderer leaves it: an entry point, a file below a directory, a dot file and a link."""
+    bundle = tmp_path / "bundle"
+    (bundle / "steps").mkdir(parents=True)
+    (bundle / "parallelcluster.sh").write_text(ENTRY)
+    (bundle / "parallelcluster.sh").chmod(0o755)
+    (bundle / "steps" / "a.sh").write_text("echo a\n")
+    (bundle / ".hidden").write_text("x\n")
+    (bundle / "lib.sh").symlink_to(bundle / "steps" / "a.sh")
+    return bundle
+
+
+def _zip_as_cdk_does(directory: Path, archive: Path) -> None:
+    """Zip DIRECTORY as the CDK zips an asset directory: files only (links followed, dot files too), with modes."""
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as bundle:
+        for path in sorted(directory.rglob("*")):
+            if path.is_file():
+                info = zipfile.ZipInfo(path.relative_to(directory).as_posix())
+                info.external_attr = (stat.S_IFREG | stat.S_IMODE(path.stat().st_mode)) << 16
+                bundle.writestr(info, path.read_bytes())
+
+
+@pytest.fixture()
+def pc_node(tmp_path: Path) -> dict:
+    """A ParallelCluster node: S3 objects in a directory, an SSM parameter in a file, an `aws` stub serving both."""
+    objects = tmp_path / "objects"
+    (objects / "assets").mkdir(parents=True)
+    bundle = _bundle_dir(tmp_path)
+    _zip_as_cdk_does(bundle, objects / "assets" / "bundle.zip")
+    shutil.copy(FETCH_SCRIPT, objects / "assets" / "fetch.sh")
+    manifest = node_manifest(
+        fetch_url="s3://assets/fetch.sh",
+        fetch_sha256=file_sha256(FETCH_SCRIPT),
+        bundle_url="s3://assets/bundle.zip",
+        entry_point="parallelcluster.sh",
+        values=VALUES,
+        bundle_sha256=bundle_digest(bundle),
+    )
+    parameter = tmp_path / "parameter.json"
+    parameter.write_text(json.dumps(manifest))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    (bin_dir / "aws").write_text(
+        "#!/usr/bin/env bash\n"
+        f'echo "$*" >> {calls}\n'
+        'case "$1 $2" in\n'
+        f'  "ssm get-parameter") (($(grep -c "^ssm" {calls}) > ${{SSM_FAILS:-0}})) || exit 1; cat {parameter} ;;\n'
+        f'  "s3 cp") cp "{objects}/${{4#s3://}}" "$5" ;;\n'
+        "  *) exit 9 ;;\n"
+        "esac\n"
+    )
+    (bin_dir / "aws").chmod(0o755)
+    root = tmp_path / "root"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "KILN_ROOT": str(root), "KILN_FETCH_RETRY_DELAY_SECONDS": "0"}
+    return {"root": root, "env": env, "calls": calls, "parameter": parameter, "objects": objects, "bundle": bundle}
+
+
+def _resolve(node: dict, ssm_fails: int = 0) -> subprocess.CompletedProcess:
+    env = {**node["env"], "SSM_FAILS": str(ssm_fails)}
+    arguments = ["us-west-2", "CFN-NodeBootstrap-abc", "--role", "controller"]
+    return subprocess.run(
+        ["bash", str(RESOLVE_SCRIPT), *arguments], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def _edit_manifest(node: dict, change) -> None:
+    manifest = json.loads(node["parameter"].read_text())
+    change(manifest)
+    node["parameter"].write_text(json.dumps(manifest))
+
+
+def test_a_parallelcluster_node_resolves_the_current_bootstrap_and_runs_it(pc_node: dict) -> None:
+    result = _resolve(pc_node, ssm_fails=2)
+    assert result.returncode == 0, result.stderr
+    assert (pc_node["root"] / "ran").read_text() == "entry ran with --phase all --role controller\n"
+    calls = pc_node["calls"].read_text().splitlines()
+    reads = [c for c in calls if c.startswith("ssm")]
+    assert (
+        reads
+        == ["ssm get-parameter --region us-west-2 --name CFN-NodeBootstrap-abc --query Parameter.Value --output text"]
+        * 3
+    ), "two failed reads, then one that worked"
+    assert [c.split()[3] for c in calls if c.startswith("s3")] == ["s3://assets/fetch.sh", "s3://assets/bundle.zip"]
+    env = (pc_node["root"] / "etc/kiln/cluster.env").read_text()
+    assert "KILN_FSX_DNS='fs-0123.fsx.us-east-1.amazonaws.com'" in env and "KILN_REGION='us-east-1'" in env
+    unpacked = pc_node["root"] / "opt/kiln/bootstrap"
+    assert os.access(unpacked / "parallelcluster.sh", os.X_OK) and (unpacked / ".hidden").is_file()
+    assert (pc_node["root"] / "opt/kiln/fetch.sh").read_bytes() == FETCH_SCRIPT.read_bytes()
+
+
+def test_a_bundle_whose_content_differs_from_its_digest_is_never_unpacked(pc_node: dict) -> None:
+    (pc_node["bundle"] / "steps" / "a.sh").write_text("echo tampered\n")
+    _zip_as_cdk_does(pc_node["bundle"], pc_node["objects"] / "assets" / "bundle.zip")
+    result = _resolve(pc_node)
+    assert result.returncode == 1
+    assert "not unpacking it" in result.stderr and "the bundle from s3://assets/bundle.zip was not unpacked" in (
+        result.stderr
+    )
+    assert not (pc_node["root"] / "opt/kiln/bootstrap/parallelcluster.sh").exists()
+    assert not (pc_node["root"] / "ran").exists()
+
+
+def test_a_fetch_script_whose_digest_differs_is_never_run(pc_node: dict) -> None:
+    _edit_manifest(pc_node, lambda m: m["fetch"].update(sha256="0" * 64))
+    result = _resolve(pc_node)
+    assert result.returncode == 1
+    assert "s3://assets/fetch.sh does not match its sha256 " + "0" * 64 in result.stderr
+    assert not (pc_node["root"] / "opt/kiln/fetch.sh").exists()
+    assert not (pc_node["root"] / "ran").exists()
+
+
+def test_a_bundle_without_a_digest_is_fetched_unchecked(pc_node: dict) -> None:
+    """A zip a platform team staged itself may come without a digest (NodeBootstrap.content_sha256 unset)."""
+    _edit_manifest(pc_node, lambda m: m["bundle"].pop("sha256"))
+    result = _resolve(pc_node)
+    assert result.returncode == 0, result.stderr
+    assert (pc_node["root"] / "ran").is_file()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda m: m["bundle"].update(entry_point="../x.sh"), "entry point must be a relative path"),
+        (lambda m: m["bundle"].update(sha256="ABC"), "sha256 must be 64 lowercase hex digits"),
+        (lambda m: m["bundle"].update(url="https://example.invalid/b.zip"), "bundle URL must be s3://bucket/key"),
+        (lambda m: m["env"].update(FSX="x"), "usage:"),
+    ],
+)
+def test_a_bad_manifest_is_refused_before_anything_is_fetched(pc_node: dict, change, message: str) -> None:
+    _edit_manifest(pc_node, change)
+    result = _resolve(pc_node)
+    assert result.returncode == 2 and message in result.stderr
+    assert "bundle.zip" not in pc_node["calls"].read_text()
+
+
+def test_the_digest_is_of_the_content_whoever_zipped_it(tmp_path: Path) -> None:
+    """bundle_digest of the directory is what fetch.sh computes from the zip: directory entries, timestamps and
+    the zip's maker do not count; content and names do."""
+    bundle = _bundle_dir(tmp_path)
+    digest = bundle_digest(bundle)
+    listing = subprocess.run(
+        ["bash", "-c", "find -L . -type f -printf '%P\\n' | LC_ALL=C sort | xargs -d '\\n' sha256sum"],
+        cwd=bundle,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert digest == hashlib.sha256(listing.encode()).hexdigest()
+    (bundle / "steps" / "a.sh").chmod(0o700)
+    assert bundle_digest(bundle) == digest
+    (bundle / "steps" / "b.sh").write_text("")
+    assert bundle_digest(bundle) != digest
+
+
+def test_the_parallelcluster_scripts_are_shellcheck_clean() -> None:
+    result = subprocess.run(
+        [str(SHELLCHECK), "-x", str(FETCH_SCRIPT), str(RESOLVE_SCRIPT)], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stdout
+
+
+def test_resolve_bootstrap_is_frozen() -> None:
+    assert file_sha256(RESOLVE_SCRIPT) == RESOLVE_SCRIPT_SHA256

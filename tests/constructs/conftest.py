@@ -72,9 +72,13 @@ class EfaNetwork:
     placement: ClusterPlacementGroup
 
 
-def efa_network(st: cdk.Stack, availability_zone: str) -> EfaNetwork:
-    """Build a training VPC in AVAILABILITY_ZONE with its EFA security group and placement group in ST."""
-    net = TrainingVpc(st, "Vpc", TrainingVpcProps(availability_zone=availability_zone))
+def efa_network(
+    st: cdk.Stack, availability_zone: str, second_availability_zone: str | None = "us-east-1b"
+) -> EfaNetwork:
+    """Build a training VPC in AVAILABILITY_ZONE (and SECOND_AVAILABILITY_ZONE, which an EKS control plane needs)
+    with its EFA security group and placement group in ST."""
+    props = TrainingVpcProps(availability_zone=availability_zone, second_availability_zone=second_availability_zone)
+    net = TrainingVpc(st, "Vpc", props)
     efa = EfaSecurityGroup(st, "Efa", EfaSecurityGroupProps(vpc=net.vpc))
     return EfaNetwork(net=net, efa=efa, placement=ClusterPlacementGroup(st, "Placement"))
 

@@ -92,7 +92,7 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
         ),
     )
     hp_stack = cdk.Stack(app, "HyperPodEks", env=ENV)
-    hp_net = TrainingVpc(hp_stack, "Vpc", TrainingVpcProps(availability_zone=AZ))
+    hp_net = TrainingVpc(hp_stack, "Vpc", TrainingVpcProps(availability_zone=AZ, second_availability_zone="us-east-1b"))
     orchestrator = EksTrainingCluster(
         hp_stack,
         "Orchestrator",

@@ -70,7 +70,7 @@ def neuron(tmp_path_factory: pytest.TempPathFactory) -> dict:
         ),
     )
     hp_stack = cdk.Stack(app, "HyperPodTrn", env=ENV)
-    hp_net = TrainingVpc(hp_stack, "Vpc", TrainingVpcProps(availability_zone=AZ))
+    hp_net = TrainingVpc(hp_stack, "Vpc", TrainingVpcProps(availability_zone=AZ, second_availability_zone="us-east-1b"))
     orchestrator = EksTrainingCluster(
         hp_stack,
         "Orchestrator",

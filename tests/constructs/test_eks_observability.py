@@ -88,7 +88,9 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> dict:
         ),
     )
     cpu_stack = cdk.Stack(app, STACKS[1], env=ENV)
-    cpu_net = TrainingVpc(cpu_stack, "Vpc", TrainingVpcProps(availability_zone=AZ))
+    cpu_net = TrainingVpc(
+        cpu_stack, "Vpc", TrainingVpcProps(availability_zone=AZ, second_availability_zone="us-east-1b")
+    )
     cpu_cluster = EksTrainingCluster(
         cpu_stack,
         "Cluster",

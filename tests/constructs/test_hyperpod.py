@@ -84,6 +84,15 @@ def test_lifecycle_config_points_at_the_hyperpod_bundle(slurm) -> None:
     assert len(deployment["Properties"]["SourceObjectKeys"]) == 3, "bundle, cluster.env, provisioning_parameters.json"
 
 
+def test_deploys_print_where_nodes_read_their_lifecycle_scripts(slurm) -> None:
+    cluster = slurm["cluster"]
+    outputs = slurm["template"].find_outputs("*")
+    (entry,) = [o for key, o in outputs.items() if key.startswith("ClusterLifecycleEntryPoint")]
+    bucket = ref(cluster.lifecycle_bucket.node.default_child)
+    assert entry["Value"] == {"Fn::Join": ["", ["s3://", bucket, "/hyperpod/llm-hp-slurm/lifecycle/on_create.sh"]]}
+    assert "running nodes keep the ones they booted with until UpdateClusterSoftware" in entry["Description"]
+
+
 def test_scripts_are_deployed_before_the_cluster(slurm) -> None:
     (cluster,) = slurm["template"].find_resources("AWS::SageMaker::Cluster").values()
     deployments = slurm["template"].find_resources("Custom::CDKBucketDeployment")

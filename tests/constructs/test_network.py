@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import re
+
+import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Match, Template
@@ -21,7 +25,8 @@ from tests.constructs.conftest import get_att, logical_id, stack
 @pytest.fixture(scope="module")
 def new_vpc():
     st = stack("NewVpc")
-    vpc = TrainingVpc(st, "Vpc", TrainingVpcProps(cidr="10.20.0.0/16", availability_zone="us-east-1c"))
+    props = TrainingVpcProps(cidr="10.20.0.0/16", availability_zone="us-east-1c", second_availability_zone="us-east-1a")
+    vpc = TrainingVpc(st, "Vpc", props)
     efa = EfaSecurityGroup(st, "Efa", EfaSecurityGroupProps(vpc=vpc.vpc))
     placement = ClusterPlacementGroup(st, "Placement")
     return vpc, efa, placement, Template.from_stack(st)
@@ -190,3 +195,122 @@ def test_connections_expose_the_efa_group(new_vpc) -> None:
     _, efa, _, _ = new_vpc
     assert isinstance(efa.connections, ec2.Connections)
     assert efa.connections.security_groups[0] is efa.security_group
+
+
+@pytest.fixture(scope="module")
+def one_az():
+    """A VPC pinned to us-east-1c with no second AZ named, and the interface endpoints of an EKS cluster's nodes."""
+    st = stack("OneAz")
+    props = TrainingVpcProps(
+        cidr="10.20.0.0/16",
+        availability_zone="us-east-1c",
+        interface_endpoints=("ssm", "ecr.api", "eks-auth", "ssm"),
+        gateway_endpoints=("dynamodb",),
+    )
+    vpc = TrainingVpc(st, "Vpc", props)
+    return vpc, Template.from_stack(st)
+
+
+def test_without_a_second_az_the_vpc_lies_in_the_first_alone_its_compute_subnet_unmoved(new_vpc, one_az) -> None:
+    two, _, _, _ = new_vpc
+    vpc, template = one_az
+    template.resource_count_is("AWS::EC2::Subnet", 2)
+    assert {s.availability_zone for s in vpc.vpc.public_subnets + vpc.vpc.private_subnets} == {"us-east-1c"}
+    # The compute subnet keeps its address block whether the VPC spans one AZ or two: adding or dropping the
+    # second AZ never replaces it (a subnet's CidrBlock is create-only).
+    mine, theirs = vpc.compute_subnet.node.default_child, two.compute_subnet.node.default_child
+    assert mine.cidr_block == theirs.cidr_block == "10.20.64.0/18"
+    assert (
+        vpc.vpc.public_subnets[0].node.default_child.cidr_block
+        == two.vpc.public_subnets[0].node.default_child.cidr_block
+    )
+    template.resource_count_is("AWS::EC2::NatGateway", 1)
+
+
+def test_interface_endpoints_sit_in_the_compute_subnet_with_private_dns(one_az) -> None:
+    vpc, template = one_az
+    endpoints = [
+        r["Properties"]
+        for r in template.find_resources("AWS::EC2::VPCEndpoint").values()
+        if r["Properties"]["VpcEndpointType"] == "Interface"
+    ]
+    # Each service once, however often it is named.
+    assert sorted(e["ServiceName"] for e in endpoints) == [
+        "com.amazonaws.us-east-1.ecr.api",
+        "com.amazonaws.us-east-1.eks-auth",
+        "com.amazonaws.us-east-1.ssm",
+    ]
+    group = get_att(vpc.endpoint_security_group.node.default_child, "GroupId")
+    for endpoint in endpoints:
+        assert endpoint["SubnetIds"] == [{"Ref": logical_id(vpc.compute_subnet.node.default_child)}]
+        assert endpoint["SecurityGroupIds"] == [group]
+        assert endpoint["PrivateDnsEnabled"] is True
+
+
+def test_the_endpoints_group_admits_https_from_the_vpc_cidr_only(one_az) -> None:
+    vpc, template = one_az
+    group = vpc.endpoint_security_group.node.default_child
+    props = template.find_resources("AWS::EC2::SecurityGroup")[logical_id(group)]["Properties"]
+    assert props["SecurityGroupIngress"] == [
+        {
+            "CidrIp": "10.20.0.0/16",
+            "Description": "HTTPS from this VPC",
+            "FromPort": 443,
+            "IpProtocol": "tcp",
+            "ToPort": 443,
+        }
+    ]
+    template.has_resource_properties("AWS::EC2::VPC", {"CidrBlock": "10.20.0.0/16"})
+    # No egress (the disabling placeholder rule alone): an endpoint only answers.
+    assert [rule["CidrIp"] for rule in props["SecurityGroupEgress"]] == ["255.255.255.255/32"]
+    standalone = [r["Properties"] for r in template.find_resources("AWS::EC2::SecurityGroupIngress").values()]
+    assert not [r for r in standalone if r["GroupId"] == get_att(group, "GroupId")]
+
+
+def test_gateway_endpoints_besides_s3_route_from_the_private_subnets(one_az) -> None:
+    vpc, template = one_az
+    gateways = {
+        json.dumps(r["Properties"]["ServiceName"], sort_keys=True): r["Properties"]
+        for r in template.find_resources("AWS::EC2::VPCEndpoint").values()
+        if r["Properties"]["VpcEndpointType"] == "Gateway"
+    }
+    assert len(gateways) == 2
+    assert any(".dynamodb" in name for name in gateways) and any(".s3" in name for name in gateways)
+    private_tables = [cdk.Stack.of(vpc).resolve(s.route_table.route_table_id) for s in vpc.vpc.private_subnets]
+    for gateway in gateways.values():
+        assert all(table in gateway["RouteTableIds"] for table in private_tables)
+
+
+def test_without_endpoints_the_vpc_has_only_s3s_gateway(new_vpc) -> None:
+    vpc, _, _, template = new_vpc
+    assert vpc.endpoint_security_group is None
+    (endpoint,) = template.find_resources("AWS::EC2::VPCEndpoint").values()
+    assert endpoint["Properties"]["VpcEndpointType"] == "Gateway"
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"second_availability_zone": "us-east-1b"},
+            "second_availability_zone: got 'us-east-1b'; allowed: set together",
+        ),
+        (
+            {"availability_zone": "us-east-1a", "second_availability_zone": "us-east-1a"},
+            "allowed: an AZ other than us-east-1a",
+        ),
+        ({"gateway_endpoints": ("s3",)}, "gateway_endpoints: got 's3'; allowed: dynamodb"),
+        (
+            {
+                "existing": ExistingNetwork(
+                    vpc_id="vpc-0123456789abcdef0", private_subnet_id="subnet-0123456789abcdef0", availability_zone="a"
+                ),
+                "interface_endpoints": ("ssm",),
+            },
+            "interface_endpoints: got ['ssm']; allowed: none with `existing`",
+        ),
+    ],
+)
+def test_bad_zone_and_endpoint_props_are_refused(fields: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TrainingVpcProps(**fields)

@@ -12,6 +12,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
+from kiln.bootstrap.fetch import FETCH_SCRIPT, file_sha256
 from kiln.catalog.platforms import service_fact
 from kiln.constructs import CapacityOption, LustreFileSystem, LustreFileSystemAttributes, nag_rules
 from kiln.constructs.parallelcluster import (
@@ -196,42 +197,89 @@ def test_custom_resource_gets_name_config_and_deletion_policy(on_demand) -> None
     }
 
 
-def test_every_node_runs_the_bootstrap_on_node_configured_and_may_read_only_it(on_demand) -> None:
-    cluster, _ = on_demand
-    config = Stack.of(cluster).resolve(cluster.config)
-    actions = [config["HeadNode"]["CustomActions"]] + [q["CustomActions"] for q in config["Scheduling"]["SlurmQueues"]]
-    for action in actions:
-        assert action["OnNodeConfigured"]["Args"][1] == "on-node-configured.sh"
-        assert action["OnNodeConfigured"]["Script"] == Stack.of(cluster).resolve(cluster.fetch_script.s3_object_url)
-    keys = [a["KeyName"] for a in config["HeadNode"]["Iam"]["S3Access"]]
-    assert keys == [cluster.fetch_script.s3_object_key, Stack.of(cluster).resolve(cluster.props.bootstrap.object_key)]
-    assert all(a["EnableWriteAccess"] is False for a in config["HeadNode"]["Iam"]["S3Access"])
-
-
-def test_each_kind_of_node_is_told_its_role_and_login_nodes_run_the_bootstrap_too(on_demand) -> None:
-    cluster, template = on_demand
-    config = Stack.of(cluster).resolve(cluster.config)
+def _node_kinds(config: dict) -> dict[str, dict]:
     (pool,) = config["LoginNodes"]["Pools"]
-    roles = {
-        "head": config["HeadNode"]["CustomActions"],
-        "login": pool["CustomActions"],
-        **{q["Name"]: q["CustomActions"] for q in config["Scheduling"]["SlurmQueues"]},
+    return {"head": config["HeadNode"], "login": pool, **{q["Name"]: q for q in config["Scheduling"]["SlurmQueues"]}}
+
+
+def _manifest(cluster: ParallelCluster) -> dict:
+    """The JSON the bootstrap parameter holds, each deploy-time value as TOKEN."""
+    template = Template.from_stack(Stack.of(cluster))
+    parameter = logical_id(cluster.bootstrap_parameter.node.default_child)
+    value = template.find_resources("AWS::SSM::Parameter")[parameter]["Properties"]["Value"]
+    parts = value["Fn::Join"][1] if isinstance(value, dict) else [value]
+    return json.loads("".join(p if isinstance(p, str) else "TOKEN" for p in parts))
+
+
+def test_every_node_resolves_the_bootstrap_from_the_parameter_on_node_configured(on_demand) -> None:
+    """Script is resolve-bootstrap.sh, named by its digest; Args name the region, the parameter and the role."""
+    cluster, _ = on_demand
+    st = Stack.of(cluster)
+    config = st.resolve(cluster.config)
+    parameter = logical_id(cluster.bootstrap_parameter.node.default_child)
+    assert cluster.resolve_script.s3_object_key == f"{cluster.resolve_script.asset_hash}.sh"
+    # ParallelCluster fetches a custom action's Script only over these (platforms.json): an S3 key that never changes.
+    schemes = service_fact("parallelcluster", "custom_action_script_schemes").value
+    assert st.resolve(cluster.resolve_script.s3_object_url).split("://")[0] in schemes
+    for kind, node in _node_kinds(config).items():
+        action = node["CustomActions"]["OnNodeConfigured"]
+        assert action["Script"] == st.resolve(cluster.resolve_script.s3_object_url), kind
+        role = {"head": "controller", "login": "login"}.get(kind, "worker")
+        assert action["Args"] == ["us-east-1", {"Ref": parameter}, "--role", role], kind
+    # The manifest in the parameter: fetch.sh and the bundle, each with its digest where known, and cluster.env.
+    manifest = _manifest(cluster)
+    fetch_url = f"s3://cdk-hnb659fds-assets-111111111111-us-east-1/{cluster.fetch_script.s3_object_key}"
+    assert manifest["fetch"] == {"url": fetch_url, "sha256": file_sha256(FETCH_SCRIPT)}
+    assert manifest["bundle"] == {
+        "url": "s3://kiln-bundles-111111111111/bundles/node.zip",
+        "entry_point": "on-node-configured.sh",
     }
-    for kind, action in roles.items():
-        args = action["OnNodeConfigured"]["Args"]
-        assert args[2:4] == ["--role", {"head": "controller", "login": "login"}.get(kind, "worker")], kind
-    # Login pools take no S3Access: a policy the provider may attach reads exactly the two objects.
-    policies = [p["Policy"] for p in pool["Iam"]["AdditionalIamPolicies"]]
-    read = cluster.node.find_child("LoginNodeBootstrapRead").node.default_child
-    properties = template.find_resources("AWS::IAM::ManagedPolicy")[logical_id(read)]["Properties"]
+    assert manifest["env"] == {"KILN_CLUSTER_NAME": "llm-pcluster", "KILN_REGION": "us-east-1"}
+    assert "S3Access" not in json.dumps(config)
+
+
+def test_every_node_may_read_exactly_the_parameter_the_scripts_and_the_bundle(on_demand) -> None:
+    cluster, template = on_demand
+    st = Stack.of(cluster)
+    config = st.resolve(cluster.config)
+    read = logical_id(cluster.bootstrap_read_policy.node.default_child)
+    for kind, node in _node_kinds(config).items():
+        assert {"Policy": {"Ref": read}} in node["Iam"]["AdditionalIamPolicies"], kind
+    properties = template.find_resources("AWS::IAM::ManagedPolicy")[read]["Properties"]
     assert properties["Path"] == "/parallelcluster/"
-    (statement,) = properties["PolicyDocument"]["Statement"]
-    assert statement["Action"] == "s3:GetObject" and len(statement["Resource"]) == 2
-    assert "*" not in json.dumps(statement["Resource"]).replace("${AWS::Partition}", "")
-    assert policies == [
-        Stack.of(cluster).resolve(cluster.ssm_agent_policy.managed_policy_arn),
-        {"Ref": logical_id(read)},
-    ]
+    parameter, objects = properties["PolicyDocument"]["Statement"]
+    assert parameter["Action"] == "ssm:GetParameter"
+    assert parameter["Resource"] == st.resolve(cluster.bootstrap_parameter.parameter_arn)
+    assert objects["Action"] == "s3:GetObject" and len(objects["Resource"]) == 3
+    keys = json.dumps(objects["Resource"])
+    assert cluster.resolve_script.s3_object_key in keys and cluster.fetch_script.s3_object_key in keys
+    assert "bundles/node.zip" in keys
+    assert "*" not in keys.replace("${AWS::Partition}", "")
+
+
+def test_the_bundles_digest_reaches_the_parameter_when_its_maker_knows_it() -> None:
+    st = stack("PcDigest")
+    digest = "ab" * 32
+    props = _props(st)
+    bootstrap = dataclasses.replace(props.bootstrap, content_sha256=digest)
+    cluster = ParallelCluster(st, "Cluster", dataclasses.replace(props, bootstrap=bootstrap))
+    assert _manifest(cluster)["bundle"]["sha256"] == digest
+    with pytest.raises(ValueError, match="content_sha256: got 'nope'; allowed: 64 lowercase hex digits"):
+        dataclasses.replace(bootstrap, content_sha256="nope")
+
+
+def test_queues_drain_on_an_update_and_the_strategy_is_one_parallelcluster_knows(on_demand) -> None:
+    """DRAIN lets running jobs finish before ParallelCluster replaces a changed queue's nodes (platforms.json)."""
+    from pcluster.config.cluster_config import QueueUpdateStrategy
+
+    cluster, _ = on_demand
+    strategy = service_fact("parallelcluster", "queue_update_strategy").value
+    assert cluster.config["Scheduling"]["SlurmSettings"]["QueueUpdateStrategy"] == strategy["kiln"] == "DRAIN"
+    assert sorted(strategy["allowed"]) == sorted(s.value for s in QueueUpdateStrategy)
+    with pytest.raises(ValueError, match="queue_update_strategy: got 'NOW'; allowed: COMPUTE_FLEET_STOP, DRAIN"):
+        _props(stack("PcStrategy"), queue_update_strategy="NOW")
+    with pytest.raises(ValueError, match=r"slurm_settings: got \['QueueUpdateStrategy'\]"):
+        _props(stack("PcStrategyTwice"), slurm_settings={"QueueUpdateStrategy": "TERMINATE"})
 
 
 def test_every_node_holds_ssm_agents_own_actions_not_the_managed_policy(on_demand) -> None:

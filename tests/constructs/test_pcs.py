@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
@@ -9,7 +11,7 @@ from aws_cdk import aws_ec2 as ec2
 from kiln.catalog.platforms import service_fact
 from kiln.constructs import CapacityOption
 from kiln.constructs.nag_rules import NODE_SSM_CHANNELS, NODE_SSM_GRANTS
-from kiln.constructs.pcs import PcsCluster, PcsClusterProps, PcsNodeGroup
+from kiln.constructs.pcs import NAME_DIGEST_LENGTH, PcsCluster, PcsClusterProps, PcsNodeGroup, node_group_name
 from kiln.iam_wildcards import template_wildcards
 from kiln.stacks import new_app
 from kiln.synth import nag_report
@@ -37,7 +39,7 @@ def pcs(tmp_path_factory):
             ami_id="ami-0123456789abcdef0",
             compute_groups=[
                 PcsNodeGroup(
-                    name="p5",
+                    name="p5cb",
                     instance_type="p5.48xlarge",
                     min_count=4,
                     max_count=4,
@@ -118,7 +120,7 @@ def test_one_node_group_per_group_plus_login_and_one_queue_per_compute_group(pcs
     template = pcs["template"]
     template.resource_count_is("AWS::PCS::ComputeNodeGroup", 3)
     template.resource_count_is("AWS::PCS::Queue", 2)
-    for name in ("p5", "spot"):
+    for name in ("p5cb", "spot"):
         template.has_resource_properties(
             "AWS::PCS::Queue",
             {
@@ -134,7 +136,7 @@ def test_one_node_group_per_group_plus_login_and_one_queue_per_compute_group(pcs
 @pytest.mark.parametrize(
     ("name", "instance", "scaling", "purchase"),
     [
-        ("p5", "p5.48xlarge", (4, 4), "CAPACITY_BLOCK"),
+        ("p5cb", "p5.48xlarge", (4, 4), "CAPACITY_BLOCK"),
         ("spot", "g5.12xlarge", (0, 2), "SPOT"),
         ("login", "m5.2xlarge", (1, 1), "ONDEMAND"),
     ],
@@ -142,7 +144,7 @@ def test_one_node_group_per_group_plus_login_and_one_queue_per_compute_group(pcs
 def test_node_group_settings(pcs, name: str, instance: str, scaling: tuple[int, int], purchase: str) -> None:
     props = _group(pcs, name)
     cluster = pcs["cluster"]
-    assert props["Name"] == name
+    assert props["Name"] == node_group_name(name, [instance])
     assert props["AmiId"] == "ami-0123456789abcdef0"
     assert props["InstanceConfigs"] == [{"InstanceType": instance}]
     assert props["ScalingConfiguration"] == {"MinInstanceCount": scaling[0], "MaxInstanceCount": scaling[1]}
@@ -156,7 +158,7 @@ def test_node_group_settings(pcs, name: str, instance: str, scaling: tuple[int, 
 
 
 def test_capacity_block_group_targets_its_reservation(pcs) -> None:
-    template_id = _group(pcs, "p5")["CustomLaunchTemplate"]["TemplateId"]["Ref"]
+    template_id = _group(pcs, "p5cb")["CustomLaunchTemplate"]["TemplateId"]["Ref"]
     data = pcs["template"].find_resources("AWS::EC2::LaunchTemplate")[template_id]["Properties"]["LaunchTemplateData"]
     assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
     assert data["CapacityReservationSpecification"] == {
@@ -231,7 +233,7 @@ def test_the_node_role_wildcard_is_reviewed_and_cdk_nag_has_no_open_finding(pcs)
 
 def test_every_node_group_keeps_the_imds_token_on_the_host(pcs) -> None:
     templates = pcs["template"].find_resources("AWS::EC2::LaunchTemplate")
-    groups = [_group(pcs, name) for name in ("p5", "spot", "login")]
+    groups = [_group(pcs, name) for name in ("p5cb", "spot", "login")]
     for group in groups:
         options = templates[group["CustomLaunchTemplate"]["TemplateId"]["Ref"]]["Properties"]["LaunchTemplateData"][
             "MetadataOptions"
@@ -252,7 +254,7 @@ def test_outputs_cluster_id_and_login_group(pcs) -> None:
         ({"size": "HUGE"}, "size: got 'HUGE'; allowed: SMALL, MEDIUM, LARGE"),
         ({"compute_groups": []}, "compute_groups: got \\[\\]; allowed: at least one node group"),
         ({"ami_id": "image-1"}, "ami_id: got 'image-1'"),
-        ({"login": PcsNodeGroup(name="p5", instance_type="m5.2xlarge")}, "node group names"),
+        ({"login": PcsNodeGroup(name="p5cb", instance_type="m5.2xlarge")}, "node group names"),
     ],
 )
 def test_invalid_props_are_refused(pcs, change: dict, message: str) -> None:
@@ -260,3 +262,16 @@ def test_invalid_props_are_refused(pcs, change: dict, message: str) -> None:
     kwargs = {f: getattr(base, f) for f in base.__dataclass_fields__} | change
     with pytest.raises(ValueError, match=message):
         PcsClusterProps(**kwargs)
+
+
+def test_pcs_node_group_names_fit_pcs_and_change_only_with_what_pcs_cannot_change() -> None:
+    rule = service_fact("pcs", "name_rules").value["compute_node_group"]
+    longest = "a" + "b" * 23 + "c"
+    for name in ("ab", "gpu", "login", longest, "abcdefghijklmnopq-stuvwxy"):
+        pcs_name = node_group_name(name, ["p5.48xlarge"])
+        assert rule["min"] <= len(pcs_name) <= rule["max"] and re.fullmatch(rule["pattern"], pcs_name), pcs_name
+        assert pcs_name.startswith(name[: rule["max"] - NAME_DIGEST_LENGTH - 1].rstrip("-") + "-")
+    assert node_group_name("gpu", ["p5.48xlarge"]) == node_group_name("gpu", ["p5.48xlarge"])
+    assert node_group_name("gpu", ["p5.48xlarge"]) != node_group_name("gpu", ["p5e.48xlarge"])
+    # Names that agree up to the cut still get different PCS names: the digest covers the whole name.
+    assert node_group_name(longest, ["p5.48xlarge"]) != node_group_name(longest[:-1] + "d", ["p5.48xlarge"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -14,11 +15,13 @@ from kiln.constructs import (
     EfaSecurityGroup,
     EfaSecurityGroupProps,
     LustreFileSystem,
+    LustreFileSystemAttributes,
     LustreFileSystemProps,
     TrainingVpc,
     TrainingVpcProps,
 )
-from tests.constructs.conftest import get_att, logical_id, ref, stack
+from kiln.constructs.lustre import file_system_dns_name
+from tests.constructs.conftest import get_att, imported_vpc, logical_id, ref, stack
 
 
 @pytest.fixture(scope="module")
@@ -242,7 +245,7 @@ def test_attributes_resolve_to_the_file_system(storage) -> None:
     cfn = fs.file_system.node.default_child
     resolve = fs.file_system.stack.resolve
     assert resolve(fs.file_system_id) == ref(cfn)
-    assert resolve(fs.dns_name) == {"Fn::Join": ["", [ref(cfn), ".fsx.us-east-1.", {"Ref": "AWS::URLSuffix"}]]}
+    assert resolve(fs.dns_name) == get_att(cfn, "DNSName")
     assert resolve(fs.mount_name) == get_att(cfn, "LustreMountName")
     assert fs.connections.security_groups == [fs.security_group]
 
@@ -266,3 +269,116 @@ def test_invalid_lustre_props_name_value_and_allowed(storage, change: dict, mess
     vpc = storage["persistent"].props.vpc
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         LustreFileSystemProps(vpc=vpc, subnet=vpc.private_subnets[0], **change)
+
+
+def _policies(storage, kind: str) -> list[tuple[str, str]]:
+    return [
+        (r.get("DeletionPolicy"), r.get("UpdateReplacePolicy"))
+        for r in storage["template"].find_resources(kind).values()
+    ]
+
+
+def test_a_kept_file_system_keeps_its_group_every_rule_on_it_and_its_s3_link(storage) -> None:
+    resources = storage["template"].to_json()["Resources"]
+    group = logical_id(storage["persistent"].security_group.node.default_child)
+    rules = [k for k, r in resources.items() if r["Type"] == "AWS::EC2::SecurityGroupIngress"]
+    persistent_rules = [k for k in rules if resources[k]["Properties"]["GroupId"] == get_att_of(group)]
+    # The servers' own rule and the two a client got through allow_from after the file system was made.
+    assert len(persistent_rules) == 3
+    for kept in (group, *persistent_rules):
+        assert (resources[kept]["DeletionPolicy"], resources[kept]["UpdateReplacePolicy"]) == ("Retain", "Retain")
+    links = {
+        r["Properties"]["FileSystemPath"]: r.get("DeletionPolicy")
+        for r in resources.values()
+        if r["Type"] == "AWS::FSx::DataRepositoryAssociation"
+    }
+    assert links == {"/": "Retain", "/data": None}  # the scratch file system's link goes with it
+
+
+def get_att_of(logical: str) -> dict:
+    return {"Fn::GetAtt": [logical, "GroupId"]}
+
+
+def test_a_deleted_file_system_keeps_nothing_of_its_network(storage) -> None:
+    resources = storage["template"].to_json()["Resources"]
+    group = logical_id(storage["scratch"].security_group.node.default_child)
+    assert "DeletionPolicy" not in resources[group]
+    assert all(
+        "DeletionPolicy" not in r
+        for r in resources.values()
+        if r["Type"] == "AWS::EC2::SecurityGroupIngress" and r["Properties"]["GroupId"] == get_att_of(group)
+    )
+
+
+def test_a_kept_bucket_keeps_its_policies_and_a_deleted_one_does_not(storage) -> None:
+    assert _policies(storage, "AWS::S3::BucketPolicy") == [("Retain", "Retain"), ("Retain", "Retain")]
+    st = stack("Ephemeral")
+    DataBucket(st, "Data", DataBucketProps(retain=False))
+    policies = Template.from_stack(st).find_resources("AWS::S3::BucketPolicy").values()
+    assert len(policies) == 2 and all("DeletionPolicy" not in p for p in policies)
+
+
+def test_an_attached_file_system_without_its_servers_group_refuses_allow_from() -> None:
+    st = stack("Attached")
+    fs = LustreFileSystem.from_lustre_attributes(
+        st,
+        "Fs",
+        LustreFileSystemAttributes(file_system_id="fs-0123456789abcdef0", dns_name="d", mount_name="abcdefgh"),
+    )
+    assert fs.connections.security_groups == []
+    client = ec2.SecurityGroup(st, "Client", vpc=imported_vpc(st))
+    with pytest.raises(ValueError, match="allow_from needs the file servers' security_group"):
+        fs.allow_from(client)
+
+
+@pytest.mark.parametrize(
+    ("region", "expected"),
+    [
+        ("us-east-1", "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com"),
+        # ParallelCluster's cookbook: amazonaws.com in China too (platforms.json services.fsx_lustre.dns_name).
+        ("cn-north-1", "fs-0123456789abcdef0.fsx.cn-north-1.amazonaws.com"),
+        ("us-gov-west-1", "fs-0123456789abcdef0.fsx.us-gov-west-1.amazonaws.com"),
+    ],
+)
+def test_the_dns_name_of_a_file_system_id(region: str, expected: str) -> None:
+    st = stack("Names", env=cdk.Environment(account="111111111111", region=region))
+    assert file_system_dns_name(st, "fs-0123456789abcdef0") == expected
+
+
+def test_a_partition_whose_fsx_names_kiln_does_not_know_is_refused() -> None:
+    st = stack("Iso", env=cdk.Environment(account="111111111111", region="us-iso-east-1"))
+    with pytest.raises(ValueError, match="region: got 'us-iso-east-1'; allowed: a region of a partition"):
+        file_system_dns_name(st, "fs-0123456789abcdef0")
+
+
+def test_an_env_agnostic_stack_maps_the_partition_to_the_fsx_domain() -> None:
+    st = stack("Agnostic", env=None)
+    name = st.resolve(file_system_dns_name(st, "fs-0123456789abcdef0"))
+    assert name == {
+        "Fn::Join": [
+            "",
+            [
+                "fs-0123456789abcdef0.fsx.",
+                {"Ref": "AWS::Region"},
+                ".",
+                {"Fn::FindInMap": ["FsxDnsDomain", {"Ref": "AWS::Partition"}, "domain"]},
+            ],
+        ]
+    }
+    assert Template.from_stack(st).to_json()["Mappings"]["FsxDnsDomain"] == {
+        partition: {"domain": "amazonaws.com"} for partition in ("aws", "aws-cn", "aws-us-gov")
+    }
+
+
+@pytest.mark.parametrize("retain", [True, False])
+def test_a_vpc_kept_for_data_keeps_itself_and_its_compute_subnet_alone(retain: bool) -> None:
+    st = stack("KeptNetwork")
+    net = TrainingVpc(st, "Vpc", TrainingVpcProps(availability_zone="us-east-1a", retain_for_data=retain))
+    resources = Template.from_stack(st).to_json()["Resources"]
+    kept = {
+        lid
+        for lid, r in resources.items()
+        if r.get("DeletionPolicy") == "Retain" and r["Type"] not in ("AWS::KMS::Key", "AWS::Logs::LogGroup")
+    }
+    expected = {logical_id(net.vpc.node.default_child), logical_id(net.compute_subnet.node.default_child)}
+    assert kept == (expected if retain else set())

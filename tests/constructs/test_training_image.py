@@ -158,9 +158,17 @@ def test_the_first_image_is_a_pipeline_execution_and_is_retained(built) -> None:
         "OnUpdate": True,
     }
     assert built_image["DeletionPolicy"] == "Retain" and built_image["UpdateReplacePolicy"] == "Retain"
-    logs = resources[logical_id(image.log_group.node.default_child)]
-    assert logs["Properties"]["LogGroupName"] == f"/aws/imagebuilder/{image.recipe_name}"
+    logs_id = logical_id(image.log_group.node.default_child)
+    logs = resources[logs_id]
+    # Under Image Builder's own prefix, the recipe's name, then the stack id's UUID: a redeploy after `cdk destroy`
+    # names a new group instead of colliding with the retained one; the pipeline and the image write to it.
+    stack_uuid = {"Fn::Select": [2, {"Fn::Split": ["/", {"Ref": "AWS::StackId"}]}]}
+    assert logs["Properties"]["LogGroupName"] == {
+        "Fn::Join": ["", [f"/aws/imagebuilder/{image.recipe_name}-", stack_uuid]]
+    }
     assert logs["Properties"]["RetentionInDays"] == 365
+    assert pipeline["LoggingConfiguration"] == {"ImageLogGroupName": {"Ref": logs_id}}
+    assert built_image["Properties"]["LoggingConfiguration"] == {"LogGroupName": {"Ref": logs_id}}
 
 
 def test_recipe_digest_follows_contents_only() -> None:

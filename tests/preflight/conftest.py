@@ -66,11 +66,11 @@ def aws(aws_env: None) -> Iterator[AwsClients]:
 
 
 def stubbed(aws: AwsClients, service: str) -> tuple[AwsClients, Stubber]:
-    """Return AWS with SERVICE's client (a field: ec2, service_quotas, ssm, s3, fsx, iam) replaced by a stubbed one.
+    """Return AWS with SERVICE's client (a field of AwsClients: ec2, service_quotas, s3, ...) replaced by a stubbed one.
 
     The caller adds responses and activates the stubber (`with stubber:`); moto still answers the other clients.
     """
-    name = {"service_quotas": "service-quotas"}.get(service, service)
+    name = {"service_quotas": "service-quotas", "tagging": "resourcegroupstaggingapi"}.get(service, service)
     client = boto3.client(name, region_name=aws.region, config=CLIENT_CONFIG)
     return dataclasses.replace(aws, **{service: client}), Stubber(client)
 
@@ -80,4 +80,4 @@ def client_error(code: str, message: str = "refused", status: int = 400) -> dict
     return {"service_error_code": code, "service_message": message, "http_status_code": status}
 
 
-__all__ = ["ACCOUNT", "AZ", "REGION", "aws_env", "client_error", "make_plan", "merged", "stubbed"]
+__all__ = ["ACCOUNT", "AZ", "BASE_SPEC", "REGION", "aws_env", "client_error", "make_plan", "merged", "stubbed"]

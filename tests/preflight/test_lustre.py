@@ -254,3 +254,123 @@ def test_failed_and_other_file_systems_hold_no_lustre_storage(aws) -> None:
         found = lustre.lustre_file_systems(clients)
     assert [fs["FileSystemId"] for fs in found] == ["fs-00000001"]
     assert lustre.storage_in_use(found, f"{PERSISTENT_2_STORAGE} (250 MBps/TiB)", "PERSISTENT_2") == (2400, 1)
+
+
+# An attached file system (storage.lustre.file_system_id): the check reads it instead of the quotas.
+FS_ID = "fs-0123456789abcdef0"
+
+
+def _attach_plan(aws, **lustre):
+    """Return a plan attaching FS_ID through a group of a moto VPC (its ids), with LUSTRE's fields changed."""
+    vpc = aws.ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+    subnet = aws.ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.0.0/24", AvailabilityZone="us-east-1a")["Subnet"]
+    clients = aws.ec2.create_security_group(GroupName="clients", Description="Lustre clients", VpcId=vpc)["GroupId"]
+    fields = {"file_system_id": FS_ID, "mount_name": "abcdefgh", "security_group_id": clients, **lustre}
+    network = {"vpc_id": vpc, "private_subnet_id": subnet["SubnetId"]}
+    return make_plan(storage={"lustre": fields}, network=network), vpc, subnet["SubnetId"], clients
+
+
+def _servers(aws, vpc: str, subnet: str, admits: str | None) -> str:
+    """Return an interface in SUBNET whose group admits ADMITS on the Lustre ports (or no one)."""
+    group = aws.ec2.create_security_group(GroupName="servers", Description="file servers", VpcId=vpc)["GroupId"]
+    if admits:
+        aws.ec2.authorize_security_group_ingress(
+            GroupId=group,
+            IpPermissions=[
+                {"IpProtocol": "tcp", "FromPort": 988, "ToPort": 988, "UserIdGroupPairs": [{"GroupId": admits}]}
+            ],
+        )
+    eni = aws.ec2.create_network_interface(SubnetId=subnet, Groups=[group])
+    return eni["NetworkInterface"]["NetworkInterfaceId"]
+
+
+def _file_system(vpc: str, subnet: str, eni: str, **more) -> dict:
+    """Return DescribeFileSystems' answer for FS_ID as FSx gives it (moto leaves out VpcId, interfaces, mount name)."""
+    fs = {
+        "FileSystemId": FS_ID,
+        "FileSystemType": "LUSTRE",
+        "Lifecycle": "AVAILABLE",
+        "StorageCapacity": 2400,
+        "VpcId": vpc,
+        "SubnetIds": [subnet],
+        "NetworkInterfaceIds": [eni],
+        "DNSName": f"{FS_ID}.fsx.us-east-1.amazonaws.com",
+        "LustreConfiguration": {"DeploymentType": "PERSISTENT_2", "MountName": "abcdefgh"},
+    }
+    return {"FileSystems": [fs | more]}
+
+
+def _attached(aws, plan, answer: dict):
+    clients, stubber = stubbed(aws, "fsx")
+    stubber.add_response("describe_file_systems", answer, {"FileSystemIds": [FS_ID]})
+    with stubber:
+        return lustre.check(plan, clients)
+
+
+def test_an_attached_file_system_that_admits_its_client_group_is_ready(aws) -> None:
+    plan, vpc, subnet, clients = _attach_plan(aws)
+    eni = _servers(aws, vpc, subnet, admits=clients)
+    fs, group = _attached(aws, plan, _file_system(vpc, subnet, eni))
+    assert fs.line() == (
+        f"OK        lustre: storage.lustre.file_system_id {FS_ID}: PERSISTENT_2, 2400 GiB: a deploy attaches it, and "
+        "kiln neither changes nor deletes it"
+    )
+    assert (group.status, group.message) == (
+        "ok",
+        "the file system's groups admit it on TCP 988: nodes join it to mount",
+    )
+
+
+def test_an_attached_file_system_needs_no_quota(aws) -> None:
+    plan, vpc, subnet, clients = _attach_plan(aws)
+    eni = _servers(aws, vpc, subnet, admits=clients)
+    clients_api, quotas = stubbed(aws, "service_quotas")
+    clients_api, fsx = stubbed(clients_api, "fsx")
+    fsx.add_response("describe_file_systems", _file_system(vpc, subnet, eni))
+    with quotas, fsx:
+        findings = lustre.check(plan, clients_api)
+    quotas.assert_no_pending_responses()
+    assert [f.status for f in findings] == ["ok", "ok"]
+
+
+def test_a_client_group_the_file_system_does_not_admit_is_a_warning(aws) -> None:
+    plan, vpc, subnet, _ = _attach_plan(aws)
+    eni = _servers(aws, vpc, subnet, admits=None)
+    _, group = _attached(aws, plan, _file_system(vpc, subnet, eni))
+    assert group.status == "warn" and "names it on TCP 988" in group.message
+
+
+def test_a_client_group_that_is_missing_or_of_another_vpc_fails(aws) -> None:
+    plan, vpc, subnet, _ = _attach_plan(aws, security_group_id="sg-0123456789abcdef0")
+    eni = _servers(aws, vpc, subnet, admits=None)
+    _, group = _attached(aws, plan, _file_system(vpc, subnet, eni))
+    assert (group.status, group.message) == ("fail", "does not exist in us-east-1")
+    other = aws.ec2.create_vpc(CidrBlock="10.1.0.0/16")["Vpc"]["VpcId"]
+    elsewhere = aws.ec2.create_security_group(GroupName="x", Description="x", VpcId=other)["GroupId"]
+    plan, vpc, subnet, _ = _attach_plan(aws, security_group_id=elsewhere)
+    _, group = _attached(aws, plan, _file_system(vpc, subnet, eni))
+    assert group.status == "fail" and group.message.startswith(f"is in {other}, the file system in {vpc}")
+
+
+def test_an_attached_file_system_that_does_not_fit_fails_with_every_reason(aws) -> None:
+    plan, vpc, subnet, clients = _attach_plan(aws)
+    eni = _servers(aws, vpc, subnet, admits=clients)
+    answer = _file_system(vpc, subnet, eni, VpcId="vpc-0fedcba987654321f", Lifecycle="MISCONFIGURED")
+    answer["FileSystems"][0]["LustreConfiguration"]["MountName"] = "zyxwvuts"
+    (finding,) = _attached(aws, plan, answer)
+    assert finding.status == "fail"
+    assert finding.message == (
+        "is MISCONFIGURED: nodes mount an AVAILABLE file system; has mount name zyxwvuts, not "
+        f"storage.lustre.mount_name abcdefgh; is in vpc-0fedcba987654321f, the cluster in network.vpc_id {vpc}"
+    )
+
+
+def test_an_attached_file_system_that_does_not_exist_fails(aws) -> None:
+    plan, *_ = _attach_plan(aws)
+    (finding,) = lustre.check(plan, aws)  # moto answers an unknown id with no file system
+    assert (finding.status, finding.message) == ("fail", "does not exist in us-east-1")
+    clients, stubber = stubbed(aws, "fsx")
+    stubber.add_client_error("describe_file_systems", **client_error("FileSystemNotFound"))
+    with stubber:
+        (finding,) = lustre.check(plan, clients)  # FSx's own answer
+    assert finding.status == "fail" and "`kiln leftovers`" in finding.remedy

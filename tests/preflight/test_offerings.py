@@ -17,7 +17,7 @@ from tests.preflight.conftest import AZ, client_error, make_plan, stubbed
 
 def _groups(*types: str, **more: object) -> dict:
     """Return plan overrides with one group of one node per type in TYPES."""
-    groups = [{"name": f"g{i}", "instance_type": name, "max_count": 1} for i, name in enumerate(types)]
+    groups = [{"name": f"grp{i}", "instance_type": name, "max_count": 1} for i, name in enumerate(types)]
     return {"compute": {"groups": groups}, **more}
 
 
@@ -33,7 +33,7 @@ def test_a_type_the_az_lacks_fails_naming_the_azs_that_offer_it(aws) -> None:
     login, p5en = offerings.check(make_plan(**_groups("p5en.48xlarge", availability_zone="us-east-1b")), aws)
     assert login.status == "ok"
     assert p5en.status == "fail"
-    assert p5en.subject == "p5en.48xlarge (group g0)"
+    assert p5en.subject == "p5en.48xlarge (group grp0)"
     assert p5en.message == "not offered in us-east-1b"
     assert p5en.remedy.startswith("set availability_zone to one of us-east-1a, us-east-1c, which offer it")
 

@@ -22,7 +22,7 @@ def _names_in(path) -> set[str]:
 
 
 def test_every_call_of_a_check_is_a_listed_permission_and_every_permission_is_used(aws) -> None:
-    clients = (aws.ec2, aws.service_quotas, aws.ssm, aws.s3, aws.fsx, aws.iam)
+    clients = aws.clients()
     called = set()
     for path in CHECKS:
         names = _names_in(path)
@@ -34,6 +34,8 @@ def test_every_call_of_a_check_is_a_listed_permission_and_every_permission_is_us
         *permissions.PARAMETER_READS,
         *permissions.BUCKET_READS,
         *permissions.BOOTSTRAP_READS,
+        *permissions.STACK_READS,
+        *permissions.LEFTOVER_READS,
     }
     assert called == listed
     assert all(action.split(":")[1].startswith(("Describe", "Get", "List")) for action in listed)

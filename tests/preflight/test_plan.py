@@ -87,8 +87,8 @@ def test_an_existing_vpc_has_no_new_subnet() -> None:
 
 def test_ami_root_size_is_the_smallest_groups_except_on_hyperpod() -> None:
     groups = [
-        {"name": "a", "instance_type": "p5.48xlarge", "min_count": 1, "root_volume_gib": 300},
-        {"name": "b", "instance_type": "g5.12xlarge", "min_count": 1, "root_volume_gib": 120},
+        {"name": "aaa", "instance_type": "p5.48xlarge", "min_count": 1, "root_volume_gib": 300},
+        {"name": "bbb", "instance_type": "g5.12xlarge", "min_count": 1, "root_volume_gib": 120},
     ]
     image = {"ami_id": "ami-0123456789abcdef0"}
     assert make_plan(compute={"groups": groups, "image": image}).smallest_root_gib == 120

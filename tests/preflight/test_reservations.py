@@ -150,17 +150,17 @@ def test_a_reservation_with_too_few_free_instances_fails_giving_both_numbers(aws
 
 
 def test_groups_sharing_a_block_add_up_their_nodes(aws) -> None:
-    plan = _plan(_group("a", count=2), _group("b", count=1))
+    plan = _plan(_group("aaa", count=2), _group("bbb", count=1))
     (finding,) = _check(aws, plan, _reservation(TotalInstanceCount=2))
-    assert finding.subject == f"{RID} (group a and group b)"
-    assert finding.message == "holds 2 instances; group a and group b need up to 3"
+    assert finding.subject == f"{RID} (group aaa and group bbb)"
+    assert finding.message == "holds 2 instances; group aaa and group bbb need up to 3"
 
 
 def test_each_reservation_is_asked_about_once(aws) -> None:
-    plan = _plan(_group("a"), _group("b", rid=OTHER))
+    plan = _plan(_group("aaa"), _group("bbb", rid=OTHER))
     first, second = _check(aws, plan, _reservation(), _reservation(CapacityReservationId=OTHER))
     assert (first.status, second.status) == ("ok", "ok")
-    assert second.subject == f"{OTHER} (group b)"
+    assert second.subject == f"{OTHER} (group bbb)"
 
 
 def test_a_scheduled_block_warns_when_it_starts(aws) -> None:

@@ -203,6 +203,7 @@ EXAMPLES = {
     "name": "llm",
     "region": "us-east-1",
     "availability_zone": "us-east-1a",
+    "second_availability_zone": "us-east-1b",
     "vpc_id": "vpc-0123456789abcdef0",
     "private_subnet_id": "subnet-0123456789abcdef0",
     "ami_id": "ami-0123456789abcdef0",
@@ -210,6 +211,9 @@ EXAMPLES = {
     "dcgm_exporter": "4.6.0-4.8.3",
     "lock_file": "cluster.lock.json",
     "kubernetes_version": "1.35",
+    "file_system_id": "fs-0123456789abcdef0",
+    "mount_name": "abcdefgh",
+    "security_group_id": "sg-0123456789abcdef0",
 }
 
 
@@ -375,6 +379,10 @@ def eks(*groups: dict) -> dict:
     return {"backend": "eks", "groups": list(groups), "image": {"os": "al2023"}}
 
 
+# EKS's control plane spans two AZs: offline (no account to look them up) the spec names the second.
+EKS_SECOND_AZ = ("network", {"second_availability_zone": "us-east-1b"})
+
+
 def parallelcluster(*groups: dict) -> dict:
     return {"backend": "parallelcluster", "groups": list(groups)}
 
@@ -388,7 +396,7 @@ WIDE_TAG_VALUE = "Équipe ML 1+1=2 @ a:b/c_d-e." * 9
 AT_THE_LIMIT = {
     "root-volume-min": edge((ROOT, limits.ROOT_VOLUME_MIN_GIB)),
     "root-volume-max-pcs": edge((ROOT, limits.ROOT_VOLUME_MAX_GIB)),
-    "root-volume-max-eks": edge(compute=eks(group(root_volume_gib=limits.ROOT_VOLUME_MAX_GIB))),
+    "root-volume-max-eks": edge(EKS_SECOND_AZ, compute=eks(group(root_volume_gib=limits.ROOT_VOLUME_MAX_GIB))),
     "root-volume-max-parallelcluster": edge(compute=parallelcluster(group(root_volume_gib=limits.EBS_GP3_MAX_GIB))),
     "root-volume-max-hyperpod": edge(
         compute=hyperpod(group(min_count=2, root_volume_gib=limits.HYPERPOD_VOLUME_MAX_GIB))
@@ -406,7 +414,7 @@ AT_THE_LIMIT = {
     "parallelcluster-queue-name-max": edge(
         compute=parallelcluster(group(name="q" * limits.PARALLELCLUSTER_QUEUE_NAME_MAX))
     ),
-    "eks-counts-int32": edge(compute=eks(group(min_count=INT32, max_count=INT32))),
+    "eks-counts-int32": edge(EKS_SECOND_AZ, compute=eks(group(min_count=INT32, max_count=INT32))),
     "group-name-25": edge(("compute.groups.0.name", "g" * 25)),
     "tags-max": edge(("tags", {f"k{i}": "v" for i in range(limits.MAX_SPEC_TAGS)})),
     "tag-key-and-value-max": edge(("tags", {"k" * limits.TAG_KEY_MAX: WIDE_TAG_VALUE[: limits.TAG_VALUE_MAX]})),
@@ -415,7 +423,9 @@ AT_THE_LIMIT = {
     "vpc-16": edge(("network", {"vpc_cidr": "10.0.0.0/16"})),
     "vpc-22": edge(("network", {"vpc_cidr": "10.0.0.0/22"})),
     "vpc-beside-docker": edge(("network", {"vpc_cidr": "172.18.0.0/16"})),
-    "eks-on-docker-range": edge(("network", {"vpc_cidr": "172.17.0.0/16"}), compute=eks(group())),
+    "eks-on-docker-range": edge(
+        ("network", {"vpc_cidr": "172.17.0.0/16", "second_availability_zone": "us-east-1b"}), compute=eks(group())
+    ),
     "ttl-max": edge(("ci", {"ttl_hours": limits.MAX_TTL_HOURS})),
     "ttl-min": edge(("ci", {"ttl_hours": limits.MIN_TTL_HOURS})),
     "vpc-shared-address-space": edge(("network", {"vpc_cidr": "100.64.0.0/16"})),

@@ -38,7 +38,7 @@ CASES = [
             "compute",
             {
                 "backend": "eks",
-                "groups": [{"name": "g", "instance_type": "p5.48xlarge"}],
+                "groups": [{"name": "grp", "instance_type": "p5.48xlarge"}],
                 "image": {"os": "ubuntu2204"},
             },
         ),
@@ -125,12 +125,18 @@ CASES = [
         "duplicate-group",
         with_change(
             "compute.groups",
-            [{"name": "a", "instance_type": "g5.12xlarge"}, {"name": "a", "instance_type": "g5.12xlarge"}],
+            [{"name": "aaa", "instance_type": "g5.12xlarge"}, {"name": "aaa", "instance_type": "g5.12xlarge"}],
         ),
         "compute.groups[1].name",
         "must be unique",
     ),
     ("no-groups", with_change("compute.groups", []), "compute.groups", "at least one group"),
+    (
+        "pcs-queue-name-too-short",
+        with_change("compute.groups.0.name", "p5"),
+        "compute.groups[0].name",
+        "must be at least 3 characters on pcs, whose queue (Slurm partition) takes it (got 'p5')",
+    ),
     (
         "unknown-instance",
         with_change("compute.groups.0.instance_type", "p5.48xlage"),
@@ -187,7 +193,8 @@ CASES = [
     (
         "hyperpod-type",
         with_change(
-            "compute", {"backend": "hyperpod", "groups": [{"name": "g", "instance_type": "c7i.xlarge", "min_count": 1}]}
+            "compute",
+            {"backend": "hyperpod", "groups": [{"name": "grp", "instance_type": "c7i.xlarge", "min_count": 1}]},
         ),
         "compute.groups[0].instance_type",
         "HyperPod does not offer ml.c7i.xlarge",
@@ -230,7 +237,7 @@ CASES = [
             "compute",
             {
                 "backend": "hyperpod",
-                "groups": [{"name": "g", "instance_type": "p5.48xlarge", "min_count": 1, "max_count": 4}],
+                "groups": [{"name": "grp", "instance_type": "p5.48xlarge", "min_count": 1, "max_count": 4}],
             },
         ),
         "compute.groups[0].min_count",
@@ -281,7 +288,7 @@ CASES = [
             "compute",
             {
                 "backend": "eks",
-                "groups": [{"name": "g", "instance_type": "p5.48xlarge"}],
+                "groups": [{"name": "grp", "instance_type": "p5.48xlarge"}],
                 "image": {"os": "al2023", "bake": True},
             },
         ),
@@ -294,7 +301,7 @@ CASES = [
             "compute",
             {
                 "backend": "eks",
-                "groups": [{"name": "g", "instance_type": "p5.48xlarge"}],
+                "groups": [{"name": "grp", "instance_type": "p5.48xlarge"}],
                 "image": {"os": "al2023", "ami_id": "ami-0123456789abcdef0"},
             },
         ),
@@ -500,7 +507,7 @@ DEPENDENT_CASES = [
         "broken-group-keeps-the-next-groups-index",
         with_change(
             "compute.groups",
-            ["not a group", {"name": "b", "instance_type": "g5.12xlarge", "min_count": 3, "max_count": 1}],
+            ["not a group", {"name": "bbb", "instance_type": "g5.12xlarge", "min_count": 3, "max_count": 1}],
         ),
         ["compute.groups[0]", "compute.groups[1].max_count"],
     ),
@@ -511,7 +518,7 @@ DEPENDENT_CASES = [
     ),
     (
         "group-without-type-still-checks-its-counts",
-        with_change("compute.groups.0", {"name": "g", "min_count": 3, "max_count": 1, "root_volume_gib": 8}),
+        with_change("compute.groups.0", {"name": "grp", "min_count": 3, "max_count": 1, "root_volume_gib": 8}),
         ["compute.groups[0].instance_type", "compute.groups[0].max_count", "compute.groups[0].root_volume_gib"],
     ),
 ]

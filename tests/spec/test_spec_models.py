@@ -41,7 +41,7 @@ def test_defaults_are_the_documented_behaviour() -> None:
             "name": "d",
             "compute": {
                 "backend": "hyperpod",
-                "groups": [{"name": "g", "instance_type": "p5.48xlarge", "min_count": 1}],
+                "groups": [{"name": "grp", "instance_type": "p5.48xlarge", "min_count": 1}],
             },
         }
     )
@@ -70,7 +70,7 @@ def test_existing_vpc_needs_subnet_and_az_and_its_cidr_only_where_ssh_admits_it(
     base = {
         "name": "x",
         "region": "us-east-1",
-        "compute": {"backend": "pcs", "groups": [{"name": "g", "instance_type": "g5.12xlarge"}]},
+        "compute": {"backend": "pcs", "groups": [{"name": "grp", "instance_type": "g5.12xlarge"}]},
     }
     with pytest.raises(SpecError) as caught:
         parse_spec({**base, "network": {"vpc_id": "vpc-0123456789abcdef0", "vpc_cidr": "10.1.0.0/16"}})
@@ -124,9 +124,11 @@ def test_schema_command_prints_the_committed_schema(capsys: pytest.CaptureFixtur
 )
 @pytest.mark.parametrize("backend", ["pcs", "eks"])
 def test_current_accelerated_types_validate(tmp_path: Path, capsys: pytest.CaptureFixture, instance, backend) -> None:
-    spec = {"name": "t", "compute": {"backend": backend, "groups": [{"name": "g", "instance_type": instance}]}}
+    spec = {"name": "t", "compute": {"backend": backend, "groups": [{"name": "grp", "instance_type": instance}]}}
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(spec))
     assert main(["validate", "--accept-unready", str(path)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith((f"{path}: valid ({backend}; g=1x {instance})", f"{path}: ok ({backend}; g=1x {instance})"))
+    assert out.startswith(
+        (f"{path}: valid ({backend}; grp=1x {instance})", f"{path}: ok ({backend}; grp=1x {instance})")
+    )

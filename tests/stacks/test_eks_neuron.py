@@ -16,6 +16,7 @@ SPEC = """\
 name: trn-eks
 region: us-east-1
 availability_zone: us-east-1a
+network: {second_availability_zone: us-east-1b}
 storage:
   lustre:
     deployment: PERSISTENT_2

@@ -81,7 +81,7 @@ def test_bad_spec_stops_app_py_before_synth(tmp_path: Path) -> None:
     spec = tmp_path / "bad.yaml"
     spec.write_text(
         "name: bad\n"
-        "compute: {backend: pcs, groups: [{name: g, instance_type: p5.48xlarge, min_count: 3, max_count: 1}]}\n"
+        "compute: {backend: pcs, groups: [{name: gpu, instance_type: p5.48xlarge, min_count: 3, max_count: 1}]}\n"
     )
     process = run_app(spec, tmp_path / "out")
     _, stderr = process.communicate(timeout=300)

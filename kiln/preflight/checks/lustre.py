@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from botocore.exceptions import ClientError
+
+from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
 from kiln.preflight.aws import AwsClients
 from kiln.preflight.checks.quotas import QuotaList, number, service_quotas_remedy
 from kiln.preflight.findings import Finding
@@ -200,10 +203,144 @@ def _storage_findings(plan: Plan, quotas: QuotaList, file_systems: list[dict]) -
     return [_storage_finding(plan, quota, file_systems) for quota in chosen]
 
 
+# A file system nodes can mount now (UPDATING: a change in progress, still serving).
+MOUNTABLE = ("AVAILABLE", "UPDATING")
+# Lustre clients reach the file servers on TCP 988 (kiln.constructs.lustre.LUSTRE_PORTS).
+LUSTRE_PORT = 988
+
+
+def _describe_file_system(aws: AwsClients, file_system_id: str) -> dict | None:
+    """Return FSx's description of FILE_SYSTEM_ID, or None when it has none."""
+    try:
+        found = aws.fsx.describe_file_systems(FileSystemIds=[file_system_id])["FileSystems"]
+    except ClientError as error:
+        if error_code(error) == "FileSystemNotFound":
+            return None
+        raise
+    return found[0] if found else None
+
+
+def _client_group_findings(plan: Plan, aws: AwsClients, fs: dict) -> list[Finding]:
+    """Return whether security_group_id exists in the file system's VPC and its groups admit it on TCP 988."""
+    lustre = plan.lustre
+    subject = f"storage.lustre.security_group_id {lustre.security_group_id}"
+    groups = aws.ec2.describe_security_groups(Filters=[{"Name": "group-id", "Values": [lustre.security_group_id]}])
+    if not groups["SecurityGroups"]:
+        return [
+            Finding(
+                check=NAME,
+                status="fail",
+                subject=subject,
+                message=f"does not exist in {plan.region}",
+                remedy="name a group the file system admits Lustre clients from (`kiln leftovers` names a kept one)",
+            )
+        ]
+    (group,) = groups["SecurityGroups"]
+    if fs.get("VpcId") and group.get("VpcId") != fs["VpcId"]:
+        return [
+            Finding(
+                check=NAME,
+                status="fail",
+                subject=subject,
+                message=f"is in {group.get('VpcId')}, the file system in {fs['VpcId']}: nodes cannot join it there",
+                remedy="name a group of the file system's VPC that it admits Lustre clients from",
+            )
+        ]
+    interfaces = fs.get("NetworkInterfaceIds", [])
+    server_groups: set[str] = set()
+    if interfaces:
+        enis = aws.ec2.describe_network_interfaces(Filters=[{"Name": "network-interface-id", "Values": interfaces}])
+        server_groups = {g["GroupId"] for eni in enis["NetworkInterfaces"] for g in eni.get("Groups", [])}
+    if server_groups:
+        described = aws.ec2.describe_security_groups(Filters=[{"Name": "group-id", "Values": sorted(server_groups)}])
+        if any(admits_lustre(g, lustre.security_group_id) for g in described["SecurityGroups"]):
+            return [
+                Finding(
+                    check=NAME,
+                    status="ok",
+                    subject=subject,
+                    message=f"the file system's groups admit it on TCP {LUSTRE_PORT}: nodes join it to mount",
+                )
+            ]
+    return [
+        Finding(
+            check=NAME,
+            status="warn",
+            subject=subject,
+            message=f"no rule of the file system's groups ({', '.join(sorted(server_groups)) or 'unknown'}) names it "
+            f"on TCP {LUSTRE_PORT}: the nodes may not mount the file system",
+            remedy="make sure the file system's groups admit Lustre clients (TCP 988 and 1018-1023) from it, by this "
+            "group or by the nodes' addresses",
+        )
+    ]
+
+
+def admits_lustre(group: dict, source: str) -> bool:
+    """Return True when GROUP has an ingress rule from group SOURCE covering TCP 988."""
+    for rule in group.get("IpPermissions", []):
+        protocol = rule.get("IpProtocol")
+        covers = protocol == "-1" or (
+            protocol == "tcp" and rule.get("FromPort", 0) <= LUSTRE_PORT <= rule.get("ToPort", -1)
+        )
+        if covers and any(pair.get("GroupId") == source for pair in rule.get("UserIdGroupPairs", [])):
+            return True
+    return False
+
+
+def _attached(plan: Plan, aws: AwsClients) -> list[Finding]:
+    """Check the file system the spec attaches: it exists, is Lustre, mountable, in the cluster's VPC, with the mount
+    name the spec gives, and admits the spec's client group."""
+    lustre = plan.lustre
+    subject = f"storage.lustre.file_system_id {lustre.file_system_id}"
+    fs = _describe_file_system(aws, lustre.file_system_id)
+    if fs is None:
+        return [
+            Finding(
+                check=NAME,
+                status="fail",
+                subject=subject,
+                message=f"does not exist in {plan.region}",
+                remedy="correct file_system_id (`kiln leftovers` lists the ones an earlier deploy kept), or remove the "
+                "attach fields so that kiln creates a file system",
+            )
+        ]
+    problems = []
+    if fs.get("FileSystemType", "LUSTRE") != "LUSTRE":
+        problems.append(f"is an FSx for {fs['FileSystemType']} file system, not Lustre")
+    if fs.get("Lifecycle") is not None and fs["Lifecycle"] not in MOUNTABLE:
+        problems.append(f"is {fs['Lifecycle']}: nodes mount an AVAILABLE file system")
+    mount = fs.get("LustreConfiguration", {}).get("MountName")
+    if mount is not None and mount != lustre.mount_name:
+        problems.append(f"has mount name {mount}, not storage.lustre.mount_name {lustre.mount_name}")
+    if plan.vpc_id is not None and fs.get("VpcId") not in (None, plan.vpc_id):
+        problems.append(f"is in {fs['VpcId']}, the cluster in network.vpc_id {plan.vpc_id}")
+    if problems:
+        return [
+            Finding(
+                check=NAME,
+                status="fail",
+                subject=subject,
+                message="; ".join(problems),
+                remedy="attach a Lustre file system of the cluster's VPC with the mount name FSx reports",
+            )
+        ]
+    found = Finding(
+        check=NAME,
+        status="ok",
+        subject=subject,
+        message=f"{fs.get('LustreConfiguration', {}).get('DeploymentType', 'Lustre')}, {fs.get('StorageCapacity')} "
+        "GiB: a deploy attaches it, and kiln neither changes nor deletes it",
+    )
+    return [found, *_client_group_findings(plan, aws, fs)]
+
+
 def check(plan: Plan, aws: AwsClients) -> list[Finding]:
-    """Check the Lustre storage quota for the plan's deployment type, and the file-system count quota if listed."""
+    """Check the Lustre storage quota for the plan's deployment type, and the file-system count quota if listed; or,
+    for an attached file system, the file system itself."""
     if plan.lustre is None:
         return [Finding(check=NAME, status="ok", subject="storage.lustre", message="no Lustre file system")]
+    if plan.lustre.attached:
+        return _attached(plan, aws)
     quotas = QuotaList(aws, FSX)
     file_systems = lustre_file_systems(aws)
     findings = _storage_findings(plan, quotas, file_systems)

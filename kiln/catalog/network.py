@@ -1,0 +1,87 @@
+"""Where a cluster's network lies: its second availability zone, and the VPC endpoints its nodes reach AWS through.
+
+Both the stacks (what the VPC gets) and preflight (what an account has) read these, so the rules live here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kiln.catalog.names import AVAILABILITY_ZONE
+from kiln.catalog.platforms import service_fact
+
+INTERFACE = "Interface"
+GATEWAY = "Gateway"
+# The S3 gateway endpoint every VPC kiln creates has, whatever else it gets.
+S3 = "s3"
+
+
+def zone_in_region(zone: str, region: str) -> bool:
+    """Return True when ZONE names an availability zone of REGION (Local and Wavelength Zones do not)."""
+    return AVAILABILITY_ZONE.fullmatch(zone) is not None and zone[:-1] == region
+
+
+def second_zone(first: str, zones: Iterable[str]) -> str | None:
+    """Return the first of ZONES (in the order the account lists them) that is another availability zone of FIRST's
+    region, or None when the account has no other.
+
+    CDK's availability-zones lookup and preflight both list DescribeAvailabilityZones' available zones in its order;
+    both pick with this, so preflight judges the zone a deploy takes.
+    """
+    region = first[:-1]
+    return next((zone for zone in zones if zone != first and zone_in_region(zone, region)), None)
+
+
+def eks_control_plane_zones() -> int:
+    """Return how many availability zones an EKS cluster's subnets must span."""
+    return int(service_fact("eks", "control_plane_zones").value["zones"])
+
+
+def eks_refused_zone_ids(region: str) -> tuple[str, ...]:
+    """Return the zone IDs of REGION where EKS refuses a cluster's subnets (none for a region AWS does not list)."""
+    return tuple(service_fact("eks", "control_plane_zones").value["refused_zone_ids"].get(region, ()))
+
+
+def eks_zones_source() -> str:
+    """Return the AWS page that lists the zones EKS refuses."""
+    return service_fact("eks", "control_plane_zones").source
+
+
+@dataclass(frozen=True, kw_only=True)
+class Endpoint:
+    """A VPC endpoint of an AWS service: NAME as CDK and kiln call it (ssm, ecr.api), gateway or interface."""
+
+    name: str
+    service_name_template: str
+    gateway: bool
+    source: str
+
+    def service_name(self, region: str) -> str:
+        """Return the endpoint service's name in REGION, e.g. com.amazonaws.us-east-1.ssm."""
+        return self.service_name_template.format(region=region)
+
+
+def endpoint(name: str) -> Endpoint:
+    """Return the endpoint of service NAME (platforms.json, services.vpc_endpoints)."""
+    fact = service_fact("vpc_endpoints", name)
+    return Endpoint(
+        name=name,
+        service_name_template=fact.value["service_name"],
+        gateway=fact.value["type"] == GATEWAY,
+        source=fact.source,
+    )
+
+
+def node_endpoints(backend: str, *, orchestrator: str | None = None, prometheus: bool = False) -> tuple[Endpoint, ...]:
+    """Return the endpoints the nodes of BACKEND (HyperPod: with ORCHESTRATOR) call, S3's gateway aside.
+
+    PROMETHEUS: the spec sends metrics to a Prometheus workspace; on the Slurm backends a Prometheus agent on the nodes
+    remote-writes them (EKS's go through AWS's managed collector, which needs nothing of the nodes' network).
+    """
+    needs = service_fact("vpc_endpoints", "node_needs").value
+    key = "hyperpod-eks" if backend == "hyperpod" and orchestrator == "eks" else backend
+    names = list(needs[key])
+    if prometheus and key in ("pcs", "parallelcluster", "hyperpod"):
+        names += needs["prometheus-agent"]
+    return tuple(endpoint(name) for name in dict.fromkeys(names))
