@@ -29,24 +29,17 @@ the question: the line names the IAM action to allow). Exit 0 ready (no FAIL or 
 
 
 def _preflight(args: argparse.Namespace) -> int:
-    import boto3
-
     from kiln.preflight.run import NoAccount, preflight
+    from kiln.preflight.session import NoRegion, spec_session
     from kiln.spec import load_spec
 
     spec = load_spec(args.spec)
-    if args.region and spec.region and args.region != spec.region:
-        print(f"kiln preflight: --region {args.region}: the spec deploys to {spec.region}", file=sys.stderr)
+    try:
+        session = spec_session(spec, args.region)
+    except NoRegion as exc:
+        print(f"kiln preflight: {exc}", file=sys.stderr)
         return EXIT_BAD_SPEC
-    session = boto3.Session(region_name=args.region or spec.region) if args.region or spec.region else boto3.Session()
     region = session.region_name
-    if not region:
-        print(
-            "kiln preflight: no region: set `region` in the spec, pass --region, or set AWS_DEFAULT_REGION "
-            "(boto3 does not read AWS_REGION)",
-            file=sys.stderr,
-        )
-        return EXIT_BAD_SPEC
     try:
         report = preflight(spec, spec_path=args.spec, session=session, region=region, skip=args.skip)
     except ValueError as exc:

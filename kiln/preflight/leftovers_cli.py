@@ -17,27 +17,22 @@ DESCRIPTION = __doc__.split("\n", 2)[2].strip()
 
 
 def _leftovers(args: argparse.Namespace) -> int:
-    import boto3
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     from kiln.aws_errors import explain, one_line
     from kiln.preflight.aws import AWS_ERRORS, AwsClients, unchecked
     from kiln.preflight.checks.leftovers import CHECK, find_leftovers
     from kiln.preflight.plan import plan_for
+    from kiln.preflight.session import NoRegion, spec_session
     from kiln.spec import load_spec
 
     spec = load_spec(args.spec)
-    if args.region and spec.region and args.region != spec.region:
-        print(f"kiln leftovers: --region {args.region}: the spec deploys to {spec.region}", file=sys.stderr)
+    try:
+        session = spec_session(spec, args.region)
+    except NoRegion as exc:
+        print(f"kiln leftovers: {exc}", file=sys.stderr)
         return EXIT_BAD_SPEC
-    session = boto3.Session(region_name=args.region or spec.region) if args.region or spec.region else boto3.Session()
     region = session.region_name
-    if not region:
-        print(
-            "kiln leftovers: no region: set `region` in the spec, pass --region, or set AWS_DEFAULT_REGION",
-            file=sys.stderr,
-        )
-        return EXIT_BAD_SPEC
     try:
         aws = AwsClients.from_session(session, region)
     except NoCredentialsError:

@@ -324,6 +324,13 @@ CASES = [
 def test_invalid_spec_is_one_line_naming_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture, spec: dict, field: str, words: str
 ) -> None:
+    assert_refused_in_one_line(tmp_path, capsys, spec, field, words)
+
+
+def assert_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture, spec: dict, field: str, words: str
+) -> None:
+    """Assert that `kiln validate` refuses SPEC with exit 2 and one line that names FIELD and says WORDS."""
     path = tmp_path / "cluster.yaml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     assert main(["validate", str(path)]) == 2

@@ -7,11 +7,10 @@ import copy
 from pathlib import Path
 
 import pytest
-import yaml
 
-from kiln.cli import main
 from kiln.spec import parse_spec
 from tests.conftest import MINIMAL_SPEC
+from tests.spec.test_invalid_specs import assert_refused_in_one_line
 
 NETWORK = {"vpc_id": "vpc-0123456789abcdef0", "private_subnet_id": "subnet-0123456789abcdef0"}
 ATTACH = {
@@ -106,11 +105,4 @@ CASES = [
 def test_each_bad_lifecycle_spec_is_one_line_naming_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture, spec: dict, field: str, words: str
 ) -> None:
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    assert main(["validate", str(path)]) == 2
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, lines
-    assert f": {field}: " in lines[0] and words in lines[0], lines[0]
-    assert "Traceback" not in err + out
+    assert_refused_in_one_line(tmp_path, capsys, spec, field, words)

@@ -1,0 +1,29 @@
+"""The boto3 session a read-only command asks AWS with: the spec's region, or --region, never two of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln.spec import ClusterSpec
+
+
+class NoRegion(ValueError):
+    """The command cannot tell which region to ask. str() is one line."""
+
+
+def spec_session(spec: ClusterSpec, region: str | None) -> Any:
+    """Return a boto3 Session in SPEC's region, or REGION (--region); NoRegion when they disagree or neither is set.
+
+    A session of its own: boto3's default one keeps whatever credentials it found first in the process.
+    """
+    import boto3
+
+    if region and spec.region and region != spec.region:
+        raise NoRegion(f"--region {region}: the spec deploys to {spec.region}")
+    session = boto3.Session(region_name=region or spec.region) if region or spec.region else boto3.Session()
+    if not session.region_name:
+        raise NoRegion(
+            "no region: set `region` in the spec, pass --region, or set AWS_DEFAULT_REGION (boto3 does not read "
+            "AWS_REGION)"
+        )
+    return session
