@@ -7,9 +7,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 # Debian packages the project needs: Slurm's client for the launcher's hostlist tests (the local
 # cluster adds the Slurm daemons and munge), gpg for the test that checks repository keys with the real
-# thing, Prometheus (promtool and the server) for the tests of the agent's configuration. npm (any Node) only bootstraps the pinned Node 22, so Debian's nodejs/npm are installed only
+# thing, Prometheus (promtool and the server) for the tests of the agent's configuration, python3-venv for the venv it makes. npm (any Node) only bootstraps the pinned Node 22, so Debian's nodejs/npm are installed only
 # when no npm is on PATH at all.
-DEBIAN_PACKAGES ?= slurm-client gpg prometheus
+DEBIAN_PACKAGES ?= slurm-client gpg prometheus python3-venv
 NODE_PACKAGES ?= nodejs npm
 
 # ParallelCluster's official config schema, at the version kiln's construct pins (its one place).
@@ -22,7 +22,8 @@ PCLUSTER_VERSION := $(shell sed -n 's/^PARALLELCLUSTER_VERSION = "\(.*\)"/\1/p' 
 CHECKOV_VERSION := $(shell sed -n 's/^CHECKOV_VERSION = "\(.*\)"/\1/p' kiln/scan.py)
 CHECKOV_VENV ?= .venv-checkov
 
-# The pinned Node 22 and the venv come first, for jsii and for `npx cdk` (cdk.json runs python3).
+# The pinned Node 22 and the venv come first for the commands below. kiln picks its Node itself
+# (kiln/node_runtime.py), and cdk.json runs app.py with .venv's Python through ./venv-python.
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: setup system-deps demo test lint bench clean

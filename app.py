@@ -4,8 +4,22 @@
 import sys
 
 from kiln.bootstrap.readiness import ACCEPT_UNREADY_CONTEXT, unready_lines
+from kiln.node_runtime import NodeUnavailable, require_node
 from kiln.spec import SpecError
-from kiln.stacks import NoSpecGiven, build_cluster, ci_environment, load_and_judge, new_app, spec_path_from_context
+
+try:
+    require_node()  # jsii starts Node.js when kiln.stacks loads the CDK: kiln's choice, as for every kiln command
+except NodeUnavailable as exc:
+    sys.exit(f"kiln: {exc}")
+
+from kiln.stacks import (  # noqa: E402 - after the Node.js choice
+    NoSpecGiven,
+    build_cluster,
+    ci_environment,
+    load_and_judge,
+    new_app,
+    spec_path_from_context,
+)
 
 app = new_app()
 try:

@@ -14,6 +14,7 @@ from kiln.ci import cli as ci_cli
 from kiln.hyperpod import cli as hyperpod_cli
 from kiln.jobs import cli as job_cli
 from kiln.local import cli as local_cli
+from kiln.node_runtime import NodeUnavailable
 from kiln.preflight import cli as preflight_cli
 from kiln.preflight import leftovers_cli
 from kiln.safe_output import UnsafeOutput
@@ -21,6 +22,7 @@ from kiln.spec import SpecError
 
 if TYPE_CHECKING:
     from kiln.bootstrap.readiness import BootReadiness
+    from kiln.spec.models import ComputeGroup
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -39,8 +41,7 @@ def _validate(args: argparse.Namespace) -> int:
             continue
         # Echoed as the problem lines echo it: a file name's control characters never reach the terminal.
         path = printable(given)
-        groups = ", ".join(f"{g.name}={g.max_count}x {g.instance_type}" for g in spec.compute.groups)
-        summary = f"{spec.compute.backend}; {groups}"
+        summary = "; ".join([spec.compute.backend, *map(_group_summary, spec.compute.groups)])
         if readiness.ready:
             print(f"{path}: ok ({summary}); boot-ready")
             _print_nodes(readiness.nodes + readiness.budget)
@@ -57,11 +58,27 @@ def _validate(args: argparse.Namespace) -> int:
     return worst
 
 
+def _group_summary(group: ComputeGroup) -> str:
+    """Return GROUP as validate names it: its own name, its size, and its accelerators by the catalog's kind."""
+    from kiln.catalog import instance_type
+
+    accelerator = instance_type(group.instance_type).accelerator
+    if accelerator is None:
+        each = "without accelerators"
+    else:
+        kind = "GPU" if accelerator.kind == "gpu" else "Neuron device"
+        each = f"with {accelerator.count} {accelerator.name} {kind}{'s' * (accelerator.count != 1)} each"
+        if accelerator.fraction < 1:
+            each += f" ({accelerator.fraction:g} of one)"
+    return f"group {group.name}: up to {group.max_count}x {group.instance_type} {each}"
+
+
 def _not_ready(readiness: BootReadiness) -> str:
     """Return what keeps READINESS's nodes from booting, counted: unverifiable downloads, nodes over budget."""
     parts = []
     if readiness.unverifiable:
-        parts.append(f"{len(readiness.unverifiable)} unverifiable downloads")
+        count = len(readiness.unverifiable)
+        parts.append(f"{count} unverifiable {'download' if count == 1 else 'downloads'}")
     if readiness.over_budget:
         count = len(readiness.over_budget)
         parts.append(f"{count} {'kind' if count == 1 else 'kinds'} of node past their platform's deadline")
@@ -157,7 +174,13 @@ def _catalog_refresh(args: argparse.Namespace) -> int:
     try:
         result = refresh(source=args.source, region=args.region, out=out, keep_missing=args.keep_missing)
     except RefreshError as exc:
-        print(f"kiln catalog refresh: {exc}", file=sys.stderr)
+        from kiln.aws_errors import is_credentials_error, no_credentials
+
+        if is_credentials_error(exc.__cause__):
+            offline = "use --source moto, offline"
+            print(no_credentials("kiln catalog refresh", exc.__cause__, otherwise=offline), file=sys.stderr)
+        else:
+            print(f"kiln catalog refresh: {exc}", file=sys.stderr)
         return 1
     except UnsafeOutput as exc:
         print(exc, file=sys.stderr)  # already "kiln catalog refresh: refusing ..."
@@ -172,12 +195,12 @@ def _catalog_refresh(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from kiln.node_runtime import use_pinned_node
+    from kiln.node_runtime import require_node
 
-    use_pinned_node()
+    require_node()
     from kiln.report import run_report
 
-    return run_report(args.files, lint=not args.no_lint, accept_unready=args.accept_unready)
+    return run_report(args.files, lint=not args.no_lint, accept_unready=args.accept_unready, verbose=args.verbose)
 
 
 def _accept_unready_flag(parser: argparse.ArgumentParser) -> None:
@@ -190,9 +213,31 @@ def _accept_unready_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class _CommandIndex(argparse.HelpFormatter):
+    """`kiln --help`'s formatter: one line per command, its name and its help, never wrapped onto a second line."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=32)
+
+    def add_argument(self, action: argparse.Action) -> None:
+        super().add_argument(action)
+        # argparse measures a command's name at its section's indent but prints it one step further in, so the
+        # longest names (bootstrap, preflight) would start their help on a line of its own.
+        for command in self._iter_indented_subactions(action):
+            width = len(self._format_action_invocation(command)) + self._current_indent
+            self._action_max_length = max(self._action_max_length, width)
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return [" ".join(text.split())]
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser for every kiln subcommand."""
-    parser = argparse.ArgumentParser(prog="kiln", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="kiln",
+        description="kiln: GPU training clusters on AWS from one typed cluster spec. Each command has its own --help.",
+        formatter_class=_CommandIndex,
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     validate = commands.add_parser(
@@ -262,6 +307,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip cfn-lint and checkov (cdk-nag and the IAM wildcard review always run)",
     )
+    report.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="also list what passed with a reason (cdk-nag acknowledgements, checkov skips, reviewed IAM wildcards) "
+        "and each kind of node's software and boot budget; the summary counts them either way",
+    )
     _accept_unready_flag(report)
     report.set_defaults(func=_report)
 
@@ -289,6 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UnsafeOutput as exc:
         print(f"kiln: {exc}", file=sys.stderr)
         return 2
+    except NodeUnavailable as exc:
+        print(f"kiln {args.command}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -27,6 +27,10 @@ Exit 0 when there is no such line, 1 when there is one, 2 for a bad spec or a co
 Nothing is created or changed."""
 
 
+# What kiln diff compares without AWS, for the line that says it has no credentials.
+OFFLINE = "compare offline with --before OLD.yaml or --stack-templates DIR"
+
+
 class DiffError(Exception):
     """The comparison could not be made: str() is one line."""
 
@@ -42,7 +46,10 @@ def synthesized(path: str, outdir: Path) -> tuple[dict[str, dict[str, Any]], str
     """
     from kiln.aws_errors import one_line
     from kiln.changes import assembly_templates
+    from kiln.node_runtime import require_node
     from kiln.spec import SpecError, load_spec
+
+    require_node()  # before the CDK loads: jsii starts Node.js then
     from kiln.stacks.ci_mode import ci_environment
     from kiln.synth import synthesize
 
@@ -70,12 +77,12 @@ def templates_in(directory: Path, names: Mapping[str, Any]) -> dict[str, dict[st
 def deployed_templates(names: Mapping[str, Any], region: str | None) -> dict[str, dict[str, Any]]:
     """Return the deployed templates of the stacks NAMES that exist (GetTemplate, the template as submitted).
 
-    Raise DiffError with one line when AWS cannot be asked.
+    Raise DiffError with one line when AWS cannot be asked, NoCredentials without credentials AWS takes.
     """
     import boto3
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, NoRegionError
+    from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
-    from kiln.aws_errors import error_message, explain
+    from kiln.aws_errors import error_message, explain, one_line, raise_if_no_credentials
 
     try:
         # A session of its own: boto3's default one keeps whatever credentials it found first in this process.
@@ -86,18 +93,21 @@ def deployed_templates(names: Mapping[str, Any], region: str | None) -> dict[str
             "no region: set `region` in the spec, pass --region, or set AWS_DEFAULT_REGION (boto3 does not read "
             "AWS_REGION)"
         ) from None
+    except BotoCoreError as exc:  # a profile that is not there
+        raise_if_no_credentials(exc)
+        raise DiffError(f"cloudformation: {one_line(str(exc))}") from None
     found = {}
     for name in names:
         try:
             body = client.get_template(StackName=name, TemplateStage="Original")["TemplateBody"]
         except ClientError as exc:
+            raise_if_no_credentials(exc)
             if "does not exist" in error_message(exc):
                 continue
             raise DiffError(explain(f"cloudformation:GetTemplate of {name}", exc)) from None
-        except NoCredentialsError:
-            raise DiffError("no AWS credentials: kiln diff reads the deployed templates (or pass --before)") from None
         except BotoCoreError as exc:
-            raise DiffError(f"cloudformation:GetTemplate of {name} failed: {exc}") from None
+            raise_if_no_credentials(exc)
+            raise DiffError(f"cloudformation:GetTemplate of {name} failed: {one_line(str(exc))}") from None
         try:
             found[name] = body if isinstance(body, dict) else json.loads(body)
         except json.JSONDecodeError:
@@ -109,6 +119,9 @@ def backend_refusals(before: Mapping[str, Any], after: Mapping[str, Any]) -> lis
     """Return one line per change a backend's own update check refuses though CloudFormation would take it: a
     ParallelCluster configuration change its update policy forbids on a cluster in use (the custom resource then
     fails the update, and CloudFormation rolls it back)."""
+    from kiln.node_runtime import require_node
+
+    require_node()  # the constructs load the CDK
     from kiln.constructs.parallelcluster import cluster_configuration, cluster_name_of, update_refusals
 
     lines = []
@@ -121,9 +134,7 @@ def backend_refusals(before: Mapping[str, Any], after: Mapping[str, Any]) -> lis
 
 def run_diff(args: argparse.Namespace) -> int:
     """Compare the spec's templates with the deployed ones (or --before's, or --stack-templates'); print findings."""
-    from kiln.node_runtime import use_pinned_node
-
-    use_pinned_node()
+    from kiln.aws_errors import NoCredentials, no_credentials
     from kiln.changes import DEFAULT_REGION, SchemasUnavailable, plan
 
     with tempfile.TemporaryDirectory(prefix="kiln-diff-") as tmp:
@@ -145,6 +156,9 @@ def run_diff(args: argparse.Namespace) -> int:
             changes = plan(before, after, region=region or DEFAULT_REGION)
         except (DiffError, SchemasUnavailable) as exc:
             _say(str(exc))
+            return EXIT_ERROR
+        except NoCredentials as exc:
+            print(no_credentials("kiln diff", exc, otherwise=OFFLINE), file=sys.stderr)
             return EXIT_ERROR
     refusals = backend_refusals(before, after)
     findings = refusals + changes.findings()

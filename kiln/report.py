@@ -32,15 +32,21 @@ HEADER = (
     "synth s",
 )
 UNREVIEWED_REMEDY = "narrow it or add a WildcardGrant with its reason to kiln/constructs/nag_rules.py"
+VERBOSE_HINT = (
+    "--verbose lists each acknowledgement, checkov skip and IAM wildcard with its reason, and each kind of node's "
+    "software and boot budget"
+)
 
 
 @dataclass(frozen=True)
 class Review:
-    """One column's verdict on one stack: its cell, its detail lines, and how many problems it found."""
+    """One column's verdict on one stack: its cell, its problem lines, how many problems it found, and the lines of
+    what it accepted with a reason (shown with --verbose)."""
 
     cell: str
     details: tuple[str, ...] = ()
     problems: int = 0
+    reasons: tuple[str, ...] = ()
 
 
 @dataclass
@@ -52,6 +58,7 @@ class _Spec:
     boot_cell: str = "-"
     worst: int = 0
     details: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)  # what passed with a reason, and node facts: --verbose only
     seconds: float = 0.0
     nag: NagReport | None = None
     stacks: list[StackResult] = field(default_factory=list)
@@ -66,10 +73,12 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 def checkov_review(path: str, stack: str, result: CheckovResult) -> Review:
     """Judge STACK of spec PATH by checkov's RESULT: every failed check is a problem; skips list their reasons."""
-    failed = [f"{path}: checkov {f.check_id} failed on {stack} {f.resource}: {f.check_name}" for f in result.failed]
-    skipped = [f"{path}: checkov skipped {s.check_id} on {stack} {s.resource}: {s.reason}" for s in result.skipped]
+    failed = tuple(
+        f"{path}: checkov {f.check_id} failed on {stack} {f.resource}: {f.check_name}" for f in result.failed
+    )
+    skipped = tuple(f"{path}: checkov skipped {s.check_id} on {stack} {s.resource}: {s.reason}" for s in result.skipped)
     cell = f"{result.passed}/{len(result.failed)}/{len(result.skipped)}"
-    return Review(cell, tuple(failed + skipped), len(result.failed))
+    return Review(cell, failed, len(result.failed), skipped)
 
 
 def wildcard_review(path: str, stack: str, uses: Sequence[WildcardUse]) -> Review:
@@ -89,7 +98,7 @@ def wildcard_review(path: str, stack: str, uses: Sequence[WildcardUse]) -> Revie
         for (where, why), grants in reviewed.items()
     ]
     cell = f"{len(uses)} ({len(unreviewed)} unreviewed)" if unreviewed else str(len(uses))
-    return Review(cell, tuple(unreviewed + lines), len(unreviewed))
+    return Review(cell, tuple(unreviewed), len(unreviewed), tuple(lines))
 
 
 def _synthesize(path: str, keep: Path, *, lint: bool, accept_unready: bool) -> _Spec:
@@ -103,8 +112,8 @@ def _synthesize(path: str, keep: Path, *, lint: bool, accept_unready: bool) -> _
         return spec
     spec.boot_cell = "yes" if readiness.ready else f"NO ({readiness.problems})"
     spec.details.extend(f"{path}: {reason}" for reason in readiness.reasons())
-    spec.details.extend(f"{path}: nodes: {line}" for line in readiness.nodes)
-    spec.details.extend(f"{path}: boot budget: {line}" for line in readiness.budget)
+    spec.reasons.extend(f"{path}: nodes: {line}" for line in readiness.nodes)
+    spec.reasons.extend(f"{path}: boot budget: {line}" for line in readiness.budget)
     spec.worst = 0 if readiness.ready or accept_unready else 1
     with tempfile.TemporaryDirectory(prefix=f"kiln-{cluster.name}-") as tmp:
         started = time.perf_counter()
@@ -140,8 +149,8 @@ def _scan(specs: list[_Spec], *, lint: bool) -> tuple[dict[Path, CheckovResult],
 
 def _stack_row(
     spec: _Spec, stack: StackResult, result: CheckovResult | None, unscanned_cell: str, *, lint: bool, totals: Counter
-) -> tuple[tuple[str, ...], list[str], bool]:
-    """Return STACK's row, its detail lines and whether it has a problem; count it in TOTALS."""
+) -> tuple[tuple[str, ...], list[str], list[str], bool]:
+    """Return STACK's row, its detail lines, its lines of reasons and whether it has a problem; count it in TOTALS."""
     template = json.loads(stack.template_path.read_text())
     uses = list(template_wildcards(template))
     # AWS-managed policies grant what AWS writes in them: each attachment is reviewed like a wildcard.
@@ -171,7 +180,7 @@ def _stack_row(
     lint_lines = stack.cfn_lint_errors + stack.cfn_lint_warnings
     problem = bool(lint_lines) or bool(checks.problems) or bool(wildcards.problems)
     details = lint_lines + [*checks.details, *wildcards.details, *nested]
-    return row + (spec.boot_cell, f"{spec.seconds:.1f}"), details, problem
+    return row + (spec.boot_cell, f"{spec.seconds:.1f}"), details, [*checks.reasons, *wildcards.reasons], problem
 
 
 def _template_url(resource: dict) -> str:
@@ -179,8 +188,12 @@ def _template_url(resource: dict) -> str:
     return url if isinstance(url, str) else json.dumps(url)
 
 
-def run_report(files: Sequence[str], *, lint: bool = True, accept_unready: bool = False) -> int:
+def run_report(files: Sequence[str], *, lint: bool = True, accept_unready: bool = False, verbose: bool = False) -> int:
     """Synthesize, lint, scan and judge the boot readiness of every spec in FILES; return 0 when all are clean.
+
+    Problems always print, one line each, below the table; what passed with a reason (cdk-nag acknowledgements,
+    checkov skips, reviewed IAM wildcards) and each kind of node's software and boot budget print only when VERBOSE:
+    the summary counts them either way.
 
     Returns 2 for an invalid spec; 1 for cfn-lint findings, checkov failures (or no checkov), unreviewed IAM
     wildcards, failed synthesis or nodes that would not boot (unless ACCEPT_UNREADY, which still prints the
@@ -196,48 +209,70 @@ def run_report(files: Sequence[str], *, lint: bool = True, accept_unready: bool 
         ]
         scanned, unscanned_cell, scan_error = _scan(specs, lint=lint)
         details = [scan_error] if scan_error else []
+        reasons: list[str] = []
         worst = 1 if scan_error else 0
         for spec in specs:
             worst = max(worst, spec.worst)
             details.extend(spec.details)
+            reasons.extend(spec.reasons)
             totals["boot_ready"] += spec.boot_cell == "yes"
             if spec.row:
                 rows.append(spec.row)
                 continue
             for stack in spec.stacks:
                 result = scanned.get(stack.template_path)
-                row, lines, problem = _stack_row(spec, stack, result, unscanned_cell, lint=lint, totals=totals)
+                row, lines, accepted, problem = _stack_row(
+                    spec, stack, result, unscanned_cell, lint=lint, totals=totals
+                )
                 rows.append(row)
                 details.extend(lines)
+                reasons.extend(accepted)
                 worst = max(worst, int(problem))
             totals["acknowledged"] += len(spec.nag.acknowledged)
-            details.extend(
+            reasons.extend(
                 f"{spec.path}: cdk-nag acknowledged {rule}: {reason}" for rule, reason in spec.nag.acknowledged
             )
     print(_table(rows))
     print(_summary(len(files), totals, lint=lint, accept_unready=accept_unready, worst=worst))
-    for line in details:
+    if reasons and not verbose:
+        print(VERBOSE_HINT)
+    for line in [*details, *reasons] if verbose else details:
         print(line, file=sys.stderr)
     return worst
 
 
+def _count(count: int, noun: str) -> str:
+    """Return COUNT and NOUN, in the plural unless COUNT is 1: "1 spec", "2 specs", "0 errors"."""
+    return f"{count} {noun}{'s' * (count != 1)}"
+
+
+def _with_reasons(count: int) -> str:
+    """Return how COUNT things that passed with a reason each are named: "with its reason" or "with reasons"."""
+    return "with its reason" if count == 1 else "with reasons"
+
+
 def _summary(specs: int, totals: Counter[str], *, lint: bool, accept_unready: bool, worst: int) -> str:
-    boot = f"{totals['boot_ready']} of {specs} specs boot-ready"
+    boot = f"{totals['boot_ready']} of {_count(specs, 'spec')} boot-ready"
     if totals["boot_ready"] < specs:
         boot += f" (accepted by {ACCEPT_UNREADY})" if accept_unready and worst == 0 else " (details below)"
     if worst:
-        return f"\n{specs} specs: problems found; {boot}"
-    lint_total = f"cfn-lint {totals['errors']} errors, {totals['warnings']} warnings" if lint else "cfn-lint skipped"
-    checkov = f"checkov {totals['passed']} passed, 0 failed, {totals['skipped']} skipped with reasons"
-    count = totals["nested"]
-    nested = (
-        f"; {count} nested stack{'s' * (count != 1)} of AWS's templates not scanned (details below)" if count else ""
+        return f"\n{_count(specs, 'spec')}: problems found; {boot}"
+    lint_total = (
+        f"cfn-lint {_count(totals['errors'], 'error')}, {_count(totals['warnings'], 'warning')}"
+        if lint
+        else "cfn-lint skipped"
     )
-    if not lint:
-        checkov = "checkov skipped"
+    checkov = (
+        f"checkov {totals['passed']} passed, 0 failed, {totals['skipped']} skipped {_with_reasons(totals['skipped'])}"
+        if lint
+        else "checkov skipped"
+    )
+    count = totals["nested"]
+    nested = f"; {_count(count, 'nested stack')} of AWS's templates not scanned (details below)" if count else ""
+    managed = _count(totals["managed"], "AWS-managed policy attachment")
+    nag = f"cdk-nag 0 open, {totals['acknowledged']} acknowledged {_with_reasons(totals['acknowledged'])}"
     return (
-        f"\n{specs} specs, {totals['stacks']} stacks, {totals['resources']} resources; {lint_total}; "
-        f"cdk-nag 0 open, {totals['acknowledged']} acknowledged with reasons; {checkov}; "
-        f"{totals['wildcards']} IAM wildcards and {totals['managed']} AWS-managed policy attachments, each with its "
-        f"reason; {boot}{nested}"
+        f"\n{_count(specs, 'spec')}, {_count(totals['stacks'], 'stack')}, {_count(totals['resources'], 'resource')}; "
+        f"{lint_total}; {nag}; {checkov}; "
+        f"{_count(totals['wildcards'], 'IAM wildcard')} and {managed}, each with its reason; {boot}{nested}"
     )

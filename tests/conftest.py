@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,3 +108,45 @@ def example_assemblies(tmp_path_factory: pytest.TempPathFactory) -> dict[str, As
     base = built_once(tmp_path_factory, "assemblies", _synthesize_examples)
     outcomes = json.loads((base / "outcomes.json").read_text())
     return {path.stem: Assembly(spec_path=path, outdir=base / path.stem, **outcomes[path.stem]) for path in EXAMPLES}
+
+
+# The daemons gpg starts on its own for a GnuPG home, and which outlive it unless told to stop.
+GNUPG_DAEMONS = ("gpg-agent", "dirmngr", "keyboxd")
+
+
+def stop_gnupg_daemons(home: Path) -> None:
+    """Stop every daemon gpg started for the GnuPG home HOME (`gpgconf --kill all`; none running is fine)."""
+    subprocess.run(["gpgconf", "--homedir", str(home), "--kill", "all"], capture_output=True, timeout=60, check=False)
+
+
+def processes_naming(directory: Path) -> dict[int, list[str]]:
+    """Return the command line of every process but this one with an argument in DIRECTORY, by process id."""
+    inside = str(directory).rstrip("/") + "/"
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            argv = [arg.decode(errors="replace") for arg in (proc / "cmdline").read_bytes().split(b"\0") if arg]
+        except OSError:  # gone meanwhile
+            continue
+        if any(inside in arg + "/" for arg in argv):
+            found[int(proc.name)] = argv
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def tests_leave_nothing_running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Fail the run if a process that names this run's temp directory (each xdist worker has its own) outlives the
+    tests: a gpg-agent for a test's GnuPG home, a server on a test's files. GnuPG's daemons found are stopped."""
+    yield
+    base = tmp_path_factory.getbasetemp()
+    deadline = time.monotonic() + 10  # a stopped daemon takes a moment to go
+    while (left := processes_naming(base)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for argv in left.values():
+        if Path(argv[0]).name in GNUPG_DAEMONS and "--homedir" in argv[:-1]:
+            stop_gnupg_daemons(Path(argv[argv.index("--homedir") + 1]))
+    if left:
+        running = "; ".join(f"{pid}: {' '.join(argv)}" for pid, argv in sorted(left.items()))
+        pytest.fail(f"still running after the tests, started by them: {running}", pytrace=False)

@@ -17,7 +17,7 @@ from kiln.ami.names import (
     TAG_TARGET,
     image_parameter_name,
 )
-from kiln.aws_errors import explain
+from kiln.aws_errors import explain, raise_if_no_credentials
 from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
 from kiln.ci.remote import aws_call
 
@@ -94,6 +94,7 @@ def images_in_use(ssm: Any, clusters: Iterable[str]) -> tuple[dict[str, str], li
             try:
                 in_use[cluster] = ssm.get_parameter(Name=name)["Parameter"]["Value"]
             except ClientError as error:
+                raise_if_no_credentials(error)
                 if error_code(error) != "ParameterNotFound":
                     notes.append(f"{explain(what, error)}; the AMI {cluster} uses is not marked")
     return in_use, notes

@@ -31,7 +31,6 @@ ABOUT = (
 )
 ACCESS_DENIED = {"UnauthorizedOperation", "AccessDenied", "AccessDeniedException"}
 THROTTLED = {"RequestLimitExceeded", "Throttling", "ThrottlingException", "TooManyRequestsException"}
-BAD_CREDENTIALS = {"AuthFailure", "InvalidClientTokenId", "ExpiredToken", "RequestExpired", "SignatureDoesNotMatch"}
 
 
 class RefreshError(Exception):
@@ -194,12 +193,14 @@ def _one_line(text: str) -> str:
 
 
 def explain(exc: Exception, region: str | None) -> str:
-    """Turn a boto3 failure into one actionable line."""
+    """Turn a boto3 failure into one actionable line.
+
+    Missing or rejected credentials are worded by the command, as every kiln command words them
+    (kiln.aws_errors.no_credentials): RefreshError keeps botocore's error as its __cause__ for that.
+    """
     from botocore import exceptions as bx
 
     where = f" in {region}" if region else ""
-    if isinstance(exc, (bx.NoCredentialsError, bx.PartialCredentialsError)):
-        return f"no AWS credentials found; a live refresh needs {LIVE_NEEDS} (or use --source moto, offline)"
     if isinstance(exc, bx.NoRegionError):
         return "no region: pass --region or set AWS_REGION (EC2 describes the types offered in that region)"
     if isinstance(exc, bx.ClientError):
@@ -209,8 +210,6 @@ def explain(exc: Exception, region: str | None) -> str:
             return f"access denied ({code}): the caller needs the IAM permission ec2:DescribeInstanceTypes"
         if code in THROTTLED:
             return f"EC2 throttled DescribeInstanceTypes{where} ({code}) after botocore's retries; run it again later"
-        if code in BAD_CREDENTIALS:
-            return f"AWS rejected the credentials ({code}): {message or 'refresh them and run it again'}"
         return f"DescribeInstanceTypes failed{where}: {code}: {message}".rstrip(": ")
     if isinstance(exc, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ReadTimeoutError)):
         return f"cannot reach EC2{where}: {_one_line(exc)}"
@@ -227,7 +226,7 @@ def _live_items(region: str | None, client: Any) -> tuple[list[dict[str, Any]], 
         region = region or ec2.meta.region_name
         return describe_all(ec2), region
     except (BotoCoreError, ClientError) as exc:
-        raise RefreshError(explain(exc, region)) from None
+        raise RefreshError(explain(exc, region)) from exc
 
 
 def render(document: dict[str, Any]) -> str:

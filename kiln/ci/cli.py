@@ -104,11 +104,10 @@ def _up(args: argparse.Namespace) -> int:
     from kiln.bootstrap.readiness import ACCEPT_UNREADY
     from kiln.catalog.limits import ttl_problem
     from kiln.ci.deploy import cdk_command, check_cdk_version, deploy_stacks, github_output_lines, write_github_output
+    from kiln.node_runtime import require_node
     from kiln.safe_output import claim_directory, write_file_atomically
     from kiln.spec.rules import NO_BAKE_IN_CI
-    from kiln.stacks import ci_environment
     from kiln.stacks.bootstrap_config import load_and_judge
-    from kiln.synth import synthesize
 
     progress = Progress("up")
     given_ttl = parse_hours(args.ttl) if args.ttl else None
@@ -127,6 +126,11 @@ def _up(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 1
+    # The Node.js that synthesis (jsii) and the CDK CLI run on, decided before either starts and before AWS is asked.
+    require_node()
+    from kiln.stacks import ci_environment
+    from kiln.synth import synthesize
+
     target = _Target(args)
     if args.skip_preflight:
         progress("preflight skipped (--skip-preflight)")
@@ -296,9 +300,13 @@ def _handled(action: str, handler: Callable[[argparse.Namespace], int]) -> Calla
     from kiln.ci.deploy import DeployFailed
     from kiln.ci.reaper_code.kiln_reaper.teardown import TeardownFailed
     from kiln.command_errors import one_line_failures
+    from kiln.node_runtime import NodeUnavailable
 
     return one_line_failures(
-        f"kiln ci {action}", handler, bad_input=(CiInputError,), failed=(DeployFailed, TeardownFailed)
+        f"kiln ci {action}",
+        handler,
+        bad_input=(CiInputError,),
+        failed=(DeployFailed, TeardownFailed, NodeUnavailable),
     )
 
 

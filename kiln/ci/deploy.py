@@ -3,53 +3,40 @@
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# The CDK CLI kiln is tested with (package.json pins the same version for `make setup`).
-CDK_CLI_VERSION = "2.1148.1"
-CDK_ENV = "KILN_CDK"
+# Which CDK CLI and which Node.js run it are kiln.node_runtime's to decide; `kiln ci up` takes them from here.
+from kiln.node_runtime import CDK_CLI_VERSION, CDK_ENV, last_line, run_cdk
+from kiln.node_runtime import cdk_command as cdk_command
 
 
 class DeployFailed(Exception):
     """A stack did not deploy; the message is one line naming it, its time and what to do."""
 
 
-def cdk_command(environ: Mapping[str, str], cwd: Path) -> list[str]:
-    """Return the CDK CLI to run: $KILN_CDK, else ./node_modules/.bin/cdk, else `npx` at the pinned version."""
-    given = environ.get(CDK_ENV, "").strip()
-    if given:
-        import shlex
-
-        return shlex.split(given)
-    local = cwd / "node_modules" / ".bin" / "cdk"
-    if local.exists():
-        return [str(local)]
-    npx = shutil.which("npx", path=environ.get("PATH"))
-    if npx is None:
-        raise DeployFailed(
-            f"no CDK CLI: install Node.js 22 and run `npm install aws-cdk@{CDK_CLI_VERSION}` here, or set {CDK_ENV}"
-        )
-    return [npx, "--yes", f"aws-cdk@{CDK_CLI_VERSION}"]
-
-
 def check_cdk_version(cdk: list[str], environ: Mapping[str, str] | None = None) -> str:
-    """Return the CLI's version; raise DeployFailed when it is not the pinned one (or does not run)."""
+    """Return the CLI's version; raise DeployFailed when it is not the pinned one (or does not run).
+
+    A CLI that fails says why in its last line of output, decoded: DeployFailed carries it.
+    """
+    shown_cdk = " ".join(cdk)
     try:
-        result = subprocess.run(
-            [*cdk, "--version"], capture_output=True, text=True, check=False, env=dict(environ) if environ else None
-        )
+        result = run_cdk(cdk, ["--version"], environ, capture=True)
     except OSError as exc:
-        raise DeployFailed(f"CDK CLI {' '.join(cdk)} does not run: {exc.strerror}") from None
+        raise DeployFailed(f"CDK CLI {shown_cdk} does not run: {exc.strerror}") from None
     version = result.stdout.strip().split(" ")[0] if result.returncode == 0 else ""
-    if version != CDK_CLI_VERSION:
-        shown = version or f"exit {result.returncode}"
+    if result.returncode != 0:
+        said = last_line(result.stderr) or last_line(result.stdout)
         raise DeployFailed(
-            f"CDK CLI {' '.join(cdk)} is {shown}, not the {CDK_CLI_VERSION} kiln is tested with: "
+            f"CDK CLI {shown_cdk} failed (exit {result.returncode})" + (f": {said}" if said else "") + ": "
+            f"`npm install aws-cdk@{CDK_CLI_VERSION}` here, or set {CDK_ENV}"
+        )
+    if version != CDK_CLI_VERSION:
+        raise DeployFailed(
+            f"CDK CLI {shown_cdk} is {version or 'of no version'}, not the {CDK_CLI_VERSION} kiln is tested with: "
             f"`npm install aws-cdk@{CDK_CLI_VERSION}` here, or set {CDK_ENV}"
         )
     return version
@@ -101,8 +88,7 @@ def deploy_stacks(
     done = Deployment()
     for stack in stack_order(assembly):
         outputs_file = workdir / f"{stack}.outputs.json"
-        command = [
-            *cdk,
+        arguments = [
             "deploy",
             stack,
             "--app",
@@ -118,7 +104,7 @@ def deploy_stacks(
         ]
         progress(f"{stack}: deploying")
         started = clock()
-        result = subprocess.run(command, env=dict(environ) if environ is not None else None, check=False)
+        result = run_cdk(cdk, arguments, environ)
         seconds = clock() - started
         if result.returncode != 0:
             raise DeployFailed(

@@ -43,6 +43,9 @@ def props_from_args(args: argparse.Namespace) -> GithubDeployIdentityProps:
     No --environment trusts the kiln-ci environment, unless --allow-branch-trust names branches or pull requests
     alone. ValueError (one line) for --branch or --pull-requests without --allow-branch-trust.
     """
+    from kiln.node_runtime import require_node
+
+    require_node()  # the constructs load the CDK
     from kiln.constructs.ci_identity import DEFAULT_CDK_QUALIFIER, DEFAULT_ENVIRONMENT, GithubDeployIdentityProps
 
     branch_runs = bool(args.branches or args.pull_requests)
@@ -63,7 +66,7 @@ def props_from_args(args: argparse.Namespace) -> GithubDeployIdentityProps:
 
 
 def _identity(args: argparse.Namespace) -> int:
-    from kiln.node_runtime import use_pinned_node
+    from kiln.node_runtime import require_node
     from kiln.safe_output import UnsafeOutput, check_replaceable, replaced_directory
 
     out = Path(os.path.abspath(os.path.expanduser(args.out)))
@@ -74,7 +77,7 @@ def _identity(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 2
 
-    use_pinned_node()
+    require_node()
     try:
         props = props_from_args(args)
     except ValueError as exc:

@@ -60,7 +60,14 @@ from urllib.parse import urlsplit
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kiln.aws_errors import error_message, explain, one_line
+from kiln.aws_errors import (
+    CREDENTIAL_ERRORS,
+    credentials_wording,
+    error_message,
+    explain,
+    one_line,
+    raise_if_no_credentials,
+)
 from kiln.catalog.names import EKS_SYSTEM_NODE_GROUP, TAG_EKS_CLUSTER, TAG_NODE_GROUP
 from kiln.ci.reaper_code.kiln_reaper.contract import stack_name
 from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
@@ -133,6 +140,7 @@ class ClusterHandle:
         try:
             stacks = cloudformation.describe_stacks(StackName=name)["Stacks"]
         except ClientError as error:
+            raise_if_no_credentials(error)
             if error_code(error) == "ValidationError" and "does not exist" in error_message(error):
                 raise RemoteError(
                     f"stack {name} does not exist in {region}: deploy the environment with `kiln ci up` first "
@@ -140,6 +148,7 @@ class ClusterHandle:
                 ) from None
             raise RemoteError(explain(f"cloudformation:DescribeStacks {name}", error)) from None
         except BotoCoreError as error:
+            raise_if_no_credentials(error)
             raise RemoteError(f"cloudformation:DescribeStacks {name}: {one_line(str(error))}") from None
         stack = stacks[0]
         status = stack.get("StackStatus", "")
@@ -230,12 +239,16 @@ class Target:
 
 @contextlib.contextmanager
 def aws_call(what: str) -> Iterator[None]:
-    """Turn a botocore error raised in the block into a one-line RemoteError naming the call WHAT."""
+    """Turn a botocore error raised in the block into a one-line RemoteError naming the call WHAT.
+
+    Missing or rejected credentials raise NoCredentials instead: the command says so in its one wording.
+    """
     try:
         yield
-    except ClientError as error:
-        raise RemoteError(explain(what, error)) from None
-    except BotoCoreError as error:
+    except (ClientError, BotoCoreError) as error:
+        raise_if_no_credentials(error)
+        if isinstance(error, ClientError):
+            raise RemoteError(explain(what, error)) from None
         raise RemoteError(f"{what}: {one_line(str(error))}") from None
 
 
@@ -361,6 +374,7 @@ def _run_on_instance(
             Parameters={"commands": [node_script(command)], "executionTimeout": [str(execution_timeout)]},
         )
     except ClientError as error:
+        raise_if_no_credentials(error)
         if error_code(error) == "InvalidInstanceId":
             raise Unreachable(
                 f"{target.label} is not reachable through Systems Manager (yet): its SSM agent must be online, "
@@ -368,6 +382,7 @@ def _run_on_instance(
             ) from None
         raise RemoteError(explain("ssm:SendCommand", error)) from None
     except BotoCoreError as error:
+        raise_if_no_credentials(error)
         raise RemoteError(f"ssm:SendCommand: {one_line(str(error))}") from None
     command_id = sent["Command"]["CommandId"]
     shown = _Shown()
@@ -425,10 +440,12 @@ def _invocation(ssm: Any, command_id: str, instance: str) -> Mapping[str, Any] |
     try:
         return ssm.get_command_invocation(CommandId=command_id, InstanceId=instance)
     except ClientError as error:
+        raise_if_no_credentials(error)
         if error_code(error) == "InvocationDoesNotExist":
             return None
         raise RemoteError(explain("ssm:GetCommandInvocation", error)) from None
     except BotoCoreError as error:
+        raise_if_no_credentials(error)
         raise RemoteError(f"ssm:GetCommandInvocation: {one_line(str(error))}") from None
 
 
@@ -454,7 +471,10 @@ def _cancel(ssm: Any, command_id: str, target: Target, err: TextIO) -> None:
     try:
         ssm.cancel_command(CommandId=command_id, InstanceIds=[target.address])
     except (ClientError, BotoCoreError) as error:
-        reason = explain("ssm:CancelCommand", error) if isinstance(error, ClientError) else one_line(str(error))
+        if isinstance(error, ClientError):
+            reason = explain("ssm:CancelCommand", error)
+        else:
+            reason = credentials_wording(error) if isinstance(error, CREDENTIAL_ERRORS) else one_line(str(error))
         err.write(f"kiln: {target.label}: could not cancel command {command_id}: {reason}\n")
 
 

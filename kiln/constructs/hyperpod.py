@@ -155,7 +155,9 @@ class HyperPodCluster(Construct):
             vpc=props.vpc,
             description="HyperPod nodes: all traffic among members (Slurm, NCCL); egress for lifecycle downloads",
         )
-        self.security_group.connections.allow_internally(ec2.Port.all_traffic(), "HyperPod nodes")
+        # Ingress from members only: the group allows all outbound already, so an egress rule to itself would be
+        # dropped with a synth warning (what connections.allow_internally adds).
+        self.security_group.add_ingress_rule(self.security_group, ec2.Port.all_traffic(), "HyperPod nodes")
         self.lifecycle_bucket = (
             props.lifecycle_bucket
             or DataBucket(

@@ -144,7 +144,11 @@ class PcsCluster(Construct):
             vpc=props.vpc,
             description="PCS controller and nodes: Slurm and node-to-node traffic among members; egress for bootstrap",
         )
-        self.security_group.connections.allow_internally(ec2.Port.all_traffic(), "Slurm controller, slurmd, srun")
+        # Ingress from members only: the group allows all outbound already, so an egress rule to itself would be
+        # dropped with a synth warning (what connections.allow_internally adds).
+        self.security_group.add_ingress_rule(
+            self.security_group, ec2.Port.all_traffic(), "Slurm controller, slurmd, srun"
+        )
         self.cluster = pcs.CfnCluster(
             self,
             "Resource",

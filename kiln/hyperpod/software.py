@@ -17,7 +17,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kiln.aws_errors import error_code, explain, one_line
+from kiln.aws_errors import error_code, explain, one_line, raise_if_no_credentials
 
 # The cluster state UpdateClusterSoftware starts from (ClusterStatus of DescribeCluster).
 READY_STATUS = "InService"
@@ -65,9 +65,10 @@ def _call(what: str, call: Any, **kwargs: Any) -> Any:
     """Return CALL(**KWARGS); any AWS refusal becomes a SoftwareError naming WHAT."""
     try:
         return call(**kwargs)
-    except ClientError as error:
-        raise SoftwareError(explain(what, error)) from None
-    except BotoCoreError as error:
+    except (ClientError, BotoCoreError) as error:
+        raise_if_no_credentials(error)
+        if isinstance(error, ClientError):
+            raise SoftwareError(explain(what, error)) from None
         raise SoftwareError(f"{what}: {one_line(str(error))}") from None
 
 
@@ -76,9 +77,10 @@ def _pages(client: Any, operation: str, what: str, key: str, **kwargs: Any) -> I
     try:
         for page in client.get_paginator(operation).paginate(**kwargs):
             yield from page.get(key, [])
-    except ClientError as error:
-        raise SoftwareError(explain(what, error)) from None
-    except BotoCoreError as error:
+    except (ClientError, BotoCoreError) as error:
+        raise_if_no_credentials(error)
+        if isinstance(error, ClientError):
+            raise SoftwareError(explain(what, error)) from None
         raise SoftwareError(f"{what}: {one_line(str(error))}") from None
 
 
@@ -107,10 +109,12 @@ def describe(sagemaker: Any, cluster: str, region: str) -> dict[str, Any]:
     try:
         return sagemaker.describe_cluster(ClusterName=cluster)
     except ClientError as error:
+        raise_if_no_credentials(error)
         if error_code(error) in ("ResourceNotFound", "ValidationException"):
             raise SoftwareError(f"no HyperPod cluster {cluster} in {region}: deploy the spec first") from None
         raise SoftwareError(explain(f"sagemaker:DescribeCluster {cluster}", error)) from None
     except BotoCoreError as error:
+        raise_if_no_credentials(error)
         raise SoftwareError(f"sagemaker:DescribeCluster {cluster}: {one_line(str(error))}") from None
 
 

@@ -13,10 +13,10 @@ from kiln.local import daemons, network, preflight, procs, provision, slurm
 from kiln.local import state as state_file
 from kiln.local.errors import LocalError, LocalFailure
 from kiln.local.exporters import exporter_processes, prepare, scrape
-from kiln.local.layout import DEFAULT_SUBNET, DEFAULT_TAG, ClusterLayout, default_prefix, plan_layout
+from kiln.local.layout import DEFAULT_SUBNET, DEFAULT_TAG, PREFIX_ENV, ClusterLayout, default_prefix, plan_layout
 from kiln.local.progress import Progress, table
 from kiln.local.state import ClusterState, ProcessRecord
-from kiln.local.torchlink import link_torch
+from kiln.local.torchlink import link_torch, missing_companions
 from kiln.safe_output import UnsafeOutput, claim_directory, remove_owned_directory
 from kiln.stacks.bootstrap_config import local_exporters, local_prometheus
 
@@ -49,7 +49,10 @@ def load_cluster(prefix: Path) -> ClusterState:
     """Return the cluster recorded under PREFIX; raise when none is up there."""
     found = state_file.load(prefix) if prefix.is_dir() else None
     if found is None:
-        raise LocalError(f"no kiln local cluster is up under {prefix}: run `kiln local up` first")
+        raise LocalError(
+            f"no kiln local cluster is up under {prefix}: run `kiln local up` first, or name the prefix "
+            f"it was brought up with (--prefix, or ${PREFIX_ENV})"
+        )
     return found
 
 
@@ -167,6 +170,10 @@ class _Up:
             source = link_torch(self.layout.venv, self.layout.path("/opt/kiln/torch"))
         if source is None:
             self.progress.note("no torch here: `kiln local smoke` needs kiln's launcher extra")
+        elif missing := missing_companions():
+            self.progress.note(
+                f"no {' or '.join(missing)} here: torch warns at every import in a job; install kiln's launcher extra"
+            )
         self.save(bootstrapped=True, torch_source=source)
 
     def network(self) -> None:

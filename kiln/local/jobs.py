@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import shlex
 import statistics
 import subprocess
 import sys
@@ -20,6 +21,13 @@ SMOKE_TIMEOUT_S = 600.0
 _STEP = re.compile(r"^step\s+(\d+)/(\d+)\s+loss\s+([0-9.]+)\s+step_time\s+([0-9.]+) s\s+tokens/s\s+([0-9,]+)\s*$")
 _POLL_S = 0.1
 _STATE_POLL_S = 0.25
+# The end of a `run` task: the user's command, or one line per node when the job's PATH has no such program.
+_EXEC_COMMAND = """command -v "$1" >/dev/null || {
+  printf 'kiln local run: %s: command not found on %s\\n' "$1" "${SLURMD_NODENAME:-the node}" >&2
+  exit 127
+}
+exec "$@"
+"""
 
 
 def usable_nodes(layout: ClusterLayout, wanted: int | None) -> int:
@@ -38,14 +46,43 @@ def usable_nodes(layout: ClusterLayout, wanted: int | None) -> int:
     return wanted
 
 
+def job_preamble(layout: ClusterLayout) -> str:
+    """Return the shell lines every local job runs first, so it sees what a job on a cloud node sees.
+
+    The launcher's settings from the bootstrap (launcher.env: checkpoints under the prefix), the node's
+    /usr/local/bin (kiln-launch) first on PATH, and the node's /tmp under the prefix: `down` removes all of it.
+    """
+    bin_dir = shlex.quote(str(layout.path("/usr/local/bin")))
+    tmp_dir = shlex.quote(str(layout.tmp_dir))
+    return f"""set -euo pipefail
+# The launcher venv must use its own kiln wheel, not whatever the submitting shell had.
+unset PYTHONPATH PYTHONHOME VIRTUAL_ENV
+set -a
+# shellcheck source=/dev/null
+source {shlex.quote(str(layout.launcher_env))}
+set +a
+# The bootstrap's name for a local node: no IMDS to ask, and no NCCL preset applies.
+export KILN_INSTANCE_TYPE=local
+# task/none binds nothing: keep torch's threads to the CPUs Slurm gave the node, or ranks fight over cores.
+export OMP_NUM_THREADS="${{SLURM_CPUS_ON_NODE:-1}}"
+# The node's /usr/local/bin, where the bootstrap put kiln-launch, comes first as on a cloud node.
+export PATH={bin_dir}:"$PATH"
+# The node's /tmp is under the prefix too (torchrun leaves its log directories there).
+mkdir -m 1777 {tmp_dir} 2>/dev/null || [[ -d {tmp_dir} ]]
+export TMPDIR={tmp_dir}
+"""
+
+
 def run_command(layout: ClusterLayout, nodes: int | None, command: list[str]) -> int:
-    """Run COMMAND once on each of NODES nodes through srun, output streamed; return the job's exit code."""
+    """Run COMMAND once on each of NODES nodes through srun, after the job preamble; return the job's exit code."""
     if not command:
         raise LocalError("give the command after --, e.g. `kiln local run --nodes 2 -- hostname`")
     count = usable_nodes(layout, nodes)
     argv = ["srun", f"--nodes={count}", f"--ntasks={count}", "--ntasks-per-node=1", "--job-name=kiln-run", "--"]
+    # bash runs the preamble, then execs the command (found on the job's PATH) with its arguments untouched.
+    wrapper = ["bash", "-c", job_preamble(layout) + _EXEC_COMMAND, "kiln local run"]
     try:
-        return subprocess.run([*argv, *command], env=slurm.client_env(layout)).returncode
+        return subprocess.run([*argv, *wrapper, *command], env=slurm.client_env(layout)).returncode
     except FileNotFoundError:
         raise LocalError("srun is not installed: run `kiln local up`, which installs Slurm") from None
 
@@ -102,23 +139,10 @@ class SmokeResult:
 
 
 def smoke_script(layout: ClusterLayout, steps: int) -> str:
-    """Return the batch script: one kiln-launch per node, the settings the bootstrap wrote for the launcher."""
+    """Return the batch script: the job preamble, then one kiln-launch per node (it starts the workers)."""
     return f"""#!/bin/bash
 # kiln local smoke: the launcher's smoke job, one kiln-launch per node (it starts the workers).
-set -euo pipefail
-# The launcher venv must use its own kiln wheel, not whatever the submitting shell had.
-unset PYTHONPATH PYTHONHOME VIRTUAL_ENV
-set -a
-# shellcheck source=/dev/null
-source {layout.launcher_env}
-set +a
-# The bootstrap's name for a local node: no IMDS to ask, and no NCCL preset applies.
-export KILN_INSTANCE_TYPE=local
-# task/none binds nothing: keep torch's threads to the CPUs Slurm gave the node, or ranks fight over cores.
-export OMP_NUM_THREADS="${{SLURM_CPUS_ON_NODE:-1}}"
-# Nodes have torch without numpy; torch says so at every import.
-export PYTHONWARNINGS="ignore:Failed to initialize NumPy"
-exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 {layout.launcher} smoke --steps {steps}
+{job_preamble(layout)}exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 kiln-launch smoke --steps {steps}
 """
 
 

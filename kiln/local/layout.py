@@ -98,6 +98,11 @@ class ClusterLayout:
         return self.path("/checkpoints")
 
     @property
+    def tmp_dir(self) -> Path:
+        """Return the nodes' /tmp, which local jobs get as TMPDIR."""
+        return self.path("/tmp")
+
+    @property
     def munge_key(self) -> Path:
         return self.path("/etc/munge/munge.key")
 

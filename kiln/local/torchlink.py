@@ -4,6 +4,8 @@ The bootstrap installs the launcher wheel with --no-deps and pulls torch from Py
 only when a version is pinned. Locally, torch and its dependencies are linked
 from the environment running kiln into a directory under the prefix, which a .pth
 file puts on the venv's path: only those distributions, never the CDK beside them.
+numpy goes with them: torch uses it without requiring it, and warns at every import
+without it (kiln's launcher extra installs it beside torch).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from kiln.local.errors import LocalError
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 PTH_FILE = "kiln-local-torch.pth"
+# What torch imports when it is there but does not list, not even as an extra: without numpy every
+# `import torch` warns "Failed to initialize NumPy". Linked with torch when installed here.
+TORCH_COMPANIONS = ("numpy",)
 
 
 def _canonical(name: str) -> str:
@@ -104,10 +109,21 @@ def venv_site_packages(venv: Path) -> Path:
     return Path(purelib)
 
 
+def torch_distributions() -> list[metadata.Distribution]:
+    """Return torch's closure and that of each installed companion (numpy), each distribution once."""
+    found = {_canonical(d.metadata["Name"]): d for d in closure()}
+    for companion in TORCH_COMPANIONS:
+        try:
+            found.update((_canonical(d.metadata["Name"]), d) for d in closure(companion))
+        except metadata.PackageNotFoundError:
+            continue
+    return list(found.values())
+
+
 def link_torch(venv: Path, link_dir: Path) -> str | None:
-    """Link torch's closure into LINK_DIR and put it on VENV's path; return where torch came from, or None."""
+    """Link torch's closure and numpy into LINK_DIR and put them on VENV's path; return what was linked, or None."""
     try:
-        distributions = closure()
+        distributions = torch_distributions()
     except metadata.PackageNotFoundError:
         return None
     site_packages = venv_site_packages(venv)
@@ -119,5 +135,18 @@ def link_torch(venv: Path, link_dir: Path) -> str | None:
                 link.unlink()
             link.symlink_to(entry)
     (site_packages / PTH_FILE).write_text(f"{link_dir}\n")
-    torch = next(d for d in distributions if _canonical(d.metadata["Name"]) == "torch")
-    return f"torch {torch.version} from {Path(torch.locate_file('')).resolve()}"
+    names = {_canonical(d.metadata["Name"]): d for d in distributions}
+    torch = names["torch"]
+    companions = "".join(f", {name} {names[name].version}" for name in TORCH_COMPANIONS if name in names)
+    return f"torch {torch.version} from {Path(torch.locate_file('')).resolve()}{companions}"
+
+
+def missing_companions() -> list[str]:
+    """Return the companions of torch (numpy) this environment lacks."""
+    missing = []
+    for name in TORCH_COMPANIONS:
+        try:
+            metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing

@@ -29,6 +29,7 @@ the question: the line names the IAM action to allow). Exit 0 ready (no FAIL or 
 
 
 def _preflight(args: argparse.Namespace) -> int:
+    from kiln.aws_errors import NoCredentials, no_credentials
     from kiln.preflight.run import NoAccount, preflight
     from kiln.preflight.session import NoRegion, spec_session
     from kiln.spec import load_spec
@@ -36,15 +37,13 @@ def _preflight(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)
     try:
         session = spec_session(spec, args.region)
-    except NoRegion as exc:
+        report = preflight(spec, spec_path=args.spec, session=session, region=session.region_name, skip=args.skip)
+    except (NoRegion, ValueError) as exc:
         print(f"kiln preflight: {exc}", file=sys.stderr)
         return EXIT_BAD_SPEC
-    region = session.region_name
-    try:
-        report = preflight(spec, spec_path=args.spec, session=session, region=region, skip=args.skip)
-    except ValueError as exc:
-        print(f"kiln preflight: {exc}", file=sys.stderr)
-        return EXIT_BAD_SPEC
+    except NoCredentials as exc:
+        print(no_credentials("kiln preflight", exc), file=sys.stderr)
+        return EXIT_NOT_READY
     except NoAccount as exc:
         print(f"kiln preflight: {exc}", file=sys.stderr)
         return EXIT_NOT_READY

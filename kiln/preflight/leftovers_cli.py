@@ -17,9 +17,9 @@ DESCRIPTION = __doc__.split("\n", 2)[2].strip()
 
 
 def _leftovers(args: argparse.Namespace) -> int:
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+    from botocore.exceptions import BotoCoreError, ClientError
 
-    from kiln.aws_errors import explain, one_line
+    from kiln.aws_errors import NoCredentials, explain, is_credentials_error, no_credentials, one_line
     from kiln.preflight.aws import AWS_ERRORS, AwsClients, unchecked
     from kiln.preflight.checks.leftovers import CHECK, find_leftovers
     from kiln.preflight.plan import plan_for
@@ -32,22 +32,27 @@ def _leftovers(args: argparse.Namespace) -> int:
     except NoRegion as exc:
         print(f"kiln leftovers: {exc}", file=sys.stderr)
         return EXIT_BAD_SPEC
+    except NoCredentials as exc:
+        print(no_credentials("kiln leftovers", exc), file=sys.stderr)
+        return EXIT_NOT_READY
     region = session.region_name
     try:
         aws = AwsClients.from_session(session, region)
-    except NoCredentialsError:
-        print("kiln leftovers: no AWS credentials for the account to look in", file=sys.stderr)
-        return EXIT_NOT_READY
-    except ClientError as error:
-        print(f"kiln leftovers: {explain('sts:GetCallerIdentity', error)}", file=sys.stderr)
-        return EXIT_NOT_READY
-    except BotoCoreError as error:
-        print(f"kiln leftovers: sts:GetCallerIdentity: {one_line(str(error))}", file=sys.stderr)
+    except (ClientError, BotoCoreError) as error:
+        if is_credentials_error(error):
+            print(no_credentials("kiln leftovers", error), file=sys.stderr)
+        elif isinstance(error, ClientError):
+            print(f"kiln leftovers: {explain('sts:GetCallerIdentity', error)}", file=sys.stderr)
+        else:
+            print(f"kiln leftovers: sts:GetCallerIdentity: {one_line(str(error))}", file=sys.stderr)
         return EXIT_NOT_READY
     plan = plan_for(spec, spec_path=args.spec, region=region)
     try:
         found = find_leftovers(plan, aws)
     except AWS_ERRORS as error:
+        if is_credentials_error(error):
+            print(no_credentials("kiln leftovers", error), file=sys.stderr)
+            return EXIT_NOT_READY
         operation = error.operation_name if isinstance(error, ClientError) else ""
         action = aws.iam_action(operation) if operation else CHECK.about
         refused = unchecked("leftovers", CHECK.about, error, action=action, skip_hint="look in the console")

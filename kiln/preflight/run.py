@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from kiln.aws_errors import one_line
 from kiln.preflight.aws import AWS_ERRORS, AwsClients, unchecked
@@ -127,22 +127,21 @@ def preflight(
 ) -> Report:
     """Check SPEC against the account SESSION reaches, in REGION; NoAccount when no call can be made.
 
+    Without credentials AWS takes, NoCredentials (kiln.aws_errors): the command says so in its one wording.
+
     ENVIRONMENT: check a short-lived environment of that name (`kiln ci up`) rather than the spec's own cluster.
     """
-    from kiln.aws_errors import explain
+    from kiln.aws_errors import explain, raise_if_no_credentials
 
     unknown = sorted(set(skip) - set(check_names()))
     if unknown:
         raise ValueError(f"--skip {', '.join(unknown)}: no such check; the checks are {', '.join(check_names())}")
     try:
         aws = AwsClients.from_session(session, region)
-    except NoCredentialsError:
-        raise NoAccount(
-            "no AWS credentials: set them (environment, profile, SSO or instance role) for the account to check"
-        ) from None
-    except ClientError as error:
-        raise NoAccount(explain("sts:GetCallerIdentity", error)) from None
-    except BotoCoreError as error:
+    except (ClientError, BotoCoreError) as error:
+        raise_if_no_credentials(error)
+        if isinstance(error, ClientError):
+            raise NoAccount(explain("sts:GetCallerIdentity", error)) from None
         raise NoAccount(f"sts:GetCallerIdentity: {one_line(str(error))}") from None
     plan = plan_for(spec, spec_path=spec_path, region=region, environment=environment, account=aws.account)
     return run_preflight(plan, aws, skip=skip)

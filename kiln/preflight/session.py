@@ -15,12 +15,20 @@ def spec_session(spec: ClusterSpec, region: str | None) -> Any:
     """Return a boto3 Session in SPEC's region, or REGION (--region); NoRegion when they disagree or neither is set.
 
     A session of its own: boto3's default one keeps whatever credentials it found first in the process.
+    NoCredentials (kiln.aws_errors) when AWS_PROFILE names a profile that is not there.
     """
     import boto3
+    from botocore.exceptions import BotoCoreError
+
+    from kiln.aws_errors import raise_if_no_credentials
 
     if region and spec.region and region != spec.region:
         raise NoRegion(f"--region {region}: the spec deploys to {spec.region}")
-    session = boto3.Session(region_name=region or spec.region) if region or spec.region else boto3.Session()
+    try:
+        session = boto3.Session(region_name=region or spec.region) if region or spec.region else boto3.Session()
+    except BotoCoreError as error:
+        raise_if_no_credentials(error)
+        raise
     if not session.region_name:
         raise NoRegion(
             "no region: set `region` in the spec, pass --region, or set AWS_DEFAULT_REGION (boto3 does not read "

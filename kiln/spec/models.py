@@ -173,13 +173,14 @@ class Storage(SpecModel):
 
 
 class HeadNode(SpecModel):
-    """The Slurm controller (head node)."""
+    """The Slurm head node: ParallelCluster's, HyperPod's controller group. Not on PCS, which runs the controller
+    itself, nor with EKS, which runs no Slurm."""
 
     instance_type: str = "m5.8xlarge"
 
 
 class LoginNodes(SpecModel):
-    """Interactive login nodes."""
+    """Interactive login nodes where Slurm runs (PCS, ParallelCluster, HyperPod with Slurm); none with EKS."""
 
     instance_type: str = "m5.2xlarge"
     count: int = Field(1, description="0 for none.")
@@ -203,7 +204,11 @@ class ComputeGroup(SpecModel):
     min_count: int = 0
     max_count: int = 1
     capacity: Capacity = Capacity()
-    placement_group: bool | None = Field(None, description="Default: true where the instance type supports EFA.")
+    placement_group: bool | None = Field(
+        None,
+        description="A cluster placement group; default: true for EFA instance types outside reserved capacity. Not "
+        "on HyperPod, which places its instances itself.",
+    )
     root_volume_gib: int = Field(
         200, description=f"Encrypted gp3 root volume, {ROOT_VOLUME_MIN_GIB}-{ROOT_VOLUME_MAX_GIB} GiB."
     )
@@ -310,7 +315,8 @@ class Software(SpecModel):
     node_exporter: str = Field(
         "1.9.1",
         pattern=VERSION_PATTERN,
-        description="Prometheus node exporter release (observability); versions with a digest in kiln need no lock.",
+        description="Prometheus node exporter release (observability on Slurm backends; EKS runs its Helm chart); "
+        "versions with a digest in kiln need no lock.",
     )
     prometheus: str = Field(
         "3.5.0",
@@ -322,7 +328,7 @@ class Software(SpecModel):
         "4.6.0-4.8.3",
         pattern=DCGM_EXPORTER_PATTERN,
         description="NVIDIA DCGM and DCGM exporter as the pair NVIDIA's releases name, DCGM-EXPORTER "
-        "(observability on GPU nodes of Slurm backends; EKS takes NVIDIA's chart).",
+        "(observability on GPU nodes of Slurm backends; EKS runs NVIDIA's chart, so not there).",
     )
     enroot: str | None = Field(
         None,
@@ -359,7 +365,7 @@ class Software(SpecModel):
         pattern=LOCK_FILE_PATTERN,
         description="Lock file beside the spec (relative path ending .json) with the sha256 of downloads that have "
         "no published digest, signature or pinned commit (an EFA installer or exporter release newer than kiln's "
-        "table); `kiln bootstrap lock --spec SPEC` writes it.",
+        "table); `kiln bootstrap lock --spec SPEC` writes it. Not with EKS, whose nodes download none.",
     )
 
 

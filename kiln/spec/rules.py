@@ -69,7 +69,7 @@ from kiln.catalog.platforms import (
     newest_pcs_slurm,
     service_fact,
 )
-from kiln.spec.models import ClusterSpec, Lustre
+from kiln.spec.models import ClusterSpec, Lustre, SpecModel
 from kiln.spec.problems import Path, Problem, dotted, shown
 
 Rule = Callable[[ClusterSpec], Iterator[Problem]]
@@ -109,6 +109,58 @@ def _counts(path: Path, value: int, low: int, high: int, where: str = "") -> Ite
         yield _p(path, f"must be {low} or more (got {shown(value)})")
     elif value > high:
         yield _p(path, f"must be at most {high}{where} (got {shown(value)})")
+
+
+def _eks_nodes(spec: ClusterSpec) -> bool:
+    """Return True when the spec's nodes are EKS workers (the EKS backend, or HyperPod orchestrated by EKS)."""
+    return spec.compute.backend == "eks" or spec.effective_orchestrator == "eks"
+
+
+def _platform(spec: ClusterSpec) -> str:
+    """Return the backend, or hyperpod-eks for HyperPod orchestrated by EKS: what decides which nodes kiln boots."""
+    return "hyperpod-eks" if spec.effective_orchestrator == "eks" else spec.compute.backend
+
+
+def _on(spec: ClusterSpec) -> str:
+    """Return how a line names the spec's platform."""
+    return "hyperpod with EKS" if spec.effective_orchestrator == "eks" else spec.compute.backend
+
+
+def _set_paths(section: SpecModel, path: Path) -> list[Path]:
+    """Return the path of each field the spec sets in SECTION, in the model's order; PATH itself when it sets
+    SECTION as an empty mapping."""
+    return [(*path, name) for name in type(section).model_fields if name in section.model_fields_set] or [path]
+
+
+# The nodes kiln boots beside the compute groups: a Slurm head node where the platform leaves the controller to kiln
+# (ParallelCluster, HyperPod with Slurm), login nodes wherever Slurm runs. Elsewhere the section would change nothing.
+NO_SERVICE_NODES = {
+    "head_node": {
+        "pcs": "PCS runs the Slurm controller itself, and kiln boots no head node there",
+        "eks": "EKS runs no Slurm, and kiln boots no head node there",
+        "hyperpod-eks": "it runs no Slurm, and kiln gives it no controller group",
+    },
+    "login_nodes": {
+        "eks": "kiln boots no login nodes there (kubectl reaches the cluster)",
+        "hyperpod-eks": "kiln gives it no login group (kubectl reaches the cluster)",
+    },
+}
+
+
+def _boots(spec: ClusterSpec, role: str) -> bool:
+    """Return whether kiln boots the service nodes of ROLE (head_node, login_nodes) on the spec's platform."""
+    return _platform(spec) not in NO_SERVICE_NODES[role]
+
+
+def service_nodes(spec: ClusterSpec) -> Iterator[Problem]:
+    """A head node or login nodes only where kiln boots them: set elsewhere, they would create nothing."""
+    comp = spec.compute
+    for role, why_not in NO_SERVICE_NODES.items():
+        why = why_not.get(_platform(spec))
+        if why is None or role not in comp.model_fields_set:
+            continue
+        for path in _set_paths(getattr(comp, role), ("compute", role)):
+            yield _p(path, f"has no effect on {_on(spec)}: {why}; remove compute.{role}", BACKEND, ORCHESTRATOR)
 
 
 def placement(spec: ClusterSpec) -> Iterator[Problem]:
@@ -270,6 +322,15 @@ def _attached_lustre(spec: ClusterSpec, fs: Lustre) -> Iterator[Problem]:
     """An attached file system is named whole (id, mount name, client group), in its own VPC, and nothing more."""
     base = ("storage", "lustre")
     fs_id = (*base, "file_system_id")
+    if _eks_nodes(spec):
+        yield _p(
+            fs_id,
+            f"is not offered on {_on(spec)}: an attached file system lives in network.vpc_id, and EKS's control plane "
+            "needs the VPC kiln builds; remove it (kiln creates the file system)",
+            BACKEND,
+            ORCHESTRATOR,
+        )
+        return
     for field in NEW_FILE_SYSTEM_FIELDS:
         if field in fs.model_fields_set:
             yield _p(
@@ -435,11 +496,14 @@ def compute(spec: ClusterSpec) -> Iterator[Problem]:
             f"applies to backend hyperpod only (got {comp.orchestrator!r} with {comp.backend!r})",
             BACKEND,
         )
-    yield from _instance(spec, ("compute", "head_node", "instance_type"), comp.head_node.instance_type)
-    yield from _instance(spec, ("compute", "login_nodes", "instance_type"), comp.login_nodes.instance_type)
+    # Where kiln boots no head or login node, service_nodes refuses the section instead.
+    if _boots(spec, "head_node"):
+        yield from _instance(spec, ("compute", "head_node", "instance_type"), comp.head_node.instance_type)
     login = ("compute", "login_nodes", "count")
     high, where = MAX_COUNT.get(comp.backend, (INT32_MAX, ""))
-    yield from _counts(login, comp.login_nodes.count, 0, high, where)
+    if _boots(spec, "login_nodes"):
+        yield from _instance(spec, ("compute", "login_nodes", "instance_type"), comp.login_nodes.instance_type)
+        yield from _counts(login, comp.login_nodes.count, 0, high, where)
     if not comp.groups:
         yield _p(("compute", "groups"), "needs at least one group (got an empty list)")
     if comp.backend == "parallelcluster" and len(comp.groups) > PARALLELCLUSTER_MAX_QUEUES:
@@ -521,7 +585,16 @@ def _group(spec: ClusterSpec, index: int) -> Iterator[Problem]:
         yield from _instance(spec, kind, group.instance_type)
         return
     yield from _instance(spec, kind, group.instance_type)
-    if group.placement_group and not facts.efa_supported:
+    if backend == "hyperpod" and group.placement_group is not None:
+        # AWS::SageMaker::Cluster's ClusterInstanceGroup has no placement setting (CloudFormation's template
+        # reference, aws-properties-sagemaker-cluster-clusterinstancegroup), so kiln makes none there.
+        yield _p(
+            (*path, "placement_group"),
+            "has no effect on hyperpod: HyperPod places its instance groups itself and takes no placement group; "
+            "remove it",
+            BACKEND,
+        )
+    elif group.placement_group and not facts.efa_supported:
         yield _p(
             (*path, "placement_group"),
             f"needs an EFA instance type (got {group.instance_type}, which has no EFA)",
@@ -584,10 +657,10 @@ def architecture(spec: ClusterSpec) -> Iterator[Problem]:
     """Every node of the one bootstrap bundle shares an architecture (the bundle installs for one)."""
     comp = spec.compute
     members = [(("compute", "groups", i, "instance_type"), g.instance_type) for i, g in enumerate(comp.groups)]
-    if comp.backend != "eks" and spec.effective_orchestrator != "eks":
+    if _boots(spec, "head_node"):
         members.append((("compute", "head_node", "instance_type"), comp.head_node.instance_type))
-        if comp.login_nodes.count:
-            members.append((("compute", "login_nodes", "instance_type"), comp.login_nodes.instance_type))
+    if _boots(spec, "login_nodes") and comp.login_nodes.count:
+        members.append((("compute", "login_nodes", "instance_type"), comp.login_nodes.instance_type))
     common: set[str] = set()
     first: Path = ()
     for path, name in members:
@@ -609,8 +682,8 @@ def architecture(spec: ClusterSpec) -> Iterator[Problem]:
 
 
 def hyperpod_nodes(spec: ClusterSpec) -> Iterator[Problem]:
-    """HyperPod must offer the controller and login types too."""
-    if spec.compute.backend != "hyperpod":
+    """HyperPod with Slurm must offer the controller and login types too."""
+    if spec.effective_orchestrator != "slurm":
         return
     for role in ("head_node", "login_nodes"):
         name = getattr(spec.compute, role).instance_type
@@ -709,6 +782,14 @@ EKS_POD_SOFTWARE = {
     "enroot": "pods run in containerd, not enroot",
     "pyxis": "there is no Slurm for pyxis to plug into",
 }
+# What EKS nodes take from elsewhere than a pin (kiln.constructs.eks_observability pins the charts' releases), and
+# the lock file: the EFA installer comes with EKS's image there, the exporters as charts, so no download needs it.
+EKS_UNUSED_SOFTWARE = {
+    "node_exporter": "the node exporter runs as its Helm chart, at the release kiln pins for it",
+    "dcgm_exporter": "DCGM's exporter runs as NVIDIA's Helm chart, at the release kiln pins for it",
+    "prometheus": "an AWS managed collector scrapes the exporters; no Prometheus agent runs",
+    "lock_file": "they download nothing a lock covers (the image brings the EFA installer, Helm charts the exporters)",
+}
 
 
 def software(spec: ClusterSpec) -> Iterator[Problem]:
@@ -724,6 +805,9 @@ def software(spec: ClusterSpec) -> Iterator[Problem]:
         for field, why in EKS_POD_SOFTWARE.items():
             if getattr(spec.software, field) is not None:
                 yield _p(("software", field), f"has no effect on EKS nodes: {why}", BACKEND, ORCHESTRATOR)
+        for field, why in EKS_UNUSED_SOFTWARE.items():
+            if field in spec.software.model_fields_set:
+                yield _p(("software", field), f"has no effect on EKS nodes: {why}; remove it", BACKEND, ORCHESTRATOR)
 
 
 def today() -> datetime.date:
@@ -903,16 +987,21 @@ def observability(spec: ClusterSpec) -> Iterator[Problem]:
             ("observability", "prometheus"),
         )
     login_nodes = spec.compute.login_nodes.count
+    if not _slurm_nodes(spec) and "slurm_exporter" in wanted.model_fields_set:
+        yield _p(
+            ("observability", "slurm_exporter"),
+            f"got {str(wanted.slurm_exporter).lower()}, but this cluster runs no Slurm (EKS): leave it out",
+            BACKEND,
+            ORCHESTRATOR,
+        )
     for field, value, what in (
         ("slurm_exporter", wanted.slurm_exporter is True, "the exporter"),
         ("prometheus", wanted.prometheus and _slurm_nodes(spec), "the Prometheus agent"),
     ):
-        if not value:
+        if not value or not _slurm_nodes(spec):
             continue
         path = ("observability", field)
-        if not _slurm_nodes(spec):
-            yield _p(path, "got true, but this cluster runs no Slurm (EKS): leave it out")
-        elif spec.compute.backend == "pcs" and not login_nodes:
+        if spec.compute.backend == "pcs" and not login_nodes:
             yield _p(
                 path,
                 f"got true, but PCS runs the Slurm controller itself and this cluster has no login node to run "
@@ -959,6 +1048,7 @@ RULES: tuple[Rule, ...] = (
     lustre,
     bucket,
     compute,
+    service_nodes,
     architecture,
     hyperpod_nodes,
     kubernetes,

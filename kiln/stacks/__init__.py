@@ -10,7 +10,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "FEATURE_FLAGS": "kiln.stacks.app",
+    "FEATURE_FLAGS": "kiln.stacks.feature_flags",
     "ClusterStacks": "kiln.stacks.app",
     "NoSpecGiven": "kiln.stacks.app",
     "build_cluster": "kiln.stacks.app",

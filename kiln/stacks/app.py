@@ -14,34 +14,23 @@ from kiln.spec import ClusterSpec
 from kiln.spec.rules import NO_BAKE_IN_CI
 from kiln.stacks.ci_mode import CiEnvironment, environment_spec
 from kiln.stacks.compute import ComputeStack, has_compute
+from kiln.stacks.feature_flags import FEATURE_FLAGS
 from kiln.stacks.image import ImageStack, bakes_image
 from kiln.stacks.network import NetworkStack
 from kiln.stacks.reaper import ReaperStack
 from kiln.stacks.storage import StorageStack
 from kiln.stacks.tidy import add_template_aspects
 
-# Behaviour switches the stacks rely on; set on the App so every entry point (cdk CLI,
-# `kiln report`, tests) synthesizes the same templates.
-FEATURE_FLAGS = {
-    "@aws-cdk/aws-ec2:restrictDefaultSecurityGroup": True,
-    "@aws-cdk/aws-s3:serverAccessLogsUseBucketPolicy": True,
-    "@aws-cdk/core:enablePartitionLiterals": True,
-    "@aws-cdk/aws-iam:minimizePolicies": True,
-    # Exports, as every kiln release has deployed: CloudFormation refuses a change to an export in use, with a
-    # rollback, and `kiln diff` names it first. "both"/"weak" (Fn::GetStackOutput) would replace the file system and
-    # the cluster on the switching deploy (every create-only property fed across stacks: aws/aws-cdk#38829), and then
-    # leave a reader on a replaced or deleted value until its own template changes (Fn::GetStackOutput's page).
-    "@aws-cdk/core:defaultCrossStackReferences": "strong",
-}
-
-
 # Resource types whose Tags are create-only (their resource schemas): only kiln's own tags, fixed for a stack's life.
 FIXED_TAG_TYPES = ("AWS::EC2::PlacementGroup",)
+# The resource type CDK's tag aspect gives a stack's own tags (its TagManager's).
+STACK_TAG_TYPE = "aws:cdk:stack"
 
 DEFAULT_SPEC_FILE = "cluster.yaml"
+# The cdk CLI gives the app no argument, and the same context for synth, diff and deploy: say what holds for all.
 NO_SPEC = (
-    "kiln: no spec given and no ./cluster.yaml here: pass one with "
-    "`npx cdk deploy --all -c spec=path/to/cluster.yaml` (start from examples/quickstart.yaml)"
+    "kiln: no spec given and no ./cluster.yaml here: add `-c spec=path/to/cluster.yaml` to the cdk command "
+    "(start from examples/quickstart.yaml)"
 )
 
 
@@ -138,8 +127,10 @@ def build_cluster(
             cdk.Tags.of(stack).add(key, value)
         for key, value in spec.tags.items():
             # A placement group's Tags are create-only and compute imports its name: the spec's tags, which change,
-            # stay off it, so a tags change updates the cluster instead of being refused (kiln/changes).
-            cdk.Tags.of(stack).add(key, value, exclude_resource_types=list(FIXED_TAG_TYPES))
+            # stay off it, so a tags change updates the cluster instead of being refused (kiln/changes). They stay
+            # off the stack's own tags too: CloudFormation applies stack tags to the resources, and whether it
+            # replaces a resource whose Tags are create-only for that is undocumented ("varies by resource type").
+            cdk.Tags.of(stack).add(key, value, exclude_resource_types=[STACK_TAG_TYPE, *FIXED_TAG_TYPES])
     if nag:
         cdk.Validations.of(app).add_plugins(
             AwsSolutionsChecks(app, verbose=True, write_suppressions_to_cloud_formation=True)

@@ -65,11 +65,13 @@ def config_from_spec(
     if target not in allowed:
         choices = ", ".join(allowed)
         raise ValueError(f"target: got {target!r} for this {compute.backend!r} spec, allowed: {choices}, local")
+    # Only ParallelCluster and HyperPod with Slurm boot a head node (PCS runs the controller itself), and login
+    # nodes run wherever Slurm does: the bundle serves the nodes kiln boots, no others (kiln.spec.rules.service_nodes).
     service: tuple[str, ...] = ()
-    if target != "eks":
+    if target in ("parallelcluster", "hyperpod"):
         service = (compute.head_node.instance_type,)
-        if compute.login_nodes.count:
-            service += (compute.login_nodes.instance_type,)
+    if target != "eks" and compute.login_nodes.count:
+        service += (compute.login_nodes.instance_type,)
     groups = tuple(
         NodeGroup(name=group.name, instance_type=group.instance_type, max_count=max(group.max_count, 1))
         for group in compute.groups

@@ -254,7 +254,7 @@ def test_a_refused_start_is_one_line_naming_the_call(
     assert len(err.splitlines()) == 1
 
 
-def test_no_credentials_is_one_line_naming_the_call(
+def test_no_credentials_is_the_one_line_every_command_prints(
     spec: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
@@ -265,7 +265,8 @@ def test_no_credentials_is_one_line_naming_the_call(
         monkeypatch.delenv(name, raising=False)
     assert build() == 1
     assert capsys.readouterr().err == (
-        f"kiln ami build: cloudformation:DescribeStacks {CLUSTER}-image: Unable to locate credentials\n"
+        "kiln ami build: no AWS credentials: set or refresh them (environment, profile, SSO or instance role) for "
+        "the account to use\n"
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from kiln.bootstrap.config import NodeGroup
 from kiln.bootstrap.render import PROFILES, render_bundle
 from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, pins_beside, simulate_image
+from tests.conftest import stop_gnupg_daemons
 
 CUDA_APT = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
 CUDA_DNF = "https://developer.download.nvidia.com/compute/cuda/repos/amzn2023/x86_64"
@@ -309,9 +311,24 @@ def test_persistence_daemon_and_fabric_manager_start_from_catalog_facts(tmp_path
     assert [c for c in g5.calls() if c.startswith("systemctl enable")] == ["systemctl enable --now nvidia-persistenced"]
 
 
+@pytest.fixture
+def gnupg_home(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """Return a maker of GnuPG homes under tmp_path; the gpg-agent each starts is stopped when the test ends."""
+    homes: list[Path] = []
+
+    def make(name: str) -> Path:
+        home = tmp_path / name
+        home.mkdir(mode=0o700)
+        homes.append(home)
+        return home
+
+    yield make
+    for home in homes:
+        stop_gnupg_daemons(home)
+
+
 def _real_key(home: Path, who: str) -> tuple[str, bytes]:
-    """Make an OpenPGP key with the real gpg; return its fingerprint and armored public key."""
-    home.mkdir(mode=0o700)
+    """Make an OpenPGP key with the real gpg in the GnuPG home HOME; return its fingerprint and armored public key."""
     gpg = ["gpg", "--batch", "--homedir", str(home)]
     subprocess.run(
         [*gpg, "--passphrase", "", "--quick-gen-key", f"{who} <{who}@example.com>", "ed25519", "sign", "never"],
@@ -326,9 +343,11 @@ def _real_key(home: Path, who: str) -> tuple[str, bytes]:
 
 
 @pytest.mark.parametrize("matches", [True, False], ids=["pinned-key", "other-key"])
-def test_the_real_gpg_accepts_only_the_pinned_fingerprint(tmp_path: Path, matches: bool) -> None:
-    pinned, armored = _real_key(tmp_path / "vendor", "vendor")
-    served = armored if matches else _real_key(tmp_path / "impostor", "impostor")[1]
+def test_the_real_gpg_accepts_only_the_pinned_fingerprint(
+    tmp_path: Path, gnupg_home: Callable[[str], Path], matches: bool
+) -> None:
+    pinned, armored = _real_key(gnupg_home("vendor"), "vendor")
+    served = armored if matches else _real_key(gnupg_home("impostor"), "impostor")[1]
     bundle = render_bundle(pcs_config(), tmp_path / "bundle").directory
     env = bundle / "bundle.env"
     lines = env.read_text().splitlines()

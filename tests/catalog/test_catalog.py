@@ -373,14 +373,14 @@ class TestRefresh:
         monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
         out = tmp_path / "out.json"
         argv = ["catalog", "refresh", "--region", "us-east-1", "--out", str(out)]
-        self.assert_one_line_failure(capsys, argv, "no AWS credentials found", out)
+        self.assert_one_line_failure(capsys, argv, "no AWS credentials: set or refresh them", out)
 
     @pytest.mark.parametrize(
         ("code", "expected"),
         [
             ("UnauthorizedOperation", "the caller needs the IAM permission ec2:DescribeInstanceTypes"),
             ("RequestLimitExceeded", "EC2 throttled DescribeInstanceTypes in us-east-1"),
-            ("AuthFailure", "AWS rejected the credentials (AuthFailure)"),
+            ("AuthFailure", "no AWS credentials (AWS rejected those found: AuthFailure on DescribeInstanceTypes)"),
         ],
     )
     def test_ec2_errors_are_one_line(self, code: str, expected: str, tmp_path, monkeypatch, capsys) -> None:

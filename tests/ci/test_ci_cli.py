@@ -34,7 +34,6 @@ storage:
   lustre: {deployment: SCRATCH_2, storage_gib: 1200}
 compute:
   backend: pcs
-  head_node: {instance_type: m5.2xlarge}
   login_nodes: {instance_type: m5.xlarge, count: 1}
   groups:
     - {name: gpu, instance_type: g5.12xlarge, min_count: 1, max_count: 2}

@@ -26,6 +26,4 @@ def isolated_env(monkeypatch, tmp_path, refused_endpoint):
             monkeypatch.delenv(name)
     monkeypatch.setenv("KILN_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
     monkeypatch.setenv("KILN_IMDS_ENDPOINT", refused_endpoint)
-    # torch prints a numpy warning on import in this venv; keep it out of the error-line checks.
-    monkeypatch.setenv("PYTHONWARNINGS", "ignore")
     return tmp_path

@@ -49,8 +49,6 @@ LEAKY_NAMES = (
 def clean_env(**extra: str) -> dict[str, str]:
     """Return os.environ without scheduler, kiln or NCCL variables, plus EXTRA."""
     env = {k: v for k, v in os.environ.items() if not (k.startswith(LEAKY_PREFIXES) or k in LEAKY_NAMES)}
-    # torch warns about numpy on import in this venv; keep that out of output checks.
-    env["PYTHONWARNINGS"] = "ignore"
     return {**env, **extra}
 
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from kiln.local import preflight, slurm
+from kiln.local import cli as local_cli
+from kiln.local import jobs, preflight, slurm
 from kiln.local.errors import LocalError
-from kiln.local.jobs import SmokeResult, parse_step, report_lines, smoke_script
+from kiln.local.jobs import SmokeResult, job_preamble, parse_step, report_lines, run_command, smoke_script
 from kiln.local.layout import plan_layout
 from kiln.local.network import overlapping_routes
-from kiln.local.torchlink import requirement_names
+from kiln.local.torchlink import link_torch, requirement_names
 
 
 def test_not_linux_is_a_clear_error():
@@ -124,10 +126,99 @@ def test_smoke_script_is_valid_bash_and_uses_the_bootstrap_launcher(tmp_path):
     layout = plan_layout(prefix=str(tmp_path), nodes=2)
     script = smoke_script(layout, 12)
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
-    assert f"source {layout.launcher_env}\n" in script
-    assert f"srun --ntasks-per-node=1 --kill-on-bad-exit=1 {layout.launcher} smoke --steps 12\n" in script
+    assert job_preamble(layout) in script
+    assert script.endswith("\nexec srun --ntasks-per-node=1 --kill-on-bad-exit=1 kiln-launch smoke --steps 12\n")
+    # torch has numpy on the nodes now: nothing hides its warnings.
+    assert "PYTHONWARNINGS" not in script
+
+
+def _fake_node_root(prefix: Path) -> None:
+    """Give PREFIX what the bootstrap leaves there for jobs: launcher.env and /usr/local/bin/kiln-launch."""
+    env = prefix / "etc/kiln/launcher.env"
+    env.parent.mkdir(parents=True)
+    env.write_text(f"KILN_CLUSTER_NAME=kiln-local\nKILN_CHECKPOINT_DIR={prefix}/checkpoints\n")
+    launcher = prefix / "usr/local/bin/kiln-launch"
+    launcher.parent.mkdir(parents=True)
+    launcher.write_text('#!/bin/sh\necho "launcher $*"\n')
+    launcher.chmod(0o755)
+
+
+def test_run_gives_a_command_the_job_preamble_with_the_launcher_on_path(tmp_path, monkeypatch):
+    prefix = tmp_path / "cluster"
+    layout = plan_layout(prefix=str(prefix), nodes=2)
+    _fake_node_root(prefix)
+    submitted, really_run = [], subprocess.run
+    monkeypatch.setattr(jobs, "usable_nodes", lambda layout, nodes: 2)
+    monkeypatch.setattr(
+        jobs.subprocess, "run", lambda argv, env: submitted.append(argv) or subprocess.CompletedProcess(argv, 0)
+    )
+    command = ["sh", "-c", 'kiln-launch "$1"; env', "-", "train.py --lr 'a b'"]
+    assert run_command(layout, None, command) == 0
+    srun, task = submitted[0][: submitted[0].index("--") + 1], submitted[0][submitted[0].index("--") + 1 :]
+    assert srun == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--job-name=kiln-run", "--"]
+    assert task[:2] == ["bash", "-c"] and task[2].startswith(job_preamble(layout)) and task[-5:] == command
+    # What srun's task then runs on a node, from a shell whose Python settings must not leak into the job.
+    leaky = {"PATH": "/usr/bin:/bin", "PYTHONPATH": "/elsewhere", "VIRTUAL_ENV": "/venv", "SLURM_CPUS_ON_NODE": "3"}
+    result = really_run(task, env=leaky, capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "launcher train.py --lr 'a b'"
+    env = dict(line.split("=", 1) for line in lines[1:] if "=" in line)
+    assert env["KILN_CHECKPOINT_DIR"] == f"{prefix}/checkpoints"
+    assert env["KILN_CLUSTER_NAME"] == "kiln-local" and env["KILN_INSTANCE_TYPE"] == "local"
+    assert env["OMP_NUM_THREADS"] == "3"
+    assert env["PATH"] == f"{prefix}/usr/local/bin:/usr/bin:/bin"
+    assert env["TMPDIR"] == f"{prefix}/tmp" and (prefix / "tmp").is_dir()
+    assert "PYTHONPATH" not in env and "VIRTUAL_ENV" not in env
+
+
+def test_run_names_a_command_the_node_cannot_find_in_one_line(tmp_path, monkeypatch):
+    layout = plan_layout(prefix=str(tmp_path / "cluster"), nodes=1)
+    _fake_node_root(tmp_path / "cluster")
+    submitted, really_run = [], subprocess.run
+    monkeypatch.setattr(jobs, "usable_nodes", lambda layout, nodes: 1)
+    monkeypatch.setattr(
+        jobs.subprocess, "run", lambda argv, env: submitted.append(argv) or subprocess.CompletedProcess(argv, 0)
+    )
+    run_command(layout, None, ["train-nowhere", "--x"])
+    task = submitted[0][submitted[0].index("--") + 1 :]
+    result = really_run(task, env={"PATH": "/usr/bin:/bin", "SLURMD_NODENAME": "node1"}, capture_output=True, text=True)
+    assert result.returncode == 127
+    assert result.stderr == "kiln local run: train-nowhere: command not found on node1\n"
+
+
+def test_a_job_without_launcher_env_fails_on_its_first_line(tmp_path):
+    layout = plan_layout(prefix=str(tmp_path), nodes=1)
+    script = job_preamble(layout) + "echo ran\n"
+    result = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    assert result.returncode != 0 and "ran" not in result.stdout
+    assert f"{layout.launcher_env}: No such file or directory" in result.stderr
 
 
 def test_torch_requirements_skip_extras_and_false_markers():
     requires = ["filelock", "sympy>=1.13", 'optree>=0.13; extra == "optree"', 'pywin32; sys_platform == "win32"']
     assert requirement_names(requires) == ["filelock", "sympy"]
+
+
+def test_the_launcher_venv_gets_numpy_with_torch_so_torch_imports_without_a_warning(tmp_path):
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    source = link_torch(venv, tmp_path / "torch")
+    assert source is not None and ", numpy " in source, source
+    assert (tmp_path / "torch" / "numpy").is_symlink()
+    # -W error: torch's "Failed to initialize NumPy" UserWarning would fail the import.
+    code = "import numpy, torch; print(torch.from_numpy(numpy.ones(2)).sum().item())"
+    result = subprocess.run([str(venv / "bin/python"), "-W", "error", "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "2.0\n" and result.stderr == ""
+
+
+def test_status_without_a_cluster_names_the_prefix_flag_and_variable(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KILN_LOCAL_PREFIX", str(tmp_path / "elsewhere"))
+    assert local_cli.main(["local", "status"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == (
+        f"kiln local status: error: no kiln local cluster is up under {tmp_path / 'elsewhere'}: run `kiln local up` "
+        "first, or name the prefix it was brought up with (--prefix, or $KILN_LOCAL_PREFIX)\n"
+    )

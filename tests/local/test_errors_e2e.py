@@ -79,6 +79,7 @@ def test_commands_on_a_cluster_that_is_not_up(e2e_ready, searchable_dir, command
     extra = ["--", "true"] if command == "run" else []
     line = _one_line_error(kiln_local(command, "--prefix", str(searchable_dir / "never-up"), *extra), command)
     assert "no kiln local cluster is up under" in line and "kiln local up" in line
+    assert "--prefix" in line and "$KILN_LOCAL_PREFIX" in line
 
 
 def test_up_refuses_a_prefix_that_holds_other_files(e2e_ready, searchable_dir):

@@ -94,5 +94,5 @@ def test_no_credentials_is_one_line_and_exit_1(spec_file, monkeypatch, capsys) -
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     assert main(["preflight", "--spec", str(spec_file)]) == 1
     err = capsys.readouterr().err.strip()
-    assert err.startswith("kiln preflight: no AWS credentials: set them")
+    assert err.startswith("kiln preflight: no AWS credentials: set or refresh them")
     assert "\n" not in err

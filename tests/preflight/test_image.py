@@ -89,7 +89,7 @@ def test_an_image_of_another_architecture_fails_naming_every_node(aws) -> None:
 def test_an_arm64_image_for_arm64_nodes_is_ok(aws) -> None:
     ami = _own_image(aws, "arm64")
     graviton = {"instance_type": "c7g.16xlarge"}
-    arm = {"head_node": graviton, "login_nodes": graviton, "groups": [{"name": "arm", **graviton}]}
+    arm = {"login_nodes": graviton, "groups": [{"name": "arm", **graviton}]}
     (finding,) = image.check(_plan(ami, **arm), aws)
     assert (finding.status, finding.message) == (
         "ok",

@@ -45,7 +45,7 @@ def test_hyperpod_nodes_are_bought_through_sagemaker_with_their_ec2_names() -> N
 
 
 def test_hyperpod_on_eks_runs_only_the_groups() -> None:
-    plan = make_plan(compute={"backend": "hyperpod", "orchestrator": "eks"})
+    plan = make_plan(compute={"backend": "hyperpod", "orchestrator": "eks", "login_nodes": None})
     assert [n.role for n in plan.nodes] == ["group gpu"]
     assert {"sagemaker", "eks"} <= set(plan.services)
 

@@ -8,9 +8,10 @@ import threading
 import pytest
 from botocore.exceptions import EndpointConnectionError, NoCredentialsError
 
+from kiln.aws_errors import NoCredentials as NoCredentialsFound
 from kiln.preflight import run
 from kiln.preflight.findings import Finding, Report
-from kiln.preflight.run import Check, NoAccount, preflight, run_preflight
+from kiln.preflight.run import Check, preflight, run_preflight
 from kiln.spec.load import parse_spec
 from tests.preflight.conftest import BASE_SPEC, REGION, client_error, make_plan, stubbed
 
@@ -132,7 +133,7 @@ def test_preflight_refuses_unknown_skips_and_reports_missing_credentials(monkeyp
         def get_caller_identity(self):
             raise NoCredentialsError()
 
-    with pytest.raises(NoAccount, match="no AWS credentials"):
+    with pytest.raises(NoCredentialsFound, match="^no AWS credentials: "):
         preflight(spec, spec_path="spec.yaml", session=NoCredentials(), region=REGION)
 
 

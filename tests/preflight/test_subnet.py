@@ -37,7 +37,11 @@ def test_a_new_vpc_with_room_is_ok_without_asking_aws(aws) -> None:
 
 
 def test_on_eks_the_pods_addresses_are_named_as_not_counted(aws) -> None:
-    eks = {"backend": "eks", "groups": [{"name": "gpu", "instance_type": "p5.48xlarge", "max_count": 2}]}
+    eks = {
+        "backend": "eks",
+        "login_nodes": None,
+        "groups": [{"name": "gpu", "instance_type": "p5.48xlarge", "max_count": 2}],
+    }
     (finding,) = subnet.check(make_plan(compute=eks), aws)
     assert finding.message.endswith("(addresses FSx and pods take are not counted)")
 

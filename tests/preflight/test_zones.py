@@ -10,7 +10,7 @@ from kiln.preflight.checks import zones
 from kiln.preflight.run import run_check
 from tests.preflight.conftest import make_plan, stubbed
 
-EKS = {"backend": "eks", "login_nodes": {"count": 0}, "groups": [{"name": "gpu", "instance_type": "p5.48xlarge"}]}
+EKS = {"backend": "eks", "login_nodes": None, "groups": [{"name": "gpu", "instance_type": "p5.48xlarge"}]}
 SOURCE = "https://docs.aws.amazon.com/eks/latest/userguide/network-reqs.html#cluster-subnets"
 
 

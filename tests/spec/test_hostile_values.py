@@ -34,7 +34,7 @@ VALID = {
     "storage": {"bucket": {"name": "kiln-data"}, "lustre": {"deployment": "PERSISTENT_2", "storage_gib": 2400}},
     "compute": {
         "backend": "pcs",
-        "head_node": {"instance_type": "m5.8xlarge"},
+        "login_nodes": {"instance_type": "m5.8xlarge"},
         "groups": [
             {
                 "name": "gpu",
@@ -141,7 +141,11 @@ FIELDS: list[tuple[str, Callable[[str], dict], str]] = [
     ),
     ("group-name", _value("compute.groups.0.name", "gpu"), "compute.groups[0].name"),
     ("group-instance-type", _value("compute.groups.0.instance_type", "p5.48xlarge"), "compute.groups[0].instance_type"),
-    ("head-instance-type", _value("compute.head_node.instance_type", "m5.8xlarge"), "compute.head_node.instance_type"),
+    (
+        "login-instance-type",
+        _value("compute.login_nodes.instance_type", "m5.8xlarge"),
+        "compute.login_nodes.instance_type",
+    ),
     (
         "reservation-id",
         _value("compute.groups.0.capacity.reservation_id", "cr-0123456789abcdef0"),
@@ -330,8 +334,9 @@ def test_slurm_vpcs_stay_clear_of_dockers_default_bridge(backend: str, cidr: str
     spec["compute"]["groups"][0]["capacity"] = {"type": "on-demand"}
     if backend == "eks":
         spec["compute"]["image"] = {"os": "al2023"}
-        # Pods bring NCCL on EKS: a host pin there is refused.
-        del spec["software"]["nccl"]
+        # Pods bring NCCL on EKS, and its nodes download nothing a lock covers: both are refused there, and so
+        # are login nodes, which kiln does not boot on EKS.
+        del spec["software"]["nccl"], spec["software"]["lock_file"], spec["compute"]["login_nodes"]
     if not refused:
         parse_spec(spec)
         return
@@ -507,8 +512,8 @@ PAST_THE_LIMIT = [
     ),
     (
         "mixed-architectures",
-        edge(("compute.head_node", {"instance_type": "c7g.16xlarge"})),
-        "compute.head_node.instance_type",
+        edge(("compute.login_nodes", {"instance_type": "c7g.16xlarge"})),
+        "compute.login_nodes.instance_type",
         "one architecture",
     ),
     (

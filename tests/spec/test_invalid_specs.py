@@ -145,7 +145,14 @@ CASES = [
     ),
     (
         "unknown-head-type",
-        with_change("compute.head_node", {"instance_type": "m9.huge"}),
+        with_change(
+            "compute",
+            {
+                **copy.deepcopy(VALID["compute"]),
+                "backend": "parallelcluster",
+                "head_node": {"instance_type": "m9.huge"},
+            },
+        ),
         "compute.head_node.instance_type",
         "unknown instance type 'm9.huge'",
     ),
@@ -355,7 +362,7 @@ def test_base_spec_of_the_table_is_valid(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["validate", str(path)]) == 0
     out, err = capsys.readouterr()
     verdict, *plan = out.strip().splitlines()
-    assert verdict == f"{path}: ok (pcs; gpu=2x p5.48xlarge); boot-ready"
+    assert verdict == f"{path}: ok (pcs; group gpu: up to 2x p5.48xlarge with 8 H100 GPUs each); boot-ready"
     assert err == ""
     # What the nodes adopt from the PCS sample AMI and what kiln installs on them.
     assert plan == [
@@ -384,7 +391,10 @@ def test_a_download_without_a_digest_is_not_boot_ready_with_the_one_step_that_fi
     assert main(["validate", str(path)]) == 1
     out, err = capsys.readouterr()
     verdict = out.strip().splitlines()[0]
-    assert verdict == f"{path}: valid (pcs; gpu=2x p5.48xlarge) but NOT boot-ready: 1 unverifiable downloads"
+    assert verdict == (
+        f"{path}: valid (pcs; group gpu: up to 2x p5.48xlarge with 8 H100 GPUs each) but NOT boot-ready: "
+        "1 unverifiable download"
+    )
     [line] = err.strip().splitlines()
     assert line.startswith(f"{path}: not boot-ready: pcs nodes would refuse efa-installer 1.47.0 (install_efa;")
     assert line.endswith(
@@ -393,7 +403,7 @@ def test_a_download_without_a_digest_is_not_boot_ready_with_the_one_step_that_fi
     )
     assert main(["validate", "--accept-unready", str(path)]) == 0
     verdict = capsys.readouterr().out.splitlines()[0]
-    assert verdict.endswith("1 unverifiable downloads, accepted by --accept-unready")
+    assert verdict.endswith("1 unverifiable download, accepted by --accept-unready")
 
 
 BAD_FILES = [
@@ -548,7 +558,8 @@ def test_a_spec_whose_bootstrap_cannot_be_built_is_one_line_in_validate_and_repo
     path = tmp_path / "cluster.yaml"
     # An arm64-only head node beside x86_64-only GPU nodes: no one node bundle fits both. A spec rule says so
     # with the field and its line (so `cdk synth`, which only loads the spec, refuses it too).
-    path.write_text(yaml.safe_dump(with_change("compute.head_node", {"instance_type": "c7g.16xlarge"})))
+    compute = {**copy.deepcopy(VALID["compute"]), "backend": "parallelcluster"}
+    path.write_text(yaml.safe_dump(with_change("compute", {**compute, "head_node": {"instance_type": "c7g.16xlarge"}})))
     for command in (["validate"], ["report", "--no-lint"]):
         assert main([*command, str(path)]) == 2
         lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(str(path))]

@@ -129,6 +129,20 @@ def test_current_accelerated_types_validate(tmp_path: Path, capsys: pytest.Captu
     path.write_text(yaml.safe_dump(spec))
     assert main(["validate", "--accept-unready", str(path)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(
-        (f"{path}: valid ({backend}; grp=1x {instance})", f"{path}: ok ({backend}; grp=1x {instance})")
-    )
+    group = f"({backend}; group grp: up to 1x {instance} with "
+    assert out.startswith((f"{path}: valid {group}", f"{path}: ok {group}"))
+
+
+def test_an_arm64_pcs_cluster_validates_without_a_head_node(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # PCS boots no head node: the bundle serves the groups and login nodes alone, all of them arm64 here.
+    spec = {
+        "name": "arm",
+        "compute": {
+            "backend": "pcs",
+            "login_nodes": {"instance_type": "c7g.16xlarge", "count": 1},
+            "groups": [{"name": "grp", "instance_type": "g5g.16xlarge"}],
+        },
+    }
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["validate", "--accept-unready", str(path)]) == 0, capsys.readouterr().err

@@ -462,7 +462,10 @@ def test_kiln_diff_without_credentials_says_so_in_one_line(tmp_path, capsys, mon
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     code, out, err = _kiln(capsys, "--spec", _write(tmp_path / "s.yaml", persistent))
     assert (code, out) == (2, [])
-    assert err == ["kiln diff: no AWS credentials: kiln diff reads the deployed templates (or pass --before)"]
+    assert err == [
+        "kiln diff: no AWS credentials: set or refresh them (environment, profile, SSO or instance role) for the "
+        "account to use, or compare offline with --before OLD.yaml or --stack-templates DIR"
+    ]
 
 
 def test_kiln_diff_of_a_bad_spec_is_its_problem_lines(tmp_path, capsys) -> None:
@@ -486,3 +489,15 @@ def test_kiln_diff_names_a_change_parallelclusters_own_update_check_refuses(tmp_
     assert len(refused) == 1, out
     assert "COMPUTE_FLEET_STOP" in refused[0] and "update-compute-fleet" in refused[0], refused
     assert out[-1].endswith("refused by CloudFormation")
+
+
+def test_the_specs_tags_stay_off_the_stacks_own_tags(example_assemblies) -> None:
+    # CloudFormation applies a stack's tags to its resources, a placement group included: kiln's fixed tags only.
+    assembly = example_assemblies["p5-parallelcluster"]
+    manifest = json.loads((assembly.outdir / "manifest.json").read_text())
+    stacks = {
+        name: artifact["properties"].get("tags", {})
+        for name, artifact in manifest["artifacts"].items()
+        if artifact["type"] == "aws:cloudformation:stack"
+    }
+    assert stacks and all(tags == {"kiln:cluster": "llm-pcluster"} for tags in stacks.values()), stacks

@@ -24,7 +24,6 @@ storage:
     throughput_per_tib: 250
 compute:
   backend: eks
-  login_nodes: {count: 0}
   groups:
     - name: trn1
       instance_type: trn1.32xlarge

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from kiln.bootstrap.artifacts import lockable_artifacts
 from kiln.bootstrap.lock import LockedFile, lock_text
 from kiln.cli import main
 from kiln.iam_wildcards import REVIEW_METADATA, review_metadata, template_wildcards
-from kiln.report import UNREVIEWED_REMEDY, Review, checkov_review, wildcard_review
+from kiln.report import UNREVIEWED_REMEDY, VERBOSE_HINT, Review, _summary, checkov_review, wildcard_review
 from kiln.scan import MISSING, CheckovFinding, CheckovResult
 from kiln.spec import load_spec
 from kiln.stacks.bootstrap_config import config_from_spec
@@ -55,6 +56,12 @@ def table(out: list[str]) -> dict[str, dict[str, str]]:
     return rows
 
 
+def summary_line(out: list[str]) -> str:
+    """Return the report's summary from its stdout lines: the line after the table (without --verbose, a hint that
+    --verbose lists the reasons may follow it)."""
+    return out[out.index("") + 1]
+
+
 def _unready(tmp_path: Path) -> Path:
     """Write the quickstart on an AMI of the user's own with an EFA installer release AWS publishes no digest for,
     and no lock: its nodes would refuse that download. (Its GPU nodes are static: no boot budget applies.)"""
@@ -69,7 +76,7 @@ def _unready(tmp_path: Path) -> Path:
 
 def test_report_tables_stacks_resources_lint_results_and_boot_readiness(capsys: pytest.CaptureFixture) -> None:
     # Every cell is clean and every download verifiable (enroot and pyxis by their commits): the report passes.
-    assert main(["report", QUICKSTART]) == 0
+    assert main(["report", "--verbose", QUICKSTART]) == 0
     captured = capsys.readouterr()
     out = captured.out.splitlines()
     assert out[0].split() == [
@@ -85,7 +92,7 @@ def test_report_tables_stacks_resources_lint_results_and_boot_readiness(capsys: 
         "quickstart-storage": "0/0",
     }
     assert all(row["boot-ready"] == "yes" for row in rows.values())
-    assert out[-1].endswith("; 1 of 1 specs boot-ready")
+    assert summary_line(out).endswith("; 1 of 1 spec boot-ready")
     assert ": not boot-ready: " not in captured.err
     # What each kind of node adopts from its image and what kiln installs on it.
     nodes = [line for line in captured.err.splitlines() if line.startswith(f"{QUICKSTART}: nodes: ")]
@@ -108,7 +115,7 @@ def test_report_refuses_unready_nodes_with_the_one_step_that_fixes_them(
     captured = capsys.readouterr()
     out = captured.out.splitlines()
     assert all(row["boot-ready"] == "NO (1)" for row in table(out).values())
-    assert out[-1] == "1 specs: problems found; 0 of 1 specs boot-ready (details below)"
+    assert summary_line(out) == "1 spec: problems found; 0 of 1 spec boot-ready (details below)"
     [refused] = [line for line in captured.err.splitlines() if ": not boot-ready: " in line]
     assert all(name in refused for name in UNREADY_LOCKED)
     assert refused.endswith(
@@ -125,11 +132,11 @@ def test_report_accepts_unready_nodes_only_when_asked_and_still_says_so(
     out = captured.out.splitlines()
     # --no-lint skips both scanners; the IAM wildcard review reads the templates and always runs.
     assert all(row["checkov pass/fail/skip"] == "skipped" for row in table(out).values())
-    last = out[-1]
-    assert last.startswith("1 specs, 3 stacks,") and "cfn-lint skipped" in last and "; checkov skipped; " in last
+    last = summary_line(out)
+    assert last.startswith("1 spec, 3 stacks,") and "cfn-lint skipped" in last and "; checkov skipped; " in last
     assert "cdk-nag 0 open, 2 acknowledged with reasons" in last
-    assert "AWS-managed policy attachments, each with its reason" in last
-    assert last.endswith("0 of 1 specs boot-ready (accepted by --accept-unready)")
+    assert re.search(r"\d+ AWS-managed policy attachments?, each with its reason", last)
+    assert last.endswith("0 of 1 spec boot-ready (accepted by --accept-unready)")
     assert captured.err.count(": not boot-ready: ") == 1
 
 
@@ -142,7 +149,7 @@ def test_report_calls_a_spec_with_every_digest_boot_ready(tmp_path: Path, capsys
     assert main(["report", "--no-lint", str(path)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert [row["boot-ready"] for row in table(out).values()] == ["yes"] * 3
-    assert out[-1].endswith("; 1 of 1 specs boot-ready")
+    assert summary_line(out).endswith("; 1 of 1 spec boot-ready")
 
 
 def test_report_marks_an_invalid_spec_and_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -155,7 +162,7 @@ def test_report_marks_an_invalid_spec_and_exits_2(tmp_path: Path, capsys: pytest
 
 
 def test_report_scans_every_template_with_checkov_and_reviews_every_iam_wildcard(capsys: pytest.CaptureFixture) -> None:
-    assert main(["report", QUICKSTART]) == 0
+    assert main(["report", "-v", QUICKSTART]) == 0
     captured = capsys.readouterr()
     out, err = captured.out.splitlines(), captured.err.splitlines()
     rows = table(out)
@@ -195,7 +202,7 @@ def test_report_scans_every_template_with_checkov_and_reviews_every_iam_wildcard
     assert (
         f"; checkov {totals['passed']} passed, 0 failed, {totals['skipped']} skipped with reasons; "
         f"{totals['wildcards'] - totals['managed']} IAM wildcards and {totals['managed']} AWS-managed policy "
-        "attachments, each with its reason; 1 of 1 specs boot-ready" in out[-1]
+        f"attachment{'s' * (totals['managed'] != 1)}, each with its reason; 1 of 1 spec boot-ready" in summary_line(out)
     )
     # The login and compute nodes' role attaches AWS's policies (PCS's and Session Manager's, as the platform
     # documents them), each reviewed.
@@ -220,7 +227,7 @@ def test_an_unreviewed_iam_wildcard_fails_the_report_and_says_how_to_fix_it(
     captured = capsys.readouterr()
     out = captured.out.splitlines()
     assert table(out)["quickstart-compute"]["IAM wildcards+managed"] == "1 (1 unreviewed)"
-    assert out[-1] == "1 specs: problems found; 1 of 1 specs boot-ready"
+    assert summary_line(out) == "1 spec: problems found; 1 of 1 spec boot-ready"
     assert (
         f"{QUICKSTART}: unreviewed IAM wildcard in quickstart-compute Open: s3:* on *; narrow it or add a "
         "WildcardGrant with its reason to kiln/constructs/nag_rules.py"
@@ -238,7 +245,7 @@ def test_a_missing_checkov_is_an_error_in_every_row_and_one_line(
     out = captured.out.splitlines()
     assert table(out)["quickstart-compute"]["checkov pass/fail/skip"] == "error"
     assert table(out)["quickstart-compute"]["IAM wildcards+managed"] == "0"
-    assert out[-1] == "1 specs: problems found; 1 of 1 specs boot-ready"
+    assert summary_line(out) == "1 spec: problems found; 1 of 1 spec boot-ready"
     assert captured.err.splitlines().count(f"kiln report: {MISSING}") == 1
 
 
@@ -261,15 +268,16 @@ def test_wildcard_review_groups_reviewed_grants_by_resource_and_reason() -> None
         "Metadata": {REVIEW_METADATA: review_metadata(reviews)},
     }
     review = wildcard_review("c.yaml", "c-compute", list(template_wildcards({"Resources": {"NodeRole": role}})))
+    # The unreviewed grant is a problem, always printed; the reviewed ones are reasons, printed with --verbose.
     assert review == Review(
         "4 (1 unreviewed)",
+        (f"c.yaml: unreviewed IAM wildcard in c-compute NodeRole: ec2:Describe* on *; {UNREVIEWED_REMEDY}",),
+        1,
         (
-            f"c.yaml: unreviewed IAM wildcard in c-compute NodeRole: ec2:Describe* on *; {UNREVIEWED_REMEDY}",
             "c.yaml: IAM wildcard in c-compute NodeRole: s3:GetObject on arn:aws:s3:::data/*, "
             "s3:PutObject on arn:aws:s3:::data/*: reads and writes the data bucket's objects",
             "c.yaml: IAM wildcard in c-compute NodeRole: logs:CreateLogStream on *: log streams are named at run time",
         ),
-        1,
     )
     assert wildcard_review("c.yaml", "c-network", []) == Review("0")
 
@@ -285,9 +293,9 @@ def test_checkov_review_fails_on_a_failed_check_and_lists_skips_with_reasons() -
         (
             "c.yaml: checkov CKV_AWS_21 failed on c-storage AWS::S3::Bucket.Logs: "
             "Ensure the S3 bucket has versioning enabled",
-            "c.yaml: checkov skipped CKV_AWS_18 on c-storage AWS::S3::Bucket.Logs: it is the log",
         ),
         1,
+        ("c.yaml: checkov skipped CKV_AWS_18 on c-storage AWS::S3::Bucket.Logs: it is the log",),
     )
     assert checkov_review("c.yaml", "c-storage", CheckovResult(passed=3)) == Review("3/0/0")
 
@@ -321,8 +329,76 @@ def test_a_nested_stack_of_aws_is_named_as_not_scanned(
     _synthesizes(monkeypatch, {"Provider": nested})
     assert main(["report", "--no-lint", QUICKSTART]) == 0
     captured = capsys.readouterr()
-    assert "1 nested stack of AWS's templates not scanned (details below)" in captured.out.splitlines()[-1]
+    assert "1 nested stack of AWS's templates not scanned (details below)" in summary_line(captured.out.splitlines())
     assert any(
         "quickstart-compute Provider: a nested stack from https://example.com/t.yaml" in line
         for line in captured.err.splitlines()
     )
+
+
+def test_report_without_verbose_keeps_the_reasons_to_their_totals(capsys: pytest.CaptureFixture) -> None:
+    """The demo's report: stderr holds only what needs acting on; what passed with a reason is counted, and listed
+    with --verbose."""
+    assert main(["report", "--no-lint", QUICKSTART]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.err == ""
+    summary, hint = quiet.out.splitlines()[-2:]
+    assert summary == summary_line(quiet.out.splitlines())
+    assert "cdk-nag 0 open, 2 acknowledged with reasons" in summary
+    wildcards = re.search(
+        r"; (\d+) IAM wildcards and (\d+) AWS-managed policy attachments?, each with its reason;", summary
+    )
+    assert wildcards and int(wildcards[1]) > 0 and int(wildcards[2]) > 0
+    assert hint == VERBOSE_HINT
+    assert main(["report", "--no-lint", "--verbose", QUICKSTART]) == 0
+    verbose = capsys.readouterr()
+    # The same totals, and no hint: the lines it points to follow.
+    assert summary_line(verbose.out.splitlines()) == summary
+    assert VERBOSE_HINT not in verbose.out
+    err = verbose.err.splitlines()
+    assert sum(line.startswith(f"{QUICKSTART}: cdk-nag acknowledged AwsSolutions") for line in err) == 2
+    # Every reviewed grant is on one line with its reason: as many grants as the summary counts.
+    grants = [line.split(": ")[2] for line in err if line.startswith(f"{QUICKSTART}: IAM wildcard in ")]
+    assert sum(len(g.split(", ")) for g in grants) == int(wildcards[1]) + int(wildcards[2])
+    assert any(line.startswith(f"{QUICKSTART}: nodes: ") for line in err)
+    assert any(line.startswith(f"{QUICKSTART}: boot budget: ") for line in err)
+
+
+def test_a_problem_is_printed_without_verbose_and_the_reasons_are_not(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    _synthesizes(monkeypatch, {"Open": OPEN_S3})
+    assert main(["report", "--no-lint", QUICKSTART]) == 1
+    captured = capsys.readouterr()
+    assert [line for line in captured.err.splitlines() if line.startswith(QUICKSTART)] == [
+        f"{QUICKSTART}: unreviewed IAM wildcard in quickstart-compute Open: s3:* on *; {UNREVIEWED_REMEDY}"
+    ]
+    assert captured.out.splitlines()[-1] == VERBOSE_HINT
+
+
+@pytest.mark.parametrize(
+    ("count", "words"),
+    [
+        (
+            1,
+            "1 spec, 1 stack, 1 resource; cfn-lint 1 error, 1 warning; cdk-nag 0 open, 1 acknowledged with its reason; "
+            "checkov 1 passed, 0 failed, 1 skipped with its reason; 1 IAM wildcard and 1 AWS-managed policy "
+            "attachment, each with its reason; 1 of 1 spec boot-ready; 1 nested stack of AWS's templates not "
+            "scanned (details below)",
+        ),
+        (
+            2,
+            "2 specs, 2 stacks, 2 resources; cfn-lint 2 errors, 2 warnings; cdk-nag 0 open, 2 acknowledged with "
+            "reasons; checkov 2 passed, 0 failed, 2 skipped with reasons; 2 IAM wildcards and 2 AWS-managed policy "
+            "attachments, each with its reason; 2 of 2 specs boot-ready; 2 nested stacks of AWS's templates not "
+            "scanned (details below)",
+        ),
+    ],
+)
+def test_the_summary_says_one_of_each_in_the_singular(count: int, words: str) -> None:
+    keys = ("stacks", "resources", "errors", "warnings", "acknowledged", "passed", "skipped", "wildcards", "managed")
+    totals = Counter({key: count for key in (*keys, "nested", "boot_ready")})
+    assert _summary(count, totals, lint=True, accept_unready=False, worst=0) == f"\n{words}"
+    specs = words.split(",")[0]  # "1 spec" or "2 specs"
+    problems = _summary(count, totals, lint=True, accept_unready=False, worst=1)
+    assert problems == f"\n{specs}: problems found; {count} of {specs} boot-ready"
