@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from kiln import bootstrap_cli, diff_cli
 from kiln.ami import cli as ami_cli
 from kiln.ci import cli as ci_cli
+from kiln.connect import cli as connect_cli
 from kiln.hyperpod import cli as hyperpod_cli
 from kiln.jobs import cli as job_cli
 from kiln.local import cli as local_cli
@@ -326,6 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     leftovers_cli.register(commands)
     diff_cli.register(commands)
     hyperpod_cli.register(commands)
+    connect_cli.register(commands)
     return parser
 
 

@@ -3,6 +3,7 @@ the bundle share."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -70,15 +71,23 @@ def node_plans(config: BootstrapConfig) -> dict[str, tuple[ComponentPlan, ...]]:
     return plans
 
 
-def plan_lines(config: BootstrapConfig, nodes: dict[str, str]) -> tuple[str, ...]:
-    """Return one line per kind of node: what it adopts from the image and what kiln installs.
+def plan_lines(
+    config: BootstrapConfig, nodes: dict[str, str], roles: Mapping[str, str] | None = None
+) -> tuple[str, ...]:
+    """Return one line per kind of node: what it adopts from the image, what kiln installs and which of the user's
+    steps it runs.
 
-    NODES maps each kind of node to its instance type, in the order to list them (`{"p5": "p5.48xlarge"}`).
+    NODES maps each kind of node to its instance type, in the order to list them (`{"p5": "p5.48xlarge"}`); ROLES maps
+    a kind to its node role (controller, login; worker where it names none).
     """
     plans = node_plans(config)
     lines = []
     for kind, name in nodes.items():
         adopted = ", ".join(plan.describe() for plan in plans[name] if plan.action == "adopt") or "nothing"
         installed = ", ".join(plan.describe() for plan in plans[name] if plan.action == "install") or "nothing"
-        lines.append(f"{kind} ({name}): adopts {adopted} from the {config.image_profile.title}; installs {installed}")
+        line = f"{kind} ({name}): adopts {adopted} from the {config.image_profile.title}; installs {installed}"
+        role = (roles or {}).get(kind, "worker")
+        if steps := [f"{step.name} ({step.phase})" for step in config.user_steps if role in step.roles]:
+            line += f"; runs your steps {', '.join(steps)}"
+        lines.append(line)
     return tuple(lines)

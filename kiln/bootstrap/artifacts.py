@@ -1,4 +1,4 @@
-"""What a bundle's nodes install from where: signed package repositories and pinned file downloads."""
+"""What a bundle's nodes install from where: signed package repositories, pinned file downloads, npm tarballs."""
 
 from __future__ import annotations
 
@@ -41,6 +41,8 @@ class Artifact:
     # submodules its build needs (at the commits that tree pins).
     commit: str = ""
     submodules: tuple[str, ...] = ()
+    # An npm registry tarball's published dist.integrity (sha512-BASE64), which the node checks instead of a sha256.
+    integrity: str = ""
 
     @property
     def variable_prefix(self) -> str:
@@ -53,6 +55,8 @@ class Artifact:
             return "commit"
         if self.signature_fingerprint:
             return "signature"
+        if self.integrity:
+            return "integrity"
         return "sha256" if self.sha256 else ""
 
     @property
@@ -71,6 +75,8 @@ class Artifact:
             f"{prefix}_SIGNATURE_FINGERPRINT": self.signature_fingerprint,
             f"{prefix}_COMMIT": self.commit,
             f"{prefix}_SUBMODULES": " ".join(self.submodules),
+            # Only npm's tarballs have one: other bundles' bundle.env stays as it was.
+            **({f"{prefix}_INTEGRITY": self.integrity} if self.integrity else {}),
         }
 
 
@@ -128,6 +134,38 @@ def python_package(name: str) -> PythonPackage:
     """Return python package NAME of artifacts.json."""
     entry = {entry["name"]: entry for entry in _table()["python_packages"]}[name]
     return PythonPackage(name=entry["name"], version=entry["version"], sha256=entry["sha256"])
+
+
+def npm_table() -> dict[str, dict[str, Any]]:
+    """Return the npm registry tarballs of artifacts.json keyed by name."""
+    return {entry["name"]: entry for entry in _table()["npm_packages"]}
+
+
+def npm_version(name: str) -> str:
+    """Return the version of npm package NAME (artifacts.json's npm_packages) kiln installs."""
+    return npm_table()[name]["version"]
+
+
+def resolve_npm_package(config: BootstrapConfig, name: str) -> Artifact:
+    """Return npm package NAME as CONFIG's nodes download it: its architecture's build, checked by its integrity."""
+    entry = npm_table()[name]
+    builds = entry["builds"]
+    build = builds.get("any") or builds.get(config.architecture)
+    if build is None:
+        raise ValueError(f"npm package {name}: has no build for {config.architecture} ({', '.join(builds)})")
+    return Artifact(
+        name=name,
+        version=entry["version"],
+        url=build["tarball"],
+        sha256="",
+        published=True,
+        integrity=build["integrity"],
+    )
+
+
+def _npm_wanted(config: BootstrapConfig) -> tuple[str, ...]:
+    """Return the npm packages CONFIG's install steps use: Node 24, npm and code-server where code-server runs."""
+    return ("node", "npm", "code-server") if config.code_server_role else ()
 
 
 def repository_table() -> dict[str, dict[str, Any]]:
@@ -238,7 +276,8 @@ def resolve_repository(config: BootstrapConfig, name: str) -> Repository:
 def bundle_artifacts(config: BootstrapConfig) -> tuple[Artifact, ...]:
     """Return every file CONFIG's install steps may download, resolved."""
     wanted = _wanted(config)
-    return tuple(resolve_artifact(config, name) for name in artifact_table() if wanted.get(name))
+    files = tuple(resolve_artifact(config, name) for name in artifact_table() if wanted.get(name))
+    return files + tuple(resolve_npm_package(config, name) for name in _npm_wanted(config))
 
 
 def lockable_artifacts(config: BootstrapConfig) -> tuple[Artifact, ...]:

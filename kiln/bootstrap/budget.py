@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from kiln.bootstrap.adoption import component_plan, needed
-from kiln.bootstrap.config import BootstrapConfig
+from kiln.bootstrap.config import BootstrapConfig, UserStep
 from kiln.bootstrap.render import PROFILES
 from kiln.bootstrap.steps import STEPS, Step
 from kiln.catalog import InstanceType, instance_type
@@ -25,6 +25,12 @@ from kiln.catalog.platforms import service_fact
 ADOPT_SECONDS = 15
 BAKED_SECONDS = 2
 PLATFORM_SECONDS = 300
+# The user's own steps (spec bootstrap.steps): kiln cannot know what a script does, so it counts each install step at 2
+# minutes and each configure step at 30 seconds where it runs (a baked install step: a marker compare). These are
+# placeholders, not estimates of any script: correct them with a node's step log (`done in Ns` per step), and where a
+# script takes longer, bake it (an install step) or move its work off the node's boot.
+USER_INSTALL_SECONDS = 120
+USER_CONFIGURE_SECONDS = 30
 # How far ParallelCluster's timeouts stretch beyond the estimate: a timeout that strikes kills a node that was
 # still working, and a long one only waits longer for a node that hung.
 TIMEOUT_HEADROOM = 1.5
@@ -62,7 +68,7 @@ class BootWork:
         return tuple(sorted(long, key=lambda s: -s.seconds)[:count])
 
 
-def _install_work(config: BootstrapConfig, facts: InstanceType, step: Step) -> StepWork:
+def _install_work(config: BootstrapConfig, facts: InstanceType, step: Step, role: str) -> StepWork:
     if step.component is not None:
         plan = component_plan(config, step.component) if needed(config, facts, step.component) else None
         if plan is not None and plan.action == "adopt":
@@ -75,12 +81,15 @@ def _install_work(config: BootstrapConfig, facts: InstanceType, step: Step) -> S
         return StepWork(step=step.name, work="skip", seconds=0)
     if step.name == "install_exporters" and not config.exporters:
         return StepWork(step=step.name, work="skip", seconds=0)
+    # code-server installs only on the node it runs on.
+    if step.name == "install_code_server" and role != config.code_server_role:
+        return StepWork(step=step.name, work="skip", seconds=0)
     return StepWork(step=step.name, work="install", seconds=step.seconds)
 
 
-def boot_work(config: BootstrapConfig, name: str, *, baked: bool) -> BootWork:
-    """Return kiln's estimate of the setup at boot of a CONFIG node of instance type NAME: every install step's work
-    (a marker compare on a BAKED image), then every configure step."""
+def boot_work(config: BootstrapConfig, name: str, *, baked: bool, role: str = "worker") -> BootWork:
+    """Return kiln's estimate of the setup at boot of a CONFIG node of instance type NAME and node ROLE (controller,
+    login, worker): every install step's work (a marker compare on a BAKED image), then every configure step."""
     profile = PROFILES[config.target]
     facts = instance_type(name)
     work = []
@@ -89,9 +98,23 @@ def boot_work(config: BootstrapConfig, name: str, *, baked: bool) -> BootWork:
         if baked:
             work.append(StepWork(step=step.name, work="baked", seconds=BAKED_SECONDS))
         else:
-            work.append(_install_work(config, facts, step))
+            work.append(_install_work(config, facts, step, role))
+    work.extend(_user_work(step, role, baked=baked) for step in config.user_steps_of("install"))
     work.extend(StepWork(step=s, work="run", seconds=STEPS[s].seconds) for s in profile.configure_steps)
+    work.extend(_user_work(step, role, baked=baked) for step in config.user_steps_of("configure"))
     return BootWork(instance_type=name, steps=tuple(work))
+
+
+def _user_work(step: UserStep, role: str, *, baked: bool) -> StepWork:
+    """Return what user STEP does at boot on a node of ROLE, with kiln's placeholder figures (it cannot know)."""
+    if step.phase == "install" and baked:
+        # The bake ran it for every role; the boot compares its marker.
+        return StepWork(step=step.step, work="baked", seconds=BAKED_SECONDS)
+    if role not in step.roles:
+        return StepWork(step=step.step, work="skip", seconds=0)
+    if step.phase == "install":
+        return StepWork(step=step.step, work="install", seconds=USER_INSTALL_SECONDS)
+    return StepWork(step=step.step, work="run", seconds=USER_CONFIGURE_SECONDS)
 
 
 def bootstrap_timeout(work: BootWork, default_seconds: int) -> int:

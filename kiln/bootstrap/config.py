@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 
@@ -9,6 +10,7 @@ from kiln.bootstrap.checks import check_choice, check_node_path, check_pattern, 
 from kiln.bootstrap.local_target import LocalCluster
 from kiln.catalog import UnknownInstanceType, instance_type
 from kiln.catalog.exporters import EXPORTERS
+from kiln.catalog.limits import USER_STEP_MAX_BYTES, USER_STEPS_MAX
 from kiln.catalog.names import (
     DCGM_EXPORTER_VERSION,
     DCGM_EXPORTER_VERSION_RULE,
@@ -20,6 +22,8 @@ from kiln.catalog.names import (
     NODE_GROUP_NAME_RULE,
     SHA256,
     SHA256_RULE,
+    USER_STEP_NAME,
+    USER_STEP_NAME_RULE,
     ec2_type_name,
 )
 from kiln.catalog.nccl import override_count_problem, override_name_problem, override_value_problem
@@ -121,6 +125,81 @@ class ClusterUser:
         return self.uid if self.gid is None else self.gid
 
 
+# The node roles code-server may run on, per target: a login node, or the Slurm controller where kiln boots it and
+# there is no login node; the local cluster runs it on node 1, which the local bundle serves as its controller. EKS
+# runs it as a pod (no node bootstrap of kiln's).
+CODE_SERVER_ROLES: dict[str, tuple[str, ...]] = {
+    "pcs": ("login",),
+    "parallelcluster": ("login", "controller"),
+    "hyperpod": ("login", "controller"),
+    "local": ("controller",),
+}
+
+
+# A user step's id among the bundle's steps (KILN_INSTALL_STEPS, KILN_CONFIGURE_STEPS, markers, logs): user_NAME, which
+# no kiln step's name starts with.
+USER_STEP_PREFIX = "user_"
+# Where a bundle carries the user's scripts, each under its step's name.
+USER_STEPS_DIR = "user-steps"
+# The node roles each target's user steps may run on: PCS runs the Slurm controller itself; EKS nodes (and HyperPod's
+# under EKS) are all workers; the local cluster's login is its controller host, where jobs are submitted from.
+USER_STEP_ROLES: dict[str, tuple[str, ...]] = {
+    "pcs": ("login", "worker"),
+    "parallelcluster": ("controller", "login", "worker"),
+    "hyperpod": ("controller", "login", "worker"),
+    "eks": ("worker",),
+    "local": ("controller", "worker"),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserStep:
+    """One of the user's own scripts, run by the bootstrap under its steps' contract (log, marker, failure line).
+
+    script is the file's bytes as the spec's directory holds it and sha256 their digest: the bundle carries both, and
+    a node refuses a script whose digest differs. roles are node roles (controller, login, worker).
+    """
+
+    name: str
+    phase: str
+    roles: tuple[str, ...]
+    script: bytes
+    sha256: str
+
+    def __post_init__(self) -> None:
+        check_pattern("user step name", self.name, USER_STEP_NAME, USER_STEP_NAME_RULE)
+        what = f"user step {self.name}"
+        check_choice(f"{what} phase", self.phase, ("install", "configure"))
+        if not isinstance(self.roles, tuple) or not self.roles:
+            raise ValueError(f"{what} roles: got {self.roles!r}, allowed: a tuple of at least one role")
+        for role in self.roles:
+            check_choice(f"{what} roles", role, ("controller", "login", "worker"))
+        if len(set(self.roles)) != len(self.roles):
+            raise ValueError(f"{what} roles: got {', '.join(self.roles)}, allowed: each role once")
+        if not isinstance(self.script, bytes) or not self.script.startswith(b"#!"):
+            raise ValueError(f"{what} script: allowed: bytes starting with '#!' (the interpreter line)")
+        if len(self.script) > USER_STEP_MAX_BYTES:
+            raise ValueError(f"{what} script: got {len(self.script)} bytes, allowed: at most {USER_STEP_MAX_BYTES}")
+        check_pattern(f"{what} sha256", self.sha256, SHA256, SHA256_RULE)
+        if hashlib.sha256(self.script).hexdigest() != self.sha256:
+            raise ValueError(f"{what} sha256: got {self.sha256}, allowed: the sha256 of its script")
+
+    @property
+    def step(self) -> str:
+        """Return the step's id in the bundle: user_NAME."""
+        return f"{USER_STEP_PREFIX}{self.name}"
+
+    @property
+    def file(self) -> str:
+        """Return the script's path in a rendered bundle."""
+        return f"{USER_STEPS_DIR}/{self.name}"
+
+    @property
+    def variable_prefix(self) -> str:
+        """Return the prefix of its bundle.env variables: KILN_USER_STEP_<NAME>_ (lib.sh's bundle_value USER_STEP)."""
+        return f"KILN_USER_STEP_{self.name.upper()}_"
+
+
 @dataclass(frozen=True, kw_only=True)
 class BootstrapConfig:
     """Everything that decides what a node of one target runs; deploy-time values live in cluster.env."""
@@ -166,6 +245,12 @@ class BootstrapConfig:
     replace: tuple[str, ...] = ()
     # The cluster's region, for regional downloads (PCS's installers); None where none is needed.
     region: str | None = None
+    # The user's own steps (spec bootstrap.steps), in order: each runs after kiln's steps of its phase.
+    user_steps: tuple[UserStep, ...] = ()
+    # code-server (spec code_server): the node role it runs on (kiln.catalog.code_server.code_server_place: login, or
+    # controller where there is no login node), '' when off; and the user it runs as. EKS runs it as a pod instead.
+    code_server_role: str = ""
+    code_server_user: str = ""
 
     def __post_init__(self) -> None:
         check_choice("target", self.target, TARGETS)
@@ -240,6 +325,8 @@ class BootstrapConfig:
         check_node_path("checkpoint_dir", self.checkpoint_dir)
         self._check_exporters()
         self._check_ownership()
+        self._check_user_steps()
+        self._check_code_server()
         uids = [user.uid for user in self.users]
         if len(set(uids)) != len(uids):
             raise ValueError(f"users: uids must be unique, got {uids}")
@@ -269,6 +356,42 @@ class BootstrapConfig:
             raise ValueError("prometheus_agent: got True without exporters to scrape")
         if "dcgm" in self.exporters and not self.software.dcgm_exporter:
             raise ValueError("exporters: 'dcgm' needs software.dcgm_exporter (a pinned DCGM-exporter pair)")
+
+    def _check_user_steps(self) -> None:
+        """Refuse more than USER_STEPS_MAX user steps, a name twice, or a role the target's nodes do not have."""
+        if not isinstance(self.user_steps, tuple) or not all(isinstance(s, UserStep) for s in self.user_steps):
+            raise ValueError(f"user_steps: got {self.user_steps!r}, allowed: a tuple of UserStep")
+        if len(self.user_steps) > USER_STEPS_MAX:
+            raise ValueError(f"user_steps: got {len(self.user_steps)}, allowed: at most {USER_STEPS_MAX}")
+        names = [step.name for step in self.user_steps]
+        if len(set(names)) != len(names):
+            raise ValueError(f"user_steps: got names {', '.join(names)}, allowed: each name once")
+        allowed = USER_STEP_ROLES[self.target]
+        for step in self.user_steps:
+            for role in step.roles:
+                if role not in allowed:
+                    raise ValueError(
+                        f"user step {step.name} roles: got {role!r} for target {self.target!r}, allowed: "
+                        f"{', '.join(allowed)}"
+                    )
+
+    def user_steps_of(self, phase: str) -> tuple[UserStep, ...]:
+        """Return the user steps of PHASE (install or configure), in order."""
+        return tuple(step for step in self.user_steps if step.phase == phase)
+
+    def _check_code_server(self) -> None:
+        """code-server runs on one role of a Slurm target, as a user other than root (locally: who ran kiln)."""
+        if not self.code_server_role:
+            if self.code_server_user:
+                raise ValueError("code_server_user: got a user without code_server_role, allowed: none")
+            return
+        allowed = CODE_SERVER_ROLES.get(self.target, ())
+        check_choice(f"code_server_role for target {self.target!r}", self.code_server_role, allowed)
+        check_pattern("code_server_user", self.code_server_user, _USER, "a Linux user name")
+        if self.code_server_user == "root" and self.target != "local":
+            raise ValueError(
+                "code_server_user: got 'root', allowed: any other user (code-server's terminals run as it)"
+            )
 
     def _check_ownership(self) -> None:
         """Refuse a pin on a component the image owns, unless the config replaces it (in a bake)."""

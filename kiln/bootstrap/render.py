@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jinja2
 
-from kiln.bootstrap.artifacts import bundle_artifacts, bundle_repositories, python_package
+from kiln.bootstrap.artifacts import bundle_artifacts, bundle_repositories, npm_version, python_package
 from kiln.bootstrap.checks import check_pattern, check_quotable
 from kiln.bootstrap.cluster_env import CLUSTER_ENV_PATH, cluster_env_text
 from kiln.bootstrap.config import BootstrapConfig
@@ -18,6 +18,7 @@ from kiln.bootstrap.readiness import BootReadiness, boot_readiness
 from kiln.bootstrap.steps import NODE_CONTEXT, Step, declared_steps
 from kiln.bootstrap.wheel import WHEEL_NAME, wheel_bytes
 from kiln.catalog import InstanceType, SoftwareVersions, instance_type, preset_environment
+from kiln.catalog.code_server import CODE_SERVER_CONFIG, CODE_SERVER_HOST, CODE_SERVER_PORT
 from kiln.catalog.exporters import EXPORTERS, PROMETHEUS_PORT
 from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE, ENV_VALUE, ENV_VALUE_RULE
 from kiln.catalog.neuron import neuron_packages
@@ -36,6 +37,9 @@ TEMPLATES_DIR = PACKAGE_DIR / "templates"
 MAX_RENDERED_BYTES = 4 * 1024 * 1024
 
 PYXIS_PREFIX = "/usr/local"
+# Where install_code_server puts Node 24 (node/), npm (node/lib/node_modules/npm) and code-server (npm's global layout:
+# lib/node_modules/code-server, bin/code-server); under the local cluster's prefix there.
+CODE_SERVER_PREFIX = "/opt/kiln/code-server"
 SCRATCH_DIR = "/scratch"
 
 _ACCELERATOR_STEPS = ("install_nvidia_driver", "install_neuron", "install_efa", "install_nccl")
@@ -46,6 +50,8 @@ _ON_SLURM_INSTALL = (
     "install_container_runtime",
     "install_launcher",
     "install_exporters",
+    # Where code-server runs (a login node, else the controller), or in a bake.
+    "install_code_server",
 )
 _CLOUD_INSTALL = (*_ACCELERATOR_STEPS, "install_lustre_client", *_ON_SLURM_INSTALL)
 _CLOUD_CONFIGURE = (
@@ -58,6 +64,7 @@ _CLOUD_CONFIGURE = (
     "configure_container_storage",
     "configure_training_env",
     "configure_exporters",
+    "configure_code_server",
 )
 
 
@@ -144,8 +151,20 @@ PROFILES: dict[str, TargetProfile] = {
         entry_point="local-node.sh",
         how_it_runs="the local cluster runs it once under its prefix; it starts no daemons",
         default_role="controller",
-        install_steps=("install_slurm", "install_munge", "install_launcher", "install_exporters"),
-        configure_steps=("configure_munge", "configure_slurm", "configure_training_env", "configure_exporters"),
+        install_steps=(
+            "install_slurm",
+            "install_munge",
+            "install_launcher",
+            "install_exporters",
+            "install_code_server",
+        ),
+        configure_steps=(
+            "configure_munge",
+            "configure_slurm",
+            "configure_training_env",
+            "configure_exporters",
+            "configure_code_server",
+        ),
         slurm_config="kiln",
         slurm_nodes="static",
         munge_key="local",
@@ -316,8 +335,11 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         # Independent of the order and number of types: only a change in what the image must serve rebakes it.
         "KILN_IMAGE_DEVICES": image_devices(config),
         "KILN_REQUIRED_CLUSTER_ENV": " ".join(required_cluster_env(config)),
-        "KILN_INSTALL_STEPS": " ".join(profile.install_steps),
-        "KILN_CONFIGURE_STEPS": " ".join(profile.configure_steps),
+        # The user's steps (user_NAME) run after kiln's of their phase.
+        "KILN_INSTALL_STEPS": " ".join((*profile.install_steps, *(s.step for s in config.user_steps_of("install")))),
+        "KILN_CONFIGURE_STEPS": " ".join(
+            (*profile.configure_steps, *(s.step for s in config.user_steps_of("configure")))
+        ),
         "KILN_CONTAINERS": "1" if config.containers and config.target != "local" else "0",
         "KILN_CONTAINER_RUNTIME": config.container_runtime,
         "KILN_LUSTRE": "1" if config.lustre else "0",
@@ -356,9 +378,11 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         "KILN_LAUNCHER_WHEEL": wheel[0],
         "KILN_LAUNCHER_WHEEL_SHA256": wheel[1],
         **_exporters_env(config),
+        **_code_server_env(config),
     }
     for step in declared_steps("install", profile.install_steps):
         env[step.pins_variable] = " ".join(step.pins)
+    env.update(user_steps_env(config))
     for repository in bundle_repositories(config):
         env.update(repository.bundle_env())
     for artifact in bundle_artifacts(config):
@@ -369,6 +393,20 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
 
 
 NODE_ROLES = ("controller", "login", "worker")
+
+
+def user_steps_env(config: BootstrapConfig) -> dict[str, str]:
+    """Return the bundle.env manifest of CONFIG's user steps: each one's sha256, phase and node roles, and an install
+    step's pins (its sha256 variable: a changed script is a new pin, so a baked image without it is refused)."""
+    env = {}
+    for step in config.user_steps:
+        prefix = step.variable_prefix
+        env[f"{prefix}SHA256"] = step.sha256
+        env[f"{prefix}PHASE"] = step.phase
+        env[f"{prefix}ROLES"] = " ".join(step.roles)
+        if step.phase == "install":
+            env[f"KILN_PINS_{step.step.upper()}"] = f"{prefix}SHA256"
+    return env
 
 
 def imds_guard_roles(target: str) -> tuple[str, ...]:
@@ -485,6 +523,23 @@ def _exporters_env(config: BootstrapConfig) -> dict[str, str]:
     return env
 
 
+def _code_server_env(config: BootstrapConfig) -> dict[str, str]:
+    """Return what install_code_server and configure_code_server read: the versions (empty when code-server is off),
+    the role and user it runs as, where it listens, and who starts it (systemd; the local cluster starts its own)."""
+    on = bool(config.code_server_role)
+    return {
+        "KILN_CODE_SERVER_VERSION": npm_version("code-server") if on else "",
+        "KILN_CODE_SERVER_NODE_VERSION": npm_version("node") if on else "",
+        "KILN_CODE_SERVER_NPM_VERSION": npm_version("npm") if on else "",
+        "KILN_CODE_SERVER_ROLE": config.code_server_role,
+        "KILN_CODE_SERVER_USER": config.code_server_user,
+        "KILN_CODE_SERVER_PREFIX": CODE_SERVER_PREFIX,
+        "KILN_CODE_SERVER_BIND": f"{CODE_SERVER_HOST}:{CODE_SERVER_PORT}",
+        "KILN_CODE_SERVER_CONFIG": CODE_SERVER_CONFIG,
+        "KILN_CODE_SERVER_DAEMONS": "none" if config.target == "local" else "systemd",
+    }
+
+
 def _neuron_packages(config: BootstrapConfig) -> str:
     """Return NAME:VERSION pairs of the pinned Neuron release, where a node of CONFIG has Neuron devices."""
     if not config.software.neuron or not any(instance_type(name).neuron_count for name in config.instance_types):
@@ -552,18 +607,19 @@ class _Rendered:
     """A bundle's rendered files, held in memory until every one is rendered and their total is known to be sane."""
 
     def __init__(self) -> None:
-        self.files: dict[str, tuple[str, bool]] = {}
+        # The user's scripts are bytes, as the spec's directory holds them (their sha256 is of those bytes).
+        self.files: dict[str, tuple[str | bytes, bool]] = {}
         # Directories the bundle has even when empty (slurm/: configure_slurm lists it).
         self.directories: list[str] = []
         self.size = 0
 
-    def add(self, relative: str, text: str, executable: bool = False) -> None:
-        self.size += len(text.encode())
+    def add(self, relative: str, text: str | bytes, executable: bool = False) -> None:
+        self.size += len(text) if isinstance(text, bytes) else len(text.encode())
         if self.size > MAX_RENDERED_BYTES:
             raise BundleTooLarge(
                 f"bootstrap bundle: its rendered files pass {MAX_RENDERED_BYTES} bytes at {relative} (the examples' "
                 "come to about 12 KB); nothing was written: look for an outsized value in the spec (launcher.nccl_env, "
-                "a YAML alias used many times)"
+                "a YAML alias used many times, the scripts of bootstrap.steps)"
             )
         self.files[relative] = (text, executable)
 
@@ -573,7 +629,10 @@ class _Rendered:
         for relative, (text, executable) in self.files.items():
             path = out / relative
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
+            if isinstance(text, bytes):
+                path.write_bytes(text)
+            else:
+                path.write_text(text)
             path.chmod(0o755 if executable else 0o644)
 
 
@@ -665,4 +724,6 @@ def _render(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tuple[st
         _render_slurm(config, layout, out, env)
     if config.target == "local":
         out.add("cluster.env", cluster_env_text(local_cluster_env(config)))
+    for step in config.user_steps:
+        out.add(step.file, step.script, executable=True)
     return out

@@ -46,6 +46,13 @@ class Step:
         return f"steps/{self.name}.sh"
 
 
+# kiln's estimate for install_code_server (a guess like the others, not an AWS figure). Its basis is measured: the
+# whole step took 221 s inside `kiln local up` on a 2-core Debian 12 machine (the three tarballs from the npm registry,
+# a cold npm cache, then npm's install and node-gyp's build of VS Code's native modules; the build packages were
+# already there), npm's part alone 234 s in a separate cold run. A fresh node adds its build packages from the OS's
+# repositories (about a minute); rounded up to 5 minutes.
+CODE_SERVER_INSTALL_SECONDS = 300
+
 # Every bundle runs it first, before the target's steps: which node this is, its role and instance type.
 NODE_CONTEXT = Step(name="node_context", phase="context")
 
@@ -183,6 +190,19 @@ STEPS: dict[str, Step] = {
                 "KILN_IMAGE_DEVICES",
             ),
         ),
+        # Node 24, npm and code-server from the npm registry, and a node-gyp build of VS Code's native modules (see
+        # CODE_SERVER_INSTALL_SECONDS), only on the node code-server runs on, or in a bake.
+        Step(
+            name="install_code_server",
+            seconds=CODE_SERVER_INSTALL_SECONDS,
+            phase="install",
+            pins=(
+                "KILN_CODE_SERVER_VERSION",
+                "KILN_CODE_SERVER_NODE_VERSION",
+                "KILN_CODE_SERVER_NPM_VERSION",
+                "KILN_CODE_SERVER_PREFIX",
+            ),
+        ),
         Step(name="configure_users", phase="configure"),
         # Only root and kiln's services reach the instance metadata service, and so the node role.
         Step(name="configure_imds", phase="configure"),
@@ -196,6 +216,8 @@ STEPS: dict[str, Step] = {
         Step(name="configure_slurm", seconds=90, phase="configure"),
         Step(name="configure_training_env", phase="configure"),
         Step(name="configure_exporters", phase="configure"),
+        # The user's config.yaml (once) and the systemd unit, on the node code-server runs on.
+        Step(name="configure_code_server", phase="configure"),
     )
 }
 

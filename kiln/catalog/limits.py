@@ -98,6 +98,12 @@ INT32_MAX = 2**31 - 1
 # FSx for Lustre DataRepositoryPath (CreateDataRepositoryAssociation): at most 4,357 characters.
 S3_URI_MAX = 4357
 
+# kiln's own: the user's bootstrap steps (spec bootstrap.steps). At most 16 steps of at most 256 KiB each: a node's
+# setup is a few scripts, not a software distribution (that belongs in a package or an image), and 16 full scripts
+# (4 MiB) are as much as the rendered bundle holds (kiln.bootstrap.render.MAX_RENDERED_BYTES counts them with the rest).
+USER_STEPS_MAX = 16
+USER_STEP_MAX_BYTES = 256 * 1024
+
 # kiln's own: a CI environment deletes itself at most 30 days after deploy, and no sooner than 30 minutes. Its reaper
 # is scheduled at deploy + TTL and deployed first, while the network, storage and compute stacks that follow take tens
 # of minutes (`kiln ci up` prints each stack's time); a shorter TTL would start deleting the environment while it is

@@ -67,6 +67,17 @@ DCGM_EXPORTER_VERSION_RULE = "a DCGM-exporter version pair such as 4.6.0-4.8.3 (
 # A lock file named by a spec: a relative path below the spec's directory, ending in .json.
 LOCK_FILE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9._-]*/)*[A-Za-z0-9_][A-Za-z0-9._-]*\.json")
 LOCK_FILE_RULE = "a relative path of letters, digits and . _ - ending in .json, below the spec's directory"
+# A user bootstrap step's name: it names the step in logs, markers (/etc/kiln/image/user_NAME.env) and bundle.env
+# variables (KILN_USER_STEP_NAME_...), so lowercase letters, digits and '_' only.
+USER_STEP_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+USER_STEP_NAME_RULE = "a lowercase letter, then up to 31 lowercase letters, digits or '_'"
+# A user step's script: a relative path below the spec's directory, of plain path characters (no '..' part: the
+# rules refuse it, and the file must also resolve inside the directory, symlinks followed).
+USER_STEP_PATH = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9._-]*/)*[A-Za-z0-9_][A-Za-z0-9._-]*")
+USER_STEP_PATH_RULE = "a relative path of letters, digits and . _ - below the spec's directory"
+# A Linux user a service runs as (useradd's portable names).
+LINUX_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+LINUX_USER_RULE = "a lowercase letter or '_', then up to 31 of a-z, 0-9, '_', '-'"
 
 # Region and availability zone names: their shape (the region must also be one of known_regions()).
 REGION = re.compile(r"[a-z]{2,4}(?:-[a-z]+){1,3}-[0-9]{1,2}")

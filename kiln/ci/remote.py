@@ -73,11 +73,21 @@ from kiln.ci.reaper_code.kiln_reaper.contract import stack_name
 from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
 
 BACKENDS = ("pcs", "parallelcluster", "hyperpod", "eks")
-# Kept equal to kiln.stacks.hyperpod.CONTROLLER_GROUP by the tests (importing it here would import the CDK).
+# Kept equal to kiln.stacks.hyperpod.CONTROLLER_GROUP and LOGIN_GROUP by the tests (importing them here would import
+# the CDK).
 HYPERPOD_CONTROLLER_GROUP = "controller"
+HYPERPOD_LOGIN_GROUP = "login"
 PCS_NODE_GROUP_TAG = "aws:pcs:compute-node-group-id"
+# ParallelCluster tags every instance it launches with its cluster's name and the node's type: HeadNode, Compute, and
+# LoginNode for a login pool's instances (which also carry parallelcluster:login-nodes-pool-name). AWS ParallelCluster's
+# own sources: cli/src/pcluster/constants.py (PCLUSTER_CLUSTER_NAME_TAG, PCLUSTER_NODE_TYPE_TAG,
+# PCLUSTER_LOGIN_NODES_POOL_NAME_TAG), cli/src/pcluster/templates/cdk_builder_utils.py (get_default_instance_tags) and
+# cli/src/pcluster/templates/login_nodes_stack.py (the pool's launch template tags its instances "LoginNode"), at
+# https://github.com/aws/aws-parallelcluster/tree/451cc5320d5d8a9318075990ead7f76f74372f85
 PARALLELCLUSTER_NAME_TAG = "parallelcluster:cluster-name"
 PARALLELCLUSTER_NODE_TYPE_TAG = "parallelcluster:node-type"
+PARALLELCLUSTER_HEAD_NODE = "HeadNode"
+PARALLELCLUSTER_LOGIN_NODE = "LoginNode"
 
 EXIT_TIMED_OUT = 124
 EXIT_CANCELLED = 130
@@ -107,6 +117,9 @@ _SESSION_BANNER = re.compile(r"^\s*(Starting|Exiting) session with [Ss]essionId:
 # are host, portNumber and localPortNumber:
 # https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-working-with-sessions-start.html
 PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSessionToRemoteHost"
+# Port forwarding to a port of the node itself; its parameters are portNumber and localPortNumber (same page, and
+# https://docs.aws.amazon.com/systems-manager/latest/userguide/getting-started-specify-session-document.html).
+LOCAL_PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSession"
 EKS_API_PORT = 443
 # How long the session-manager-plugin may take to listen on the local port.
 PORT_FORWARD_READY_S = 60.0
@@ -124,6 +137,14 @@ class Unreachable(RemoteError):
     """The node to run on does not exist yet or Systems Manager cannot reach it yet; waiting may help."""
 
 
+class NotRunning(RemoteError):
+    """The node asked for by its id is not one of the running candidates; RUNNING lists those that are."""
+
+    def __init__(self, node: str, what: str, running: list[str]) -> None:
+        super().__init__(f"{node} is not a running {what}; running: {', '.join(running)}")
+        self.node, self.what, self.running = node, what, running
+
+
 @dataclass(frozen=True)
 class ClusterHandle:
     """A CI environment's cluster as the outputs of its ``<environment>-compute`` stack describe it."""
@@ -131,10 +152,16 @@ class ClusterHandle:
     environment: str
     region: str
     outputs: Mapping[str, str] = field(hash=False)
+    # The command that deploys the stack, for messages: `kiln ci up` for an environment, `cdk deploy` for a cluster.
+    deployed_by: str = field(default="kiln ci up", compare=False)
 
     @classmethod
-    def from_stack(cls, session: Any, environment: str, region: str) -> ClusterHandle:
-        """Read the outputs of ENVIRONMENT's compute stack in REGION with cloudformation:DescribeStacks."""
+    def from_stack(cls, session: Any, environment: str, region: str, deployed_by: str = "kiln ci up") -> ClusterHandle:
+        """Read the outputs of ENVIRONMENT's compute stack in REGION with cloudformation:DescribeStacks.
+
+        ENVIRONMENT is a CI environment's name, or a cluster's (its spec's name); DEPLOYED_BY the command that deploys
+        it, named in messages.
+        """
         name = stack_name(environment, "compute")
         cloudformation = session.client("cloudformation", region_name=region)
         try:
@@ -143,7 +170,7 @@ class ClusterHandle:
             raise_if_no_credentials(error)
             if error_code(error) == "ValidationError" and "does not exist" in error_message(error):
                 raise RemoteError(
-                    f"stack {name} does not exist in {region}: deploy the environment with `kiln ci up` first "
+                    f"stack {name} does not exist in {region}: deploy it with `{deployed_by}` first "
                     "(or pass the region it was deployed in)"
                 ) from None
             raise RemoteError(explain(f"cloudformation:DescribeStacks {name}", error)) from None
@@ -153,9 +180,11 @@ class ClusterHandle:
         stack = stacks[0]
         status = stack.get("StackStatus", "")
         if any(status.startswith(state) for state in UNUSABLE_STACK_STATES):
-            raise RemoteError(f"stack {name} is {status}: `kiln ci up` must finish deploying it before kiln can use it")
+            raise RemoteError(
+                f"stack {name} is {status}: `{deployed_by}` must finish deploying it before kiln can use it"
+            )
         outputs = {o["OutputKey"]: o.get("OutputValue", "") for o in stack.get("Outputs", [])}
-        handle = cls(environment=environment, region=region, outputs=outputs)
+        handle = cls(environment=environment, region=region, outputs=outputs, deployed_by=deployed_by)
         handle.backend  # noqa: B018 - fail here, with the stack named, when the outputs are not kiln's
         return handle
 
@@ -170,7 +199,7 @@ class ClusterHandle:
         if not value:
             raise RemoteError(
                 f"stack {self.stack_name} has no output {key}: it was deployed by an older kiln or another tool; "
-                "redeploy it with `kiln ci up`"
+                f"redeploy it with `{self.deployed_by}`"
             )
         return value
 
@@ -261,8 +290,8 @@ def find_head(session: Any, cluster: ClusterHandle) -> Target:
     if backend == "pcs":
         return _pcs_login_node(session, cluster)
     if backend == "parallelcluster":
-        return _parallelcluster_head_node(session, cluster)
-    return _hyperpod_controller(session, cluster)
+        return _parallelcluster_node(session, cluster)
+    return _hyperpod_node(session, cluster)
 
 
 def run_command(
@@ -290,7 +319,8 @@ def run_command(
 # Finding the head node.
 
 
-def _pcs_login_node(session: Any, cluster: ClusterHandle) -> Target:
+def _pcs_login_node(session: Any, cluster: ClusterHandle, node: str | None = None) -> Target:
+    """Return a running login node of CLUSTER (PCS): NODE if it is one, else the oldest."""
     group = cluster.pcs_login_node_group_id
     if group is None:
         raise RemoteError(
@@ -302,23 +332,40 @@ def _pcs_login_node(session: Any, cluster: ClusterHandle) -> Target:
         cluster.region,
         {PCS_NODE_GROUP_TAG: group},
         f"no running PCS login node in node group {group} yet",
+        node=node,
+        what=f"PCS login node of node group {group}",
     )
     return Target("ec2", instance, cluster.region, f"PCS login node {instance}")
 
 
-def _parallelcluster_head_node(session: Any, cluster: ClusterHandle) -> Target:
+def _parallelcluster_node(
+    session: Any, cluster: ClusterHandle, node_type: str = PARALLELCLUSTER_HEAD_NODE, node: str | None = None
+) -> Target:
+    """Return a running node of CLUSTER (ParallelCluster) of NODE_TYPE (HeadNode, LoginNode): NODE if it is one, else
+    the oldest."""
     name = cluster.cluster_name
+    kind = "head node" if node_type == PARALLELCLUSTER_HEAD_NODE else "login node"
     instance = _running_instance(
         session,
         cluster.region,
-        {PARALLELCLUSTER_NAME_TAG: name, PARALLELCLUSTER_NODE_TYPE_TAG: "HeadNode"},
-        f"no running head node of ParallelCluster cluster {name} yet",
+        {PARALLELCLUSTER_NAME_TAG: name, PARALLELCLUSTER_NODE_TYPE_TAG: node_type},
+        f"no running {kind} of ParallelCluster cluster {name} yet",
+        node=node,
+        what=f"{kind} of ParallelCluster cluster {name}",
     )
-    return Target("ec2", instance, cluster.region, f"ParallelCluster head node {instance}")
+    return Target("ec2", instance, cluster.region, f"ParallelCluster {kind} {instance}")
 
 
-def _running_instance(session: Any, region: str, tags: Mapping[str, str], missing: str) -> str:
-    """Return the oldest running instance carrying TAGS; Unreachable(MISSING) when there is none."""
+def _running_instance(
+    session: Any,
+    region: str,
+    tags: Mapping[str, str],
+    missing: str,
+    node: str | None = None,
+    what: str = "node",
+) -> str:
+    """Return the oldest running instance carrying TAGS, or NODE when it is one of them (NotRunning, naming WHAT, when
+    it is not); Unreachable(MISSING) when there is none."""
     ec2 = session.client("ec2", region_name=region)
     filters = [{"Name": f"tag:{key}", "Values": [value]} for key, value in tags.items()]
     filters.append({"Name": "instance-state-name", "Values": ["running"]})
@@ -327,26 +374,46 @@ def _running_instance(session: Any, region: str, tags: Mapping[str, str], missin
         instances = [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
     if not instances:
         raise Unreachable(missing)
-    instances.sort(key=lambda i: (str(i.get("LaunchTime", "")), i["InstanceId"]))
-    return instances[0]["InstanceId"]
+    instances.sort(key=lambda i: (_launched(i), i["InstanceId"]))
+    return _chosen([i["InstanceId"] for i in instances], node, what)
 
 
-def _hyperpod_controller(session: Any, cluster: ClusterHandle) -> Target:
-    arn, group = cluster.hyperpod_cluster_arn, HYPERPOD_CONTROLLER_GROUP
+def _launched(item: Mapping[str, Any]) -> float:
+    """Return when ITEM (an instance or a HyperPod node) launched, as a timestamp; 0 when AWS did not say."""
+    launched = item.get("LaunchTime")
+    return launched.timestamp() if hasattr(launched, "timestamp") else 0.0
+
+
+def _chosen(running: list[str], node: str | None, what: str) -> str:
+    """Return NODE if it is in RUNNING (oldest first), else the oldest; NotRunning when NODE is not there."""
+    if node is None:
+        return running[0]
+    if node not in running:
+        raise NotRunning(node, what, running)
+    return node
+
+
+def _hyperpod_node(
+    session: Any, cluster: ClusterHandle, group: str = HYPERPOD_CONTROLLER_GROUP, node: str | None = None
+) -> Target:
+    """Return the Session Manager target of a running node of CLUSTER's (HyperPod) instance group GROUP: NODE if it is
+    one, else the oldest."""
+    arn = cluster.hyperpod_cluster_arn
     sagemaker = session.client("sagemaker", region_name=cluster.region)
     with aws_call("sagemaker:ListClusterNodes"):
         pages = sagemaker.get_paginator("list_cluster_nodes").paginate(ClusterName=arn, InstanceGroupNameContains=group)
         nodes = [n for page in pages for n in page["ClusterNodeSummaries"]]
-    running = sorted(
-        n["InstanceId"]
+    running = [
+        n
         for n in nodes
         if n.get("InstanceGroupName") == group and n.get("InstanceStatus", {}).get("Status") == "Running"
-    )
+    ]
     if not running:
         raise Unreachable(f"no running node in HyperPod instance group {group} of {cluster.cluster_name} yet")
-    instance = running[0]
+    running.sort(key=lambda n: (_launched(n), n["InstanceId"]))
+    instance = _chosen([n["InstanceId"] for n in running], node, f"node of HyperPod instance group {group}")
     address = f"sagemaker-cluster:{cluster.hyperpod_cluster_id}_{group}-{instance}"
-    return Target("hyperpod", address, cluster.region, f"HyperPod controller node {instance}")
+    return Target("hyperpod", address, cluster.region, f"HyperPod {group} node {instance}")
 
 
 # Run Command on an EC2 instance.
@@ -607,11 +674,25 @@ def _terminate_session(session: Any, target: Target, session_id: str | None) -> 
         session.client("ssm", region_name=target.region).terminate_session(SessionId=session_id)
 
 
+# The environment's static credentials, which the AWS CLI prefers to AWS_PROFILE.
+STATIC_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
 def _cli_environment(session: Any) -> dict[str, str]:
-    """Return the environment for the AWS CLI: this one, with the boto3 session's profile when it names one."""
+    """Return the environment for the AWS CLI: this one, with the boto3 session's profile when it names one.
+
+    A session made with an explicit profile (boto3.Session(profile_name=...)) ignores credentials in the environment
+    (botocore's resolver drops its environment provider then), so the CLI gets that profile without them too.
+    """
     env = dict(os.environ)
     profile = getattr(session, "profile_name", None)
-    if profile and profile != "default" and "AWS_ACCESS_KEY_ID" not in env:
+    core = getattr(session, "_session", None)
+    explicit = core.instance_variables().get("profile") if core is not None else None
+    if explicit:
+        env["AWS_PROFILE"] = explicit
+        for name in STATIC_CREDENTIALS:
+            env.pop(name, None)
+    elif profile and profile != "default" and "AWS_ACCESS_KEY_ID" not in env:
         env["AWS_PROFILE"] = profile
     return env
 
@@ -644,7 +725,7 @@ def _run_with_kubeconfig(
         if not (cluster.get("resourcesVpcConfig") or {}).get("endpointPublicAccess"):
             host = urlsplit(endpoint).hostname or endpoint
             node = _system_node(session, target.region, name)
-            port = forwarding.enter_context(_port_forward(session, target, node, host, env, poll_s, clock))
+            port = forwarding.enter_context(_port_forward(session, target, node, host, env, poll_s, clock)).port
             server, tls_server_name = f"https://127.0.0.1:{port}", host
         config = kubeconfig(name, target.region, server, authority, env.get("AWS_PROFILE"), tls_server_name)
         descriptor, path = tempfile.mkstemp(prefix="kiln-kubeconfig-", suffix=".json")
@@ -731,31 +812,44 @@ def _port_forward(
     session: Any,
     target: Target,
     node: str,
-    host: str,
+    host: str | None,
     env: Mapping[str, str],
     poll_s: float,
     clock: Callable[[], float],
-) -> Iterator[int]:
-    """Forward a free local port to HOST's port 443 through NODE with Session Manager; yield the port.
+    *,
+    remote_port: int = EKS_API_PORT,
+    local_port: int | None = None,
+    via: str | None = None,
+    purpose: str | None = None,
+) -> Iterator[_Forward]:
+    """Forward LOCAL_PORT (default: a free one) to HOST's REMOTE_PORT through NODE with Session Manager, or to NODE's
+    own REMOTE_PORT when HOST is None; yield the forward once it listens (its port, process and session id).
 
-    Afterwards, also when the block fails, stops the AWS CLI and its session-manager-plugin (their process group)
-    and ends the session.
+    VIA names NODE in messages (default: TARGET's system node), PURPOSE what the forward reaches (default: TARGET's
+    private API endpoint). Afterwards, also when the block fails, stops the AWS CLI and its session-manager-plugin
+    (their process group) and ends the session.
     """
-    port = _free_port()
-    parameters = json.dumps({"host": [host], "portNumber": [str(EKS_API_PORT)], "localPortNumber": [str(port)]})
-    argv = ["aws", "ssm", "start-session", "--target", node, "--document-name", PORT_FORWARD_DOCUMENT]
-    argv += ["--parameters", parameters, "--region", target.region]
+    port = local_port or _free_port()
+    via = via or f"{target.label}'s system node {node}"
+    purpose = purpose or f"the private API endpoint of {target.label}"
+    if host is None:
+        document, parameters = LOCAL_PORT_FORWARD_DOCUMENT, {}
+    else:
+        document, parameters = PORT_FORWARD_DOCUMENT, {"host": [host]}
+    parameters |= {"portNumber": [str(remote_port)], "localPortNumber": [str(port)]}
+    argv = ["aws", "ssm", "start-session", "--target", node, "--document-name", document]
+    argv += ["--parameters", json.dumps(parameters), "--region", target.region]
     try:
         process = _spawn(argv, env)
     except FileNotFoundError:
         raise RemoteError(
-            f"the AWS CLI (`aws`) is not on PATH: the private API endpoint of {target.label} is reached with "
-            "`aws ssm start-session`; install the AWS CLI v2 and the session-manager-plugin"
+            f"the AWS CLI (`aws`) is not on PATH: {purpose} is reached with `aws ssm start-session`; install the AWS "
+            "CLI v2 and the session-manager-plugin"
         ) from None
-    forward = _Forward(process)
+    forward = _Forward(process, port)
     try:
-        forward.wait_listening(port, f"{target.label}'s system node {node}", poll_s, clock)
-        yield port
+        forward.wait_listening(port, via, poll_s, clock, purpose)
+        yield forward
     finally:
         _stop(process)
         _terminate_session(session, target, forward.session_id)
@@ -764,8 +858,10 @@ def _port_forward(
 class _Forward:
     """A port-forwarding CLI's output, read on threads until it exits: its session id, whether it listens, errors."""
 
-    def __init__(self, process: subprocess.Popen[str]) -> None:
+    def __init__(self, process: subprocess.Popen[str], port: int) -> None:
         self.process = process
+        # The local port it forwards.
+        self.port = port
         self.session_id: str | None = None
         self.listening = threading.Event()
         self.last: dict[str, str] = {"out": "", "err": ""}
@@ -787,20 +883,29 @@ class _Forward:
             if line:
                 self.last[kind] = line
 
-    def wait_listening(self, port: int, label: str, poll_s: float, clock: Callable[[], float]) -> None:
-        """Return once the plugin listens on PORT; a one-line error when it exits first or takes too long."""
+    def wait_listening(
+        self,
+        port: int,
+        label: str,
+        poll_s: float,
+        clock: Callable[[], float],
+        purpose: str = "a private EKS endpoint",
+    ) -> None:
+        """Return once the plugin listens on PORT; a one-line error when it exits first or takes too long.
+
+        LABEL names the node it forwards through, PURPOSE what it forwards to.
+        """
         started = clock()
         while not self.listening.wait(min(poll_s, 0.5)):
             if self.process.poll() is not None:
                 # What it started may still hold the pipes open: stop them all, then read what is left.
                 _stop(self.process)
-                for reader in self._readers:
-                    reader.join(timeout=5)
+                self.finish_reading()
                 said = one_line(self.last["err"] or self.last["out"]) or f"exit code {self.process.returncode}"
                 if _PLUGIN_MISSING in said:
                     raise RemoteError(
-                        "the session-manager-plugin is not on PATH: the AWS CLI needs it to forward a port to a "
-                        "private EKS endpoint; install it beside the AWS CLI v2"
+                        f"the session-manager-plugin is not on PATH: the AWS CLI needs it to forward a port to "
+                        f"{purpose}; install it beside the AWS CLI v2"
                     )
                 failure = f"aws ssm start-session to {label} failed: {said}"
                 if "TargetNotConnected" in said:
@@ -814,6 +919,11 @@ class _Forward:
                     f"the port forward through {label} did not listen on 127.0.0.1:{port} within "
                     f"{PORT_FORWARD_READY_S:g} s (the AWS CLI last said: {said}); stopped it"
                 )
+
+    def finish_reading(self, timeout_s: float = 5.0) -> None:
+        """Wait (up to TIMEOUT_S each) for the readers to reach the end of the output, once the process is stopped."""
+        for reader in self._readers:
+            reader.join(timeout=timeout_s)
 
 
 def _free_port() -> int:

@@ -11,6 +11,7 @@ from kiln.constructs.efa import (
 )
 from kiln.constructs.eks import (
     AcceleratedNodeGroup,
+    CodeServerPod,
     EksTrainingCluster,
     EksTrainingClusterProps,
     LustreVolume,
@@ -51,6 +52,7 @@ __all__ = [
     "CapacityOption",
     "ClusterPlacementGroup",
     "ClusterPlacementGroupProps",
+    "CodeServerPod",
     "DataBucket",
     "DataBucketProps",
     "DataRepositoryLink",

@@ -48,6 +48,7 @@ from kiln.constructs.eks_addons import (
     kustomize_job_manifests,
     lustre_volume_manifests,
 )
+from kiln.constructs.eks_code_server import CodeServerPod, code_server_manifests
 from kiln.constructs.eks_scheduling import (
     AUTOSCALER_NAMESPACE,
     AUTOSCALER_SERVICE_ACCOUNT,
@@ -293,6 +294,9 @@ class EksTrainingClusterProps:
     public_access_cidrs: who may reach a public endpoint; required (and never 0.0.0.0/0) for public-and-private.
     admin_role: an IAM role given cluster-admin through an access entry; default none.
     lustre: the kiln file system as PV/PVC; default none (the FSx CSI driver is installed all the same).
+    code_server: code-server (VS Code in a browser) as one pod on the system nodes, with the lustre volume mounted
+        and its home on it, reached with `kubectl port-forward` only (kiln.constructs.eks_code_server); default none.
+        Needs lustre and system_nodes.
     bootstrap, cluster_env: the bundle accelerated nodes run at boot (BootstrapAssets.node_bootstrap for kiln's
         `eks` bundle), and its deploy-time values.
     security_groups: further groups for every node's primary interface.
@@ -324,6 +328,7 @@ class EksTrainingClusterProps:
     public_access_cidrs: Sequence[str] = ()
     admin_role: iam.IRole | None = None
     lustre: LustreVolume | None = None
+    code_server: CodeServerPod | None = None
     bootstrap: NodeBootstrap | None = None
     cluster_env: Mapping[str, str] = field(default_factory=dict)
     security_groups: Sequence[ec2.ISecurityGroup] = ()
@@ -391,6 +396,14 @@ class EksTrainingClusterProps:
                 "1-100 of A-Z, a-z, 0-9, '-', '_', starting alphanumeric",
             )
         self._check_public_access()
+        if self.code_server is not None:
+            require(
+                self.lustre is not None and self.system_nodes is not None,
+                "code_server",
+                self.code_server.home,
+                "lustre and system_nodes with code_server (its home is on the file system; it runs on the system "
+                "nodes, never on an accelerated node)",
+            )
 
     @property
     def accelerator_kinds(self) -> frozenset[str]:
@@ -503,6 +516,10 @@ class EksTrainingCluster(Construct):
         if props.hyperpod_dependencies:
             self.hyperpod_dependencies_ready = self._hyperpod_dependencies()
         self.lustre_volume = self._lustre_volume(props.lustre) if props.lustre else None
+        # code-server's namespace, volume claim and Deployment; None without code_server.
+        self.code_server: eks.KubernetesManifest | None = None
+        if props.code_server is not None and props.lustre is not None:
+            self.code_server = self._code_server(props.code_server, props.lustre)
         self._drop_kubectl_ecr_policies()
         self._acknowledge()
 
@@ -781,6 +798,24 @@ class EksTrainingCluster(Construct):
                 storage_gib=lustre.storage_gib,
             ),
         )
+
+    def _code_server(self, pod: CodeServerPod, lustre: LustreVolume) -> eks.KubernetesManifest:
+        """Run code-server on the system nodes with the Lustre volume: its own claim in its namespace (a claim serves
+        one namespace), bound to the file system as the jobs' is, in the storage class the Lustre volume created."""
+        manifest = self.cluster.add_manifest(
+            "CodeServer",
+            *code_server_manifests(
+                pod,
+                storage_class=lustre.storage_class,
+                file_system_id=lustre.file_system.file_system_id,
+                dns_name=lustre.file_system.dns_name,
+                mount_name=lustre.file_system.mount_name,
+                storage_gib=lustre.storage_gib,
+            ),
+        )
+        if self.lustre_volume is not None:
+            manifest.node.add_dependency(self.lustre_volume)
+        return manifest
 
     def _drop_kubectl_ecr_policies(self) -> None:
         """Take ECR and ECR Public read off CDK's kubectl handler role: its helm step logs in to a registry only

@@ -460,7 +460,6 @@ def lustre_volume_manifests(
     names: LustreVolumeNames, *, file_system_id: str, dns_name: str, mount_name: str, storage_gib: int
 ) -> list[dict[str, Any]]:
     """Return a StorageClass, a PV statically bound to the file system and the PVC that claims it."""
-    size = f"{storage_gib}Gi"
     namespace = (
         []
         if names.namespace in BUILTIN_NAMESPACES
@@ -476,6 +475,21 @@ def lustre_volume_manifests(
             "reclaimPolicy": "Retain",
             "volumeBindingMode": "Immediate",
         },
+        *lustre_claim_manifests(
+            names, file_system_id=file_system_id, dns_name=dns_name, mount_name=mount_name, storage_gib=storage_gib
+        ),
+    ]
+
+
+def lustre_claim_manifests(
+    names: LustreVolumeNames, *, file_system_id: str, dns_name: str, mount_name: str, storage_gib: int
+) -> list[dict[str, Any]]:
+    """Return a PV statically bound to the file system and the PVC in NAMES.namespace that claims it.
+
+    A claim serves its own namespace only and a PV binds one claim: another namespace gets a PV and PVC of its own
+    over the same file system (the FSx CSI driver mounts per pod, with no staging shared between volumes)."""
+    size = f"{storage_gib}Gi"
+    return [
         {
             "apiVersion": "v1",
             "kind": "PersistentVolume",

@@ -24,6 +24,7 @@ from constructs import Construct
 from kiln.ami.components import component_documents
 from kiln.ami.names import TAG_RECIPE
 from kiln.ami.recipe import ImageManifest
+from kiln.catalog.limits import MAX_TAGS_PER_RESOURCE
 from kiln.catalog.platforms import service_fact
 from kiln.constructs import nag_rules
 from kiln.constructs._checks import acknowledge, require, require_in, unresolved
@@ -93,6 +94,14 @@ class TrainingImageProps:
             "root_volume_gib",
             self.root_volume_gib,
             "8..16384",
+        )
+        # The props' tags, the manifest's and kiln:recipe all land on each AMI, which EC2 tags 50 at most.
+        tag_count = len(self.tags.keys() | self.manifest.tags().keys()) + 1
+        require(
+            tag_count <= MAX_TAGS_PER_RESOURCE,
+            "tags",
+            f"{len(self.tags)} tags",
+            f"at most {MAX_TAGS_PER_RESOURCE} on an AMI with the manifest's {len(self.manifest.tags())} and kiln:recipe",
         )
         require(
             self.image_parameter_name.startswith("/"),

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from kiln.local import code_server as local_code_server
 from kiln.local import daemons, network, preflight, procs, provision, slurm
 from kiln.local import state as state_file
 from kiln.local.errors import LocalError, LocalFailure
@@ -18,7 +19,7 @@ from kiln.local.progress import Progress, table
 from kiln.local.state import ClusterState, ProcessRecord
 from kiln.local.torchlink import link_torch, missing_companions
 from kiln.safe_output import UnsafeOutput, claim_directory, remove_owned_directory
-from kiln.stacks.bootstrap_config import local_exporters, local_prometheus
+from kiln.stacks.bootstrap_config import local_code_server_user, local_exporters, local_prometheus
 
 DEFAULT_NODES = 2
 DEFAULT_SLURMCTLD_PORT = 6817
@@ -73,9 +74,13 @@ def _plan(options: UpOptions, prefix: Path) -> ClusterLayout:
     cluster_name = "kiln-local"
     spec = os.path.abspath(options.spec) if options.spec else None
     observability = None
+    code_server_user = ""
     if spec:
         loaded = provision.load_spec_file(spec)
         cluster_name, observability = loaded.name, loaded.observability
+        # Locally code-server runs as whoever brought the cluster up (not the spec's code_server.user, a user of the
+        # cluster's nodes): the user behind sudo, else the one running kiln, root included.
+        code_server_user = local_code_server_user() if loaded.code_server is not None else ""
     return plan_layout(
         prefix=str(prefix),
         nodes=options.nodes or DEFAULT_NODES,
@@ -87,6 +92,7 @@ def _plan(options: UpOptions, prefix: Path) -> ClusterLayout:
         spec=spec,
         exporters=local_exporters(observability),
         prometheus=local_prometheus(observability, local_exporters(observability)),
+        code_server_user=code_server_user,
     )
 
 
@@ -104,7 +110,9 @@ def network_problems(current: ClusterState) -> list[str]:
 
 def _roles(layout: ClusterLayout) -> list[str]:
     exporters = [exporter.role for exporter in exporter_processes(layout)]
-    return [daemons.MUNGED, daemons.SLURMCTLD, *(daemons.slurmd_role(node) for node in layout.nodes), *exporters]
+    editor = [f"{local_code_server.ROLE_PREFIX}:{layout.nodes[0].name}"] if layout.code_server_user else []
+    slurmds = (daemons.slurmd_role(node) for node in layout.nodes)
+    return [daemons.MUNGED, daemons.SLURMCTLD, *slurmds, *exporters, *editor]
 
 
 def stopped_roles(current: ClusterState) -> list[str]:
@@ -158,6 +166,9 @@ class _Up:
         exporters = [exporter for exporter in exporter_processes(self.layout) if exporter.role in stopped]
         if exporters:
             self.exporters(exporters)
+        server = local_code_server.code_server_process(self.layout)
+        if server is not None and server.role in stopped:
+            self.code_server(server)
         count = len(self.layout.nodes)
         with self.progress.phase(f"wait until {'the node is' if count == 1 else f'the {count} nodes are'} idle"):
             slurm.wait_ready(self.layout, timeout_s, alive=self.check_alive)
@@ -217,6 +228,10 @@ class _Up:
             )
 
     def slurmds(self, nodes) -> None:
+        # A node's boot: the user's steps for compute nodes first, then slurmd (a node whose steps fail never joins).
+        steps = provision.node_steps(self.layout)
+        for node in nodes if steps else ():
+            provision.run_node_steps(self.layout, node, steps, self.progress)
         names = ", ".join(node.name for node in nodes)
         with self.progress.phase(f"start slurmd on {names}"):
             for node in nodes:
@@ -245,6 +260,17 @@ class _Up:
                     exporter.role,
                     log,
                 )
+
+    def code_server(self, server: local_code_server.LocalCodeServer) -> None:
+        log = daemons.log_path(self.layout, server.role)
+        with self.progress.phase(f"start code-server on {server.node.name} as {server.user}"):
+            local_code_server.prepare(server, self.layout.tmp_dir)
+            record, _ = procs.start(server.role, list(server.launch), list(server.argv), log, server.env)
+            self.record(record)
+            local_code_server.wait_listening(server, record.pid, lambda: procs.is_running(record), log)
+            status = local_code_server.login_status(server)
+            if status != 200:
+                raise LocalFailure(f"{server.role}: its login page answers {status or 'nothing'} (log: {log})")
 
     def check_alive(self) -> None:
         for role in _roles(self.layout):
@@ -320,6 +346,9 @@ def up(options: UpOptions, out: TextIO = sys.stdout) -> int:
     print_nodes(layout, out)
     for exporter in exporter_processes(layout):
         print(f"metrics: {exporter.title} on {exporter.where}: {exporter.url}", file=out)
+    server = local_code_server.code_server_process(layout)
+    if server is not None:
+        print(f"code-server: {server.where}, as {server.user}; password in {server.config}", file=out)
     print(
         "next: kiln local run -- hostname | kiln local smoke | kiln local down"
         + ("" if prefix == Path(os.path.abspath(default_prefix())) else f"  (with --prefix {prefix})"),
@@ -379,6 +408,15 @@ def status(prefix: str, out: TextIO = sys.stdout) -> int:
             if not answers:
                 found.append(f"{exporter.role} does not answer at {exporter.url}")
         print(table(["EXPORTER", "ON", "ENDPOINT", "STATE"], rows), file=out)
+    server = local_code_server.code_server_process(layout)
+    record = current.process(server.role) if server is not None else None
+    if server is not None:
+        # Where it listens, read from the kernel's view of node 1's namespace (no root needed to read it).
+        listens = record is not None and procs.is_running(record) and local_code_server.is_listening(record.pid)
+        state = "listening" if listens else "NOT LISTENING"
+        print(f"code-server: {server.where}, as {server.user}: {state}; password in {server.config}", file=out)
+        if not listens:
+            found.append(f"{server.role} does not listen on {server.url}")
     if found:
         print(f"unhealthy: {'; '.join(found)}; `kiln local up` heals it", file=out)
         return 1

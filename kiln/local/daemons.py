@@ -45,11 +45,16 @@ def slurmd_argv(layout: ClusterLayout, node: NodeLayout) -> list[str]:
 
 
 def slurmd_launch(layout: ClusterLayout, node: NodeLayout) -> list[str]:
-    """Return how slurmd starts inside NODE's network namespace.
+    """Return how slurmd starts inside NODE's network namespace (node_launch)."""
+    return [*node_launch(layout, node), *slurmd_argv(layout, node)]
+
+
+def node_launch(layout: ClusterLayout, node: NodeLayout) -> list[str]:
+    """Return the prefix that runs a command on NODE: in its network namespace, with its /etc/hosts and host name.
 
     nsenter joins only the network namespace (`ip netns exec` would remount /sys and hide the
     cgroup tree from slurmd); unshare adds private mount and UTS namespaces for /etc/hosts and
-    the host name. Each exec replaces the last, so the PID started is slurmd's PID.
+    the host name. Each exec replaces the last, so the PID started is the command's PID.
     """
     return [
         "nsenter",
@@ -65,7 +70,6 @@ def slurmd_launch(layout: ClusterLayout, node: NodeLayout) -> list[str]:
         "kiln-node",
         str(layout.hosts_file),
         node.name,
-        *slurmd_argv(layout, node),
     ]
 
 

@@ -64,6 +64,8 @@ class ClusterLayout:
     exporters: tuple[str, ...] = ()
     # Whether `up` runs Prometheus over the exporters (the spec's observability.prometheus).
     prometheus: bool = False
+    # Whom node 1 runs code-server as (the spec's code_server: the user who brought the cluster up); '' when off.
+    code_server_user: str = ""
 
     @property
     def bridge(self) -> str:
@@ -190,6 +192,7 @@ def plan_layout(
     spec: str | None = None,
     exporters: tuple[str, ...] = (),
     prometheus: bool = False,
+    code_server_user: str = "",
 ) -> ClusterLayout:
     """Return the layout of a new cluster; raise LocalError for values that cannot work."""
     if not _TAG.match(tag):
@@ -234,4 +237,5 @@ def plan_layout(
         spec=spec,
         exporters=exporters,
         prometheus=prometheus,
+        code_server_user=code_server_user,
     )

@@ -17,7 +17,15 @@ from kiln.local.layout import DEFAULT_PREFIX, ClusterLayout
 from kiln.safe_output import protected_reason
 
 # What the local cluster runs itself; Slurm and munge come from the bootstrap's install steps.
-TOOLS = {"ip": "iproute2", "nsenter": "util-linux", "unshare": "util-linux", "mount": "mount", "bash": "bash"}
+TOOLS = {
+    "ip": "iproute2",
+    "nsenter": "util-linux",
+    "unshare": "util-linux",
+    # code-server runs as the user who ran kiln (kiln.local.code_server), and writes its config as that user.
+    "setpriv": "util-linux",
+    "mount": "mount",
+    "bash": "bash",
+}
 
 
 def check_platform(platform: str = sys.platform) -> None:

@@ -10,8 +10,11 @@ import sys
 from pathlib import Path
 
 from kiln.bootstrap import BootstrapConfig, render_bundle
+from kiln.bootstrap.config import USER_STEP_PREFIX
+from kiln.catalog.envfile import parse_env_file
+from kiln.local import daemons
 from kiln.local.errors import LocalError, LocalFailure
-from kiln.local.layout import ClusterLayout
+from kiln.local.layout import ClusterLayout, NodeLayout
 from kiln.local.progress import Progress
 from kiln.stacks.bootstrap_config import config_from_spec
 
@@ -55,12 +58,15 @@ def bootstrap_config(layout: ClusterLayout) -> BootstrapConfig:
         else:
             config = BootstrapConfig(target="local", os="debian12", local=local)
         # Checkpoints stay under the prefix: a spec's /fsx path means nothing on this machine. The exporters (and
-        # Prometheus) are the ones the layout recorded when the cluster was planned.
+        # Prometheus, and code-server's user) are the ones the layout recorded when the cluster was planned.
         return dataclasses.replace(
             config,
             checkpoint_dir=str(layout.checkpoint_dir),
             exporters=layout.exporters,
             prometheus_agent=layout.prometheus and bool(layout.exporters),
+            # code-server runs on node 1, which the bundle serves as its controller, as the user the layout recorded.
+            code_server_role="controller" if layout.code_server_user else "",
+            code_server_user=layout.code_server_user,
         )
     except ValueError as error:
         raise LocalError(f"bootstrap config: {error}") from None
@@ -88,24 +94,57 @@ def _bootstrap_env(layout: ClusterLayout) -> dict[str, str]:
 
 def run_bootstrap(entry: Path, layout: ClusterLayout, progress: Progress) -> None:
     """Run ENTRY, showing each bootstrap step as a phase; raise a clear error when a step fails."""
-    console = layout.log_dir / "bootstrap-console.log"
-    console.parent.mkdir(parents=True, exist_ok=True)
+    _run_steps(["bash", str(entry)], _bootstrap_env(layout), layout, progress, console="bootstrap-console.log")
+
+
+def node_steps(layout: ClusterLayout) -> tuple[str, ...]:
+    """Return the user's steps (spec bootstrap.steps) for compute nodes in LAYOUT's rendered bundle, install ones first:
+    each node runs them when it starts (run_node_steps). Those for controller or login nodes ran in the bootstrap, on
+    the controller's host, which is also where jobs are submitted from (the local cluster has no login node)."""
+    values = parse_env_file((layout.bundle_dir / "bundle.env").read_text())
+    steps = (*values["KILN_INSTALL_STEPS"].split(), *values["KILN_CONFIGURE_STEPS"].split())
+    return tuple(
+        step
+        for step in steps
+        if step.startswith(USER_STEP_PREFIX)
+        and "worker" in values.get(f"KILN_USER_STEP_{step.removeprefix(USER_STEP_PREFIX).upper()}_ROLES", "").split()
+    )
+
+
+def run_node_steps(layout: ClusterLayout, node: NodeLayout, steps: tuple[str, ...], progress: Progress) -> None:
+    """Run STEPS of the rendered bundle on NODE as a compute node (role worker): in its network namespace, with its
+    host name, through the bundle's kiln-step. The nodes share the prefix, as nodes of one image share its files: an
+    install step runs on the first node and its marker stands for the rest; a configure step runs on every node."""
+    argv = [*daemons.node_launch(layout, node), "bash", str(layout.bundle_dir / "kiln-step"), *steps]
+    # The host's os-release, as the local entry point reads it (kiln-step has no default of its own for it).
+    env = {**_bootstrap_env(layout), "KILN_NODE_ROLE": "worker", "KILN_OS_RELEASE": "/etc/os-release"}
+    _run_steps(argv, env, layout, progress, console=f"bootstrap-{node.name}-console.log", on=node.name)
+
+
+def _run_steps(
+    argv: list[str], env: dict[str, str], layout: ClusterLayout, progress: Progress, *, console: str, on: str = ""
+) -> None:
+    """Run ARGV (the bootstrap or kiln-step), showing each step as a phase (on node ON); raise a clear error when a
+    step fails."""
+    where = f" on {on}" if on else ""
+    console_log = layout.log_dir / console
+    console_log.parent.mkdir(parents=True, exist_ok=True)
     failed: tuple[str, str] | None = None
     errors: list[str] = []
-    with open(console, "w") as log:
+    with open(console_log, "w") as log:
         process = subprocess.Popen(
-            ["bash", str(entry)],
+            argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env=_bootstrap_env(layout),
+            env=env,
         )
         for line in process.stdout:
             log.write(line)
             line = line.rstrip("\n")
             if match := _STEP_START.search(line):
-                progress.begin(f"bootstrap step {match.group(1)}")
+                progress.begin(f"bootstrap step {match.group(1)}{where}")
             elif _STEP_DONE.search(line):
                 progress.end()
             elif (match := _ERROR.search(line)) or (match := _GAVE_UP.search(line)):
@@ -123,4 +162,4 @@ def run_bootstrap(entry: Path, layout: ClusterLayout, progress: Progress) -> Non
         raise LocalFailure(
             f"packages could not be installed (bootstrap step {step}): {reason}; full log: {layout.bootstrap_log}"
         )
-    raise LocalFailure(f"bootstrap step {step} failed: {reason}; full log: {layout.bootstrap_log}")
+    raise LocalFailure(f"bootstrap step {step} failed{where}: {reason}; full log: {layout.bootstrap_log}")

@@ -11,11 +11,12 @@ class NoRegion(ValueError):
     """The command cannot tell which region to ask. str() is one line."""
 
 
-def spec_session(spec: ClusterSpec, region: str | None) -> Any:
+def spec_session(spec: ClusterSpec, region: str | None, profile: str | None = None) -> Any:
     """Return a boto3 Session in SPEC's region, or REGION (--region); NoRegion when they disagree or neither is set.
 
-    A session of its own: boto3's default one keeps whatever credentials it found first in the process.
-    NoCredentials (kiln.aws_errors) when AWS_PROFILE names a profile that is not there.
+    A session of its own: boto3's default one keeps whatever credentials it found first in the process. PROFILE
+    (--profile) names the AWS config profile to use, else boto3 finds credentials as usual.
+    NoCredentials (kiln.aws_errors) when PROFILE or AWS_PROFILE names a profile that is not there.
     """
     import boto3
     from botocore.exceptions import BotoCoreError
@@ -25,7 +26,7 @@ def spec_session(spec: ClusterSpec, region: str | None) -> Any:
     if region and spec.region and region != spec.region:
         raise NoRegion(f"--region {region}: the spec deploys to {spec.region}")
     try:
-        session = boto3.Session(region_name=region or spec.region) if region or spec.region else boto3.Session()
+        session = boto3.Session(profile_name=profile, region_name=region or spec.region or None)
     except BotoCoreError as error:
         raise_if_no_credentials(error)
         raise

@@ -57,4 +57,6 @@ def load_spec(path: str | FsPath) -> ClusterSpec:
     data, lines = read_spec_file(FsPath(path))
     spec = parse_spec(data, str(path), lines)
     spec._source_dir = FsPath(path).parent
+    spec._source_file = str(path)
+    spec._source_lines = dict(lines)
     return spec

@@ -16,6 +16,8 @@ from kiln.catalog.names import (
     CLUSTER_NAME_RULE,
     DCGM_EXPORTER_VERSION,
     DCGM_EXPORTER_VERSION_RULE,
+    LINUX_USER,
+    LINUX_USER_RULE,
     LOCK_FILE,
     LOCK_FILE_RULE,
     NCCL_VERSION,
@@ -23,6 +25,10 @@ from kiln.catalog.names import (
     NODE_GROUP_NAME,
     NODE_GROUP_NAME_RULE,
     REGION,
+    USER_STEP_NAME,
+    USER_STEP_NAME_RULE,
+    USER_STEP_PATH,
+    USER_STEP_PATH_RULE,
     VERSION,
     VERSION_RULE,
 )
@@ -47,6 +53,9 @@ NCCL_PATTERN = f"^{NCCL_VERSION.pattern}$"
 DCGM_EXPORTER_PATTERN = f"^{DCGM_EXPORTER_VERSION.pattern}$"
 LOCK_FILE_PATTERN = f"^{LOCK_FILE.pattern}$"
 KUBERNETES_MINOR_PATTERN = r"^1\.[0-9]{1,2}$"
+USER_STEP_NAME_PATTERN = f"^{USER_STEP_NAME.pattern}$"
+USER_STEP_PATH_PATTERN = f"^{USER_STEP_PATH.pattern}$"
+LINUX_USER_PATTERN = f"^{LINUX_USER.pattern}$"
 
 # What each pattern means, for error messages.
 PATTERN_RULES = {
@@ -65,6 +74,9 @@ PATTERN_RULES = {
     DCGM_EXPORTER_PATTERN: DCGM_EXPORTER_VERSION_RULE,
     LOCK_FILE_PATTERN: LOCK_FILE_RULE,
     KUBERNETES_MINOR_PATTERN: "a Kubernetes minor version such as 1.35",
+    USER_STEP_NAME_PATTERN: USER_STEP_NAME_RULE,
+    USER_STEP_PATH_PATTERN: USER_STEP_PATH_RULE,
+    LINUX_USER_PATTERN: LINUX_USER_RULE,
 }
 
 
@@ -416,6 +428,52 @@ class Observability(SpecModel):
     )
 
 
+class UserStep(SpecModel):
+    """One of your own scripts, run on the nodes by kiln's bootstrap under the contract of its own steps."""
+
+    name: str = Field(
+        pattern=USER_STEP_NAME_PATTERN,
+        description="Names the step in the node's log, its marker and failures: lowercase letters, digits and '_'.",
+    )
+    path: str = Field(
+        pattern=USER_STEP_PATH_PATTERN,
+        description="The script, relative to the spec's directory and inside it (no '..', no absolute path, no "
+        "symlink out), starting with '#!', at most 256 KiB; it ships in the bundle with its sha256, which the node "
+        "checks before running it as root.",
+    )
+    phase: Literal["install", "configure"] = Field(
+        description="install: after kiln's install steps, once per version of the script (its sha256 is the step's "
+        "pin: a node or image that ran it skips it), baked into the image with compute.image.bake; configure: after "
+        "kiln's configure steps, at every boot (keep it idempotent).",
+    )
+    roles: list[Literal["controller", "login", "compute"]] = Field(
+        min_length=1,
+        description="The nodes it runs on: controller (ParallelCluster's head node, HyperPod's controller), login, "
+        "compute; only roles the backend has.",
+    )
+
+
+class Bootstrap(SpecModel):
+    """Your own steps in the nodes' bootstrap."""
+
+    steps: list[UserStep] = Field(
+        default_factory=list,
+        description="Run in this order after kiln's steps of the same phase; at most 16, names unique.",
+    )
+
+
+class CodeServer(SpecModel):
+    """code-server (VS Code in a browser) where you log in: PCS's login nodes, ParallelCluster's login nodes (else its
+    head node), HyperPod's login group (else its controller), a pod with the FSx volume on EKS."""
+
+    user: str | None = Field(
+        None,
+        pattern=LINUX_USER_PATTERN,
+        description="The user it runs as (never root); unset: the image's default user (ec2-user on Amazon Linux "
+        "2023, ubuntu on Ubuntu). It listens on 127.0.0.1 only; `kiln connect --vscode` forwards a local port to it.",
+    )
+
+
 class Ci(SpecModel):
     """Short-lived environments for CI."""
 
@@ -431,6 +489,10 @@ class ClusterSpec(SpecModel):
     # The directory of the file the spec was loaded from (load_spec sets it): relative paths in the spec
     # (software.lock_file) are below it. None for a spec built in code: the current directory.
     _source_dir: Path | None = PrivateAttr(None)
+    # The file itself and the line of each field (load_spec sets them), for problems found past the rules: a script of
+    # bootstrap.steps that cannot be shipped (kiln.stacks.bootstrap_config). None and empty for a spec built in code.
+    _source_file: str | None = PrivateAttr(None)
+    _source_lines: dict = PrivateAttr(default_factory=dict)
 
     name: str = Field(pattern=NAME_PATTERN, description="Prefixes resource names.")
     region: str | None = Field(None, pattern=REGION_PATTERN, description="Omit for env-agnostic stacks.")
@@ -444,6 +506,10 @@ class ClusterSpec(SpecModel):
     launcher: Launcher = Launcher()
     ci: Ci = Ci()
     observability: Observability | None = Field(None, description="Metrics exporters on the nodes; leave out for none.")
+    bootstrap: Bootstrap = Bootstrap()
+    code_server: CodeServer | None = Field(
+        None, description="VS Code in a browser on the node you log in to; leave out for none."
+    )
     tags: dict[str, str] = Field(
         default_factory=dict,
         description="Tags for every resource: at most 45, keys 1-128 and values 0-256 of letters, digits, spaces "

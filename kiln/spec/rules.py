@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 from kiln.catalog import UnknownInstanceType, instance_type
 from kiln.catalog.capacity import CAPACITY, is_reservation_id
+from kiln.catalog.code_server import CODE_SERVER_IMAGE_USER, code_server_place
 from kiln.catalog.kubernetes import kubernetes_source, kubernetes_versions
 from kiln.catalog.limits import (
     AWS_VPC_PREFIX_MAX,
@@ -39,6 +40,7 @@ from kiln.catalog.limits import (
     S3_URI_MAX,
     TAG_KEY_MAX,
     TAG_VALUE_MAX,
+    USER_STEPS_MAX,
     VPC_PREFIX_MAX,
     VPC_PREFIX_MIN,
     VPC_RANGES_RULE,
@@ -1040,6 +1042,109 @@ def tags(spec: ClusterSpec) -> Iterator[Problem]:
             yield _p(("tags", key_part(key)), why)
 
 
+# The roles a user step may name on each platform, and why a platform lacks the others.
+USER_STEP_ROLES = {
+    "pcs": ("login", "compute"),
+    "parallelcluster": ("controller", "login", "compute"),
+    "hyperpod": ("controller", "login", "compute"),
+    "hyperpod-eks": ("compute",),
+    "eks": ("compute",),
+}
+NO_USER_STEP_ROLE = {
+    "pcs": "PCS runs the Slurm controller itself, on no node kiln boots",
+    "hyperpod-eks": "HyperPod with EKS runs no Slurm, so kiln boots compute nodes only",
+    "eks": "EKS runs no Slurm, so kiln boots compute nodes only",
+}
+
+
+def bootstrap_steps(spec: ClusterSpec) -> Iterator[Problem]:
+    """The user's steps: at most USER_STEPS_MAX, names unique, each role once and only roles the platform's nodes have;
+    login only with login nodes. (Their files are read where the bundle is built: kiln.stacks.bootstrap_config.)"""
+    steps = spec.bootstrap.steps
+    if len(steps) > USER_STEPS_MAX:
+        yield _p(("bootstrap", "steps"), f"at most {USER_STEPS_MAX} steps (got {len(steps)})")
+    platform = _platform(spec)
+    allowed = USER_STEP_ROLES[platform]
+    first: dict[str, int] = {}
+    for index, step in enumerate(steps):
+        path = ("bootstrap", "steps", index)
+        if step.name in first:
+            yield _p(
+                (*path, "name"),
+                f"is also the name of bootstrap.steps[{first[step.name]}] (got {step.name!r}): each step's name must "
+                "be unique",
+                ("bootstrap", "steps", first[step.name], "name"),
+            )
+        first.setdefault(step.name, index)
+        for position, role in enumerate(step.roles):
+            where = (*path, "roles", position)
+            if role in step.roles[:position]:
+                yield _p(where, f"names {role!r} twice: list each role once")
+            elif role not in allowed:
+                yield _p(
+                    where,
+                    f"got {role!r}, but {NO_USER_STEP_ROLE[platform]}; allowed on {_on(spec)}: {', '.join(allowed)}",
+                    BACKEND,
+                    ORCHESTRATOR,
+                )
+            elif role == "login" and not spec.compute.login_nodes.count:
+                yield _p(
+                    where,
+                    "got 'login', but compute.login_nodes.count is 0, so no node would run the step: set "
+                    "compute.login_nodes.count, or remove 'login'",
+                    ("compute", "login_nodes", "count"),
+                )
+
+
+def code_server_pod(spec: ClusterSpec) -> Iterator[Problem]:
+    """On EKS (and HyperPod with EKS) code-server is a pod with the FSx volume, its home on it, run by its image's own
+    user (kiln.constructs.eks_code_server): it needs storage.lustre, and code_server.user would change nothing."""
+    wanted = spec.code_server
+    if wanted is None or not _eks_nodes(spec):
+        return
+    if spec.storage.lustre is None:
+        yield _p(
+            ("code_server",),
+            f"needs storage.lustre on {_on(spec)}: code-server runs there as a pod with the FSx volume, its home on "
+            "it; add storage.lustre, or remove code_server",
+            ("storage", "lustre"),
+            BACKEND,
+            ORCHESTRATOR,
+        )
+    if "user" in wanted.model_fields_set:
+        yield _p(
+            ("code_server", "user"),
+            f"has no effect on {_on(spec)}: the pod runs code-server as its image's own user "
+            f"({CODE_SERVER_IMAGE_USER}); remove code_server.user",
+            BACKEND,
+            ORCHESTRATOR,
+        )
+
+
+def code_server_node(spec: ClusterSpec) -> Iterator[Problem]:
+    """On the Slurm backends code-server runs on a login node, else on the Slurm controller where kiln boots one
+    (kiln.catalog.code_server.code_server_place): PCS without login nodes has no node for it. It runs as a user other
+    than root: its terminals and extensions act as that user."""
+    wanted = spec.code_server
+    if wanted is None or _eks_nodes(spec):
+        return
+    place = code_server_place(spec.compute.backend, spec.effective_orchestrator, spec.compute.login_nodes.count)
+    if place is None:
+        yield _p(
+            ("code_server",),
+            "got code-server, but PCS runs the Slurm controller itself and this cluster has no login node to run it "
+            "on: set compute.login_nodes.count, or remove code_server",
+            ("compute", "login_nodes", "count"),
+            BACKEND,
+        )
+    if wanted.user == "root":
+        yield _p(
+            ("code_server", "user"),
+            "got 'root', allowed: any other user: code-server's terminals and extensions act as its user; name the "
+            "user you log in as, or leave it out for the image's default user",
+        )
+
+
 RULES: tuple[Rule, ...] = (
     cluster_name,
     placement,
@@ -1062,6 +1167,9 @@ RULES: tuple[Rule, ...] = (
     slurm,
     pcs_image,
     image_os,
+    bootstrap_steps,
+    code_server_pod,
+    code_server_node,
 )
 
 

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
+import pwd
+import stat
+from collections.abc import Mapping
 from pathlib import Path
 
 from kiln.bootstrap.adoption import plan_lines
@@ -15,15 +20,18 @@ from kiln.bootstrap.budget import (
     parallelcluster_deadline,
 )
 from kiln.bootstrap.checks import check_choice
-from kiln.bootstrap.config import ARCHITECTURES, TARGETS, BootstrapConfig, NodeGroup, SoftwarePins
+from kiln.bootstrap.config import ARCHITECTURES, TARGETS, BootstrapConfig, NodeGroup, SoftwarePins, UserStep
 from kiln.bootstrap.local_target import LocalCluster
 from kiln.bootstrap.lock import LockError, locked_digests, read_lock
 from kiln.bootstrap.readiness import BootReadiness, boot_readiness
 from kiln.catalog import instance_type
+from kiln.catalog.code_server import code_server_place, default_user
+from kiln.catalog.limits import USER_STEP_MAX_BYTES
 from kiln.catalog.names import ec2_type_name
 from kiln.catalog.platforms import KILN_INSTALLS, PIN_FIELDS, image_profile
 from kiln.spec import ClusterSpec, Problem, SpecError, load_spec
 from kiln.spec.models import Observability
+from kiln.spec.problems import shown
 
 
 def _architecture(instance_types: tuple[str, ...]) -> str:
@@ -46,6 +54,8 @@ def config_from_spec(
     software = spec.software
     common = {
         "locked": spec_lock(spec),
+        "user_steps": user_steps(spec, target),
+        **code_server_config(spec, target),
         "nccl_env": dict(spec.launcher.nccl_env),
         "checkpoint_dir": spec.launcher.checkpoint_dir,
     }
@@ -180,6 +190,109 @@ def node_exporters(spec: ClusterSpec, target: str, instance_types: tuple[str, ..
     return tuple(exporters)
 
 
+# The node role each spec role of a user step names; the local cluster's login is its controller host, where jobs are
+# submitted from (it has no login node of its own).
+NODE_ROLES = {"controller": "controller", "login": "login", "compute": "worker"}
+LOCAL_NODE_ROLES = {**NODE_ROLES, "login": "controller"}
+
+
+def user_steps(spec: ClusterSpec, target: str) -> tuple[UserStep, ...]:
+    """Return SPEC's bootstrap.steps as TARGET's nodes run them, each with its script read from the spec's directory
+    (the current directory for a spec built in code). A script that cannot be shipped is one problem line each: a
+    SpecError naming the spec's file, as `kiln validate` reports the rules' problems."""
+    directory = spec._source_dir or Path()
+    roles = LOCAL_NODE_ROLES if target == "local" else NODE_ROLES
+    steps, problems = [], []
+    for index, step in enumerate(spec.bootstrap.steps):
+        script = _user_script(directory, step.path)
+        if isinstance(script, str):
+            problems.append(Problem(path=("bootstrap", "steps", index, "path"), message=script))
+            continue
+        steps.append(
+            UserStep(
+                name=step.name,
+                phase=step.phase,
+                roles=tuple(dict.fromkeys(roles[role] for role in step.roles)),
+                script=script,
+                sha256=hashlib.sha256(script).hexdigest(),
+            )
+        )
+    if problems:
+        raise SpecError(spec._source_file or "<spec>", problems, spec._source_lines)
+    return tuple(steps)
+
+
+def _user_script(directory: Path, relative: str) -> bytes | str:
+    """Return the bytes of the script at RELATIVE below DIRECTORY, or why it cannot be shipped (one line): missing,
+    resolving outside DIRECTORY (symlinks followed), no regular file, over USER_STEP_MAX_BYTES, or no '#!' line."""
+    got = f"got {shown(relative)}"
+    if Path(relative).is_absolute() or ".." in Path(relative).parts:
+        return f"{got}: must be a path below the spec's directory, without '..'"
+    base = directory.resolve()
+    try:
+        resolved = (directory / relative).resolve(strict=True)
+    except FileNotFoundError:
+        return f"{got}: no such file in the spec's directory {base}"
+    except (OSError, RuntimeError) as error:  # a symlink loop; permissions
+        return f"{got}: cannot be resolved ({error.strerror if isinstance(error, OSError) else error})"
+    if not resolved.is_relative_to(base):
+        return (
+            f"{got}: resolves to {resolved}, outside the spec's directory {base} (symlinks are followed); copy the "
+            "script into it"
+        )
+    try:
+        # Never blocks on a pipe, and reads what was checked: the open file itself is held to the rules.
+        fd = os.open(resolved, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as error:
+        return f"{got}: cannot be read ({error.strerror})"
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return f"{got}: is not a regular file (a directory, pipe or device); name a script"
+        if info.st_size > USER_STEP_MAX_BYTES:
+            return f"{got}: is {info.st_size} bytes, allowed: at most {USER_STEP_MAX_BYTES} (256 KiB)"
+        with os.fdopen(os.dup(fd), "rb") as file:
+            data = file.read(USER_STEP_MAX_BYTES + 1)
+    except OSError as error:
+        return f"{got}: cannot be read ({error.strerror})"
+    finally:
+        os.close(fd)
+    if len(data) > USER_STEP_MAX_BYTES:
+        return f"{got}: is over {USER_STEP_MAX_BYTES} bytes (256 KiB), allowed: at most that"
+    if not data.startswith(b"#!"):
+        return f"{got}: does not start with '#!' (an interpreter line such as #!/bin/bash): nodes run it as a program"
+    return data
+
+
+def code_server_config(spec: ClusterSpec, target: str) -> dict[str, str]:
+    """Return BootstrapConfig's code-server settings for SPEC's TARGET nodes: the role of the node it runs on and its
+    user (code_server.user, else the image's default user; locally, whoever ran kiln: local_code_server_user), or
+    none where it is off, on EKS (a pod, not a node's bootstrap), or nowhere to run (PCS without login nodes: the spec
+    rules refuse that)."""
+    wanted = spec.code_server
+    if wanted is None or target == "eks":
+        return {}
+    if target == "local":
+        return {"code_server_role": "controller", "code_server_user": local_code_server_user()}
+    place = code_server_place(spec.compute.backend, spec.effective_orchestrator, spec.compute.login_nodes.count)
+    if place not in ("login", "controller"):
+        return {}
+    return {"code_server_role": place, "code_server_user": wanted.user or default_user(spec.image_os)}
+
+
+def local_code_server_user(environ: Mapping[str, str] | None = None, euid: int | None = None) -> str:
+    """Return whom the local cluster runs code-server as: the user who ran kiln through sudo (SUDO_USER, when that
+    is a user of this machine other than root), else the user running kiln, root included (kiln local runs as root)."""
+    environ = os.environ if environ is None else environ
+    sudo_user = environ.get("SUDO_USER", "")
+    if sudo_user and sudo_user != "root":
+        try:
+            return pwd.getpwnam(sudo_user).pw_name
+        except KeyError:
+            pass
+    return pwd.getpwuid(os.geteuid() if euid is None else euid).pw_name
+
+
 def spec_lock(spec: ClusterSpec) -> dict[str, str]:
     """Return URL -> sha256 from the spec's lock file; none when it names none or the file is not written yet."""
     path = spec.lock_path
@@ -229,10 +342,12 @@ def boot_budget(spec: ClusterSpec, config: BootstrapConfig) -> tuple[tuple[str, 
         role = KIND_ROLES.get(kind, "worker")
         limit = deadline(config.target, role)
         # ParallelCluster's head and login nodes boot ami_id, not the bake (an update never changes their image).
-        work = boot_work(config, name, baked=baked and (role == "worker" or spec.compute.backend != "parallelcluster"))
+        work = boot_work(
+            config, name, baked=baked and (role == "worker" or spec.compute.backend != "parallelcluster"), role=role
+        )
         lines.append(budget_line(kind, work, limit))
         if role == "worker" and kind in from_zero:
-            refusal = over_budget(kind, work, limit, baked=boot_work(config, name, baked=True))
+            refusal = over_budget(kind, work, limit, baked=boot_work(config, name, baked=True, role=role))
             refusals.extend([refusal] if refusal else [])
     return tuple(lines), tuple(refusals)
 
@@ -259,7 +374,7 @@ def parallelcluster_timeouts(spec: ClusterSpec, config: BootstrapConfig) -> dict
         key=lambda work: work.seconds,
     )
     # The head node boots compute.image.ami_id, never the bake (kiln.stacks.parallelcluster): it installs at boot.
-    head_work = boot_work(config, ec2_type_name(spec.compute.head_node.instance_type), baked=False)
+    head_work = boot_work(config, ec2_type_name(spec.compute.head_node.instance_type), baked=False, role="controller")
     return {
         head.name: bootstrap_timeout(head_work, head.seconds),
         compute.name: bootstrap_timeout(slowest, compute.seconds),
@@ -274,10 +389,14 @@ def load_and_judge(path: str) -> tuple[ClusterSpec, BootReadiness]:
         config = config_from_spec(spec)
         readiness = boot_readiness(config, remedy=lock_remedy(spec, path))
         budget, refusals = boot_budget(spec, config)
-        nodes = plan_lines(config, node_kinds(spec))
+        kinds = node_kinds(spec)
+        nodes = plan_lines(config, kinds, {kind: KIND_ROLES.get(kind, "worker") for kind in kinds})
         return spec, dataclasses.replace(readiness, nodes=nodes, budget=budget, over_budget=refusals)
     except LockError as exc:
         raise SpecError(str(path), [Problem(path=("software", "lock_file"), message=str(exc))]) from None
+    except SpecError:
+        # Already its lines (a script of bootstrap.steps that cannot be shipped).
+        raise
     except ValueError as exc:
         problem = Problem(path=("compute",), message=f"the node bootstrap cannot be built: {exc}")
         raise SpecError(str(path), [problem]) from None

@@ -6,10 +6,12 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 
 from kiln.catalog import instance_type
+from kiln.catalog.code_server import pod_home
 from kiln.catalog.exporters import EXPORTERS
 from kiln.ci.reaper_code.kiln_reaper.contract import TAG_ENVIRONMENT
 from kiln.constructs import (
     AcceleratedNodeGroup,
+    CodeServerPod,
     EksObservabilityProps,
     EksTrainingClusterProps,
     LustreVolume,
@@ -17,7 +19,7 @@ from kiln.constructs import (
     SystemNodeGroup,
 )
 from kiln.constructs.eks_observability import GPU_NODE_SELECTOR
-from kiln.stacks.compute_context import ComputeContext
+from kiln.stacks.compute_context import MOUNT_POINT, ComputeContext
 
 
 def lustre_volume(context: ComputeContext) -> LustreVolume | None:
@@ -30,6 +32,15 @@ def lustre_volume(context: ComputeContext) -> LustreVolume | None:
         client_security_group=storage.lustre_clients,
         storage_gib=context.spec.storage.lustre.storage_gib,
     )
+
+
+def code_server_pod(context: ComputeContext) -> CodeServerPod | None:
+    """Return code-server's pod when the spec asks for it: its home in the cluster's own directory on the file system,
+    which is mounted where the jobs mount it (the rules refuse code_server on EKS without storage.lustre)."""
+    spec = context.spec
+    if spec.code_server is None:
+        return None
+    return CodeServerPod(home=pod_home(spec.name), mount_path=MOUNT_POINT)
 
 
 def eks_props(
@@ -63,6 +74,7 @@ def eks_props(
         cluster_name=spec.name,
         kubernetes_version=spec.kubernetes_version,
         lustre=lustre_volume(context),
+        code_server=code_server_pod(context),
         bootstrap=bootstrap,
         cluster_env=context.cluster_env(mounts_fsx=False) if own_nodes else {},
         admin_role=admin_role,

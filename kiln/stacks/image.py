@@ -16,8 +16,10 @@ from kiln.ami.names import (
     pipeline_name,
 )
 from kiln.ami.recipe import image_config, read_manifest
+from kiln.catalog.limits import MAX_TAGS_PER_RESOURCE
 from kiln.constructs import BootstrapAssets, BootstrapAssetsProps, TrainingImage, TrainingImageProps
 from kiln.spec import ClusterSpec
+from kiln.spec.problems import Problem, SpecError
 from kiln.stacks.bootstrap_config import config_from_spec
 from kiln.stacks.network import NetworkStack
 
@@ -34,6 +36,23 @@ def bakes_image(spec: ClusterSpec) -> bool:
     return spec.compute.image.bake
 
 
+# The tags kiln puts on every AMI besides the manifest's: kiln:cluster and kiln:recipe.
+AMI_OWN_TAGS = 2
+
+
+def _check_ami_tags(spec: ClusterSpec, manifest_tags: int) -> None:
+    """Refuse, in one line, spec tags that would take the baked AMI past EC2's tags per resource: Image Builder would
+    fail to tag it at the end of a build, tens of minutes after the deploy started."""
+    room = MAX_TAGS_PER_RESOURCE - manifest_tags - AMI_OWN_TAGS
+    if len(spec.tags) > room:
+        message = (
+            f"at most {room} tags with compute.image.bake (got {len(spec.tags)}): EC2 allows {MAX_TAGS_PER_RESOURCE} "
+            f"per AMI and kiln tags this image with {manifest_tags + AMI_OWN_TAGS} of its own (its pinned versions, "
+            "kiln:cluster, kiln:recipe)"
+        )
+        raise SpecError(spec._source_file or spec.name, [Problem(path=("tags",), message=message)], spec._source_lines)
+
+
 class ImageStack(cdk.Stack):
     """An EC2 Image Builder pipeline baking the spec's install steps, and its first image."""
 
@@ -45,6 +64,8 @@ class ImageStack(cdk.Stack):
         config = image_config(config_from_spec(spec))
         assets = BootstrapAssets(self, "Bundle", BootstrapAssetsProps(config=config))
         self.parameter_name = image_parameter_name(spec.name)
+        manifest = read_manifest(assets.directory)
+        _check_ami_tags(spec, len(manifest.tags()))
         self.image = TrainingImage(
             self,
             "Image",
@@ -52,7 +73,7 @@ class ImageStack(cdk.Stack):
                 name=pipeline_name(spec.name),
                 bundle=assets.node_bootstrap,
                 bundle_digest=assets.asset.asset_hash,
-                manifest=read_manifest(assets.directory),
+                manifest=manifest,
                 parent_image=spec.compute.image.ami_id,
                 vpc=network.training_vpc.vpc,
                 subnet=network.training_vpc.compute_subnet,

@@ -56,6 +56,7 @@ SHIMMED = (
     "gpg",
     "git",
     "iptables",
+    "setpriv",
 )
 # Calls that change a system: a second run of an idempotent step makes none of them.
 MUTATING = (
@@ -190,8 +191,8 @@ def payloads() -> dict[str, tuple[str, bytes]]:
 def lock_for(config: BootstrapConfig) -> dict[str, str]:
     """Return URL -> sha256 of the stand-in payloads for every file CONFIG's nodes download: what a lock gives."""
     by_file = {file_name: hashlib.sha256(data).hexdigest() for file_name, data in payloads().values()}
-    # Files checked by a digest: not signed ones, nor sources checked out at a pinned commit.
-    files = [a for a in bundle_artifacts(config) if not a.signature_fingerprint and not a.commit]
+    # Files checked by a digest: not signed ones, sources checked out at a pinned commit, or npm's tarballs.
+    files = [a for a in bundle_artifacts(config) if not a.signature_fingerprint and not a.commit and not a.integrity]
     return {artifact.url: by_file[artifact.url.rsplit("/", 1)[1]] for artifact in files}
 
 

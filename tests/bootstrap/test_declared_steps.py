@@ -113,11 +113,14 @@ NOT_PINS = {
     "KILN_CHANGED": "run",
     "KILN_PYTHON": "run",
     "KILN_VENV": "run",
+    # The downloads cache (npm's cache inside it): gone from a sealed image, refilled by a node that installs.
+    "KILN_CACHE_DIR": "run",
     # An image build (phase bake) installs for every role; only a node booting unbaked skips what its role does not
     # run (the Prometheus agent off the Slurm exporter's node), and such a node checks no marker.
     "KILN_PHASE": "role",
     "KILN_NODE_ROLE": "role",
     "KILN_SLURM_EXPORTER_ROLE": "role",
+    "KILN_CODE_SERVER_ROLE": "role",
 }
 # Instance facts (an image build reads image-facts.env): the pin that stands for them.
 FACTS = {

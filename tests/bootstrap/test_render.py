@@ -94,10 +94,12 @@ def test_local_bundle_has_no_gpu_efa_or_container_steps(every_target):
     for step in ("install_nvidia_driver", "install_efa", "install_nccl", "install_enroot", "configure_fsx"):
         assert step not in env
     assert sorted(p.name for p in (every_target["local"] / "steps").iterdir()) == [
+        "configure_code_server.sh",
         "configure_exporters.sh",
         "configure_munge.sh",
         "configure_slurm.sh",
         "configure_training_env.sh",
+        "install_code_server.sh",
         "install_exporters.sh",
         "install_launcher.sh",
         "install_munge.sh",

@@ -78,7 +78,7 @@ def test_a_missing_stack_says_to_deploy_first(moto: boto3.Session) -> None:
     with pytest.raises(RemoteError) as raised:
         ClusterHandle.from_stack(moto, "ci-42", REGION)
     assert str(raised.value) == (
-        f"stack ci-42-compute does not exist in {REGION}: deploy the environment with `kiln ci up` first "
+        f"stack ci-42-compute does not exist in {REGION}: deploy it with `kiln ci up` first "
         "(or pass the region it was deployed in)"
     )
 

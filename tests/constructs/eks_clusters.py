@@ -19,6 +19,7 @@ from kiln.constructs import (
 )
 from kiln.constructs.eks import (
     AcceleratedNodeGroup,
+    CodeServerPod,
     EksTrainingCluster,
     EksTrainingClusterProps,
     LustreVolume,
@@ -87,6 +88,7 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
                 storage_gib=1200,
                 namespace="training",
             ),
+            code_server=CodeServerPod(home="code-server/llm-eks"),
             bootstrap=bootstrap,
             cluster_env={"KILN_CLUSTER_NAME": "llm-eks", "KILN_REGION": REGION},
         ),

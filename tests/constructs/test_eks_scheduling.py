@@ -205,7 +205,7 @@ def test_scaling_and_queues_need_system_nodes_and_a_sane_provision_time(eks) -> 
         EksTrainingClusterProps(**(_base_props(eks) | {"system_nodes": None, "accelerated_groups": groups}))
     with pytest.raises(ValueError, match="node_provision_seconds: got 30"):
         EksTrainingClusterProps(**(_base_props(eks) | {"node_provision_seconds": 30}))
-    # Without either, no system nodes are needed.
+    # Without either (nor code-server, which runs there too), no system nodes are needed.
     EksTrainingClusterProps(
         **(
             _base_props(eks)
@@ -214,6 +214,7 @@ def test_scaling_and_queues_need_system_nodes_and_a_sane_provision_time(eks) -> 
                 "accelerated_groups": groups,
                 "cluster_autoscaler": False,
                 "gang_scheduling": False,
+                "code_server": None,
             }
         )
     )

@@ -29,14 +29,37 @@ from tests.local.conftest import Settings, kiln_local, kiln_local_popen, unique_
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("kiln-local")]
 
+# The spec's own steps: name -> (phase, roles). Each script records where it ran and as which role, from the node's
+# root (the cluster's prefix), where the bootstrap runs it.
+USER_STEPS = {
+    "tools": ("install", ["compute"]),
+    "facts": ("configure", ["compute"]),
+    "welcome": ("configure", ["login"]),
+}
+USER_STEP_SCRIPT = (
+    '#!/bin/sh\nset -eu\nmkdir -p var/tmp\necho "$(hostname) ${KILN_ROLE} ${KILN_USER_STEP}" >>var/tmp/user-steps.log\n'
+)
+
 
 @pytest.fixture(scope="module")
 def cluster(e2e_ready, searchable_dir) -> tuple[Settings, subprocess.CompletedProcess]:
     """Bring up 2 nodes once for the module; take them down at the end even when a test failed."""
     settings = unique_settings(searchable_dir)
-    # A spec asking for Prometheus: the cluster runs it over the exporters, as a Slurm backend's agent would.
+    # A spec asking for Prometheus: the cluster runs it over the exporters, as a Slurm backend's agent would. Its own
+    # bootstrap steps (scripts beside it) run where the spec's roles say: compute on each node, login on the host.
     spec = settings.prefix.parent / f"{settings.tag}-spec.json"
-    spec.write_text(json.dumps({**MINIMAL_SPEC, "name": "e2e", "observability": {"prometheus": True}}))
+    for name in USER_STEPS:
+        script = settings.prefix.parent / f"{name}.sh"
+        script.write_text(USER_STEP_SCRIPT)
+    steps = [
+        {"name": name, "path": f"{name}.sh", "phase": phase, "roles": roles}
+        for name, (phase, roles) in USER_STEPS.items()
+    ]
+    spec.write_text(
+        json.dumps(
+            {**MINIMAL_SPEC, "name": "e2e", "observability": {"prometheus": True}, "bootstrap": {"steps": steps}}
+        )
+    )
     result = kiln_local(*settings.up_args(nodes=2), "--spec", str(spec))
     yield settings, result
     if (settings.prefix / "state.json").exists():
@@ -99,6 +122,21 @@ def test_up_runs_the_rendered_local_bootstrap_target(cluster):
     assert (
         settings.prefix / "usr/local/bin/kiln-launch"
     ).resolve() == settings.prefix / "opt/kiln/venv/bin/kiln-launch"
+
+
+def test_up_runs_the_specs_own_steps_on_the_nodes_their_roles_name(cluster):
+    settings, result = cluster
+    ran = (settings.prefix / "var/tmp/user-steps.log").read_text().splitlines()
+    # login: the controller's host, where jobs are submitted from; compute: each node, in its own namespace. The
+    # nodes share the prefix as nodes of one image share its files: the install step ran once, on the first node.
+    assert ran == [f"{os.uname().nodename} controller welcome", *USER_STEP_RUNS], ran
+    log = (settings.prefix / "var/log/kiln/bootstrap.log").read_text()
+    assert "[user_tools] skip: user step tools already ran with this script" in log
+    assert "bootstrap step user_facts on node2" in result.stdout
+
+
+# What the compute nodes' steps record, in the order the nodes start.
+USER_STEP_RUNS = ["node1 compute tools", "node1 compute facts", "node2 compute facts"]
 
 
 def test_kiln_local_holds_no_copy_of_the_slurm_configuration():

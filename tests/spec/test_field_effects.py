@@ -145,6 +145,7 @@ STOCK = {
 }
 TRAINIUM = {"compute.groups.0.instance_type": "trn1.32xlarge"}
 OBSERVED = {"observability": {}}
+USER_STEP = {"bootstrap": {"steps": [{"name": "setup", "path": "setup.sh", "phase": "install", "roles": ["compute"]}]}}
 G0 = "compute.groups.0"
 
 
@@ -354,6 +355,23 @@ TABLE: dict[str, dict[str, Verdict]] = {
     "observability.efa_exporter": each(Effect(False, BUNDLE, OBSERVED)),
     "observability.prometheus": each(Effect(True, STACKS, OBSERVED)),
     "observability.grafana": each(Effect(True, TEMPLATES, {"observability": {"prometheus": True}})),
+    # On EKS and HyperPod with EKS, code-server is a pod with the FSx volume (kiln.constructs.eks_code_server), run by
+    # its image's own user. On the Slurm backends the bootstrap installs and runs it on the login node (the base specs
+    # have one), as the image's default user unless code_server.user names another.
+    "code_server": {**each(Effect({}, BUNDLE), SLURM), **each(Effect({}, TEMPLATES), EKS)},
+    "code_server.user": {
+        **each(Effect("alice", BUNDLE, {"code_server": {}}), SLURM),
+        **each(Refused("ec2-user", context={"code_server": {}}), EKS),
+    },
+    # The user's own steps ship in the bundle (_write puts each script beside the spec, its text naming its path).
+    "bootstrap.steps[].name": each(Effect("setup_v2", BUNDLE, USER_STEP)),
+    "bootstrap.steps[].path": each(Effect("scripts/other.sh", BUNDLE, USER_STEP)),
+    "bootstrap.steps[].phase": each(Effect("configure", BUNDLE, USER_STEP)),
+    # Only compute nodes where kiln boots no login node (EKS, HyperPod with EKS).
+    "bootstrap.steps[].roles": split(
+        Effect(["compute", "login"], BUNDLE, USER_STEP),
+        Refused(["login"], USER_STEP, names="bootstrap.steps[0].roles[0]"),
+    ),
     "tags": each(Effect({"team": "ml"}, TEMPLATES)),
 }
 
@@ -412,8 +430,13 @@ def _fixed_today(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _write(data: Mapping[str, Any], directory: Path) -> Path:
-    """Write DATA as DIRECTORY/cluster.yaml, and the lock it names, with a digest for each download that needs one."""
+    """Write DATA as DIRECTORY/cluster.yaml, the script of each of its bootstrap.steps, and the lock it names, with a
+    digest for each download that needs one."""
     path = directory / "cluster.yaml"
+    for step in data.get("bootstrap", {}).get("steps", []):
+        script = directory / step["path"]
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(f"#!/bin/sh\necho {step['path']}\n")
     lock = data.get("software", {}).get("lock_file")
     if lock:
         unlocked = copy.deepcopy(dict(data))

@@ -218,6 +218,8 @@ EXAMPLES = {
     "file_system_id": "fs-0123456789abcdef0",
     "mount_name": "abcdefgh",
     "security_group_id": "sg-0123456789abcdef0",
+    "path": "setup.sh",
+    "user": "alice",
 }
 
 
@@ -244,6 +246,9 @@ def test_pydantic_patterns_refuse_a_trailing_newline_and_foreign_digits(path, pa
         spec["name"] = good + tail
     elif path[0] == "compute" and path[1] == "groups":
         spec["compute"]["groups"][0][leaf] = good + tail
+    elif path[:2] == ("bootstrap", "steps"):
+        step = {"name": "setup", "path": "setup.sh", "phase": "install", "roles": ["compute"]}
+        spec["bootstrap"] = {"steps": [{**step, leaf: good + tail}]}
     else:
         node = spec
         for part in path[:-1]:

@@ -93,7 +93,8 @@ kiln_install_traps() {
 }
 
 # Run step function $1 with its output in the log, timing it; an install step then records its marker. With more
-# arguments, run that command as step $1 instead (the log and the exit trap name it the same way).
+# arguments, run that command as step $1 instead (the log and the exit trap name it the same way). A user step
+# (user_NAME) runs the user's script through run_user_step, which records its own marker.
 run_step() {
   local name="$1" started
   shift
@@ -102,6 +103,8 @@ run_step() {
   log "start"
   if (($# > 0)); then
     "$@" >>"$KILN_LOG" 2>&1
+  elif [[ "$name" == user_* ]]; then
+    run_user_step "$name" >>"$KILN_LOG" 2>&1
   else
     "$name" >>"$KILN_LOG" 2>&1
     if is_install_step "$name"; then
@@ -397,6 +400,26 @@ sha256_matches() {
   [[ "$got" == "$2" ]]
 }
 
+# True when file $1 has npm integrity $2 (sha512-BASE64: the base64 of the file's raw sha512, as the npm registry
+# publishes it in dist.integrity): the base64 is decoded to hex and held against sha512sum's.
+integrity_matches() {
+  local want got _
+  [[ "$2" == sha512-* ]] || return 1
+  want="$(printf '%s' "${2#sha512-}" | base64 -d 2>/dev/null | od -An -v -tx1 | tr -d ' \n')"
+  ((${#want} == 128)) || return 1
+  read -r got _ < <(sha512sum "$1")
+  [[ "$got" == "$want" ]]
+}
+
+# True when file $1 matches the digest of its kind: npm integrity $2 when set, else sha256 $3.
+digest_matches() {
+  if [[ -n "$2" ]]; then
+    integrity_matches "$1" "$2"
+  else
+    sha256_matches "$1" "$3"
+  fi
+}
+
 # Download URL $1 to file $2.
 download() {
   refuse_when_baked "download of $1"
@@ -470,9 +493,10 @@ fetch_source() {
   KILN_FETCHED="$dest"
 }
 
-# Download artifact $1 (pinned in bundle.env) into the cache, verified; sets KILN_FETCHED to its path.
+# Download artifact $1 (pinned in bundle.env) into the cache, verified by its sha256 or, for an npm tarball, its
+# integrity; sets KILN_FETCHED to its path.
 fetch_artifact() {
-  local name="$1" url sha version dest key_url fingerprint url_var
+  local name="$1" url sha version dest key_url fingerprint url_var integrity digest kind
   url_var="KILN_ARTIFACT_${name^^}_URL"
   url_var="${url_var//-/_}"
   url="$(bundle_value ARTIFACT "$name" URL)"
@@ -480,12 +504,13 @@ fetch_artifact() {
   version="$(bundle_value ARTIFACT "$name" VERSION)"
   key_url="$(bundle_value ARTIFACT "$name" SIGNATURE_KEY_URL)"
   fingerprint="$(bundle_value ARTIFACT "$name" SIGNATURE_FINGERPRINT)"
+  integrity="$(bundle_value ARTIFACT "$name" INTEGRITY)"
   [[ -n "$url" ]] || die "artifact ${name} is not part of this bundle (no ${url_var})"
   if [[ -n "$fingerprint" ]]; then
     fetch_signed_artifact "$name" "$version" "$url" "$key_url" "$fingerprint"
     return 0
   fi
-  if [[ -z "$sha" ]]; then
+  if [[ -z "$sha" && -z "$integrity" ]]; then
     die "artifact ${name} ${version} (${url}) has no sha256: lock it with \`kiln bootstrap lock --spec SPEC\` and deploy again; refusing to download it unverified"
   fi
   refuse_when_baked "artifact ${name} ${version}"
@@ -493,15 +518,19 @@ fetch_artifact() {
   ensure_dir "$KILN_CACHE_DIR" 0700
   ensure_dir "${KILN_CACHE_DIR}/${name}-${version}" 0700
   dest="${KILN_CACHE_DIR}/${name}-${version}/${url##*/}"
-  if [[ -f "$dest" ]] && sha256_matches "$dest" "$sha"; then
+  digest="${integrity:-$sha}" kind=sha256
+  if [[ -n "$integrity" ]]; then
+    kind="npm integrity"
+  fi
+  if [[ -f "$dest" ]] && digest_matches "$dest" "$integrity" "$sha"; then
     log "using cached ${name} ${version}"
   else
     log "downloading ${name} ${version} from ${url}"
     rm -f "${dest}.part"
     retry "$KILN_RETRY_ATTEMPTS" download "$url" "${dest}.part" || die "download of ${name} failed: ${url}"
-    if ! sha256_matches "${dest}.part" "$sha"; then
+    if ! digest_matches "${dest}.part" "$integrity" "$sha"; then
       rm -f "${dest}.part"
-      die "artifact ${name} ${version}: sha256 mismatch (expected ${sha}); refusing to use ${url}"
+      die "artifact ${name} ${version}: ${kind} mismatch (expected ${digest}); refusing to use ${url}"
     fi
     mv -f "${dest}.part" "$dest"
   fi
@@ -849,14 +878,20 @@ verify_image_step() {
   log "the image matches this bundle: ${pins[*]:-no pins}"
 }
 
-# Write what this bundle wants of the image, for kiln-launch check: its install steps, their pins and values.
+# Write what this bundle wants of the image, for kiln-launch check: its install steps, their pins and values. A user
+# step for other roles never runs on this node, so the node owes it no marker.
 write_bundle_pins() {
   local step variable
-  local -a pins
+  local -a pins steps=()
   local -A seen=()
+  for step in $KILN_INSTALL_STEPS; do
+    if [[ "$step" != user_* ]] || user_step_here "$step"; then
+      steps+=("$step")
+    fi
+  done
   {
-    pinned_values KILN_INSTALL_STEPS
-    for step in $KILN_INSTALL_STEPS; do
+    printf "KILN_INSTALL_STEPS='%s'\n" "${steps[*]}"
+    for step in "${steps[@]}"; do
       pinned_values "$(pins_variable "$step")"
       read -ra pins <<<"$(step_pins "$step")"
       for variable in "${pins[@]}"; do
@@ -887,4 +922,78 @@ seal_image() {
     run_step "$step" verify_image_step "$step"
   done
   run_step seal_image mark_image_baked
+}
+
+# The user's own steps (spec bootstrap.steps): step user_NAME runs the bundle's script user-steps/NAME, whose sha256,
+# phase and node roles bundle.env records (KILN_USER_STEP_NAME_SHA256, _PHASE, _ROLES). An install step's pin is its
+# sha256: its marker records the script it ran, and a baked image whose marker differs is refused.
+
+# True when user step $1 (user_NAME) runs on this node: its roles name the node's role.
+user_step_here() {
+  local roles
+  roles="$(bundle_value USER_STEP "${1#user_}" ROLES)"
+  [[ " ${roles} " == *" ${KILN_NODE_ROLE:-} "* ]]
+}
+
+# Print node roles $@ as the spec names them (compute for worker), space-separated.
+spec_roles() {
+  local role
+  local -a words=()
+  for role in "$@"; do
+    if [[ "$role" == worker ]]; then
+      words+=(compute)
+    else
+      words+=("$role")
+    fi
+  done
+  printf '%s\n' "${words[*]}"
+}
+
+# Run user step $1 (user_NAME): check the script against its sha256, skip it on a node of another role (an image build
+# runs every install step: the image serves every role) and an install step whose marker records this script, else run
+# it as root from the node's root directory with stdin closed, its output in the log, and record an install step's
+# marker. The script sees the node's environment (bundle.env and cluster.env, exported) and KILN_ROLE (controller, login
+# or compute; empty in an image build), KILN_PHASE, KILN_BUNDLE_DIR and KILN_USER_STEP (its name).
+run_user_step() {
+  local step="$1" name script sha phase roles marker role="" status=0
+  name="${step#user_}"
+  script="${KILN_BUNDLE_DIR}/user-steps/${name}"
+  sha="$(bundle_value USER_STEP "$name" SHA256)"
+  phase="$(bundle_value USER_STEP "$name" PHASE)"
+  roles="$(bundle_value USER_STEP "$name" ROLES)"
+  [[ -n "$sha" && -n "$phase" ]] || die "user step ${name} is not part of this bundle (bundle.env has no KILN_USER_STEP_${name^^}_SHA256)"
+  [[ -f "$script" ]] || die "user step ${name}: ${script} is missing from the bundle"
+  if ! sha256_matches "$script" "$sha"; then
+    die "user step ${name}: ${script} is not the script this bundle was rendered with (bundle.env records sha256 ${sha}); refusing to run it"
+  fi
+  if [[ "$phase" == install && "${KILN_PHASE:-}" == bake ]]; then
+    log "image build: runs for every role of the step (${roles}), as the image serves them all"
+  elif ! user_step_here "$step"; then
+    # shellcheck disable=SC2086 # one word per role
+    skip "user step ${name} runs on $(spec_roles $roles) nodes; this node is $(spec_roles "$KILN_NODE_ROLE")"
+    return 0
+  else
+    role="$(spec_roles "$KILN_NODE_ROLE")"
+  fi
+  marker="$(image_marker "$step")"
+  if [[ "$phase" == install && -f "$marker" ]] &&
+    [[ "$(env_file_value "$marker" "KILN_USER_STEP_${name^^}_SHA256" || true)" == "$sha" ]]; then
+    skip "user step ${name} already ran with this script (sha256 ${sha}, ${marker})"
+    return 0
+  fi
+  # A zip (an image build's, HyperPod's lifecycle scripts) may drop the executable bit; the digest is of the content.
+  [[ -x "$script" ]] || chmod 0755 "$script"
+  log "running ${script} (sha256 ${sha}) as $(id -un); its output follows"
+  (
+    cd "$(root_path /)"
+    umask 0022
+    export KILN_ROLE="$role" KILN_USER_STEP="$name"
+    exec "$script"
+  ) </dev/null || status=$?
+  if ((status != 0)); then
+    die "user step ${name} (bootstrap.steps): ${script##*/} exited with code ${status}; its output is above in ${KILN_LOG}"
+  fi
+  if [[ "$phase" == install ]]; then
+    record_image_step "$step"
+  fi
 }

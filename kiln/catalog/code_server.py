@@ -1,0 +1,69 @@
+"""Where code-server (VS Code in a browser) runs on a kiln cluster and how it is reached. Standard library only.
+
+Every layer that touches code-server reads this module: the spec's rules and the bootstrap (which node runs it, as
+whom), `kiln connect --vscode` (where to forward to, where the password is) and the EKS pod.
+
+code-server's own defaults (its docs, https://coder.com/docs/code-server/FAQ and `code-server --help`): it reads
+``$XDG_CONFIG_HOME/code-server/config.yaml`` (``~/.config/code-server/config.yaml``), binds 127.0.0.1:8080 and
+asks for the password that file holds. kiln writes that file once, with a random password, and never rewrites it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from kiln.catalog.platforms import service_fact
+
+# code-server listens here on the node (or in the pod), never on another address: no security group opens it.
+CODE_SERVER_HOST = "127.0.0.1"
+CODE_SERVER_PORT = 8080
+# Relative to the user's home directory.
+CODE_SERVER_CONFIG = ".config/code-server/config.yaml"
+# On EKS: the namespace and Deployment of the pod that runs it.
+CODE_SERVER_NAMESPACE = "kiln-dev"
+CODE_SERVER_DEPLOYMENT = "code-server"
+# The official image's user, who runs it in the pod (its Dockerfile, ci/release-image/Dockerfile: `adduser coder`,
+# the image's first user, uid and gid 1000, home /home/coder).
+CODE_SERVER_IMAGE_USER = "coder"
+CODE_SERVER_IMAGE_UID = 1000
+
+# Where it runs: a login node, the Slurm controller (ParallelCluster's head node, HyperPod's controller) when there
+# is no login node, or a pod on Kubernetes.
+CodeServerPlace = Literal["login", "controller", "pod"]
+
+
+def code_server_place(backend: str, orchestrator: str | None, login_nodes: int) -> CodeServerPlace | None:
+    """Return where code-server runs on BACKEND (HyperPod: ORCHESTRATOR) with LOGIN_NODES login nodes; None where it
+    cannot run (PCS without login nodes: PCS runs the controller itself, and kiln has no other node there)."""
+    if backend == "eks" or orchestrator == "eks":
+        return "pod"
+    if login_nodes > 0:
+        return "login"
+    if backend == "pcs":
+        return None
+    return "controller"
+
+
+def default_user(os: str) -> str:
+    """Return the default user of an image running OS (EC2's documented default user names)."""
+    users = service_fact("ec2", "default_users").value
+    try:
+        return users[os]
+    except KeyError:
+        raise ValueError(f"code_server.user: no default user known for {os}; set code_server.user") from None
+
+
+def home_directory(user: str) -> str:
+    """Return USER's home directory on a node: /home/USER, where useradd and the images put their default users."""
+    return f"/home/{user}"
+
+
+def config_path(user: str) -> str:
+    """Return the file that holds USER's code-server password."""
+    return f"{home_directory(user)}/{CODE_SERVER_CONFIG}"
+
+
+def pod_home(cluster_name: str) -> str:
+    """Return the pod's home directory on EKS for CLUSTER_NAME, relative to the FSx file system's root (mounted at
+    /fsx, where jobs see it): a directory per cluster, since clusters may share an attached file system."""
+    return f"code-server/{cluster_name}"

@@ -1,0 +1,93 @@
+"""code_server on the Slurm backends (kiln.spec.rules code_server_node): it runs on a login node, else on the Slurm
+controller where kiln boots one, as a user other than root. Each refusal is one line naming the field; what the
+setting changes in the node bundle is in the field table (tests/spec/test_field_effects.py)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from kiln.bootstrap.local_target import LocalCluster
+from kiln.spec import SpecError, parse_spec
+from kiln.stacks.bootstrap_config import config_from_spec, local_code_server_user
+from tests.conftest import MINIMAL_SPEC
+
+SLURM_COMPUTE = {
+    "pcs": {"backend": "pcs"},
+    "parallelcluster": {"backend": "parallelcluster"},
+    "hyperpod-slurm": {"backend": "hyperpod"},
+}
+
+
+def slurm_spec(platform: str, login_nodes: int | None = None, **top) -> dict:
+    """Return MINIMAL_SPEC on PLATFORM (HyperPod's groups have a fixed size), LOGIN_NODES login nodes when given."""
+    spec = copy.deepcopy(MINIMAL_SPEC)
+    spec["compute"] |= SLURM_COMPUTE[platform]
+    if platform == "hyperpod-slurm":
+        spec["compute"]["groups"][0]["min_count"] = spec["compute"]["groups"][0]["max_count"]
+    if login_nodes is not None:
+        spec["compute"]["login_nodes"] = {"count": login_nodes}
+    return spec | top
+
+
+def problems(spec: dict) -> list[str]:
+    try:
+        parse_spec(spec, "x.yaml")
+    except SpecError as error:
+        return error.lines_out()
+    return []
+
+
+def test_pcs_without_login_nodes_has_nowhere_to_run_it_in_one_line() -> None:
+    assert problems(slurm_spec("pcs", login_nodes=0, code_server={})) == [
+        "x.yaml: code_server: got code-server, but PCS runs the Slurm controller itself and this cluster has no login "
+        "node to run it on: set compute.login_nodes.count, or remove code_server"
+    ]
+
+
+@pytest.mark.parametrize("platform", sorted(SLURM_COMPUTE))
+def test_root_is_refused_in_one_line(platform: str) -> None:
+    assert problems(slurm_spec(platform, code_server={"user": "root"})) == [
+        "x.yaml: code_server.user: got 'root', allowed: any other user: code-server's terminals and extensions act as "
+        "its user; name the user you log in as, or leave it out for the image's default user"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("platform", "login_nodes", "role", "user"),
+    [
+        ("pcs", None, "login", "ec2-user"),
+        ("parallelcluster", None, "login", "ubuntu"),
+        # Without login nodes: ParallelCluster's head node, HyperPod's controller.
+        ("parallelcluster", 0, "controller", "ubuntu"),
+        ("hyperpod-slurm", 0, "controller", "ubuntu"),
+    ],
+)
+def test_it_runs_on_the_login_node_else_the_controller_as_the_images_user(platform, login_nodes, role, user) -> None:
+    spec = parse_spec(slurm_spec(platform, login_nodes=login_nodes, code_server={}), "x.yaml")
+    config = config_from_spec(spec)
+    assert (config.code_server_role, config.code_server_user) == (role, user)
+    named = config_from_spec(parse_spec(slurm_spec(platform, login_nodes, code_server={"user": "alice"}), "x.yaml"))
+    assert named.code_server_user == "alice"
+
+
+def test_without_code_server_no_node_runs_it() -> None:
+    config = config_from_spec(parse_spec(slurm_spec("pcs"), "x.yaml"))
+    assert (config.code_server_role, config.code_server_user) == ("", "")
+
+
+def test_locally_it_runs_as_the_user_behind_sudo_else_whoever_runs_kiln() -> None:
+    assert local_code_server_user({"SUDO_USER": "nobody"}, euid=0) == "nobody"
+    # No sudo, sudo by root itself, or a SUDO_USER this machine does not have: the user running kiln.
+    assert local_code_server_user({}, euid=0) == "root"
+    assert local_code_server_user({"SUDO_USER": "root"}, euid=0) == "root"
+    assert local_code_server_user({"SUDO_USER": "no-such-user-here"}, euid=65534) == "nobody"
+
+
+def test_the_local_cluster_runs_it_as_its_own_user_not_the_specs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SUDO_USER", "nobody")
+    spec = parse_spec(slurm_spec("pcs", code_server={"user": "alice"}), "x.yaml")
+    local = LocalCluster.from_subnet("x", "/tmp/kiln-local-x", 1, "10.77.0.0/24")
+    config = config_from_spec(spec, "local", local=local)
+    assert (config.code_server_role, config.code_server_user) == ("controller", "nobody")
