@@ -101,7 +101,8 @@ class TrainingImageProps:
             tag_count <= MAX_TAGS_PER_RESOURCE,
             "tags",
             f"{len(self.tags)} tags",
-            f"at most {MAX_TAGS_PER_RESOURCE} on an AMI with the manifest's {len(self.manifest.tags())} and kiln:recipe",
+            f"at most {MAX_TAGS_PER_RESOURCE} on an AMI with the manifest's {len(self.manifest.tags())} "
+            "and kiln:recipe",
         )
         require(
             self.image_parameter_name.startswith("/"),
