@@ -17,6 +17,18 @@ FAKE_AMI = "ami-12345678"  # moto runs any image id; listing its catalog takes s
 ACCOUNT = "123456789012"
 
 
+def hyperpod_instance_group(name: str, count: int) -> dict[str, Any]:
+    """Return a HyperPod instance group of COUNT ml.m5.xlarge named NAME, as CreateCluster takes it in moto."""
+    return {
+        "InstanceGroupName": name,
+        "InstanceType": "ml.m5.xlarge",
+        "InstanceCount": count,
+        "LifeCycleConfig": {"SourceS3Uri": "s3://sagemaker-lifecycle/kiln", "OnCreate": "on_create.sh"},
+        "ExecutionRole": f"arn:aws:iam::{ACCOUNT}:role/hyperpod",
+        "ThreadsPerCore": 1,
+    }
+
+
 @pytest.fixture(autouse=True)
 def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
     """Fake credentials, a region and no user AWS config files, so nothing can reach a real account."""

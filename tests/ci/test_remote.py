@@ -21,7 +21,17 @@ from botocore.stub import ANY, Stubber
 from kiln.catalog import names
 from kiln.ci import remote
 from kiln.ci.remote import ClusterHandle, RemoteError, Target, Unreachable, find_head, run_command
-from tests.ci.conftest import ACCOUNT, REGION, Clock, CommandWith, FakeSession, launch, make_stack, tags
+from tests.ci.conftest import (
+    ACCOUNT,
+    REGION,
+    Clock,
+    CommandWith,
+    FakeSession,
+    hyperpod_instance_group,
+    launch,
+    make_stack,
+    tags,
+)
 from tests.conftest import ROOT
 
 COMMAND_ID = "11111111-2222-3333-4444-555555555555"
@@ -132,19 +142,9 @@ def test_parallelcluster_runs_on_its_head_node(moto: boto3.Session) -> None:
 def test_hyperpod_runs_on_the_controller_through_its_session_target(moto: boto3.Session) -> None:
     sagemaker = boto3.client("sagemaker", region_name=REGION)
 
-    def group(name: str, count: int) -> dict[str, Any]:
-        return {
-            "InstanceGroupName": name,
-            "InstanceType": "ml.m5.xlarge",
-            "InstanceCount": count,
-            "LifeCycleConfig": {"SourceS3Uri": "s3://sagemaker-lifecycle/kiln", "OnCreate": "on_create.sh"},
-            "ExecutionRole": f"arn:aws:iam::{ACCOUNT}:role/hyperpod",
-            "ThreadsPerCore": 1,
-        }
-
     arn = sagemaker.create_cluster(
         ClusterName="ci-42",
-        InstanceGroups=[group("gpu", 2), group("controller", 1)],
+        InstanceGroups=[hyperpod_instance_group("gpu", 2), hyperpod_instance_group("controller", 1)],
         VpcConfig={"SecurityGroupIds": ["sg-12345678"], "Subnets": ["subnet-12345678"]},
     )["ClusterArn"]
     cluster = handle(Backend="hyperpod", Orchestrator="slurm", ClusterName="ci-42", HyperPodClusterArn=arn)

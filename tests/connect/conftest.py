@@ -7,16 +7,14 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
-from tests.ci.conftest import ACCOUNT, REGION, launch, make_stack
+from tests.ci.conftest import ACCOUNT, REGION, aws_env, hyperpod_instance_group, launch, make_stack, moto  # noqa: F401
 
 # The situations without credentials that every command is tested in (tests/test_credentials.py).
 from tests.test_credentials import no_credentials_env  # noqa: F401 - a fixture for the tests here
@@ -83,31 +81,6 @@ def write_spec(directory: Path, platform: str, *, login: int = 1, code_server: b
     return path
 
 
-@pytest.fixture(autouse=True)
-def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Fake credentials, a region and no user AWS config files, so nothing can reach a real account."""
-    empty = tmp_path_factory.mktemp("aws-config")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(empty / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(empty / "credentials"))
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_REGION": REGION,
-    }.items():
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_PROFILE", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def moto(aws_env: None) -> Iterator[boto3.Session]:
-    """An in-process moto account; yields a session in REGION."""
-    with mock_aws():
-        yield boto3.Session(region_name=REGION)
-
-
 # The compute stack's outputs per platform, as kiln.stacks.compute writes them (ids filled in by the tests).
 def compute_stack(session: boto3.Session, outputs: dict[str, str], name: str = "lab") -> None:
     """Create NAME's compute stack with OUTPUTS."""
@@ -131,19 +104,9 @@ def hyperpod_cluster(session: boto3.Session, groups: dict[str, int]) -> str:
     """Create HyperPod cluster lab with GROUPS (name: count) in moto and its compute stack; return its ARN."""
     sagemaker = session.client("sagemaker")
 
-    def group(name: str, count: int) -> dict[str, Any]:
-        return {
-            "InstanceGroupName": name,
-            "InstanceType": "ml.m5.xlarge",
-            "InstanceCount": count,
-            "LifeCycleConfig": {"SourceS3Uri": "s3://sagemaker-lifecycle/kiln", "OnCreate": "on_create.sh"},
-            "ExecutionRole": f"arn:aws:iam::{ACCOUNT}:role/hyperpod",
-            "ThreadsPerCore": 1,
-        }
-
     arn = sagemaker.create_cluster(
         ClusterName="lab",
-        InstanceGroups=[group(name, count) for name, count in groups.items()],
+        InstanceGroups=[hyperpod_instance_group(name, count) for name, count in groups.items()],
         VpcConfig={"SecurityGroupIds": ["sg-12345678"], "Subnets": ["subnet-12345678"]},
     )["ClusterArn"]
     compute_stack(
