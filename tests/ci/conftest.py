@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -15,6 +17,23 @@ from kiln.ci.reaper_code.kiln_reaper.contract import TAG_ENVIRONMENT, TAG_PART, 
 REGION = "us-east-1"
 FAKE_AMI = "ami-12345678"  # moto runs any image id; listing its catalog takes seconds
 ACCOUNT = "123456789012"
+
+
+def running(pids: list[int], wait_s: float = 5.0) -> list[int]:
+    """Return those of PIDS still running (not gone, not a zombie nobody reaped yet), after up to WAIT_S."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = []
+        for pid in pids:
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            except (FileNotFoundError, ProcessLookupError):
+                continue
+            if state != "Z":
+                alive.append(pid)
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
 
 
 def hyperpod_instance_group(name: str, count: int) -> dict[str, Any]:

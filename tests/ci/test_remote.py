@@ -9,7 +9,6 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from tests.ci.conftest import (
     hyperpod_instance_group,
     launch,
     make_stack,
+    running,
     tags,
 )
 from tests.conftest import ROOT
@@ -553,23 +553,6 @@ def system_node(cluster: str = "ci-42", group: str = "system", state: str = "run
 
 def expect_terminate(stub: Stubber) -> None:
     stub.add_response("terminate_session", {"SessionId": SESSION_ID}, {"SessionId": SESSION_ID})
-
-
-def running(pids: list[int]) -> list[int]:
-    """Return those of PIDS still running (not gone, not a zombie nobody reaped yet), after up to 5 s."""
-    deadline = time.monotonic() + 5
-    while True:
-        alive = []
-        for pid in pids:
-            try:
-                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            if state != "Z":
-                alive.append(pid)
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.05)
 
 
 @pytest.mark.parametrize("mode", ["listening", "quiet"])

@@ -14,7 +14,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.ci.conftest import ACCOUNT, REGION, aws_env, hyperpod_instance_group, launch, make_stack, moto  # noqa: F401
+from tests.ci.conftest import ACCOUNT, REGION, aws_env, hyperpod_instance_group, launch, make_stack, moto, running  # noqa: F401
 
 # The situations without credentials that every command is tested in (tests/test_credentials.py).
 from tests.test_credentials import no_credentials_env  # noqa: F401 - a fixture for the tests here
@@ -265,23 +265,6 @@ def tools(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Tools:
     monkeypatch.setenv("PATH", f"{found.bin}{os.pathsep}/usr/bin{os.pathsep}/bin")
     monkeypatch.setenv("FAKE_RECORD", str(found.record))
     return found
-
-
-def running(pids: list[int], wait_s: float = 5.0) -> list[int]:
-    """Return those of PIDS still running (not gone, not a zombie), after up to WAIT_S."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        alive = []
-        for pid in pids:
-            try:
-                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            if state != "Z":
-                alive.append(pid)
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.05)
 
 
 class StubbedSession:
