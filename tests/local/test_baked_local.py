@@ -46,7 +46,14 @@ def test_a_baked_local_bundle_boots_with_configure_steps_only_and_no_network(e2e
     assert baked.returncode == 0, baked.stdout + baked.stderr
     assert (prefix / "etc/kiln/baked").read_text() == "local\n"
     markers = sorted(path.name for path in (prefix / "etc/kiln/image").iterdir())
-    assert markers == ["install_exporters.env", "install_launcher.env", "install_munge.env", "install_slurm.env"]
+    # install_code_server skipped (the spec has no code_server) and, like every install step that ran, left a marker.
+    assert markers == [
+        "install_code_server.env",
+        "install_exporters.env",
+        "install_launcher.env",
+        "install_munge.env",
+        "install_slurm.env",
+    ]
     assert (prefix / "etc/kiln/image/install_slurm.env").read_text() == "KILN_SLURM_SOURCE='distro'\n"
     assert not (prefix / "etc/slurm/slurm.conf").exists(), "a bake runs no configure step"
     venv = prefix / "opt/kiln/venv"
@@ -70,6 +77,12 @@ def test_a_baked_local_bundle_boots_with_configure_steps_only_and_no_network(e2e
     assert (prefix / "etc/munge/munge.key").stat().st_size == 1024
     # What kiln-launch check will find on these nodes: every step's marker matches the bundle they booted.
     image = scan_image(prefix)
-    assert sorted(image.wanted or {}) == ["install_exporters", "install_launcher", "install_munge", "install_slurm"]
+    assert sorted(image.wanted or {}) == [
+        "install_code_server",
+        "install_exporters",
+        "install_launcher",
+        "install_munge",
+        "install_slurm",
+    ]
     assert (image.missing, image.mismatches(), image.error) == ([], [], None)
     assert f"KILN_ROOT={prefix}" in (prefix / "etc/kiln/launcher.env").read_text()

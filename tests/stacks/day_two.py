@@ -62,6 +62,8 @@ def changed(data: Mapping[str, Any], **changes: Any) -> dict[str, Any]:
 def _synthesized(spec_json: str, context_json: str) -> tuple[Path, str]:
     outdir = Path(tempfile.mkdtemp(prefix="kiln-day-two-"))
     spec = parse_spec(json.loads(spec_json))
+    # The examples' data: their relative paths (bootstrap.steps) are below examples/, as when loaded from there.
+    spec._source_dir = ROOT / "examples"
     app = cdk.App(
         outdir=str(outdir),
         context={**FEATURE_FLAGS, **json.loads(context_json)},
