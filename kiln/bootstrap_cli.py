@@ -47,13 +47,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def role_summary(bundle_dir: Path) -> list[str]:
     """Describe which steps of the rendered bundle behave differently per node role."""
+    from kiln.catalog.envfile import parse_env_file
+
     steps = sorted(bundle_dir.glob("steps/*.sh"))
     by_role = [p for p in steps if p.stem != "node_context" and "KILN_NODE_ROLE" in p.read_text()]
-    if not by_role:
-        return ["every node runs the same steps (no role-specific behaviour)"]
     env = (bundle_dir / "bundle.env").read_text()
+    values = parse_env_file(env, source=str(bundle_dir / "bundle.env"))
+    # The user's own steps (bootstrap.steps): each runs on the roles bundle.env lists for it.
+    user_steps = [
+        f"  user_{path.name}: your step ({values[f'KILN_USER_STEP_{path.name.upper()}_PHASE']}), on "
+        f"{values[f'KILN_USER_STEP_{path.name.upper()}_ROLES'].replace(' ', ', ')} nodes: see "
+        f"{path.relative_to(bundle_dir)}"
+        for path in sorted(bundle_dir.glob("user-steps/*"))
+    ]
+    if not by_role and not user_steps:
+        return ["every node runs the same steps (no role-specific behaviour)"]
     lines = ["steps whose work depends on the node role (controller, login, worker):"]
-    lines += [f"  {p.stem}: see {p.relative_to(bundle_dir)}" for p in by_role]
+    lines += [f"  {p.stem}: see {p.relative_to(bundle_dir)}" for p in by_role] + user_steps
     if "KILN_TARGET='hyperpod'" in env:
         groups = dict(line.split("=", 1) for line in env.splitlines() if line.startswith("KILN_HYPERPOD_"))
         lines.append(

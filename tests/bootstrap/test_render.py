@@ -419,6 +419,15 @@ def test_render_refuses_an_oversized_bundle_in_one_line(tmp_path, capsys, monkey
     assert list(tmp_path.iterdir()) == []
 
 
+def test_render_names_the_users_own_steps_and_their_roles(tmp_path, capsys):
+    from kiln.cli import main
+
+    argv = ["bootstrap", "render", "--spec", str(EXAMPLES / "workshop-g6-pcs.yaml"), "--target", "pcs"]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert "  user_shared_dir: your step (configure), on login nodes: see user-steps/shared_dir" in err
+
+
 def test_an_alias_amplified_spec_renders_nothing(tmp_path, capsys):
     """The audit's case: 4,800 uses of one 500 KB launcher.nccl_env value rendered 1.8 GB; it is refused on reading."""
     from kiln.cli import main
