@@ -5,44 +5,34 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kiln.aws_errors import one_line
 from kiln.preflight.aws import AWS_ERRORS, AwsClients, unchecked
+from kiln.preflight.check import Check
+from kiln.preflight.checks import (
+    bootstrap,
+    bucket,
+    egress,
+    image,
+    leftovers,
+    lustre,
+    offerings,
+    quotas,
+    reservations,
+    services,
+    subnet,
+    zones,
+)
 from kiln.preflight.findings import Finding, Report
 from kiln.preflight.plan import Plan, plan_for
 from kiln.spec import ClusterSpec
 
 
-@dataclass(frozen=True, kw_only=True)
-class Check:
-    """One preflight check: its name (for --skip), what it proves, and the function that asks AWS."""
-
-    name: str
-    about: str
-    run: Callable[[Plan, AwsClients], list[Finding]]
-
-
 def all_checks() -> tuple[Check, ...]:
     """Return every check in the order `kiln preflight --help` lists them."""
-    from kiln.preflight.checks import (
-        bootstrap,
-        bucket,
-        egress,
-        image,
-        leftovers,
-        lustre,
-        offerings,
-        quotas,
-        reservations,
-        services,
-        subnet,
-        zones,
-    )
-
     return (
         services.CHECK,
         offerings.CHECK,

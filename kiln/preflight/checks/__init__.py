@@ -1,1 +1,1 @@
-"""One module per preflight check; each exposes CHECK (kiln.preflight.run.Check)."""
+"""One module per preflight check; each exposes CHECK (kiln.preflight.check.Check)."""

@@ -13,10 +13,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from kiln.aws_errors import ACCESS_DENIED, one_line
 from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
 from kiln.preflight.aws import AwsClients
+from kiln.preflight.check import Check
 from kiln.preflight.findings import Finding
 from kiln.preflight.permissions import DEFAULT_CDK_QUALIFIER
 from kiln.preflight.plan import Plan
-from kiln.preflight.run import Check
 
 NAME = "bootstrap"
 ADMIN_POLICY = "AdministratorAccess"

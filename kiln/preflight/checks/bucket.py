@@ -7,9 +7,9 @@ from botocore.exceptions import ClientError
 
 from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
 from kiln.preflight.aws import AwsClients
+from kiln.preflight.check import Check
 from kiln.preflight.findings import Finding
 from kiln.preflight.plan import Plan
-from kiln.preflight.run import Check
 
 NAME = "bucket"
 # CloudFormation tags what it creates with its stack's name and id (aws: tags, which no user can set or change).

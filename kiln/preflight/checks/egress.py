@@ -8,9 +8,9 @@ from typing import Any
 
 from kiln.catalog.network import S3, Endpoint, endpoint
 from kiln.preflight.aws import AwsClients
+from kiln.preflight.check import Check
 from kiln.preflight.findings import Finding
 from kiln.preflight.plan import Plan
-from kiln.preflight.run import Check
 
 NAME = "egress"
 DEFAULT_ROUTE = "0.0.0.0/0"

@@ -9,9 +9,9 @@ from botocore.exceptions import ClientError
 from kiln.catalog import instance_type
 from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
 from kiln.preflight.aws import AwsClients
+from kiln.preflight.check import Check
 from kiln.preflight.findings import Finding, Status
 from kiln.preflight.plan import Plan
-from kiln.preflight.run import Check
 
 NAME = "image"
 NOT_FOUND = ("InvalidAMIID.NotFound", "InvalidAMIID.Malformed", "InvalidAMIID.Unavailable")

@@ -20,11 +20,11 @@ from kiln.ami.names import image_stack_name
 from kiln.ci.reaper_code.kiln_reaper.contract import DELETE_ORDER, TAG_CLUSTER, TAG_ENVIRONMENT, stack_name
 from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
 from kiln.preflight.aws import AWS_ERRORS, AwsClients, unchecked
+from kiln.preflight.check import Check
 from kiln.preflight.checks.bucket import stack_alive
 from kiln.preflight.checks.lustre import admits_lustre
 from kiln.preflight.findings import Finding
 from kiln.preflight.plan import Plan
-from kiln.preflight.run import Check
 
 NAME = "leftovers"
 # What the tagging API is asked for (a service alone stands for all its types; EC2's instances are never kept).

@@ -9,10 +9,10 @@ from botocore.exceptions import ClientError
 
 from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
 from kiln.preflight.aws import AwsClients
+from kiln.preflight.check import Check
 from kiln.preflight.checks.quotas import QuotaList, number, service_quotas_remedy
 from kiln.preflight.findings import Finding
 from kiln.preflight.plan import Plan
-from kiln.preflight.run import Check
 from kiln.spec.models import Lustre
 
 NAME = "lustre"

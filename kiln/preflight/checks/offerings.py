@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from kiln.preflight.aws import AwsClients
+from kiln.preflight.check import Check
 from kiln.preflight.findings import Finding
 from kiln.preflight.plan import Plan
-from kiln.preflight.run import Check
 
 NAME = "offerings"
 # Local Zones and Wavelength Zones (opted in) answer DescribeAvailabilityZones too; kiln places nodes in AZs only.

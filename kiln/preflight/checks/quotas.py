@@ -14,9 +14,9 @@ from kiln.catalog import UnknownInstanceType, instance_type
 from kiln.catalog.names import hyperpod_type_name
 from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
 from kiln.preflight.aws import AwsClients
+from kiln.preflight.check import Check
 from kiln.preflight.findings import Finding
 from kiln.preflight.plan import NodeNeed, Plan
-from kiln.preflight.run import Check
 
 NAME = "quotas"
 EC2 = "ec2"

@@ -8,9 +8,9 @@ from botocore.exceptions import ClientError
 
 from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
 from kiln.preflight.aws import AwsClients
+from kiln.preflight.check import Check
 from kiln.preflight.findings import Finding, Status
 from kiln.preflight.plan import NodeNeed, Plan
-from kiln.preflight.run import Check
 
 NAME = "reservations"
 NOT_FOUND = ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from kiln.preflight.aws import AwsClients
+from kiln.preflight.check import Check
 from kiln.preflight.findings import Finding
 from kiln.preflight.plan import Plan
-from kiln.preflight.run import Check
 
 NAME = "services"
 # SSM publishes /aws/service/global-infrastructure/regions/<region>/services/<service> for each one offered.

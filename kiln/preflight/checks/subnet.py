@@ -7,9 +7,9 @@ from botocore.exceptions import ClientError
 from kiln.catalog.limits import PRIVATE_SUBNET_EXTRA_BITS, SUBNET_RESERVED_ADDRESSES, VPC_PREFIX_MAX, VPC_PREFIX_MIN
 from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
 from kiln.preflight.aws import AwsClients
+from kiln.preflight.check import Check
 from kiln.preflight.findings import Finding, Status
 from kiln.preflight.plan import Plan, private_subnet_addresses
-from kiln.preflight.run import Check
 
 NAME = "subnet"
 NOT_FOUND = ("InvalidSubnetID.NotFound", "InvalidSubnetID.Malformed")

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from kiln.catalog.network import eks_refused_zone_ids, eks_zones_source, second_zone, zone_in_region
 from kiln.preflight.aws import AwsClients
+from kiln.preflight.check import Check
 from kiln.preflight.findings import Finding
 from kiln.preflight.plan import Plan
-from kiln.preflight.run import Check
 
 NAME = "zones"
 # CDK's availability-zones lookup keeps the zones in this state, in DescribeAvailabilityZones' order.
