@@ -4,6 +4,7 @@ the image checks each marker against its bundle, runs configure steps only and r
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -46,10 +47,23 @@ def bake(node: Node) -> subprocess.CompletedProcess:
     return result
 
 
-@pytest.fixture
-def baked(node: Node) -> Node:
+@pytest.fixture(scope="module")
+def _baked_once(tmp_path_factory: pytest.TempPathFactory, pcs_bundle: Path) -> tuple[Node, Path]:
+    """Bake one node per test module (a bake takes seconds) and keep a pristine copy of its whole directory."""
+    base = tmp_path_factory.mktemp("baked")
+    node = make_node(base / "node", pcs_bundle)
     result = bake(node)
     assert result.returncode == 0, result.stderr
+    shutil.copytree(base / "node", base / "pristine", symlinks=True)
+    return node, base
+
+
+@pytest.fixture
+def baked(_baked_once: tuple[Node, Path]) -> Node:
+    """A freshly baked node: the module's bake, restored in place (its paths are in its files) for each test."""
+    node, base = _baked_once
+    shutil.rmtree(base / "node")
+    shutil.copytree(base / "pristine", base / "node", symlinks=True)
     return node
 
 
