@@ -28,6 +28,10 @@ FORBIDDEN = {
     "kiln.jobs": ("kiln.constructs", "kiln.stacks", "kiln.local", "aws_cdk", "constructs", "cdk_nag", "jsii"),
     # `kiln hyperpod` and `kiln leftovers` ask AWS with boto3; they never synthesize either.
     "kiln.hyperpod": ("kiln.constructs", "kiln.stacks", "kiln.local", "aws_cdk", "constructs", "cdk_nag", "jsii"),
+    # What the layers agree on: the standard library and itself (test_contracts_use_the_standard_library_only).
+    "kiln.contracts": ("kiln.spec", "kiln.bootstrap", "kiln.constructs", "kiln.stacks", "kiln.local", "kiln.ci")
+    + ("kiln.preflight", "kiln.ami", "kiln.catalog", "pydantic", "yaml", "jinja2")
+    + THIRD_PARTY_CLOUD,
     # The reaper's Lambda code: what the Lambda runtime has (stdlib, boto3), nothing of kiln's beyond itself.
     "kiln.ci.reaper_code": ("kiln", "aws_cdk", "constructs", "cdk_nag", "jsii", "pydantic", "yaml", "jinja2"),
     # The Grafana provisioning Lambda's code, likewise.
@@ -199,3 +203,12 @@ def test_spec_to_bootstrap_translation_loads_without_cdk() -> None:
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(done.stdout) == []
+
+
+def test_contracts_use_the_standard_library_only() -> None:
+    for path in _modules("kiln.contracts"):
+        for name in imports_of(path):
+            top = name.split(".")[0]
+            assert top in sys.stdlib_module_names or _under(name, ("kiln.contracts",)) or name == "__future__", (
+                f"{path.relative_to(ROOT)} imports {name}"
+            )

@@ -71,6 +71,7 @@ from kiln.aws_errors import (
 from kiln.catalog.names import EKS_SYSTEM_NODE_GROUP, TAG_EKS_CLUSTER, TAG_NODE_GROUP
 from kiln.ci.reaper_code.kiln_reaper.contract import stack_name
 from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
+from kiln.contracts.outputs import ComputeOutput
 
 BACKENDS = ("pcs", "parallelcluster", "hyperpod", "eks")
 # Kept equal to kiln.stacks.hyperpod.CONTROLLER_GROUP and LOGIN_GROUP by the tests (importing them here would import
@@ -193,12 +194,12 @@ class ClusterHandle:
         """Return the compute stack's name."""
         return stack_name(self.environment, "compute")
 
-    def output(self, key: str) -> str:
+    def output(self, key: ComputeOutput) -> str:
         """Return the output KEY of the compute stack; one line naming it when the stack lacks it."""
-        value = self.outputs.get(key, "")
+        value = self.outputs.get(key.value, "")
         if not value:
             raise RemoteError(
-                f"stack {self.stack_name} has no output {key}: it was deployed by an older kiln or another tool; "
+                f"stack {self.stack_name} has no output {key.value}: it was deployed by an older kiln or another tool; "
                 f"redeploy it with `{self.deployed_by}`"
             )
         return value
@@ -206,7 +207,7 @@ class ClusterHandle:
     @property
     def backend(self) -> str:
         """Return the backend: pcs, parallelcluster, hyperpod or eks."""
-        backend = self.output("Backend")
+        backend = self.output(ComputeOutput.BACKEND)
         if backend not in BACKENDS:
             raise RemoteError(
                 f"stack {self.stack_name}: output Backend is {backend!r}, kiln knows {', '.join(BACKENDS)}"
@@ -216,12 +217,12 @@ class ClusterHandle:
     @property
     def orchestrator(self) -> str:
         """Return the orchestrator: slurm, eks or none."""
-        return self.output("Orchestrator")
+        return self.output(ComputeOutput.ORCHESTRATOR)
 
     @property
     def cluster_name(self) -> str:
         """Return the backend's name for the cluster."""
-        return self.output("ClusterName")
+        return self.output(ComputeOutput.CLUSTER_NAME)
 
     @property
     def uses_kubernetes(self) -> bool:
@@ -231,17 +232,17 @@ class ClusterHandle:
     @property
     def pcs_cluster_id(self) -> str:
         """Return the AWS PCS cluster id."""
-        return self.output("PcsClusterId")
+        return self.output(ComputeOutput.PCS_CLUSTER_ID)
 
     @property
     def pcs_login_node_group_id(self) -> str | None:
         """Return the PCS login node group's id, or None when the spec has no login nodes."""
-        return self.outputs.get("PcsLoginNodeGroupId") or None
+        return self.outputs.get(ComputeOutput.PCS_LOGIN_NODE_GROUP_ID.value) or None
 
     @property
     def hyperpod_cluster_arn(self) -> str:
         """Return the HyperPod cluster's ARN."""
-        return self.output("HyperPodClusterArn")
+        return self.output(ComputeOutput.HYPERPOD_CLUSTER_ARN)
 
     @property
     def hyperpod_cluster_id(self) -> str:
@@ -251,7 +252,7 @@ class ClusterHandle:
     @property
     def eks_cluster_name(self) -> str:
         """Return the EKS cluster's name."""
-        return self.output("EksClusterName")
+        return self.output(ComputeOutput.EKS_CLUSTER_NAME)
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from kiln.catalog.code_server import (
 )
 from kiln.ci import remote
 from kiln.ci.remote import ClusterHandle, NotRunning, RemoteError, Target
+from kiln.contracts.outputs import ComputeOutput
 from kiln.spec import ClusterSpec
 from kiln.spec.problems import printable
 
@@ -222,7 +223,8 @@ def find_node(session: Any, cluster: ClusterHandle, place: CodeServerPlace, node
     if backend == "pcs":
         if cluster.pcs_login_node_group_id is None:
             raise RemoteError(
-                f"stack {cluster.stack_name} has no output PcsLoginNodeGroupId: the PCS cluster was deployed without "
+                f"stack {cluster.stack_name} has no output {ComputeOutput.PCS_LOGIN_NODE_GROUP_ID.value}: the PCS "
+                "cluster was deployed without "
                 f"login nodes; redeploy it with `{cluster.deployed_by}`"
             )
         target = remote._pcs_login_node(session, cluster, node)

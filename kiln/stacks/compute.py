@@ -25,6 +25,7 @@ from kiln.constructs import (
     attachable_policy,
 )
 from kiln.constructs.eks_scheduling import CLUSTER_AUTOSCALER_FACTS
+from kiln.contracts.outputs import ComputeOutput
 from kiln.spec import ClusterSpec
 from kiln.stacks.bootstrap_config import config_from_spec, eks_node_provision_seconds, parallelcluster_timeouts
 from kiln.stacks.ci_mode import CiEnvironment
@@ -213,17 +214,17 @@ class ComputeStack(cdk.Stack):
     def _outputs(self) -> None:
         """Name the cluster in outputs with fixed keys: `kiln ci` finds its head node and readiness by them."""
         values = {
-            "Backend": self.spec.compute.backend,
-            "Orchestrator": self.spec.effective_orchestrator or "none",
-            "ClusterName": self.spec.name,
+            ComputeOutput.BACKEND: self.spec.compute.backend,
+            ComputeOutput.ORCHESTRATOR: self.spec.effective_orchestrator or "none",
+            ComputeOutput.CLUSTER_NAME: self.spec.name,
         }
         if self.pcs is not None:
-            values["PcsClusterId"] = self.pcs.cluster.attr_id
+            values[ComputeOutput.PCS_CLUSTER_ID] = self.pcs.cluster.attr_id
             if self.pcs.login_group is not None:
-                values["PcsLoginNodeGroupId"] = self.pcs.login_group.attr_id
+                values[ComputeOutput.PCS_LOGIN_NODE_GROUP_ID] = self.pcs.login_group.attr_id
         if self.hyperpod is not None:
-            values["HyperPodClusterArn"] = self.hyperpod.cluster.attr_cluster_arn
+            values[ComputeOutput.HYPERPOD_CLUSTER_ARN] = self.hyperpod.cluster.attr_cluster_arn
         if self.eks is not None:
-            values["EksClusterName"] = self.eks.cluster.cluster_name
+            values[ComputeOutput.EKS_CLUSTER_NAME] = self.eks.cluster.cluster_name
         for key, value in values.items():
-            cdk.CfnOutput(self, key, value=value)
+            cdk.CfnOutput(self, key.value, value=value)

@@ -201,7 +201,7 @@ LIGHT_KILN_MODULES = ("kiln.ci.remote", "kiln.aws_errors")
 
 def test_remote_and_ready_import_neither_the_cdk_nor_pydantic() -> None:
     # `kiln ci run` must work without synthesizing anything: boto3, botocore and the standard library only
-    # (the reaper's names and the catalog are stdlib-only: tests/test_layers.py checks that).
+    # (the reaper's names, the catalog and the contracts are stdlib-only: tests/test_layers.py checks that).
     from tests.test_layers import imports_of
 
     heavy = ("aws_cdk", "constructs", "cdk_nag", "jsii", "pydantic", "yaml", "jinja2")
@@ -213,7 +213,7 @@ def test_remote_and_ready_import_neither_the_cdk_nor_pydantic() -> None:
         or (
             module.startswith("kiln.")
             and module not in LIGHT_KILN_MODULES
-            and not module.startswith(("kiln.ci.reaper_code.", "kiln.catalog."))
+            and not module.startswith(("kiln.ci.reaper_code.", "kiln.catalog.", "kiln.contracts."))
         )
     }
     assert found == set()

@@ -1,0 +1,23 @@
+"""The compute stack's outputs: kiln.stacks writes them under these keys, and `kiln ci` and `kiln connect` find the
+cluster by them (kiln.ci.remote.ClusterHandle). A key is part of what a deployed stack promises: renaming one breaks
+every cluster deployed before."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class ComputeOutput(str, Enum):
+    """An output key of the `<name>-compute` stack."""
+
+    # pcs, parallelcluster, hyperpod or eks.
+    BACKEND = "Backend"
+    # slurm or eks on HyperPod, none elsewhere.
+    ORCHESTRATOR = "Orchestrator"
+    # The backend's name for the cluster (the spec's name, or the CI environment's).
+    CLUSTER_NAME = "ClusterName"
+    PCS_CLUSTER_ID = "PcsClusterId"
+    # Only when the spec has login nodes.
+    PCS_LOGIN_NODE_GROUP_ID = "PcsLoginNodeGroupId"
+    HYPERPOD_CLUSTER_ARN = "HyperPodClusterArn"
+    EKS_CLUSTER_NAME = "EksClusterName"
