@@ -27,7 +27,7 @@ CHECKOV_VENV ?= .venv-checkov
 # (kiln/node_runtime.py), and cdk.json runs app.py with .venv's Python through ./venv-python.
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup system-deps demo test lint bench clean
+.PHONY: setup system-deps demo test test-slow lint bench clean
 
 setup: system-deps $(BIN)/.installed $(BIN)/checkov node_modules/.installed
 
@@ -69,8 +69,13 @@ demo: setup
 	  $(BIN)/kiln report examples/*.yaml || status=1; \
 	  $(BIN)/kiln local down; exit $$status
 
+# The fast tier: what a developer runs after each change (3 minutes or less on 2 cores). The slow tier holds the
+# end-to-end local clusters, every example's synthesis and the modules that take over 14 s; .ci/run runs both.
 test: setup
-	$(BIN)/pytest -n 2 -q
+	$(BIN)/pytest -n 2 -q --dist loadfile -m "not slow and not e2e"
+
+test-slow: setup
+	$(BIN)/pytest -n 2 -q --dist loadfile -m "slow or e2e"
 
 lint: setup
 	$(BIN)/ruff check .

@@ -150,3 +150,14 @@ def tests_leave_nothing_running(tmp_path_factory: pytest.TempPathFactory) -> Ite
     if left:
         running = "; ".join(f"{pid}: {' '.join(argv)}" for pid, argv in sorted(left.items()))
         pytest.fail(f"still running after the tests, started by them: {running}", pytrace=False)
+
+
+# Fixtures whose first use costs tens of seconds on 2 cores: a test that takes one belongs to the slow tier.
+SLOW_FIXTURES = frozenset({"example_assemblies"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put every test that synthesizes all the examples (example_assemblies) in the slow tier (`make test-slow`)."""
+    for item in items:
+        if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -17,6 +17,9 @@ from kiln.ci.deploy import DeployFailed, check_cdk_version, deploy_stacks
 from kiln.node_runtime import CDK_CLI_VERSION, NodeUnavailable, cdk_command, choose_node
 from tests.conftest import NODE_BIN, ROOT
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 needs_pinned_node = pytest.mark.skipif(not (NODE_BIN / "node").exists(), reason="node_modules missing: `make setup`")
 
 # What jsii prints, line by line as Python bytes, when it runs on Node 20 (the 11-line banner, shortened).

@@ -26,7 +26,11 @@ from tests.ami.conftest import (
 )
 from tests.ci.conftest import REGION, Clock
 
-pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS..CloudFormation..WaitConditionHandle:UserWarning")
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:Tried to parse AWS..CloudFormation..WaitConditionHandle:UserWarning"),
+]
 
 AMI = "ami-0fedcba9876543210"
 # Where else boto3 looks for credentials: none of them may answer in the test without credentials.

@@ -16,6 +16,9 @@ from kiln.bootstrap.render import PROFILES, SCRIPTS_DIR, render_bundle
 from kiln.catalog.envfile import parse_env_file
 from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, simulate_image, stub_network
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 ENTRY = "pcs-user-data.sh"
 REMEDY = "rebuild the image: kiln ami build --spec SPEC"
 # The PCS install steps in the groups an image build runs them in, one kiln-step call each.

@@ -16,6 +16,9 @@ from kiln.ami.recipe import image_config, read_manifest
 from kiln.bootstrap.render import render_bundle
 from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, stub_network
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 URI = "s3://cdk-assets-111111111111-us-east-1/bundle.zip"
 
 

@@ -14,6 +14,9 @@ from kiln.bootstrap.render import PROFILES, render_bundle
 from kiln.catalog.platforms import image_profile
 from tests.bootstrap.conftest import CLUSTER_ENV, PINS, Node, make_node, pcs_config, simulate_image
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 # Package names (and installer runs) that would put a second copy of an image-owned component on a node.
 REPLACING = {
     "nvidia_driver": ("nvidia-driver-", "nvidia-open", "kmod-nvidia", "nvidia-fabricmanager", "nvidia-fabric-manager"),

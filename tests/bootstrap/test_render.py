@@ -19,6 +19,9 @@ from kiln.spec import load_spec
 from kiln.stacks.bootstrap_config import config_from_spec
 from tests.bootstrap.conftest import SHELLCHECK, pcs_config
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 

@@ -7,6 +7,9 @@ import pytest
 from kiln.bootstrap.render import render_bundle
 from tests.bootstrap.conftest import make_node, pcs_config
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 # Every step of the PCS bundle that changes something on a fresh p5 node.
 ACTIVE_STEPS = (
     "install_nvidia_driver",

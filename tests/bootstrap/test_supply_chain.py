@@ -16,6 +16,9 @@ from kiln.bootstrap.render import PROFILES, render_bundle
 from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, pins_beside, simulate_image
 from tests.conftest import stop_gnupg_daemons
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 CUDA_APT = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
 CUDA_DNF = "https://developer.download.nvidia.com/compute/cuda/repos/amzn2023/x86_64"
 NEURON_KEY = "https://apt.repos.neuron.amazonaws.com/GPG-PUB-KEY-AMAZON-AWS-NEURON.PUB"

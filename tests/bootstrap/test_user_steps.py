@@ -21,6 +21,9 @@ from kiln.catalog.envfile import parse_env_file
 from kiln.launcher.image import scan_image
 from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, simulate_image
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 ENTRY = "on_create.sh"
 REMEDY = "rebuild the image: kiln ami build --spec SPEC"
 # What every script prints: how the bootstrap ran it. Relative paths land under the node's root: the script runs

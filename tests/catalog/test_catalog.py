@@ -26,6 +26,9 @@ from kiln.catalog.facts import CURATED_PATH, GENERATED_PATH
 from kiln.catalog.refresh import RefreshError, facts_from, refresh, render, select
 from kiln.cli import main
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 REQUIRED = [
     "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge",
     "g5.12xlarge", "g5.48xlarge", "g6.12xlarge", "trn1.32xlarge", "trn1n.32xlarge", "trn2.48xlarge",

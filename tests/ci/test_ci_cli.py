@@ -20,7 +20,11 @@ from kiln.cli import main
 from kiln.preflight.run import all_checks as every_check
 from tests.ci.conftest import ACCOUNT, REGION, launch, live_stacks, make_environment, make_stack, put_versions, tags
 
-pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS..CloudFormation..WaitConditionHandle:UserWarning")
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:Tried to parse AWS..CloudFormation..WaitConditionHandle:UserWarning"),
+]
 
 FAKE_CDK = Path(__file__).with_name("fake_cdk.py")
 RUN_ID = "4242"

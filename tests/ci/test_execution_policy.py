@@ -30,6 +30,9 @@ from kiln.stacks.ci_mode import ci_environment
 from kiln.synth import synthesize
 from tests.conftest import ROOT
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 CLUSTERS = ("ci-smoke", "llm")
 LONGEST = tuple(f"cluster-{i}-abcdefgh" for i in range(6))
 # ParallelCluster's cluster provider, a nested stack of kiln's compute stack, and its own nested policies stack

@@ -34,6 +34,9 @@ from tests.ci.conftest import (
 )
 from tests.conftest import ROOT
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 COMMAND_ID = "11111111-2222-3333-4444-555555555555"
 
 

@@ -43,7 +43,11 @@ from tests.connect.conftest import (
 )
 from tests.test_credentials import REMEDY, SITUATIONS
 
-pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS..CloudFormation..WaitConditionHandle:UserWarning")
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:Tried to parse AWS..CloudFormation..WaitConditionHandle:UserWarning"),
+]
 
 AWS_CLI_PAGE = "https://docs.aws.amazon.com/cli/latest/userguide/getting-started-install.html"
 PLUGIN_PAGE = (

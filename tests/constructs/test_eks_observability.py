@@ -40,6 +40,9 @@ from kiln.stacks import new_app
 from kiln.synth import lint_template, nag_report
 from tests.constructs.conftest import ENV, efa_network, get_att, logical_id, ref, synth_as_kiln
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 REGION = "us-east-1"
 AZ = "us-east-1a"
 IMPORTED_ARN = "arn:aws:aps:us-east-1:111111111111:workspace/ws-0123abcd-4567-89ef-0123-456789abcdef"

@@ -50,6 +50,9 @@ from tests.constructs.conftest import (
     trust_statements,
 )
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 ACCOUNT = ENV.account
 STACK_NAME = "llm-dashboards"
 AMP_ID = "ws-0123abcd-4567-89ef-0123-456789abcdef"

@@ -15,6 +15,9 @@ from kiln.launcher.check_worker import matmul_sanity, relative_error
 from kiln.launcher.nccllog import parse
 from kiln.launcher.neuron import NeuronScan
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 GPU_AND_EFA_CHECKS = {"cuda", "nccl", "accelerators", "efa_devices", "ofi_nccl_plugin"}
 NEURON_CHECKS = {"neuron_cores", "neuron_device_nodes"}
 CPU_NODE = cpu_node()

@@ -17,6 +17,9 @@ from kiln.launcher.errors import UsageError
 from kiln.launcher.launch import local_accelerators
 from kiln.launcher.neuron import NeuronDevice, NeuronScan, parse_neuron_ls
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 GIB = 1 << 30
 
 

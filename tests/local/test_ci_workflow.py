@@ -27,6 +27,9 @@ from kiln.local.jobs import parse_step
 from tests.conftest import ROOT
 from tests.local.conftest import Settings, free_port, kiln_local
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 WORKFLOW = ROOT / "examples" / "ci" / "github-actions.yml"
 # A command's program as the workflow writes it: `kiln`, a path ending in /bin/kiln, or "$(command -v kiln)".
 _PROGRAM = re.compile(r"^(?:\$\(command -v (kiln(?:-launch)?)\)|(?:\S*/bin/)?(kiln(?:-launch)?))$")

@@ -27,7 +27,8 @@ from kiln.local.state import load
 from tests.conftest import MINIMAL_SPEC, ROOT
 from tests.local.conftest import Settings, kiln_local, kiln_local_popen, unique_settings
 
-pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("kiln-local")]
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.xdist_group("kiln-local")]
 
 # The spec's own steps: name -> (phase, roles). Each script records where it ran and as which role, from the node's
 # root (the cluster's prefix), where the bootstrap runs it.

@@ -20,6 +20,9 @@ import pytest
 from tests.conftest import ROOT
 from tests.local.conftest import Settings, free_port, kiln_local
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 README = ROOT / "README.md"
 # The document whose section is run, word for word.
 DOCS = README

@@ -9,6 +9,9 @@ from kiln.preflight.checks import egress
 from kiln.preflight.plan import Plan
 from tests.preflight.conftest import AZ, REGION, make_plan
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 SERVICE = f"com.amazonaws.{REGION}"
 PCS_NEEDS = ("s3", "ssm", "ssmmessages", "ec2messages", "pcs")
 

@@ -14,6 +14,9 @@ from kiln.preflight.checks import image
 from kiln.preflight.run import run_check
 from tests.preflight.conftest import client_error, make_plan, stubbed
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 # Amazon Linux 2022 images in moto's bundled catalog (moto/ec2/resources/amis.json), one per architecture.
 MOTO_IMAGES = {"x86_64": "ami-0b301ce3ce347599c", "arm64": "ami-0e9271c829888680e"}
 STUB_AMI = "ami-0123456789abcdef0"

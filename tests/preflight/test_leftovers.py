@@ -21,6 +21,9 @@ from kiln.preflight.checks import leftovers
 from kiln.preflight.run import run_check
 from tests.preflight.conftest import BASE_SPEC, REGION, client_error, make_plan, merged, stubbed
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 OURS = {TAG_CLUSTER: "pf"}
 DATA, LOGS = "pf-storage-data2d4b752f-abc", "pf-storage-dataaccesslogsc0c-def"
 

@@ -12,6 +12,9 @@ from kiln.preflight.checks import lustre
 from kiln.preflight.run import run_check
 from tests.preflight.conftest import client_error, make_plan, stubbed
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 SUBNET = "subnet-0123456789abcdef0"
 PERSISTENT = {"lustre": {"deployment": "PERSISTENT_2", "storage_gib": 2400}}  # 250 MB/s/TiB by default
 SCRATCH = {"lustre": {"deployment": "SCRATCH_2", "storage_gib": 1200}}

@@ -14,6 +14,9 @@ from kiln.preflight.checks import offerings
 from kiln.preflight.run import run_check
 from tests.preflight.conftest import AZ, client_error, make_plan, stubbed
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 
 def _groups(*types: str, **more: object) -> dict:
     """Return plan overrides with one group of one node per type in TYPES."""

@@ -15,6 +15,9 @@ from kiln.preflight.checks import quotas
 from kiln.preflight.run import run_check
 from tests.preflight.conftest import client_error, make_plan, stubbed
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 IMAGE = "ami-12345678"
 STANDARD_OD, P_OD, P_SPOT = "L-1216C47A", "L-417A185B", "L-7212CCBC"
 GPU_GROUP = {"name": "gpu", "instance_type": "p5.48xlarge", "min_count": 4, "max_count": 4}

@@ -14,6 +14,9 @@ from kiln.preflight.findings import Finding
 from kiln.preflight.run import run_check
 from tests.preflight.conftest import AZ, client_error, make_plan, stubbed
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 RID = "cr-0123456789abcdef0"
 OTHER = "cr-0fedcba9876543210"
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)

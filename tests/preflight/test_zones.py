@@ -6,9 +6,14 @@ refuses.
 
 from __future__ import annotations
 
+import pytest
+
 from kiln.preflight.checks import zones
 from kiln.preflight.run import run_check
 from tests.preflight.conftest import make_plan, stubbed
+
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
 
 EKS = {"backend": "eks", "login_nodes": None, "groups": [{"name": "gpu", "instance_type": "p5.48xlarge"}]}
 SOURCE = "https://docs.aws.amazon.com/eks/latest/userguide/network-reqs.html#cluster-subnets"

@@ -50,6 +50,9 @@ from kiln.stacks.ci_mode import ci_environment
 from kiln.stacks.network import NetworkStack
 from kiln.stacks.storage import StorageStack
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 PLATFORMS = ("pcs", "parallelcluster", "hyperpod-slurm", "hyperpod-eks", "eks")
 SLURM = PLATFORMS[:3]
 EKS = PLATFORMS[3:]

@@ -19,6 +19,9 @@ import yaml
 from kiln.spec import SpecError, parse_spec, yaml_source
 from kiln.spec.yaml_source import MAX_DEPTH, MAX_FILE_BYTES, MAX_NODES, MAX_TEXT_CHARS, parse_yaml, read_spec_file
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 MEMORY_BYTES = 2 << 30
 TIMEOUT_S = 30
 

@@ -35,6 +35,9 @@ from kiln.stacks.app import FIXED_TAG_TYPES
 from tests.conftest import MINIMAL_SPEC
 from tests.stacks.day_two import DELETE, assert_refused, assert_updates, changed, deploy_plan, example, templates
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 STRENGTH = "@aws-cdk/core:defaultCrossStackReferences"
 
 

@@ -16,6 +16,9 @@ from kiln.stacks.compute import has_compute
 from kiln.synth import lint_template, nag_report
 from tests.conftest import EXAMPLES, NODE_BIN, ROOT, run_app
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 STEMS = [path.stem for path in EXAMPLES]
 
 

@@ -17,6 +17,9 @@ from kiln.stacks import FEATURE_FLAGS
 from tests.conftest import EXAMPLES, ROOT
 from tests.stacks.day_two import assembly, changed, deploy_plan, example, templates
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 STEMS = [path.stem for path in EXAMPLES]
 CREATE_LOGS = "@aws-cdk/aws-lambda:useCdkManagedLogGroup"
 EXPLICIT_STACK_TAGS = "@aws-cdk/core:explicitStackTags"

@@ -21,6 +21,9 @@ from kiln.spec import load_spec
 from kiln.stacks.bootstrap_config import config_from_spec
 from tests.conftest import ROOT
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 QUICKSTART = str(ROOT / "examples" / "quickstart.yaml")
 STACKS = ("quickstart-compute", "quickstart-network", "quickstart-storage")
 # What the unready variant of the quickstart (_unready) downloads that kiln has no published digest for.

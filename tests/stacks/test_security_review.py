@@ -27,6 +27,9 @@ from kiln.stacks.ci_identity import build_identity
 from kiln.stacks.ci_mode import CiEnvironment
 from tests.conftest import ROOT, built_once
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 CREATED_AT = datetime(2030, 1, 2, 3, 4, tzinfo=timezone.utc)
 # Short-lived environments add the reaper, buckets emptied on deletion and an EKS admin entry.
 CI_ENVIRONMENTS = {
