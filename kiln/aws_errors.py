@@ -1,15 +1,21 @@
-"""AWS's refusals in one line each: the error codes kiln tells apart and the words it uses for them.
+"""AWS's refusals in one line each: the error codes kiln tells apart, the words it uses for them, and aws_call.
 
 Credentials have one wording for every command (`no_credentials`): none found, an incomplete set, a profile that is
 not there, an expired SSO session, or keys AWS rejects all read the same, with the reason in parentheses.
+
+botocore and the standard library only (and kiln.contracts.errors for the kinds of error): no session is made here.
+The reaper's Lambda code keeps its own error_code (it imports nothing of kiln); tests hold the two the same.
 """
 
 from __future__ import annotations
 
-from botocore import exceptions as bx
-from botocore.exceptions import ClientError
+import contextlib
+from collections.abc import Iterator
 
-from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
+from botocore import exceptions as bx
+from botocore.exceptions import BotoCoreError, ClientError
+
+from kiln.contracts.errors import Failure
 
 ACCESS_DENIED = {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedException"}
 THROTTLED = {"Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException"}
@@ -41,6 +47,11 @@ CREDENTIAL_ERRORS = (
     *SSO_ERRORS,
 )
 WHERE_CREDENTIALS_COME_FROM = "environment, profile, SSO or instance role"
+
+
+def error_code(exc: ClientError) -> str:
+    """Return the AWS error code of EXC."""
+    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -100,7 +111,7 @@ def no_credentials(command: str, error: BaseException | None = None, *, otherwis
     return f"{command}: {credentials_wording(error, otherwise=otherwise)}"
 
 
-class NoCredentials(Exception):
+class NoCredentials(Failure):
     """AWS cannot be asked for want of credentials it takes; ERROR is botocore's. A face prints no_credentials()."""
 
     def __init__(self, error: BaseException | None = None) -> None:
@@ -130,3 +141,23 @@ def explain(what: str, error: ClientError) -> str:
     if code in CLOCK_SKEW:
         return f"{what}: AWS refused the request's time ({code}): set this machine's clock right (NTP) and run again"
     return f"{what} failed ({code}): {message}"
+
+
+class AwsCallFailed(Failure):
+    """An AWS call was refused or could not be made; str() is one line naming the call and what to do."""
+
+
+@contextlib.contextmanager
+def aws_call(what: str, error: type[Failure] = AwsCallFailed) -> Iterator[None]:
+    """Turn a botocore error raised in the block into ERROR, one line naming the AWS call WHAT.
+
+    Missing or rejected credentials raise NoCredentials instead: the command says so in its one wording. ERROR is
+    the caller's own kind of failure where it has one (kiln.ci.remote.cluster.RemoteError).
+    """
+    try:
+        yield
+    except (ClientError, BotoCoreError) as failed:
+        raise_if_no_credentials(failed)
+        if isinstance(failed, ClientError):
+            raise error(explain(what, failed)) from None
+        raise error(f"{what}: {one_line(str(failed))}") from None

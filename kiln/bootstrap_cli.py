@@ -10,6 +10,8 @@ from pathlib import Path
 from kiln.bootstrap.config import TARGETS
 from kiln.bootstrap.local_target import LocalCluster
 from kiln.bootstrap.render import render_bundle
+from kiln.command_errors import one_line_failures
+from kiln.contracts.errors import EXIT_INPUT
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="10.77.0.0/24",
         help="local target: controller gets the first address, nodes the next (default: %(default)s)",
     )
-    render.set_defaults(func=run_render)
+    # A file the bundle cannot be read from or written to is the command's input too: exit 2.
+    render.set_defaults(func=one_line_failures("kiln bootstrap render", run_render, os_error_exit=EXIT_INPUT))
     lock = commands.add_parser(
         "lock",
         help="download once the files whose publisher gives no digest and write their sha256 to the spec's lock file",
@@ -42,7 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="download every locked file again and stop if any digest changed (default: keep locked entries)",
     )
-    lock.set_defaults(func=run_lock)
+    lock.set_defaults(func=one_line_failures("kiln bootstrap lock", run_lock))
 
 
 def role_summary(bundle_dir: Path) -> list[str]:
@@ -75,21 +78,14 @@ def role_summary(bundle_dir: Path) -> list[str]:
 
 def run_render(args: argparse.Namespace) -> int:
     """Render the bundle for --target from --spec into --out; return the exit code."""
-    from kiln.spec import SpecError, load_spec
+    from kiln.spec import load_spec
     from kiln.stacks.bootstrap_config import config_from_spec, lock_remedy
 
-    try:
-        spec = load_spec(args.spec)
-        local = None
-        if args.target == "local":
-            local = LocalCluster.from_subnet(spec.name, args.local_prefix, args.local_nodes, args.local_subnet)
-        bundle = render_bundle(config_from_spec(spec, args.target, local=local), args.out)
-    except SpecError as error:
-        print("\n".join(error.lines_out()), file=sys.stderr)
-        return 2
-    except (ValueError, OSError) as error:
-        print(f"kiln bootstrap render: {error}", file=sys.stderr)
-        return 2
+    spec = load_spec(args.spec)
+    local = None
+    if args.target == "local":
+        local = LocalCluster.from_subnet(spec.name, args.local_prefix, args.local_nodes, args.local_subnet)
+    bundle = render_bundle(config_from_spec(spec, args.target, local=local), args.out)
     print(f"{bundle.directory}/{bundle.entry_point}")
     for line in role_summary(bundle.directory):
         print(line, file=sys.stderr)
@@ -100,36 +96,22 @@ def run_render(args: argparse.Namespace) -> int:
 
 
 def run_lock(args: argparse.Namespace) -> int:
-    """Write the lock file of --spec: 0 written, 1 a download failed or a digest changed, 2 bad spec."""
+    """Write the lock file of --spec: 0 written, 1 a download failed or a digest changed, 2 bad spec or lock."""
     from kiln.bootstrap.artifacts import lockable_artifacts
-    from kiln.bootstrap.lock import LockError, lock_text, plan_lock, read_lock
-    from kiln.safe_output import UnsafeOutput, write_file_atomically
-    from kiln.spec import SpecError, load_spec
+    from kiln.bootstrap.lock import lock_text, plan_lock, read_lock
+    from kiln.safe_output import write_file_atomically
+    from kiln.spec import load_spec
     from kiln.stacks.bootstrap_config import config_from_spec, lock_remedy
 
-    try:
-        spec = load_spec(args.spec)
-        path = spec.lock_path
-        if path is None:
-            print(f"{args.spec}: software.lock_file: not set; {lock_remedy(spec, args.spec)}", file=sys.stderr)
-            return 2
-        existing = read_lock(path) if path.exists() else ()
-        needed = lockable_artifacts(config_from_spec(spec))
-    except SpecError as error:
-        print("\n".join(error.lines_out()), file=sys.stderr)
+    spec = load_spec(args.spec)
+    path = spec.lock_path
+    if path is None:
+        print(f"{args.spec}: software.lock_file: not set; {lock_remedy(spec, args.spec)}", file=sys.stderr)
         return 2
-    except ValueError as error:  # LockError too: a lock kiln cannot read
-        print(f"kiln bootstrap lock: {error}", file=sys.stderr)
-        return 2
-    try:
-        plan = plan_lock(needed, existing, refresh=args.refresh)
-        write_file_atomically(path, lock_text(plan.entries), what="lock file")
-    except UnsafeOutput as error:
-        print(f"kiln bootstrap lock: {error}", file=sys.stderr)
-        return 2
-    except LockError as error:
-        print(f"kiln bootstrap lock: {error}", file=sys.stderr)
-        return 1
+    existing = read_lock(path) if path.exists() else ()
+    needed = lockable_artifacts(config_from_spec(spec))
+    plan = plan_lock(needed, existing, refresh=args.refresh)
+    write_file_atomically(path, lock_text(plan.entries), what="lock file")
     for note in plan.notes:
         print(note, file=sys.stderr)
     print(path)

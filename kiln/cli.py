@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 from kiln import bootstrap_cli, diff_cli
 from kiln.ami import cli as ami_cli
 from kiln.ci import cli as ci_cli
+from kiln.command_errors import one_line_failures
 from kiln.connect import cli as connect_cli
+from kiln.contracts.errors import InputError
 from kiln.hyperpod import cli as hyperpod_cli
 from kiln.jobs import cli as job_cli
 from kiln.local import cli as local_cli
-from kiln.node_runtime import NodeUnavailable
 from kiln.preflight import cli as preflight_cli
 from kiln.preflight import leftovers_cli
-from kiln.safe_output import UnsafeOutput
 from kiln.spec import SpecError
 
 if TYPE_CHECKING:
@@ -157,8 +157,8 @@ def _catalog_show(args: argparse.Namespace) -> int:
     try:
         facts = instance_type(args.instance_type)
     except UnknownInstanceType as exc:
-        print(f"kiln catalog show: {exc}", file=sys.stderr)
-        return 2
+        # The catalog is node-side too, with exceptions of its own: the command's input, said as kiln says it.
+        raise InputError(str(exc)) from None
     print(json.dumps(asdict(facts), indent=2))
     return 0
 
@@ -169,26 +169,15 @@ def _catalog_refresh(args: argparse.Namespace) -> int:
     from kiln.safe_output import UnsafeOutput
 
     if args.source == "moto" and (args.region or args.keep_missing):
-        print("kiln catalog refresh: --region and --keep-missing apply to --source ec2 only", file=sys.stderr)
-        return 2
+        raise InputError("--region and --keep-missing apply to --source ec2 only")
     out = args.out or GENERATED_PATH
     try:
         result = refresh(source=args.source, region=args.region, out=out, keep_missing=args.keep_missing)
-    except RefreshError as exc:
-        from kiln.aws_errors import is_credentials_error, no_credentials
-
-        if is_credentials_error(exc.__cause__):
-            offline = "use --source moto, offline"
-            print(no_credentials("kiln catalog refresh", exc.__cause__, otherwise=offline), file=sys.stderr)
-        else:
-            print(f"kiln catalog refresh: {exc}", file=sys.stderr)
-        return 1
     except UnsafeOutput as exc:
-        print(exc, file=sys.stderr)  # already "kiln catalog refresh: refusing ..."
-        return 1
+        # A refresh that writes nothing exits 1, a refused --out included.
+        raise RefreshError(str(exc)) from None
     except OSError as exc:
-        print(f"kiln catalog refresh: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
-        return 1
+        raise RefreshError(f"cannot write {out}: {exc.strerror or exc}") from None
     print(result.summary())
     for note in result.notes:
         print(f"kiln catalog refresh: note: {note}", file=sys.stderr)
@@ -269,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing.set_defaults(func=_catalog_list)
     show = catalog_commands.add_parser("show", help="every fact about one instance type")
     show.add_argument("instance_type")
-    show.set_defaults(func=_catalog_show)
+    show.set_defaults(func=one_line_failures("kiln catalog show", _catalog_show))
     refresh = catalog_commands.add_parser(
         "refresh",
         help="regenerate the instance facts from EC2 DescribeInstanceTypes (a live account or moto's copy)",
@@ -299,7 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the types already in --out that the region does not describe (--source ec2)",
     )
     refresh.add_argument("--out", help="the file to write (default: kiln/catalog/data/instance_types.json)")
-    refresh.set_defaults(func=_catalog_refresh)
+    refresh.set_defaults(
+        func=one_line_failures("kiln catalog refresh", _catalog_refresh, otherwise="use --source moto, offline")
+    )
 
     report = commands.add_parser("report", help="validate, synthesize, lint and scan specs; print a summary table")
     report.add_argument("files", nargs="+", metavar="FILE")
@@ -335,17 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the kiln command line and return its exit code."""
     args = build_parser().parse_args(argv)
     try:
-        return int(args.func(args))
-    except SpecError as exc:
-        for line in exc.lines_out():
-            print(line, file=sys.stderr)
-        return 2
-    except UnsafeOutput as exc:
-        print(f"kiln: {exc}", file=sys.stderr)
-        return 2
-    except NodeUnavailable as exc:
-        print(f"kiln {args.command}: {exc}", file=sys.stderr)
-        return 1
+        # Each command group maps its errors under its own name; this names the command for any that escape.
+        return int(one_line_failures(f"kiln {args.command}", args.func)(args))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from kiln.command_errors import one_line_failures
+from kiln.contracts.errors import Failure
 
 EXIT_CLEAN, EXIT_REFUSED, EXIT_ERROR = 0, 1, 2
 
@@ -31,12 +33,8 @@ Nothing is created or changed."""
 OFFLINE = "compare offline with --before OLD.yaml or --stack-templates DIR"
 
 
-class DiffError(Exception):
+class DiffError(Failure):
     """The comparison could not be made: str() is one line."""
-
-
-def _say(line: str) -> None:
-    print(f"kiln diff: {line}", file=sys.stderr)
 
 
 def synthesized(path: str, outdir: Path) -> tuple[dict[str, dict[str, Any]], str | None]:
@@ -134,32 +132,24 @@ def backend_refusals(before: Mapping[str, Any], after: Mapping[str, Any]) -> lis
 
 def run_diff(args: argparse.Namespace) -> int:
     """Compare the spec's templates with the deployed ones (or --before's, or --stack-templates'); print findings."""
-    from kiln.aws_errors import NoCredentials, no_credentials
-    from kiln.changes import DEFAULT_REGION, SchemasUnavailable, plan
+    from kiln.changes import DEFAULT_REGION, plan
 
     with tempfile.TemporaryDirectory(prefix="kiln-diff-") as tmp:
-        try:
-            after, region = synthesized(args.spec, Path(tmp) / "after")
-            if args.region and region and args.region != region:
-                raise DiffError(f"--region {args.region}: the spec deploys to {region}")
-            region = args.region or region
-            if args.before:
-                before, _ = synthesized(args.before, Path(tmp) / "before")
-                against = args.before
-            elif args.stack_templates:
-                directory = Path(args.stack_templates)
-                if not directory.is_dir():
-                    raise DiffError(f"--stack-templates {args.stack_templates}: not a directory")
-                before, against = templates_in(directory, after), args.stack_templates
-            else:
-                before, against = deployed_templates(after, region), "the deployed stacks"
-            changes = plan(before, after, region=region or DEFAULT_REGION)
-        except (DiffError, SchemasUnavailable) as exc:
-            _say(str(exc))
-            return EXIT_ERROR
-        except NoCredentials as exc:
-            print(no_credentials("kiln diff", exc, otherwise=OFFLINE), file=sys.stderr)
-            return EXIT_ERROR
+        after, region = synthesized(args.spec, Path(tmp) / "after")
+        if args.region and region and args.region != region:
+            raise DiffError(f"--region {args.region}: the spec deploys to {region}")
+        region = args.region or region
+        if args.before:
+            before, _ = synthesized(args.before, Path(tmp) / "before")
+            against = args.before
+        elif args.stack_templates:
+            directory = Path(args.stack_templates)
+            if not directory.is_dir():
+                raise DiffError(f"--stack-templates {args.stack_templates}: not a directory")
+            before, against = templates_in(directory, after), args.stack_templates
+        else:
+            before, against = deployed_templates(after, region), "the deployed stacks"
+        changes = plan(before, after, region=region or DEFAULT_REGION)
     refusals = backend_refusals(before, after)
     findings = refusals + changes.findings()
     for line in findings:
@@ -192,4 +182,5 @@ def register(commands: argparse._SubParsersAction) -> None:
         "--stack-templates", metavar="DIR", help="compare with the <stack>.template.json files in DIR instead"
     )
     parser.add_argument("--region", help="where the deployed stacks are (default: the spec's region)")
-    parser.set_defaults(func=run_diff)
+    # Exit 1 is a refused change: a comparison that could not be made, credentials included, exits 2.
+    parser.set_defaults(func=one_line_failures("kiln diff", run_diff, otherwise=OFFLINE, failed_exit=EXIT_ERROR))

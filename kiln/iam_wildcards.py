@@ -1,6 +1,6 @@
 """Wildcards in the policies of a CloudFormation template, and the reviews kiln records beside them.
 
-Standard library only: the constructs record reviews at synthesis (kiln.constructs._checks) and
+Standard library only: the constructs record reviews at synthesis (kiln.constructs.review) and
 `kiln report` reads templates back, so both name a grant the same way, as cdk-nag does.
 """
 

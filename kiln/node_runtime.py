@@ -24,6 +24,8 @@ from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kiln.contracts.errors import Failure
+
 PINNED_NODE_BIN = Path(__file__).resolve().parent.parent / "node_modules" / ".bin"
 # The Node.js majors both halves of the CDK support. The AWS CDK supports 24.x until 2028-10-30 and 22.x until
 # 2027-10-30; its support of 20.x ended on 2026-10-30
@@ -40,7 +42,7 @@ VERSION_TIMEOUT_S = 30
 MAKE_SETUP = "run `make setup` in the kiln checkout (it installs Node 22 into node_modules)"
 
 
-class NodeUnavailable(Exception):
+class NodeUnavailable(Failure):
     """No Node.js kiln can run the CDK on; str() is one line that says what to do."""
 
 

@@ -31,7 +31,7 @@ HEADER = (
     "boot-ready",
     "synth s",
 )
-UNREVIEWED_REMEDY = "narrow it or add a WildcardGrant with its reason to kiln/constructs/nag_rules.py"
+UNREVIEWED_REMEDY = "narrow it or add a WildcardGrant with its reason to kiln/constructs/acknowledgements.py"
 VERBOSE_HINT = (
     "--verbose lists each acknowledgement, checkov skip and IAM wildcard with its reason, and each kind of node's "
     "software and boot budget"

@@ -15,10 +15,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from kiln.contracts.errors import InputError
+
 MARKER = ".kiln-output"
 
 
-class UnsafeOutput(ValueError):
+class UnsafeOutput(InputError):
     """A write or removal kiln refuses, because it could destroy what kiln did not create."""
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kiln.contracts.errors import Failure
+
 CHECKOV_VERSION = "3.3.30"
 TIMEOUT_S = 600
 MISSING = (
@@ -28,7 +30,7 @@ _FOREIGN_SETTINGS = ("BC_", "CKV_", "CHECKOV_", "PRISMA_")
 _KINDS = ("passed_checks", "failed_checks", "skipped_checks")
 
 
-class ScanError(Exception):
+class ScanError(Failure):
     """checkov gave no verdict; the message says why in one line."""
 
 

@@ -14,13 +14,19 @@ from tests.conftest import ROOT
 
 KILN = ROOT / "kiln"
 THIRD_PARTY_CLOUD = ("aws_cdk", "constructs", "cdk_nag", "jsii", "boto3", "botocore")
+# The packages users run as commands (kiln ci, preflight, ami, connect, ...): the top of the layers.
+FACES = ("kiln.ci", "kiln.preflight", "kiln.ami", "kiln.connect", "kiln.hyperpod", "kiln.jobs")
 # Package -> import prefixes it must never use (functions' own imports included).
 FORBIDDEN = {
     "kiln.catalog": ("kiln.spec", "kiln.bootstrap", "kiln.constructs", "kiln.stacks", "kiln.local", "pydantic")
     + THIRD_PARTY_CLOUD,
     "kiln.spec": ("kiln.bootstrap", "kiln.constructs", "kiln.stacks", "kiln.local") + THIRD_PARTY_CLOUD,
     "kiln.bootstrap": ("kiln.spec", "kiln.constructs", "kiln.stacks", "kiln.local", "pydantic") + THIRD_PARTY_CLOUD,
-    "kiln.constructs": ("kiln.spec", "kiln.stacks", "kiln.local", "pydantic"),
+    # The construct library sees its props and what lies below it (contracts, catalog, bootstrap's NodeBootstrap):
+    # never a face, so a construct user needs none of kiln's commands.
+    "kiln.constructs": ("kiln.spec", "kiln.stacks", "kiln.local", "pydantic") + FACES,
+    # The stacks translate the spec into constructs; the faces run them, never the other way.
+    "kiln.stacks": FACES,
     "kiln.local": ("kiln.constructs",) + THIRD_PARTY_CLOUD,
     # Preflight asks AWS with boto3 and reads the spec; it never synthesizes, so it starts in a second.
     "kiln.preflight": ("kiln.constructs", "kiln.stacks", "kiln.local", "aws_cdk", "constructs", "cdk_nag", "jsii"),
@@ -40,25 +46,21 @@ FORBIDDEN = {
 # Node-side kiln-metrics: the standard library, prometheus_client (install_exporters adds it), itself, and the
 # exporters' names and ports and the region's shape from the catalog (standard library only, in kiln's wheel).
 METRICS_MAY_IMPORT = ("prometheus_client", "kiln.metrics", "kiln.catalog.exporters", "kiln.catalog.names")
-# Of kiln.ci, the constructs and stacks use only the reaper's code (its names, tags and at() expressions) and the
-# CloudFormation execution policies (standard library, reviewed with the CI identity's grants).
-CI_FOR_BUILDERS = ("kiln.ci.reaper_code", "kiln.ci.execution_policy")
-# Of kiln.ami, they use only the image's names, recipe and component documents: no CDK, no boto3, no spec there.
-AMI_FOR_BUILDERS = ("kiln.ami.names", "kiln.ami.recipe", "kiln.ami.components")
-AMI_PURE_FORBIDDEN = ("kiln.spec", "kiln.constructs", "kiln.stacks", "kiln.local", "kiln.ci", "pydantic")
-# Of kiln.preflight, they use only the list of IAM actions it needs (the CI role grants them): no boto3 there.
-PREFLIGHT_FOR_BUILDERS = ("kiln.preflight.permissions",)
 # Dev-side tools inside a node-side package, with what they alone may import: nodes never import them.
 EXEMPT = {"kiln/catalog/refresh.py": ("boto3", "botocore")}
-# Single modules of the standard library alone: the constructs and `kiln report` share the wildcard review;
-# checkov runs in its own venv, so the scan module imports nothing of it.
+# Single modules of the standard library alone: the constructs and `kiln report` share the wildcard review.
 STDLIB_ONLY = (
     "kiln/iam_wildcards.py",
-    "kiln/scan.py",
     "kiln/dashboards/__init__.py",
     "kiln/catalog/exporters.py",
     "kiln/catalog/platforms.py",
 )
+# Single modules of the standard library and kiln.contracts (itself the standard library alone): checkov runs in
+# its own venv, so the scan module imports nothing of it; its errors are kiln's kinds (kiln.contracts.errors).
+STDLIB_AND_CONTRACTS = ("kiln/scan.py",)
+# The one AWS-error module: botocore, the standard library and the kinds of error; no boto3 (it makes no session)
+# and nothing of the layers above, so every layer that asks AWS may import it.
+AWS_ERRORS_MAY_IMPORT = ("botocore", "kiln.contracts.errors")
 # The compute constructs take a NodeBootstrap; only BootstrapAssets renders.
 COMPUTE_CONSTRUCTS = ("pcs.py", "parallelcluster.py", "hyperpod.py", "eks.py")
 RENDERING = ("kiln.bootstrap.render", "kiln.bootstrap.config")
@@ -110,46 +112,18 @@ def test_module_imports_only_the_standard_library(module: str) -> None:
     assert names and {n for n in names if n.split(".")[0] not in sys.stdlib_module_names} == set()
 
 
-@pytest.mark.parametrize("package", ["kiln.constructs", "kiln.stacks"])
-def test_builders_use_of_kiln_ci_is_the_reaper_code_only(package: str) -> None:
-    offenders = {
-        f"{path.relative_to(ROOT)}: {name}"
-        for path in _modules(package)
-        for name in imports_of(path)
-        if _under(name, ("kiln.ci",)) and not _under(name, CI_FOR_BUILDERS)
-    }
-    assert offenders == set()
+@pytest.mark.parametrize("module", STDLIB_AND_CONTRACTS)
+def test_module_imports_only_the_standard_library_and_the_contracts(module: str) -> None:
+    names = imports_of(ROOT / module)
+    others = {n for n in names if n.split(".")[0] not in sys.stdlib_module_names and not _under(n, ("kiln.contracts",))}
+    assert names and others == set()
 
 
-@pytest.mark.parametrize("package", ["kiln.constructs", "kiln.stacks"])
-def test_builders_use_of_kiln_ami_is_its_pure_modules_only(package: str) -> None:
-    offenders = {
-        f"{path.relative_to(ROOT)}: {name}"
-        for path in _modules(package)
-        for name in imports_of(path)
-        if _under(name, ("kiln.ami",)) and not _under(name, AMI_FOR_BUILDERS)
-    }
-    assert offenders == set()
-
-
-@pytest.mark.parametrize("package", ["kiln.constructs", "kiln.stacks"])
-def test_builders_use_of_kiln_preflight_is_its_permissions_only(package: str) -> None:
-    offenders = {
-        f"{path.relative_to(ROOT)}: {name}"
-        for path in _modules(package)
-        for name in imports_of(path)
-        if _under(name, ("kiln.preflight",)) and not _under(name, PREFLIGHT_FOR_BUILDERS)
-    }
-    assert offenders == set()
-    assert imports_of(KILN / "preflight" / "permissions.py") == {"__future__"}
-
-
-@pytest.mark.parametrize("module", AMI_FOR_BUILDERS)
-def test_the_image_modules_builders_use_import_no_cloud_library(module: str) -> None:
-    path = KILN / (module.split(".", 1)[1].replace(".", "/") + ".py")
-    forbidden = AMI_PURE_FORBIDDEN + THIRD_PARTY_CLOUD
-    assert {name for name in imports_of(path) if _under(name, forbidden)} == set()
-    assert {name for name in imports_of(path) if _under(name, ("kiln.ami",))} <= set(AMI_FOR_BUILDERS)
+def test_the_aws_error_module_imports_botocore_and_the_standard_library_only() -> None:
+    names = imports_of(KILN / "aws_errors.py")
+    stdlib = {n for n in names if n.split(".")[0] in sys.stdlib_module_names}
+    others = {n for n in names - stdlib if not _under(n, AWS_ERRORS_MAY_IMPORT)}
+    assert "botocore.exceptions" in names and others == set()
 
 
 def test_compute_constructs_never_render_or_read_a_bootstrap_config() -> None:

@@ -12,9 +12,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kiln.ami.names import OUTPUT_PIPELINE_ARN, image_stack_name
+from kiln.aws_errors import aws_call
 from kiln.ci.reaper_code.kiln_reaper.teardown import describe_stack
-from kiln.ci.remote import UNUSABLE_STACK_STATES, aws_call
+from kiln.ci.remote.cluster import UNUSABLE_STACK_STATES
+from kiln.contracts.errors import Failure
+from kiln.contracts.image import image_stack_name
+from kiln.contracts.outputs import ImageOutput
 
 AVAILABLE = "AVAILABLE"
 IN_PROGRESS = ("PENDING", "CREATING", "BUILDING", "TESTING", "DISTRIBUTING", "INTEGRATING")
@@ -22,7 +25,7 @@ IN_PROGRESS = ("PENDING", "CREATING", "BUILDING", "TESTING", "DISTRIBUTING", "IN
 DEFAULT_LOG_GROUP_PREFIX = "/aws/imagebuilder/"
 
 
-class ImageStackUnusable(Exception):
+class ImageStackUnusable(Failure):
     """The image stack is missing, unfinished or without its pipeline; str() is one line naming what to do."""
 
 
@@ -97,10 +100,10 @@ def find_pipeline_arn(cloudformation: Any, *, cluster: str, region: str, spec_pa
     if status.startswith(UNUSABLE_STACK_STATES):
         raise ImageStackUnusable(f"the image stack {name} is {status} in {region}: {deploy} must finish first")
     outputs = {o["OutputKey"]: o.get("OutputValue", "") for o in stack.get("Outputs", [])}
-    arn = outputs.get(OUTPUT_PIPELINE_ARN, "")
+    arn = outputs.get(ImageOutput.PIPELINE_ARN.value, "")
     if not arn:
         raise ImageStackUnusable(
-            f"the image stack {name} has no output {OUTPUT_PIPELINE_ARN}: redeploy it with {deploy}"
+            f"the image stack {name} has no output {ImageOutput.PIPELINE_ARN.value}: redeploy it with {deploy}"
         )
     return arn
 

@@ -17,12 +17,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from kiln.contracts.errors import InputError
+
 DEFAULT_TIMEOUT_MIN = 240.0
 # A build takes tens of minutes; a look every half minute is plenty and far below GetImage's rate limit.
 DEFAULT_POLL_S = 30.0
 
 
-class AmiInputError(Exception):
+class AmiInputError(InputError):
     """Input kiln cannot act on (a spec that does not bake, no region); str() is one line."""
 
 
@@ -69,8 +71,8 @@ def _baking_spec(path: str) -> Any:
 
 def _build(args: argparse.Namespace) -> int:
     from kiln.ami.build import find_pipeline_arn, start_build, wait_for_image
-    from kiln.ami.names import image_parameter_name
-    from kiln.ci.reaper_code.kiln_reaper.contract import stack_name
+    from kiln.contracts.environment import stack_name
+    from kiln.contracts.image import image_parameter_name
 
     spec = _baking_spec(args.spec)
     session = _session(args.region or spec.region)
@@ -132,10 +134,9 @@ def _list(args: argparse.Namespace) -> int:
 
 def _handled(action: str, handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Wrap HANDLER so every expected failure is one line on stderr, never a traceback."""
-    from kiln.ami.build import ImageStackUnusable
     from kiln.command_errors import one_line_failures
 
-    return one_line_failures(f"kiln ami {action}", handler, bad_input=(AmiInputError,), failed=(ImageStackUnusable,))
+    return one_line_failures(f"kiln ami {action}", handler)
 
 
 def _positive(text: str) -> float:

@@ -8,18 +8,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from kiln.ami.names import (
-    TAG_ARCHITECTURE,
-    TAG_CLUSTER,
-    TAG_OS,
-    TAG_PIN_PREFIX,
-    TAG_RECIPE,
-    TAG_TARGET,
-    image_parameter_name,
-)
-from kiln.aws_errors import explain, raise_if_no_credentials
-from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
-from kiln.ci.remote import aws_call
+from kiln.aws_errors import aws_call, error_code, explain, raise_if_no_credentials
+from kiln.contracts.image import image_parameter_name
+from kiln.contracts.tags import TAG_ARCHITECTURE, TAG_CLUSTER, TAG_OS, TAG_PIN_PREFIX, TAG_RECIPE, TAG_TARGET
 
 # Digests are unreadable at full length in a table; JSON keeps them whole.
 SHORT_DIGEST = 12

@@ -10,7 +10,8 @@ from kiln.bootstrap.config import (
 )
 from kiln.bootstrap.fetch import fetch_arguments, fetch_user_data
 from kiln.bootstrap.local_target import LocalCluster, LocalNode
-from kiln.bootstrap.render import PROFILES, RenderedBundle, render_bundle
+from kiln.bootstrap.profiles import PROFILES
+from kiln.bootstrap.render import RenderedBundle, render_bundle
 
 __all__ = [
     "CLUSTER_ENV_PATH",

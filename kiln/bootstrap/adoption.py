@@ -30,7 +30,7 @@ class ComponentPlan:
 
 def needed(config: BootstrapConfig, facts: InstanceType, component: str) -> bool:
     """Return whether a node of type FACTS in CONFIG's cluster needs COMPONENT at all."""
-    containers = config.containers and config.target != "local"
+    containers = config.containers and config.profile.containers
     return {
         "nvidia_driver": facts.gpu_count > 0,
         "neuron": facts.neuron_count > 0,
@@ -42,8 +42,8 @@ def needed(config: BootstrapConfig, facts: InstanceType, component: str) -> bool
         "nvidia_container_toolkit": containers and facts.gpu_count > 0,
         "lustre_client": config.lustre,
         # Every PCS node runs PCS's agent and Slurm.
-        "pcs_agent": config.target == "pcs",
-        "pcs_slurm": config.target == "pcs",
+        "pcs_agent": config.profile.runs_pcs_agent,
+        "pcs_slurm": config.profile.runs_pcs_agent,
     }[component]
 
 

@@ -8,6 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from kiln.bootstrap.checks import BootstrapInputError
 from kiln.bootstrap.config import BootstrapConfig
 from kiln.catalog import instance_type
 
@@ -152,7 +153,7 @@ def resolve_npm_package(config: BootstrapConfig, name: str) -> Artifact:
     builds = entry["builds"]
     build = builds.get("any") or builds.get(config.architecture)
     if build is None:
-        raise ValueError(f"npm package {name}: has no build for {config.architecture} ({', '.join(builds)})")
+        raise BootstrapInputError(f"npm package {name}: has no build for {config.architecture} ({', '.join(builds)})")
     return Artifact(
         name=name,
         version=entry["version"],
@@ -175,7 +176,8 @@ def repository_table() -> dict[str, dict[str, Any]]:
 
 def _wanted(config: BootstrapConfig) -> dict[str, bool]:
     """Return, for every repository and file by name, whether CONFIG's install steps use it."""
-    if config.target == "local":
+    if config.profile.distro_software:
+        # The distribution's packages serve every install step: no vendor repository or release.
         return {}
     facts = [instance_type(name) for name in config.instance_types]
     pins = config.software
@@ -192,16 +194,16 @@ def _wanted(config: BootstrapConfig) -> dict[str, bool]:
         "efa-installer": any(f.efa_supported for f in facts) and bool(pins.efa_installer),
         "enroot": slurm_containers and bool(pins.enroot),
         "pyxis": slurm_containers and bool(pins.pyxis),
-        "pcs-agent": config.target == "pcs" and bool(pins.pcs_agent),
-        "pcs-slurm": config.target == "pcs" and bool(pins.pcs_slurm),
+        "pcs-agent": config.profile.runs_pcs_agent and bool(pins.pcs_agent),
+        "pcs-slurm": config.profile.runs_pcs_agent and bool(pins.pcs_slurm),
         "node-exporter": "node" in config.exporters and bool(pins.node_exporter),
-        "prometheus": config.prometheus_agent and config.target != "local" and bool(pins.prometheus),
+        "prometheus": config.prometheus_agent and bool(pins.prometheus),
     }
 
 
 def _fill(template: str, config: BootstrapConfig, version: str = "") -> str:
     if "{region}" in template and not config.region:
-        raise ValueError(f"{template}: needs the cluster's region (a regional download)")
+        raise BootstrapInputError(f"{template}: needs the cluster's region (a regional download)")
     return template.format(
         version=version,
         region=config.region or "",
@@ -219,13 +221,13 @@ def resolve_artifact(config: BootstrapConfig, name: str) -> Artifact:
     entry = artifact_table()[name]
     version = getattr(config.software, entry["version_from"])
     if not version:
-        raise ValueError(f"artifact {name}: software.{entry['version_from']} is not pinned")
+        raise BootstrapInputError(f"artifact {name}: software.{entry['version_from']} is not pinned")
     url = _fill(entry["url"], config, version)
     if "commit" in entry:
         # Built from source: the commit id names the whole tree, submodule pins included.
         if version not in entry["commit"]:
             pinned = ", ".join(entry["commit"])
-            raise ValueError(
+            raise BootstrapInputError(
                 f"software.{entry['version_from']}: got {version}, which kiln has no commit pin for; allowed: {pinned}"
             )
         return Artifact(
@@ -262,7 +264,7 @@ def resolve_repository(config: BootstrapConfig, name: str) -> Repository:
     entry = repository_table()[name]
     manager = "apt" if config.os.startswith("ubuntu") else "dnf"
     if manager not in entry:
-        raise ValueError(f"repository {name}: has no {manager} form for {config.os}")
+        raise BootstrapInputError(f"repository {name}: has no {manager} form for {config.os}")
     form = entry[manager]
     return Repository(
         name=name,

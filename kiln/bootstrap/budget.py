@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kiln.bootstrap.adoption import component_plan, needed
 from kiln.bootstrap.config import BootstrapConfig, UserStep
-from kiln.bootstrap.render import PROFILES
+from kiln.bootstrap.profiles import PROFILES
 from kiln.bootstrap.steps import STEPS, Step
 from kiln.catalog import InstanceType, instance_type
 from kiln.catalog.platforms import service_fact
@@ -90,7 +90,7 @@ def _install_work(config: BootstrapConfig, facts: InstanceType, step: Step, role
 def boot_work(config: BootstrapConfig, name: str, *, baked: bool, role: str = "worker") -> BootWork:
     """Return kiln's estimate of the setup at boot of a CONFIG node of instance type NAME and node ROLE (controller,
     login, worker): every install step's work (a marker compare on a BAKED image), then every configure step."""
-    profile = PROFILES[config.target]
+    profile = config.profile
     facts = instance_type(name)
     work = []
     for step_name in profile.install_steps:
@@ -148,10 +148,11 @@ def parallelcluster_deadline(role: str) -> Deadline:
 def deadline(target: str, role: str) -> Deadline | None:
     """Return the deadline TARGET's platform gives the setup of a node of ROLE (controller, login or worker) by
     default; None where kiln knows of none."""
-    if target == "pcs" and role == "worker":
+    limit = PROFILES[target].boot_deadline
+    if limit == "resume_timeout" and role == "worker":
         fixed = service_fact("pcs", "resume_timeout_seconds").value
         return Deadline(seconds=fixed, name="PCS's ResumeTimeout", settable=False)
-    if target == "parallelcluster" and role in PARALLELCLUSTER_TIMEOUTS:
+    if limit == "bootstrap_timeout" and role in PARALLELCLUSTER_TIMEOUTS:
         return parallelcluster_deadline(role)
     return None
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from kiln.bootstrap.checks import is_quotable
+from kiln.bootstrap.checks import BootstrapInputError, is_quotable
 
 CLUSTER_ENV_PATH = "/etc/kiln/cluster.env"
 
@@ -30,17 +30,21 @@ _TOKEN = re.compile(r"\$\{Token\[[^\]]+\]\}")
 
 
 def check_cluster_env(values: Mapping[str, str]) -> None:
-    """Raise ValueError unless VALUES names only known variables with quotable values."""
+    """Raise BootstrapInputError unless VALUES names only known variables with quotable values."""
     for name, value in values.items():
         if name not in CLUSTER_ENV_VARIABLES:
-            raise ValueError(f"cluster.env: got variable {name!r}, allowed: {', '.join(CLUSTER_ENV_VARIABLES)}")
+            raise BootstrapInputError(
+                f"cluster.env: got variable {name!r}, allowed: {', '.join(CLUSTER_ENV_VARIABLES)}"
+            )
         if not isinstance(value, str):
-            raise ValueError(f"cluster.env {name}: got {type(value).__name__}, allowed: str (or a CDK token string)")
+            raise BootstrapInputError(
+                f"cluster.env {name}: got {type(value).__name__}, allowed: str (or a CDK token string)"
+            )
         literal = _TOKEN.sub("", value)
         # Written as NAME='value' (here and by fetch.sh on the node), read by load_env_file and by shells:
         # inside single quotes only a quote or a control character could change what the line means.
         if not is_quotable(literal):
-            raise ValueError(
+            raise BootstrapInputError(
                 f"cluster.env {name}: got {value!r}, allowed: printable text, no single quotes or newlines"
             )
 

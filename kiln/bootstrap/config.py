@@ -6,8 +6,9 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-from kiln.bootstrap.checks import check_choice, check_node_path, check_pattern, check_positive
+from kiln.bootstrap.checks import BootstrapInputError, check_choice, check_node_path, check_pattern, check_positive
 from kiln.bootstrap.local_target import LocalCluster
+from kiln.bootstrap.profiles import NODE_ROLE_NAMES, PROFILES, TargetProfile
 from kiln.catalog import UnknownInstanceType, instance_type
 from kiln.catalog.exporters import EXPORTERS
 from kiln.catalog.limits import USER_STEP_MAX_BYTES, USER_STEPS_MAX
@@ -28,11 +29,10 @@ from kiln.catalog.names import (
 )
 from kiln.catalog.nccl import override_count_problem, override_name_problem, override_value_problem
 from kiln.catalog.platforms import PIN_FIELDS, ImageProfile, image_profile, image_profile_for, known_image_profiles
+from kiln.contracts.backends import HYPERPOD_CONTROLLER_GROUP, HYPERPOD_LOGIN_GROUP
+from kiln.contracts.bundle import USER_STEP_PREFIX
 
-# The targets whose nodes kiln mounts FSx for Lustre on (configure_fsx), so it configures LNet over EFA before the
-# mount: ParallelCluster mounts the file system itself before kiln's bootstrap runs, EKS through the CSI driver.
-LUSTRE_EFA_TARGETS = ("pcs", "hyperpod")
-TARGETS = ("pcs", "parallelcluster", "hyperpod", "eks", "local")
+TARGETS = tuple(PROFILES)
 OPERATING_SYSTEMS = ("ubuntu2204", "ubuntu2404", "al2023", "debian12")
 ARCHITECTURES = ("x86_64", "arm64")
 CONTAINER_RUNTIMES = ("docker", "containerd")
@@ -117,7 +117,7 @@ class ClusterUser:
     def __post_init__(self) -> None:
         check_pattern("user name", self.name, _USER, "a lowercase letter or '_', then up to 31 of a-z, 0-9, '_', '-'")
         if not isinstance(self.uid, int) or not 1000 <= self.uid < 60000:
-            raise ValueError(f"user {self.name} uid: got {self.uid!r}, allowed: 1000..59999")
+            raise BootstrapInputError(f"user {self.name} uid: got {self.uid!r}, allowed: 1000..59999")
         check_node_path(f"user {self.name} shell", self.shell)
 
     @property
@@ -125,31 +125,8 @@ class ClusterUser:
         return self.uid if self.gid is None else self.gid
 
 
-# The node roles code-server may run on, per target: a login node, or the Slurm controller where kiln boots it and
-# there is no login node; the local cluster runs it on node 1, which the local bundle serves as its controller. EKS
-# runs it as a pod (no node bootstrap of kiln's).
-CODE_SERVER_ROLES: dict[str, tuple[str, ...]] = {
-    "pcs": ("login",),
-    "parallelcluster": ("login", "controller"),
-    "hyperpod": ("login", "controller"),
-    "local": ("controller",),
-}
-
-
-# A user step's id among the bundle's steps (KILN_INSTALL_STEPS, KILN_CONFIGURE_STEPS, markers, logs): user_NAME, which
-# no kiln step's name starts with.
-USER_STEP_PREFIX = "user_"
 # Where a bundle carries the user's scripts, each under its step's name.
 USER_STEPS_DIR = "user-steps"
-# The node roles each target's user steps may run on: PCS runs the Slurm controller itself; EKS nodes (and HyperPod's
-# under EKS) are all workers; the local cluster's login is its controller host, where jobs are submitted from.
-USER_STEP_ROLES: dict[str, tuple[str, ...]] = {
-    "pcs": ("login", "worker"),
-    "parallelcluster": ("controller", "login", "worker"),
-    "hyperpod": ("controller", "login", "worker"),
-    "eks": ("worker",),
-    "local": ("controller", "worker"),
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,18 +148,20 @@ class UserStep:
         what = f"user step {self.name}"
         check_choice(f"{what} phase", self.phase, ("install", "configure"))
         if not isinstance(self.roles, tuple) or not self.roles:
-            raise ValueError(f"{what} roles: got {self.roles!r}, allowed: a tuple of at least one role")
+            raise BootstrapInputError(f"{what} roles: got {self.roles!r}, allowed: a tuple of at least one role")
         for role in self.roles:
-            check_choice(f"{what} roles", role, ("controller", "login", "worker"))
+            check_choice(f"{what} roles", role, tuple(NODE_ROLE_NAMES.values()))
         if len(set(self.roles)) != len(self.roles):
-            raise ValueError(f"{what} roles: got {', '.join(self.roles)}, allowed: each role once")
+            raise BootstrapInputError(f"{what} roles: got {', '.join(self.roles)}, allowed: each role once")
         if not isinstance(self.script, bytes) or not self.script.startswith(b"#!"):
-            raise ValueError(f"{what} script: allowed: bytes starting with '#!' (the interpreter line)")
+            raise BootstrapInputError(f"{what} script: allowed: bytes starting with '#!' (the interpreter line)")
         if len(self.script) > USER_STEP_MAX_BYTES:
-            raise ValueError(f"{what} script: got {len(self.script)} bytes, allowed: at most {USER_STEP_MAX_BYTES}")
+            raise BootstrapInputError(
+                f"{what} script: got {len(self.script)} bytes, allowed: at most {USER_STEP_MAX_BYTES}"
+            )
         check_pattern(f"{what} sha256", self.sha256, SHA256, SHA256_RULE)
         if hashlib.sha256(self.script).hexdigest() != self.sha256:
-            raise ValueError(f"{what} sha256: got {self.sha256}, allowed: the sha256 of its script")
+            raise BootstrapInputError(f"{what} sha256: got {self.sha256}, allowed: the sha256 of its script")
 
     @property
     def step(self) -> str:
@@ -230,8 +209,8 @@ class BootstrapConfig:
     checkpoint_dir: str = "/fsx/checkpoints"
     launcher_torch: bool = False
     # HyperPod instance groups whose nodes become the Slurm controller and login nodes.
-    hyperpod_controller_group: str = "controller"
-    hyperpod_login_group: str = "login"
+    hyperpod_controller_group: str = HYPERPOD_CONTROLLER_GROUP
+    hyperpod_login_group: str = HYPERPOD_LOGIN_GROUP
     # The exporters (kiln.catalog.exporters names) the nodes run; each runs only on the nodes it is for.
     exporters: tuple[str, ...] = ()
     # A Prometheus agent on the Slurm exporter's node that scrapes every node's exporters (found through sinfo) and
@@ -258,70 +237,72 @@ class BootstrapConfig:
             object.__setattr__(self, "image", image_profile_for(self.target))
         check_choice("image", self.image, known_image_profiles())
         if self.target not in image_profile(self.image).targets:
-            raise ValueError(
+            raise BootstrapInputError(
                 f"image: got {self.image!r} for target {self.target!r}, allowed: "
                 f"{', '.join(name for name in known_image_profiles() if self.target in image_profile(name).targets)}"
             )
         check_choice("os", self.os, OPERATING_SYSTEMS)
         check_choice("architecture", self.architecture, ARCHITECTURES)
         check_choice("container_runtime", self.container_runtime, CONTAINER_RUNTIMES)
-        if (self.target == "local") != (self.local is not None):
-            raise ValueError(f"local: required exactly when target is 'local' (target {self.target!r})")
-        if self.target == "local" and self.os != "debian12":
-            raise ValueError(f"os: got {self.os!r} for target 'local', allowed: debian12")
-        if self.target != "local" and self.os == "debian12":
-            raise ValueError(f"os: got 'debian12' for target {self.target!r}, allowed: ubuntu2204, ubuntu2404, al2023")
-        if self.target == "local" and (self.groups or self.service_instance_types or self.lustre):
-            raise ValueError(
+        profile = self.profile
+        if profile.local_cluster != (self.local is not None):
+            raise BootstrapInputError(f"local: required exactly when target is 'local' (target {self.target!r})")
+        if self.os not in profile.operating_systems:
+            raise BootstrapInputError(
+                f"os: got {self.os!r} for target {self.target!r}, allowed: {', '.join(profile.operating_systems)}"
+            )
+        if profile.local_cluster and (self.groups or self.service_instance_types or self.lustre):
+            raise BootstrapInputError(
                 "local: groups, service_instance_types and lustre are cloud-only (the local nodes are given)"
             )
-        if self.lustre_efa and not (self.lustre and self.target in LUSTRE_EFA_TARGETS):
-            raise ValueError(
+        if self.lustre_efa and not (self.lustre and profile.target.mounts_fsx):
+            mounting = (name for name, other in PROFILES.items() if other.target.mounts_fsx)
+            raise BootstrapInputError(
                 f"lustre_efa: got True for target {self.target!r}, allowed: with lustre, on targets whose nodes kiln "
-                f"mounts it on ({', '.join(LUSTRE_EFA_TARGETS)})"
+                f"mounts it on ({', '.join(mounting)})"
             )
-        if self.target != "local" and not self.groups:
-            raise ValueError(f"groups: got none for target {self.target!r}, allowed: at least one NodeGroup")
+        if not profile.local_cluster and not self.groups:
+            raise BootstrapInputError(f"groups: got none for target {self.target!r}, allowed: at least one NodeGroup")
         names = [group.name for group in self.groups]
         if len(set(names)) != len(names):
-            raise ValueError(f"groups: names must be unique, got {names}")
+            raise BootstrapInputError(f"groups: names must be unique, got {names}")
         for name in self.instance_types:
             try:
                 facts = instance_type(name)
             except UnknownInstanceType as error:
-                raise ValueError(str(error)) from None
+                raise BootstrapInputError(str(error)) from None
             if self.architecture not in facts.architectures:
-                raise ValueError(
+                raise BootstrapInputError(
                     f"{name}: architecture {self.architecture!r} not offered (it has {', '.join(facts.architectures)})"
                 )
         for url, digest in self.locked.items():
             check_pattern("locked URL", url, _HTTPS_URL, "an https:// URL of printable ASCII without quotes")
             check_pattern(f"locked {url}", digest, SHA256, SHA256_RULE)
         if why := override_count_problem(len(self.nccl_env)):
-            raise ValueError(f"nccl_env: {why}")
+            raise BootstrapInputError(f"nccl_env: {why}")
         for name, value in self.nccl_env.items():
             check_pattern("nccl_env variable name", name, ENV_NAME, ENV_NAME_RULE)
             check_pattern(f"nccl_env {name}", value, ENV_VALUE, ENV_VALUE_RULE)
             # nccl.env and profile.sh carry it into /etc/profile.d: only NCCL's and libfabric's variables, short.
             if why := override_name_problem(name) or override_value_problem(value):
-                raise ValueError(f"nccl_env {name}: {why}")
+                raise BootstrapInputError(f"nccl_env {name}: {why}")
         for what in ("hyperpod_controller_group", "hyperpod_login_group"):
             check_pattern(what, getattr(self, what), NODE_GROUP_NAME, NODE_GROUP_NAME_RULE)
         if self.hugepages_2m is not None and (not isinstance(self.hugepages_2m, int) or self.hugepages_2m < 0):
-            raise ValueError(f"hugepages_2m: got {self.hugepages_2m!r}, allowed: an integer >= 0 or None")
+            raise BootstrapInputError(f"hugepages_2m: got {self.hugepages_2m!r}, allowed: an integer >= 0 or None")
         if self.fork_enomem and self.hugepages_2m:
-            raise ValueError("hugepages_2m: must be unset with fork_enomem (EFA then stops using huge pages)")
+            raise BootstrapInputError("hugepages_2m: must be unset with fork_enomem (EFA then stops using huge pages)")
         if self.software.pcs_slurm and not self.software.pcs_slurm.startswith(f"{self.software.slurm}."):
-            raise ValueError(
+            raise BootstrapInputError(
                 f"software.pcs_slurm: got {self.software.pcs_slurm!r}, allowed: a release of Slurm "
                 f"{self.software.slurm} such as {self.software.slurm}.2-1"
             )
-        if self.target == "eks" and self.software.nccl:
-            raise ValueError(
-                f"software.nccl: got {self.software.nccl!r} for target 'eks', allowed: none (pods bring NCCL)"
+        if profile.target.uses_kubernetes and self.software.nccl:
+            raise BootstrapInputError(
+                f"software.nccl: got {self.software.nccl!r} for target {self.target!r}, allowed: none (pods bring NCCL)"
             )
         if self.launcher_torch and not self.software.torch:
-            raise ValueError("launcher_torch: needs software.torch (a pinned torch version)")
+            raise BootstrapInputError("launcher_torch: needs software.torch (a pinned torch version)")
         check_node_path("checkpoint_dir", self.checkpoint_dir)
         self._check_exporters()
         self._check_ownership()
@@ -329,48 +310,52 @@ class BootstrapConfig:
         self._check_code_server()
         uids = [user.uid for user in self.users]
         if len(set(uids)) != len(uids):
-            raise ValueError(f"users: uids must be unique, got {uids}")
+            raise BootstrapInputError(f"users: uids must be unique, got {uids}")
 
     def _check_exporters(self) -> None:
         for name in self.exporters:
             check_choice("exporters", name, tuple(EXPORTERS))
         if len(set(self.exporters)) != len(self.exporters):
-            raise ValueError(f"exporters: got {', '.join(self.exporters)}, allowed: each exporter once")
+            raise BootstrapInputError(f"exporters: got {', '.join(self.exporters)}, allowed: each exporter once")
         if "slurm" in self.exporters and not self.runs_slurm:
-            raise ValueError(f"exporters: got 'slurm' for target {self.target!r}, which runs no Slurm")
-        if "node" in self.exporters and self.target != "local" and not self.software.node_exporter:
-            raise ValueError("exporters: 'node' needs software.node_exporter (a pinned release)")
+            raise BootstrapInputError(f"exporters: got 'slurm' for target {self.target!r}, which runs no Slurm")
+        if "node" in self.exporters and not self.profile.distro_software and not self.software.node_exporter:
+            raise BootstrapInputError("exporters: 'node' needs software.node_exporter (a pinned release)")
         for name in ("node", "dcgm"):
-            if name in self.exporters and self.target == "eks":
-                raise ValueError(f"exporters: got {name!r} for target 'eks', which runs it as a Helm chart")
+            if name in self.exporters and self.profile.target.uses_kubernetes:
+                raise BootstrapInputError(
+                    f"exporters: got {name!r} for target {self.target!r}, which runs it as a Helm chart"
+                )
         for name in ("dcgm", "efa"):
-            if name in self.exporters and self.target == "local":
-                raise ValueError(f"exporters: got {name!r} for target 'local', which has no GPUs and no EFA")
+            if name in self.exporters and not self.profile.accelerators:
+                raise BootstrapInputError(
+                    f"exporters: got {name!r} for target {self.target!r}, which has no GPUs and no EFA"
+                )
         if self.prometheus_agent and not self.runs_slurm:
-            raise ValueError(
+            raise BootstrapInputError(
                 f"prometheus_agent: got True for target {self.target!r}, which runs no Slurm to find nodes"
             )
-        if self.prometheus_agent and self.target != "local" and not self.software.prometheus:
-            raise ValueError("prometheus_agent: needs software.prometheus (a pinned release)")
+        if self.prometheus_agent and not self.profile.distro_software and not self.software.prometheus:
+            raise BootstrapInputError("prometheus_agent: needs software.prometheus (a pinned release)")
         if self.prometheus_agent and not self.exporters:
-            raise ValueError("prometheus_agent: got True without exporters to scrape")
+            raise BootstrapInputError("prometheus_agent: got True without exporters to scrape")
         if "dcgm" in self.exporters and not self.software.dcgm_exporter:
-            raise ValueError("exporters: 'dcgm' needs software.dcgm_exporter (a pinned DCGM-exporter pair)")
+            raise BootstrapInputError("exporters: 'dcgm' needs software.dcgm_exporter (a pinned DCGM-exporter pair)")
 
     def _check_user_steps(self) -> None:
         """Refuse more than USER_STEPS_MAX user steps, a name twice, or a role the target's nodes do not have."""
         if not isinstance(self.user_steps, tuple) or not all(isinstance(s, UserStep) for s in self.user_steps):
-            raise ValueError(f"user_steps: got {self.user_steps!r}, allowed: a tuple of UserStep")
+            raise BootstrapInputError(f"user_steps: got {self.user_steps!r}, allowed: a tuple of UserStep")
         if len(self.user_steps) > USER_STEPS_MAX:
-            raise ValueError(f"user_steps: got {len(self.user_steps)}, allowed: at most {USER_STEPS_MAX}")
+            raise BootstrapInputError(f"user_steps: got {len(self.user_steps)}, allowed: at most {USER_STEPS_MAX}")
         names = [step.name for step in self.user_steps]
         if len(set(names)) != len(names):
-            raise ValueError(f"user_steps: got names {', '.join(names)}, allowed: each name once")
-        allowed = USER_STEP_ROLES[self.target]
+            raise BootstrapInputError(f"user_steps: got names {', '.join(names)}, allowed: each name once")
+        allowed = self.profile.node_roles
         for step in self.user_steps:
             for role in step.roles:
                 if role not in allowed:
-                    raise ValueError(
+                    raise BootstrapInputError(
                         f"user step {step.name} roles: got {role!r} for target {self.target!r}, allowed: "
                         f"{', '.join(allowed)}"
                     )
@@ -383,13 +368,13 @@ class BootstrapConfig:
         """code-server runs on one role of a Slurm target, as a user other than root (locally: who ran kiln)."""
         if not self.code_server_role:
             if self.code_server_user:
-                raise ValueError("code_server_user: got a user without code_server_role, allowed: none")
+                raise BootstrapInputError("code_server_user: got a user without code_server_role, allowed: none")
             return
-        allowed = CODE_SERVER_ROLES.get(self.target, ())
+        allowed = self.profile.code_server_roles
         check_choice(f"code_server_role for target {self.target!r}", self.code_server_role, allowed)
         check_pattern("code_server_user", self.code_server_user, _USER, "a Linux user name")
-        if self.code_server_user == "root" and self.target != "local":
-            raise ValueError(
+        if self.code_server_user == "root" and not self.profile.local_cluster:
+            raise BootstrapInputError(
                 "code_server_user: got 'root', allowed: any other user (code-server's terminals run as it)"
             )
 
@@ -399,16 +384,16 @@ class BootstrapConfig:
         for component in self.replace:
             check_choice("replace", component, tuple(PIN_FIELDS))
             if not getattr(self.software, PIN_FIELDS[component], None):
-                raise ValueError(
+                raise BootstrapInputError(
                     f"replace: {component} needs software.{PIN_FIELDS[component]} (what kiln installs instead)"
                 )
         if len(set(self.replace)) != len(self.replace):
-            raise ValueError(f"replace: got {', '.join(self.replace)}, allowed: each component once")
+            raise BootstrapInputError(f"replace: got {', '.join(self.replace)}, allowed: each component once")
         for component, owned in profile.owned_on(self.os).items():
             pin = PIN_FIELDS.get(component)
             if component in self.replace or pin is None or getattr(self.software, pin) is None:
                 continue
-            raise ValueError(
+            raise BootstrapInputError(
                 f"software.{pin}: got {getattr(self.software, pin)!r}, but the {profile.title} ships "
                 f"{owned.describe()} and kiln adopts it; leave it unpinned, or replace it in a bake"
             )
@@ -429,5 +414,10 @@ class BootstrapConfig:
         return tuple(dict.fromkeys(ec2_type_name(name) for name in names))
 
     @property
+    def profile(self) -> TargetProfile:
+        """Return how this config's target runs the bundle."""
+        return PROFILES[self.target]
+
+    @property
     def runs_slurm(self) -> bool:
-        return self.target != "eks"
+        return self.profile.target.runs_slurm

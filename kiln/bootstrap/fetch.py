@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from kiln.bootstrap.checks import BootstrapInputError
 from kiln.bootstrap.cluster_env import check_cluster_env
 
 FETCH_SCRIPT = Path(__file__).parent / "scripts" / "fetch.sh"
@@ -88,7 +89,7 @@ def fetch_user_data(bundle_url: str, entry_point: str, values: Mapping[str, str]
     script = FETCH_SCRIPT.read_text()
     marker = "KILN_FETCH_SCRIPT"
     if marker in script:
-        raise ValueError(f"fetch.sh must not contain the heredoc marker {marker}")
+        raise BootstrapInputError(f"fetch.sh must not contain the heredoc marker {marker}")
     arguments = " ".join(_quoted(a) for a in fetch_arguments(bundle_url, entry_point, values, role))
     return (
         "#!/bin/bash\n"

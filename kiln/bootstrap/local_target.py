@@ -5,7 +5,14 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from kiln.bootstrap.checks import SLURM_NAME, SLURM_NAME_RULE, check_node_path, check_pattern, check_positive
+from kiln.bootstrap.checks import (
+    SLURM_NAME,
+    SLURM_NAME_RULE,
+    BootstrapInputError,
+    check_node_path,
+    check_pattern,
+    check_positive,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,7 +29,9 @@ class LocalNode:
         try:
             ipaddress.ip_address(self.address)
         except ValueError:
-            raise ValueError(f"local node {self.name} address: got {self.address!r}, allowed: an IP address") from None
+            raise BootstrapInputError(
+                f"local node {self.name} address: got {self.address!r}, allowed: an IP address"
+            ) from None
         check_positive(f"local node {self.name} cpus", self.cpus)
         check_positive(f"local node {self.name} real_memory_mib", self.real_memory_mib)
 
@@ -47,7 +56,7 @@ class LocalCluster:
         """Return a cluster of NODES nodes named node1..N, addressed in order from SUBNET after the controller."""
         network = ipaddress.ip_network(subnet, strict=False)
         if nodes < 1 or nodes + 1 > network.num_addresses - 2:
-            raise ValueError(f"nodes: got {nodes}, allowed: 1..{network.num_addresses - 3} for {subnet}")
+            raise BootstrapInputError(f"nodes: got {nodes}, allowed: 1..{network.num_addresses - 3} for {subnet}")
         hosts = network.hosts()
         controller = str(next(hosts))
         members = tuple(LocalNode(name=f"node{index}", address=str(next(hosts))) for index in range(1, nodes + 1))
@@ -56,19 +65,21 @@ class LocalCluster:
     def __post_init__(self) -> None:
         check_node_path("local.prefix", self.prefix)
         if self.prefix.rstrip("/") == "":
-            raise ValueError(
+            raise BootstrapInputError(
                 "local.prefix: got '/', allowed: a private directory (the host's /etc must stay untouched)"
             )
         if not self.nodes:
-            raise ValueError("local.nodes: got none, allowed: at least one LocalNode")
+            raise BootstrapInputError("local.nodes: got none, allowed: at least one LocalNode")
         names = [node.name for node in self.nodes]
         if len(set(names)) != len(names) or (self.controller_host and self.controller_host in names):
-            raise ValueError(f"local node names must be unique and differ from the controller's: got {names}")
+            raise BootstrapInputError(f"local node names must be unique and differ from the controller's: got {names}")
         LocalNode(name=self.controller_host or "controller", address=self.controller_address)
         check_pattern("local.cluster_name", self.cluster_name, SLURM_NAME, SLURM_NAME_RULE)
         check_pattern("local.partition", self.partition, SLURM_NAME, SLURM_NAME_RULE)
         for what, port in (("slurmctld_port", self.slurmctld_port), ("slurmd_port", self.slurmd_port)):
             if not isinstance(port, int) or not 1024 <= port <= 65535:
-                raise ValueError(f"local.{what}: got {port!r}, allowed: 1024..65535")
+                raise BootstrapInputError(f"local.{what}: got {port!r}, allowed: 1024..65535")
         if self.slurmctld_port == self.slurmd_port:
-            raise ValueError(f"local ports: slurmctld_port and slurmd_port must differ (got {self.slurmd_port} twice)")
+            raise BootstrapInputError(
+                f"local ports: slurmctld_port and slurmd_port must differ (got {self.slurmd_port} twice)"
+            )

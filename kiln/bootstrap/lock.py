@@ -19,6 +19,7 @@ from typing import Any
 
 from kiln.bootstrap.artifacts import Artifact, artifact_table
 from kiln.catalog.names import SHA256, VERSION
+from kiln.contracts.errors import Failure, InputError, KilnError
 
 LOCK_FORMAT = 1
 MAX_LOCK_BYTES = 1024 * 1024
@@ -38,8 +39,16 @@ _ABOUT = (
 )
 
 
-class LockError(ValueError):
-    """A lock file kiln cannot use, or a download that cannot be locked."""
+class LockError(KilnError):
+    """A lock file kiln cannot use (LockUnreadable), or a download that cannot be locked (LockFailed)."""
+
+
+class LockUnreadable(LockError, InputError):
+    """A lock file kiln cannot read or use; str() names the file and what is wrong."""
+
+
+class LockFailed(LockError, Failure):
+    """A download that cannot be locked: it failed, it is too large, or its digest changed."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,18 +73,18 @@ def _got(value: object) -> str:
 def _entry(path: Path, number: int, raw: Any) -> LockedFile:
     where = f"{path}: artifacts[{number}]"
     if not isinstance(raw, dict) or set(raw) != {"name", "version", "url", "sha256", "size_bytes"}:
-        raise LockError(f"{where}: must have exactly name, version, url, sha256, size_bytes")
+        raise LockUnreadable(f"{where}: must have exactly name, version, url, sha256, size_bytes")
     entry = LockedFile(**raw)
     if entry.name not in artifact_table():
-        raise LockError(f"{where}: name: got {_got(entry.name)}, allowed: {', '.join(artifact_table())}")
+        raise LockUnreadable(f"{where}: name: got {_got(entry.name)}, allowed: {', '.join(artifact_table())}")
     if not isinstance(entry.version, str) or not VERSION.fullmatch(entry.version):
-        raise LockError(f"{where}: version: got {_got(entry.version)}, allowed: a version such as 1.2.3")
+        raise LockUnreadable(f"{where}: version: got {_got(entry.version)}, allowed: a version such as 1.2.3")
     if not isinstance(entry.url, str) or not entry.url.startswith("https://") or not entry.url.isprintable():
-        raise LockError(f"{where}: url: got {_got(entry.url)}, allowed: an https:// URL")
+        raise LockUnreadable(f"{where}: url: got {_got(entry.url)}, allowed: an https:// URL")
     if not isinstance(entry.sha256, str) or not SHA256.fullmatch(entry.sha256):
-        raise LockError(f"{where}: sha256: got {_got(entry.sha256)}, allowed: 64 lowercase hex digits")
+        raise LockUnreadable(f"{where}: sha256: got {_got(entry.sha256)}, allowed: 64 lowercase hex digits")
     if isinstance(entry.size_bytes, bool) or not isinstance(entry.size_bytes, int) or entry.size_bytes < 0:
-        raise LockError(f"{where}: size_bytes: got {_got(entry.size_bytes)}, allowed: an integer >= 0")
+        raise LockUnreadable(f"{where}: size_bytes: got {_got(entry.size_bytes)}, allowed: an integer >= 0")
     return entry
 
 
@@ -105,50 +114,50 @@ def _read_lock_bytes(path: Path) -> bytes:
     """Return at most MAX_LOCK_BYTES + 1 bytes of PATH, refusing anything but a regular file without blocking."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
-            raise LockError(f"{path}: not a regular file")
+            raise LockUnreadable(f"{path}: not a regular file")
         # Non-blocking: a FIFO put in the file's place since the stat must not hang the reader.
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
-        raise LockError(f"{path}: not a regular file") from None
+        raise LockUnreadable(f"{path}: not a regular file") from None
     except OSError as error:
-        raise LockError(f"{path}: cannot be read ({error.strerror})") from None
+        raise LockUnreadable(f"{path}: cannot be read ({error.strerror})") from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise LockError(f"{path}: not a regular file")
+            raise LockUnreadable(f"{path}: not a regular file")
         chunks, left = [], MAX_LOCK_BYTES + 1  # the size can grow while the file is read
         while left > 0 and (chunk := os.read(fd, min(left, 1 << 16))):
             chunks.append(chunk)
             left -= len(chunk)
         return b"".join(chunks)
     except OSError as error:
-        raise LockError(f"{path}: cannot be read ({error.strerror})") from None
+        raise LockUnreadable(f"{path}: cannot be read ({error.strerror})") from None
     finally:
         os.close(fd)
 
 
 def read_lock(path: Path) -> tuple[LockedFile, ...]:
-    """Return the entries of the lock file at PATH; raise LockError naming the file and what is wrong."""
+    """Return the entries of the lock file at PATH; raise LockUnreadable naming the file and what is wrong."""
     raw = _read_lock_bytes(path)
     if len(raw) > MAX_LOCK_BYTES:
-        raise LockError(f"{path}: larger than {MAX_LOCK_BYTES} bytes; a lock holds a few entries")
+        raise LockUnreadable(f"{path}: larger than {MAX_LOCK_BYTES} bytes; a lock holds a few entries")
     if _nesting(raw) > MAX_LOCK_DEPTH:
-        raise LockError(
+        raise LockUnreadable(
             f"{path}: nests deeper than {MAX_LOCK_DEPTH} levels; not a kiln lock (format {LOCK_FORMAT} nests 3)"
         )
     try:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as error:
-        raise LockError(f"{path}: not JSON ({error})") from None
+        raise LockUnreadable(f"{path}: not JSON ({error})") from None
     except RecursionError:
         # MAX_LOCK_DEPTH keeps the decoder far from Python's limit; this keeps any miss one line.
-        raise LockError(f"{path}: nests too deeply to read; not a kiln lock") from None
+        raise LockUnreadable(f"{path}: nests too deeply to read; not a kiln lock") from None
     shaped = isinstance(data, dict) and data.get("kiln_lock") == LOCK_FORMAT
     if not shaped or not isinstance(data.get("artifacts"), list):
-        raise LockError(f"{path}: not a kiln lock (format {LOCK_FORMAT}: kiln_lock, about, artifacts)")
+        raise LockUnreadable(f"{path}: not a kiln lock (format {LOCK_FORMAT}: kiln_lock, about, artifacts)")
     entries = tuple(_entry(path, number, raw) for number, raw in enumerate(data["artifacts"]))
     urls = [entry.url for entry in entries]
     if len(set(urls)) != len(urls):
-        raise LockError(f"{path}: a URL is locked twice")
+        raise LockUnreadable(f"{path}: a URL is locked twice")
     return entries
 
 
@@ -165,19 +174,19 @@ def lock_text(entries: Iterable[LockedFile]) -> str:
 
 
 def download_digest(url: str, *, timeout: float = DOWNLOAD_TIMEOUT_SECONDS) -> tuple[str, int]:
-    """Download URL once, streaming, and return its sha256 and size; raise LockError on any failure."""
+    """Download URL once, streaming, and return its sha256 and size; raise LockFailed on any failure."""
     digest, size = hashlib.sha256(), 0
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - URLs come from artifacts.json
             while chunk := response.read(_CHUNK):
                 size += len(chunk)
                 if size > MAX_DOWNLOAD_BYTES:
-                    raise LockError(f"{url}: larger than {MAX_DOWNLOAD_BYTES} bytes; refusing to lock it")
+                    raise LockFailed(f"{url}: larger than {MAX_DOWNLOAD_BYTES} bytes; refusing to lock it")
                 digest.update(chunk)
-    except LockError:
+    except LockFailed:
         raise
     except (OSError, ValueError) as error:
-        raise LockError(f"{url}: download failed ({error})") from None
+        raise LockFailed(f"{url}: download failed ({error})") from None
     return digest.hexdigest(), size
 
 
@@ -198,7 +207,7 @@ def plan_lock(
 ) -> LockPlan:
     """Return the lock for NEEDED: kept entries reused, the rest downloaded once; REFRESH downloads all again.
 
-    A refreshed file whose digest differs from the lock's raises LockError: the publisher changed bytes that
+    A refreshed file whose digest differs from the lock's raises LockFailed: the publisher changed bytes that
     were already trusted, which a person must look at.
     """
     fetch = fetch or download_digest
@@ -212,7 +221,7 @@ def plan_lock(
             continue
         sha256, size = fetch(artifact.url)
         if old is not None and old.sha256 != sha256:
-            raise LockError(
+            raise LockFailed(
                 f"{artifact.url}: sha256 is now {sha256}, the lock has {old.sha256}: the published file changed; "
                 "find out why before trusting it (the lock is unchanged)"
             )

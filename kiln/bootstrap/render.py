@@ -11,11 +11,12 @@ from pathlib import Path
 import jinja2
 
 from kiln.bootstrap.artifacts import bundle_artifacts, bundle_repositories, npm_version, python_package
-from kiln.bootstrap.checks import check_pattern, check_quotable
+from kiln.bootstrap.checks import BootstrapInputError, check_pattern, check_quotable
 from kiln.bootstrap.cluster_env import CLUSTER_ENV_PATH, cluster_env_text
 from kiln.bootstrap.config import BootstrapConfig
+from kiln.bootstrap.profiles import PROFILES
 from kiln.bootstrap.readiness import BootReadiness, boot_readiness
-from kiln.bootstrap.steps import NODE_CONTEXT, Step, declared_steps
+from kiln.bootstrap.steps import declared_steps
 from kiln.bootstrap.wheel import WHEEL_NAME, wheel_bytes
 from kiln.catalog import InstanceType, SoftwareVersions, instance_type, preset_environment
 from kiln.catalog.code_server import CODE_SERVER_CONFIG, CODE_SERVER_HOST, CODE_SERVER_PORT
@@ -41,135 +42,6 @@ PYXIS_PREFIX = "/usr/local"
 # lib/node_modules/code-server, bin/code-server); under the local cluster's prefix there.
 CODE_SERVER_PREFIX = "/opt/kiln/code-server"
 SCRATCH_DIR = "/scratch"
-
-_ACCELERATOR_STEPS = ("install_nvidia_driver", "install_neuron", "install_efa", "install_nccl")
-# Containers and kiln's own software, after whatever Slurm the node has (pyxis builds against its headers).
-_ON_SLURM_INSTALL = (
-    "install_enroot",
-    "install_pyxis",
-    "install_container_runtime",
-    "install_launcher",
-    "install_exporters",
-    # Where code-server runs (a login node, else the controller), or in a bake.
-    "install_code_server",
-)
-_CLOUD_INSTALL = (*_ACCELERATOR_STEPS, "install_lustre_client", *_ON_SLURM_INSTALL)
-_CLOUD_CONFIGURE = (
-    "configure_users",
-    # Before the exporters: the Prometheus agent's user must be a fixed one the IMDS rules can name.
-    "configure_imds",
-    "configure_kernel",
-    "configure_accelerators",
-    "configure_fsx",
-    "configure_container_storage",
-    "configure_training_env",
-    "configure_exporters",
-    "configure_code_server",
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class TargetProfile:
-    """How one target runs the bundle: its entry point, its steps and who owns Slurm."""
-
-    entry_point: str
-    how_it_runs: str
-    default_role: str
-    install_steps: tuple[str, ...]
-    configure_steps: tuple[str, ...]
-    # Who writes slurm.conf: "kiln" renders it, "backend" keeps its own, None means no Slurm.
-    slurm_config: str | None
-    # Where kiln writes slurm.conf: how it lists the nodes (templates/slurm/nodes-<this>.conf.j2).
-    slurm_nodes: str = "backend"
-    # Who keeps the munge key: the backend, or kiln under the local cluster's prefix (configure_munge).
-    munge_key: str = "backend"
-
-    def __post_init__(self) -> None:
-        # A profile names only declared steps of the right phase: a typo fails here, not on a node.
-        declared_steps("install", self.install_steps)
-        declared_steps("configure", self.configure_steps)
-
-    @property
-    def steps(self) -> tuple[Step, ...]:
-        """Return every step the bundle holds: node_context first, then install, then configure."""
-        install = declared_steps("install", self.install_steps)
-        return (NODE_CONTEXT, *install, *declared_steps("configure", self.configure_steps))
-
-
-PROFILES: dict[str, TargetProfile] = {
-    "pcs": TargetProfile(
-        entry_point="pcs-user-data.sh",
-        how_it_runs="run from the launch template's user data of each PCS node group",
-        default_role="worker",
-        # PCS's agent and Slurm (adopted from PCS's images, baked into a stock one) come before pyxis.
-        install_steps=(
-            *_ACCELERATOR_STEPS,
-            "install_lustre_client",
-            "install_pcs_agent",
-            "install_pcs_slurm",
-            *_ON_SLURM_INSTALL,
-        ),
-        configure_steps=(*_CLOUD_CONFIGURE, "configure_slurm"),
-        slurm_config="backend",
-    ),
-    "parallelcluster": TargetProfile(
-        entry_point="on-node-configured.sh",
-        how_it_runs="ParallelCluster's OnNodeConfigured action on head, compute and login nodes, each told its role",
-        default_role="worker",
-        install_steps=_CLOUD_INSTALL,
-        # ParallelCluster mounts FSx itself (SharedStorage).
-        configure_steps=tuple(s for s in _CLOUD_CONFIGURE if s != "configure_fsx") + ("configure_slurm",),
-        slurm_config="backend",
-    ),
-    "hyperpod": TargetProfile(
-        entry_point="on_create.sh",
-        how_it_runs="HyperPod's OnCreate lifecycle script; the role comes from the instance group",
-        default_role="worker",
-        install_steps=_CLOUD_INSTALL,
-        # HyperPod's agent writes slurm.conf and keeps munge; the lifecycle script starts the daemons.
-        configure_steps=(*_CLOUD_CONFIGURE, "configure_slurm"),
-        slurm_config="backend",
-    ),
-    "eks": TargetProfile(
-        entry_point="eks-user-data.sh",
-        how_it_runs="run from the EKS node group's user data before the node joins",
-        default_role="worker",
-        # Pods bring the launcher; FSx comes through the CSI driver. The node and DCGM exporters run as Helm
-        # charts; kiln's EFA exporter runs on the host (it reads the host's sysfs), from kiln's wheel.
-        install_steps=(*_ACCELERATOR_STEPS, "install_lustre_client", "install_container_runtime", "install_exporters"),
-        configure_steps=(
-            "configure_users",
-            "configure_kernel",
-            "configure_accelerators",
-            "configure_container_storage",
-            "configure_training_env",
-            "configure_exporters",
-        ),
-        slurm_config=None,
-    ),
-    "local": TargetProfile(
-        entry_point="local-node.sh",
-        how_it_runs="the local cluster runs it once under its prefix; it starts no daemons",
-        default_role="controller",
-        install_steps=(
-            "install_slurm",
-            "install_munge",
-            "install_launcher",
-            "install_exporters",
-            "install_code_server",
-        ),
-        configure_steps=(
-            "configure_munge",
-            "configure_slurm",
-            "configure_training_env",
-            "configure_exporters",
-            "configure_code_server",
-        ),
-        slurm_config="kiln",
-        slurm_nodes="static",
-        munge_key="local",
-    ),
-}
 
 # Where Debian's Slurm lives for the local target (its paths are under the cluster's prefix at run time); the cloud
 # images' Slurm prefixes are platform facts (kiln.catalog.platforms).
@@ -237,15 +109,13 @@ def _environment() -> jinja2.Environment:
 
 def slurm_layout(config: BootstrapConfig) -> SlurmLayout | None:
     """Return the Slurm paths and ports of CONFIG's target, or None where nodes run no Slurm."""
-    profile = PROFILES[config.target]
-    if profile.slurm_config is None:
+    profile = config.profile
+    if not profile.target.runs_slurm:
         return None
     facts = [instance_type(name) for name in config.instance_types]
     gres_types = tuple(kind for kind in ("gpu", "neuron") if any(getattr(f, f"{kind}_count") for f in facts))
-    plugstack = (
-        config.containers and config.target != "local" and (bool(config.software.pyxis) or config.adopts("pyxis"))
-    )
-    if config.target == "local":
+    plugstack = config.containers and profile.containers and (bool(config.software.pyxis) or config.adopts("pyxis"))
+    if profile.slurm_paths == "prefix":
         local = config.local
         root = "@KILN_ROOT@"
         return SlurmLayout(
@@ -264,9 +134,11 @@ def slurm_layout(config: BootstrapConfig) -> SlurmLayout | None:
             plugstack=False,
         )
     plugstack_dir, plugstack_conf = _spank_paths(config)
-    if config.target == "pcs":
+    if profile.slurm_paths == "service":
         if not config.software.slurm:
-            raise ValueError("software.slurm: required for target 'pcs' (PCS installs Slurm under its version)")
+            raise BootstrapInputError(
+                "software.slurm: required for target 'pcs' (PCS installs Slurm under its version)"
+            )
         prefix = service_fact("pcs", "slurm_prefix").value.format(version=config.software.slurm)
     else:
         prefix = config.image_profile.fact("slurm_prefix").value
@@ -291,7 +163,7 @@ def slurm_layout(config: BootstrapConfig) -> SlurmLayout | None:
 
 def _spank_paths(config: BootstrapConfig) -> tuple[str, str]:
     """Return where pyxis's SPANK configuration goes on CONFIG's nodes and the plugstack.conf that must include it."""
-    if config.target == "pcs":
+    if config.profile.slurm_paths == "service":
         # PCS reads SPANK configuration from its own directory per Slurm version, and nothing else.
         template = service_fact("pcs", "plugstack_dir").value
         return template.format(version=config.software.slurm), ""
@@ -309,10 +181,10 @@ def pyxis_plugin(config: BootstrapConfig) -> str:
 
 def required_cluster_env(config: BootstrapConfig) -> tuple[str, ...]:
     """Return the cluster.env variables a node of CONFIG's bundle cannot boot without."""
-    if config.target == "local":
+    if config.profile.local_cluster:
         return ("KILN_CLUSTER_NAME",)
     required = ["KILN_CLUSTER_NAME", "KILN_REGION"]
-    if config.lustre and "configure_fsx" in PROFILES[config.target].configure_steps:
+    if config.lustre and config.profile.target.mounts_fsx:
         required += ["KILN_FSX_DNS", "KILN_FSX_MOUNT_NAME", "KILN_MOUNT_POINT"]
     if config.prometheus_agent:
         required.append("KILN_PROMETHEUS_REMOTE_WRITE_URL")
@@ -320,7 +192,7 @@ def required_cluster_env(config: BootstrapConfig) -> tuple[str, ...]:
 
 
 def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tuple[str, str]) -> list[tuple[str, str]]:
-    profile = PROFILES[config.target]
+    profile = config.profile
     pins = config.software
     slurm_target = config.runs_slurm
     env = {
@@ -340,7 +212,7 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         "KILN_CONFIGURE_STEPS": " ".join(
             (*profile.configure_steps, *(s.step for s in config.user_steps_of("configure")))
         ),
-        "KILN_CONTAINERS": "1" if config.containers and config.target != "local" else "0",
+        "KILN_CONTAINERS": "1" if config.containers and profile.containers else "0",
         "KILN_CONTAINER_RUNTIME": config.container_runtime,
         "KILN_LUSTRE": "1" if config.lustre else "0",
         **_lustre_efa_env(config),
@@ -359,12 +231,12 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         **_image_env(config),
         "KILN_NVIDIA_CONTAINER_TOOLKIT_VERSION": pins.nvidia_container_toolkit or "",
         "KILN_TORCH_VERSION": pins.torch if config.launcher_torch else "",
-        "KILN_SLURM_SOURCE": "distro" if config.target == "local" else "backend",
+        "KILN_SLURM_SOURCE": "distro" if profile.distro_software else "backend",
         "KILN_SLURM_PREFIX": layout.prefix if layout else "",
         "KILN_SLURM_CONF_DIR": layout.conf_dir if layout else "",
         "KILN_SLURM_DIRS": " ".join(layout.directories) if layout and profile.slurm_config == "kiln" else "",
         "KILN_SLURM_OWNS_CONFIG": "1" if profile.slurm_config == "kiln" else "0",
-        "KILN_SLURM_DAEMONS": _slurm_daemons(config),
+        "KILN_SLURM_DAEMONS": profile.slurm_daemons,
         **_platform_paths(config),
         "KILN_MUNGE_KEY_SOURCE": profile.munge_key,
         "KILN_HYPERPOD_CONTROLLER_GROUP": config.hyperpod_controller_group,
@@ -418,20 +290,13 @@ def imds_guard_roles(target: str) -> tuple[str, ...]:
     sets them rather than risk cutting its health checks and node recovery off. EKS nodes keep the token on the host
     (hop limit 1) and give pods their own identities; the local cluster has no IMDS.
     """
-    if target == "pcs":
+    guard = PROFILES[target].imds_guard
+    if guard == "all":
         return NODE_ROLES
-    if target == "parallelcluster":
-        secured = service_fact("parallelcluster", "imds_secured_roles").value
+    if guard == "unsecured":
+        secured = service_fact(target, "imds_secured_roles").value
         return tuple(role for role in NODE_ROLES if role not in secured)
     return ()
-
-
-def _slurm_daemons(config: BootstrapConfig) -> str:
-    """Return who starts Slurm's daemons: none (the local cluster does), the lifecycle script against the platform's
-    configuration (HyperPod), or the platform, kiln restarting them after a change (systemd)."""
-    if config.target == "local":
-        return "none"
-    return "lifecycle" if config.target == "hyperpod" else "systemd"
 
 
 def _platform_paths(config: BootstrapConfig) -> dict[str, str]:
@@ -451,7 +316,7 @@ def _platform_paths(config: BootstrapConfig) -> dict[str, str]:
 
 def _pcs_env(config: BootstrapConfig) -> dict[str, str]:
     """Return what the PCS agent and Slurm steps read: their pins, where the installers unpack and record versions."""
-    if config.target != "pcs":
+    if not config.profile.runs_pcs_agent:
         return {}
     installers = service_fact("pcs", "installers").value
     major = config.software.slurm
@@ -472,7 +337,7 @@ def _lustre_efa_env(config: BootstrapConfig) -> dict[str, str]:
     lnet = service_fact("fsx_lustre", "efa_lnet").value
     least_kernel = service_fact("fsx_lustre", "efa_client_os").value
     if config.os not in least_kernel:
-        raise ValueError(f"lustre_efa: FSx for Lustre takes no EFA clients on {config.os}")
+        raise BootstrapInputError(f"lustre_efa: FSx for Lustre takes no EFA clients on {config.os}")
     return {
         "KILN_LUSTRE_EFA": "1",
         "KILN_LUSTRE_EFA_PEER_CREDITS": str(lnet["peer_credits"]),
@@ -502,7 +367,7 @@ def _exporters_env(config: BootstrapConfig) -> dict[str, str]:
     dcgm = pins.dcgm if "dcgm" in config.exporters else None
     # kiln-metrics serves the Slurm and EFA exporters and, for the agent, finds the nodes and writes its config.
     kiln_metrics = config.prometheus_agent or any(name in config.exporters for name in ("slurm", "efa"))
-    agent_release = config.prometheus_agent and config.target != "local"
+    agent_release = config.prometheus_agent and not config.profile.distro_software
     env = {
         "KILN_EXPORTERS": " ".join(config.exporters),
         "KILN_PROMETHEUS_AGENT": "1" if config.prometheus_agent else "0",
@@ -512,10 +377,10 @@ def _exporters_env(config: BootstrapConfig) -> dict[str, str]:
         "KILN_DCGM_EXPORTER_VERSION": dcgm[1] if dcgm else "",
         "KILN_PROMETHEUS_CLIENT_REQUIREMENT": python_package("prometheus-client").requirement if kiln_metrics else "",
         # Where the daemons come from: systemd units on cloud nodes; the local cluster starts its own.
-        "KILN_EXPORTER_DAEMONS": "none" if config.target == "local" else "systemd",
+        "KILN_EXPORTER_DAEMONS": config.profile.daemons,
         # The Slurm exporter (and the agent) runs beside the controller; PCS runs the controller itself, so on its
         # login nodes.
-        "KILN_SLURM_EXPORTER_ROLE": "login" if config.target == "pcs" else "controller",
+        "KILN_SLURM_EXPORTER_ROLE": config.profile.slurm_exporter_role,
     }
     for exporter in EXPORTERS.values():
         env[f"KILN_{exporter.name.upper()}_EXPORTER_PORT"] = str(exporter.port)
@@ -536,7 +401,7 @@ def _code_server_env(config: BootstrapConfig) -> dict[str, str]:
         "KILN_CODE_SERVER_PREFIX": CODE_SERVER_PREFIX,
         "KILN_CODE_SERVER_BIND": f"{CODE_SERVER_HOST}:{CODE_SERVER_PORT}",
         "KILN_CODE_SERVER_CONFIG": CODE_SERVER_CONFIG,
-        "KILN_CODE_SERVER_DAEMONS": "none" if config.target == "local" else "systemd",
+        "KILN_CODE_SERVER_DAEMONS": config.profile.daemons,
     }
 
 
@@ -599,7 +464,7 @@ def _nccl_environment(config: BootstrapConfig, name: str) -> list[tuple[str, str
     return sorted(environment.items())
 
 
-class BundleTooLarge(ValueError):
+class BundleTooLarge(BootstrapInputError):
     """A bundle whose rendered files would pass MAX_RENDERED_BYTES; nothing of it was written."""
 
 
@@ -637,15 +502,14 @@ class _Rendered:
 
 
 def _render_slurm(config: BootstrapConfig, layout: SlurmLayout, out: _Rendered, env: jinja2.Environment) -> None:
-    profile = PROFILES[config.target]
+    profile = config.profile
     out.directories.append("slurm")
     context = {"target": config.target, "slurm": layout, "groups": config.groups, "local": config.local}
     if profile.slurm_config == "kiln":
-        plugins = "plugins-namespaces" if config.target == "local" else "plugins-cgroup"
-        fragments = ("base", plugins, f"nodes-{profile.slurm_nodes}")
+        fragments = ("base", f"plugins-{profile.slurm_plugins}", f"nodes-{profile.slurm_nodes}")
         text = "".join(env.get_template(f"slurm/{name}.conf.j2").render(context) for name in fragments)
         out.add("slurm/slurm.conf", text)
-        if config.target != "local":
+        if profile.slurm_plugins == "cgroup":
             out.add("slurm/cgroup.conf", env.get_template("slurm/cgroup.conf.j2").render(context))
         if layout.plugstack:
             out.add("slurm/plugstack.conf", env.get_template("slurm/plugstack.conf.j2").render(context))
@@ -663,19 +527,27 @@ def local_cluster_env(config: BootstrapConfig) -> dict[str, str]:
     return values
 
 
+def library_files() -> tuple[str, ...]:
+    """Return kiln's scripts that every bundle carries as they are, relative to SCRIPTS_DIR (and to the bundle):
+    kiln-step, the library's loader lib.sh and its parts lib/*.sh (the entry point's and kiln-step's preamble too)."""
+    parts = sorted(path.relative_to(SCRIPTS_DIR).as_posix() for path in (SCRIPTS_DIR / "lib").glob("*.sh"))
+    return ("kiln-step", "lib.sh", *parts)
+
+
 def render_bundle(config: BootstrapConfig, out_dir: Path | str) -> RenderedBundle:
     """Write the bundle a node of CONFIG's target runs into OUT_DIR.
 
     OUT_DIR may be missing, empty or an earlier bundle; anything else is refused (UnsafeOutput) untouched. Every file
     is rendered before OUT_DIR is touched: a bundle past MAX_RENDERED_BYTES raises BundleTooLarge, nothing written.
     """
-    profile = PROFILES[config.target]
+    profile = config.profile
     layout = slurm_layout(config)
     wheel = wheel_bytes()
     rendered = _render(config, layout, (WHEEL_NAME, hashlib.sha256(wheel).hexdigest()))
     with replaced_directory(out_dir, what="bootstrap bundle") as staging:
-        shutil.copy2(SCRIPTS_DIR / "lib.sh", staging / "lib.sh")
-        shutil.copy2(SCRIPTS_DIR / "kiln-step", staging / "kiln-step")
+        for relative in library_files():
+            (staging / relative).parent.mkdir(exist_ok=True)
+            shutil.copy2(SCRIPTS_DIR / relative, staging / relative)
         (staging / "steps").mkdir()
         for step in profile.steps:
             shutil.copy2(SCRIPTS_DIR / step.file, staging / step.file)
@@ -691,7 +563,7 @@ def render_bundle(config: BootstrapConfig, out_dir: Path | str) -> RenderedBundl
 
 def _render(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tuple[str, str]) -> _Rendered:
     """Return the bundle's rendered files (WHEEL: the node wheel's file name and sha256), refusing past the cap."""
-    profile = PROFILES[config.target]
+    profile = config.profile
     env = _environment()
     out = _Rendered()
     context = {
@@ -722,7 +594,7 @@ def _render(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tuple[st
             out.add(f"{folder}/gres.conf", env.get_template("gres.conf.j2").render(facts=facts))
     if layout is not None:
         _render_slurm(config, layout, out, env)
-    if config.target == "local":
+    if profile.local_cluster:
         out.add("cluster.env", cluster_env_text(local_cluster_env(config)))
     for step in config.user_steps:
         out.add(step.file, step.script, executable=True)

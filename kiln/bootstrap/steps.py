@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from kiln.bootstrap.checks import BootstrapInputError
+
 Phase = Literal["context", "install", "configure"]
 
 
@@ -31,9 +33,13 @@ class Step:
     def __post_init__(self) -> None:
         # Only install steps land in an image; a configure step's inputs are read again at every boot.
         if self.pins and self.phase != "install":
-            raise ValueError(f"step {self.name}: got pins {' '.join(self.pins)} on a {self.phase} step, allowed: none")
+            raise BootstrapInputError(
+                f"step {self.name}: got pins {' '.join(self.pins)} on a {self.phase} step, allowed: none"
+            )
         if self.component is not None and self.phase != "install":
-            raise ValueError(f"step {self.name}: got component {self.component} on a {self.phase} step, allowed: none")
+            raise BootstrapInputError(
+                f"step {self.name}: got component {self.component} on a {self.phase} step, allowed: none"
+            )
 
     @property
     def pins_variable(self) -> str:
@@ -227,7 +233,7 @@ def declared_steps(phase: Phase, names: tuple[str, ...]) -> tuple[Step, ...]:
     allowed = [name for name, step in STEPS.items() if step.phase == phase]
     for name in names:
         if name not in allowed:
-            raise ValueError(f"{phase}_steps: got {name!r}, allowed: {', '.join(allowed)}")
+            raise BootstrapInputError(f"{phase}_steps: got {name!r}, allowed: {', '.join(allowed)}")
     if len(set(names)) != len(names):
-        raise ValueError(f"{phase}_steps: got {', '.join(names)}, allowed: each step once")
+        raise BootstrapInputError(f"{phase}_steps: got {', '.join(names)}, allowed: each step once")
     return tuple(STEPS[name] for name in names)

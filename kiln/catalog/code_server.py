@@ -32,14 +32,15 @@ CODE_SERVER_IMAGE_UID = 1000
 CodeServerPlace = Literal["login", "controller", "pod"]
 
 
-def code_server_place(backend: str, orchestrator: str | None, login_nodes: int) -> CodeServerPlace | None:
-    """Return where code-server runs on BACKEND (HyperPod: ORCHESTRATOR) with LOGIN_NODES login nodes; None where it
-    cannot run (PCS without login nodes: PCS runs the controller itself, and kiln has no other node there)."""
-    if backend == "eks" or orchestrator == "eks":
+def code_server_place(*, kubernetes: bool, controller: bool, login_nodes: int) -> CodeServerPlace | None:
+    """Return where code-server runs on a platform where KUBERNETES runs the cluster (a pod) or kiln boots the Slurm
+    CONTROLLER, with LOGIN_NODES login nodes; None where it cannot run (PCS without login nodes: PCS runs the
+    controller itself, and kiln has no other node there). kiln.contracts.backends says both of each platform."""
+    if kubernetes:
         return "pod"
     if login_nodes > 0:
         return "login"
-    if backend == "pcs":
+    if not controller:
         return None
     return "controller"
 

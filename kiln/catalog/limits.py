@@ -43,9 +43,6 @@ MAX_TAGS_PER_RESOURCE = 50
 TAG_KEY_MAX = 128
 TAG_VALUE_MAX = 256
 RESERVED_TAG_PREFIX = "aws:"
-# kiln tags every resource with kiln:cluster itself; spec tags may not take or shadow kiln's namespace.
-KILN_TAG_PREFIX = "kiln:"
-KILN_TAGS = ("kiln:cluster",)
 # The most tags (outside aws:, which AWS does not count) kiln's stacks add to one resource: a subnet carries
 # kiln:cluster, Name, aws-cdk:subnet-name, aws-cdk:subnet-type and, with EKS, kubernetes.io/role/(internal-)elb.
 KILN_ADDED_TAGS_MAX = 5

@@ -27,12 +27,6 @@ CLUSTER_NAME_RULE = "a lowercase letter, then up to 30 lowercase letters, digits
 NODE_GROUP_NAME = re.compile(r"[a-z](?:[a-z0-9-]{0,23}[a-z0-9])?")
 NODE_GROUP_NAME_RULE = "a lowercase letter, then up to 24 lowercase letters, digits or '-', not ending in '-'"
 
-# The tags the EKS system node group's launch template gives its instances, and that group's name: `kiln ci run`
-# finds a running system node by them and forwards the cluster's private API endpoint through it.
-TAG_EKS_CLUSTER = "kiln:eks-cluster"
-TAG_NODE_GROUP = "kiln:node-group"
-EKS_SYSTEM_NODE_GROUP = "system"
-
 # SageMaker names an EC2 type with this prefix (ml.p5.48xlarge); kiln's catalog keys are EC2 names.
 HYPERPOD_TYPE_PREFIX = "ml."
 

@@ -73,15 +73,16 @@ def endpoint(name: str) -> Endpoint:
     )
 
 
-def node_endpoints(backend: str, *, orchestrator: str | None = None, prometheus: bool = False) -> tuple[Endpoint, ...]:
-    """Return the endpoints the nodes of BACKEND (HyperPod: with ORCHESTRATOR) call, S3's gateway aside.
+def node_endpoints(platform: str, *, prometheus_agent: bool = False) -> tuple[Endpoint, ...]:
+    """Return the endpoints the nodes of PLATFORM (kiln.contracts.backends's name: hyperpod-eks for HyperPod with EKS)
+    call, S3's gateway aside.
 
-    PROMETHEUS: the spec sends metrics to a Prometheus workspace; on the Slurm backends a Prometheus agent on the nodes
-    remote-writes them (EKS's go through AWS's managed collector, which needs nothing of the nodes' network).
+    PROMETHEUS_AGENT: a Prometheus agent on the nodes remote-writes metrics to a Prometheus workspace (the Slurm
+    platforms' with observability.prometheus; EKS's go through AWS's managed collector, which needs nothing of the
+    nodes' network).
     """
     needs = service_fact("vpc_endpoints", "node_needs").value
-    key = "hyperpod-eks" if backend == "hyperpod" and orchestrator == "eks" else backend
-    names = list(needs[key])
-    if prometheus and key in ("pcs", "parallelcluster", "hyperpod"):
+    names = list(needs[platform])
+    if prometheus_agent:
         names += needs["prometheus-agent"]
     return tuple(endpoint(name) for name in dict.fromkeys(names))

@@ -6,11 +6,12 @@ from functools import cache
 from typing import Any
 
 from kiln.catalog.platforms import service_fact
+from kiln.contracts.errors import Failure
 
 DEFAULT_REGION = "us-east-1"
 
 
-class SchemasUnavailable(RuntimeError):
+class SchemasUnavailable(Failure):
     """The resource schemas are not installed: str() is one line saying what to install."""
 
 

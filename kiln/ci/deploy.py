@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # Which CDK CLI and which Node.js run it are kiln.node_runtime's to decide; `kiln ci up` takes them from here.
+from kiln.contracts.errors import Failure
 from kiln.node_runtime import CDK_CLI_VERSION, CDK_ENV, last_line, run_cdk
 from kiln.node_runtime import cdk_command as cdk_command
 
 
-class DeployFailed(Exception):
+class DeployFailed(Failure):
     """A stack did not deploy; the message is one line naming it, its time and what to do."""
 
 

@@ -7,7 +7,8 @@ import re
 from collections.abc import Mapping
 
 from kiln.catalog.names import CLUSTER_NAME, CLUSTER_NAME_RULE
-from kiln.ci.reaper_code.kiln_reaper.contract import MAX_ENVIRONMENT_NAME, MAX_RUN_SLUG
+from kiln.contracts.environment import MAX_ENVIRONMENT_NAME, MAX_RUN_SLUG
+from kiln.contracts.errors import InputError
 
 __all__ = ["MAX_ENVIRONMENT_NAME", "MAX_RUN_SLUG", "CiInputError", "environment_name", "parse_hours", "resolve_run_id"]
 
@@ -21,7 +22,7 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([mhd])")
 _UNIT_HOURS = {"m": 1 / 60, "h": 1.0, "d": 24.0}
 
 
-class CiInputError(ValueError):
+class CiInputError(InputError):
     """A run id or duration kiln cannot use; the message is one line saying what to give instead."""
 
 

@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kiln.command_errors import one_line_failures
+from kiln.contracts.errors import Failure, InputError
+
 if TYPE_CHECKING:  # CDK loads only when the command runs: `kiln` starts without it.
     from kiln.constructs.ci_identity import GithubDeployIdentityProps
 
@@ -41,7 +44,7 @@ def props_from_args(args: argparse.Namespace) -> GithubDeployIdentityProps:
     """Return the identity's props from the parsed ARGS.
 
     No --environment trusts the kiln-ci environment, unless --allow-branch-trust names branches or pull requests
-    alone. ValueError (one line) for --branch or --pull-requests without --allow-branch-trust.
+    alone. InputError (one line) for --branch or --pull-requests without --allow-branch-trust.
     """
     from kiln.node_runtime import require_node
 
@@ -50,7 +53,7 @@ def props_from_args(args: argparse.Namespace) -> GithubDeployIdentityProps:
 
     branch_runs = bool(args.branches or args.pull_requests)
     if branch_runs and not args.allow_branch_trust:
-        raise ValueError(BRANCH_TRUST)
+        raise InputError(BRANCH_TRUST)
     default = () if branch_runs else (DEFAULT_ENVIRONMENT,)
     environments = tuple(args.environments) if args.environments else default
     return GithubDeployIdentityProps(
@@ -67,24 +70,15 @@ def props_from_args(args: argparse.Namespace) -> GithubDeployIdentityProps:
 
 def _identity(args: argparse.Namespace) -> int:
     from kiln.node_runtime import require_node
-    from kiln.safe_output import UnsafeOutput, check_replaceable, replaced_directory
+    from kiln.safe_output import check_replaceable, replaced_directory
 
     out = Path(os.path.abspath(os.path.expanduser(args.out)))
-    try:
-        # Checked before CDK loads: a refusal costs nothing.
-        check_replaceable(out, f"{WHAT} --out")
-    except UnsafeOutput as exc:
-        print(exc, file=sys.stderr)
-        return 2
-
+    # Checked before CDK loads: a refusal costs nothing.
+    check_replaceable(out, f"{WHAT} --out")
     require_node()
-    try:
-        props = props_from_args(args)
-    except ValueError as exc:
-        print(f"{WHAT}: {exc}", file=sys.stderr)
-        return 2
+    props = props_from_args(args)
 
-    from kiln.ci.execution_policy import bootstrap_command
+    from kiln.contracts.execution_policy import bootstrap_command
     from kiln.stacks.ci_identity import (
         EXECUTION_POLICY_DIR,
         identity_execution_policies,
@@ -94,23 +88,15 @@ def _identity(args: argparse.Namespace) -> int:
     )
     from kiln.synth import lint_template, nag_report
 
-    try:
-        policies = identity_execution_policies(props, partition=args.partition)
-    except ValueError as exc:
-        print(f"{WHAT}: {exc}", file=sys.stderr)
-        return 1
+    policies = identity_execution_policies(props, partition=args.partition)
     try:
         with replaced_directory(out, what=f"{WHAT} --out") as staging:
             synthesize_identity(props, staging)
             write_execution_policies(policies, staging)
-    except UnsafeOutput as exc:
-        print(exc, file=sys.stderr)
-        return 2
     except RuntimeError as exc:
-        # An unacknowledged cdk-nag finding stops synthesis; nothing was written.
+        # An unacknowledged cdk-nag finding stops synthesis (jsii's own exception); nothing was written.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"{WHAT}: synthesis failed, nothing written: {first}", file=sys.stderr)
-        return 1
+        raise Failure(f"synthesis failed, nothing written: {first}") from None
 
     name = identity_stack_name(props.repository)
     errors, warnings = lint_template(out / f"{name}.template.json", LINT_REGION)
@@ -188,4 +174,4 @@ def register_identity(commands: argparse._SubParsersAction) -> None:
         help="the AWS partition the execution policies' ARNs name (default: aws)",
     )
     identity.add_argument("--out", required=True, metavar="DIR", help="the directory to write the cloud assembly to")
-    identity.set_defaults(func=_identity)
+    identity.set_defaults(func=one_line_failures(WHAT, _identity))

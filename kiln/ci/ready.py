@@ -15,16 +15,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kiln.aws_errors import aws_call
 from kiln.catalog.kubernetes import NODE_GROUP_LABEL
-from kiln.ci.remote import (
-    ClusterHandle,
-    RemoteError,
-    Target,
-    Unreachable,
-    aws_call,
-    find_head,
-    run_command,
-)
+from kiln.ci.remote.cluster import ClusterHandle, RemoteError, Unreachable
+from kiln.ci.remote.nodes import Target, find_head
+from kiln.ci.remote.transport import run_command
+from kiln.contracts.backends import HYPERPOD_EKS
 
 # install_launcher.sh links the launcher venv's entry point here on every Slurm node.
 KILN_LAUNCH = "/usr/local/bin/kiln-launch"
@@ -102,7 +98,7 @@ def wait_until_ready(
     min_count; a group with 0 only has to be known. PROGRESS gets one line per change of state.
     """
     tracker = _Tracker(cluster.environment, timeout_s, progress, clock)
-    if cluster.uses_kubernetes and cluster.backend == "hyperpod":
+    if cluster.platform is HYPERPOD_EKS:
         return _wait_hyperpod_nodes(session, cluster, expected_nodes, tracker, poll_s, sleep)
     if cluster.uses_kubernetes:
         return _wait_node_groups(session, cluster, expected_nodes, tracker, poll_s, sleep)
@@ -298,13 +294,13 @@ def _wait_node_groups(
     name = cluster.eks_cluster_name
     eks = session.client("eks", region_name=cluster.region)
     while True:
-        with aws_call(f"eks:ListNodegroups {name}"):
+        with aws_call(f"eks:ListNodegroups {name}", RemoteError):
             pages = eks.get_paginator("list_nodegroups").paginate(clusterName=name)
             group_names = [g for page in pages for g in page["nodegroups"]]
         counts: dict[str, int] = {}
         missing: list[str] = []
         for group_name in group_names:
-            with aws_call(f"eks:DescribeNodegroup {group_name}"):
+            with aws_call(f"eks:DescribeNodegroup {group_name}", RemoteError):
                 group = eks.describe_nodegroup(clusterName=name, nodegroupName=group_name)["nodegroup"]
             label = (group.get("labels") or {}).get(NODE_GROUP_LABEL) or group_name
             status = group.get("status", "UNKNOWN")
@@ -341,7 +337,7 @@ def _wait_hyperpod_nodes(
     arn = cluster.hyperpod_cluster_arn
     sagemaker = session.client("sagemaker", region_name=cluster.region)
     while True:
-        with aws_call("sagemaker:ListClusterNodes"):
+        with aws_call("sagemaker:ListClusterNodes", RemoteError):
             pages = sagemaker.get_paginator("list_cluster_nodes").paginate(ClusterName=arn)
             nodes = [n for page in pages for n in page["ClusterNodeSummaries"]]
         counts: dict[str, int] = {}

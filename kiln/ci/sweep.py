@@ -9,16 +9,10 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from kiln.ci.reaper_code.kiln_reaper.contract import (
-    DELETE_ORDER,
-    SCHEDULE_GROUP,
-    TAG_ENVIRONMENT,
-    TAG_PART,
-    TAG_TTL_HOURS,
-    schedule_name,
-    stack_name,
-)
-from kiln.ci.reaper_code.kiln_reaper.teardown import describe_stack, error_code, parse_at_expression, tags_of
+from kiln.aws_errors import ACCESS_DENIED, error_code
+from kiln.ci.reaper_code.kiln_reaper.teardown import describe_stack, tags_of
+from kiln.contracts.environment import DELETE_ORDER, SCHEDULE_GROUP, parse_at_expression, schedule_name, stack_name
+from kiln.contracts.tags import TAG_ENVIRONMENT, TAG_PART, TAG_TTL_HOURS
 
 LIVE_STATUSES = (
     "CREATE_IN_PROGRESS",
@@ -77,7 +71,7 @@ def environments_by_tag(cfn: Any) -> dict[str, list[dict]]:
         try:
             stack = describe_stack(cfn, name)
         except ClientError as exc:
-            if error_code(exc) in ("AccessDenied", "AccessDeniedException"):
+            if error_code(exc) in ACCESS_DENIED:
                 continue
             raise
         environment = tags_of(stack).get(TAG_ENVIRONMENT) if stack else None

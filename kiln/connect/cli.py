@@ -61,11 +61,8 @@ def _connect(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     """Run kiln connect with every expected failure as one line on stderr, never a traceback."""
     from kiln.command_errors import one_line_failures
-    from kiln.connect.run import ConnectInputError, MissingTool
-    from kiln.preflight.session import NoRegion
 
-    handler = one_line_failures(COMMAND, _connect, bad_input=(ConnectInputError, NoRegion), failed=(MissingTool,))
-    return handler(args)
+    return one_line_failures(COMMAND, _connect)(args)
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -45,16 +45,16 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kiln.catalog.names import EKS_SYSTEM_NODE_GROUP, TAG_EKS_CLUSTER, TAG_NODE_GROUP
-from kiln.ci.remote import (
-    LOCAL_PORT_FORWARD_DOCUMENT,
+from kiln.ci.remote.forward import LOCAL_PORT_FORWARD_DOCUMENT, PORT_FORWARD_DOCUMENT
+from kiln.ci.remote.nodes import (
     PARALLELCLUSTER_HEAD_NODE,
     PARALLELCLUSTER_LOGIN_NODE,
     PARALLELCLUSTER_NAME_TAG,
     PARALLELCLUSTER_NODE_TYPE_TAG,
     PCS_NODE_GROUP_TAG,
-    PORT_FORWARD_DOCUMENT,
 )
+from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
+from kiln.contracts.tags import TAG_EKS_CLUSTER, TAG_NODE_GROUP
 
 # The platforms kiln connect tells apart; Kubernetes covers EKS and HyperPod orchestrated by EKS (both reach
 # code-server through the EKS cluster's API).

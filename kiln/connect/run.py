@@ -8,10 +8,10 @@ so the shell goes there too:
 - HyperPod with Slurm: a node of the `login` instance group when the spec has login nodes, else of `controller`;
   Session Manager names it sagemaker-cluster:<cluster-id>_<group>-<instance-id>.
 - EKS, and HyperPod orchestrated by EKS: no node to log in to (kubectl is the way in); --vscode runs
-  `kubectl port-forward` to code-server's Deployment with the kubeconfig kiln.ci.remote writes (a private API
+  `kubectl port-forward` to code-server's Deployment with the kubeconfig kiln.ci.remote.kubectl writes (a private API
   endpoint is reached through a system node, as `kiln ci run` reaches it).
 The oldest running candidate, or the one --node names by its instance id. The cluster is the spec's: its compute
-stack `<name>-compute` names it (kiln.ci.remote.ClusterHandle).
+stack `<name>-compute` names it (kiln.ci.remote.cluster.ClusterHandle).
 
 How (never SSH, never an open port):
 - the shell: `aws ssm start-session --target T --region R` in the foreground on this terminal; its exit code is kiln's.
@@ -47,8 +47,20 @@ from kiln.catalog.code_server import (
     config_path,
     default_user,
 )
-from kiln.ci import remote
-from kiln.ci.remote import ClusterHandle, NotRunning, RemoteError, Target
+from kiln.ci.remote.cluster import ClusterHandle, NotRunning, RemoteError
+from kiln.ci.remote.forward import port_forward
+from kiln.ci.remote.nodes import (
+    PARALLELCLUSTER_HEAD_NODE,
+    PARALLELCLUSTER_LOGIN_NODE,
+    Target,
+    hyperpod_node,
+    parallelcluster_node,
+    pcs_login_node,
+)
+from kiln.ci.remote.processes import cli_environment
+from kiln.ci.remote.transport import run_command
+from kiln.contracts.backends import HYPERPOD_CONTROLLER_GROUP, HYPERPOD_LOGIN_GROUP, PARALLELCLUSTER, PCS
+from kiln.contracts.errors import Failure, InputError
 from kiln.contracts.outputs import ComputeOutput
 from kiln.spec import ClusterSpec
 from kiln.spec.problems import printable
@@ -80,11 +92,11 @@ LOCAL_HOST = "127.0.0.1"
 KUBECONFIG_LINE = "KILN-KUBECONFIG"
 
 
-class ConnectInputError(ValueError):
+class ConnectInputError(InputError):
     """An argument or a spec kiln connect cannot act on; str() is one line (exit 2)."""
 
 
-class MissingTool(Exception):
+class MissingTool(Failure):
     """A program kiln connect runs is not on PATH; str() is one line naming what to install (exit 1)."""
 
 
@@ -129,8 +141,12 @@ def place_of(spec: ClusterSpec, request: Request) -> CodeServerPlace:
             "--vscode: the spec has no code_server section, so no node runs code-server: add `code_server: {}` to "
             "it and redeploy"
         )
-    compute = spec.compute
-    place = code_server_place(compute.backend, spec.effective_orchestrator, compute.login_nodes.count)
+    compute, platform = spec.compute, spec.platform
+    place = code_server_place(
+        kubernetes=platform.uses_kubernetes,
+        controller="controller" in platform.roles,
+        login_nodes=compute.login_nodes.count,
+    )
     if place is None:
         raise ConnectInputError(
             "the PCS cluster has no login node (compute.login_nodes.count is 0) and PCS runs its controller itself, "
@@ -219,22 +235,22 @@ def connect(
 def find_node(session: Any, cluster: ClusterHandle, place: CodeServerPlace, node: str | None) -> Node:
     """Return the running node at PLACE (login or controller) of CLUSTER: NODE if it is one (NotRunning if not), else
     the oldest; Unreachable when none runs yet."""
-    backend = cluster.backend
-    if backend == "pcs":
+    platform = cluster.platform
+    if platform is PCS:
         if cluster.pcs_login_node_group_id is None:
             raise RemoteError(
                 f"stack {cluster.stack_name} has no output {ComputeOutput.PCS_LOGIN_NODE_GROUP_ID.value}: the PCS "
                 "cluster was deployed without "
                 f"login nodes; redeploy it with `{cluster.deployed_by}`"
             )
-        target = remote._pcs_login_node(session, cluster, node)
+        target = pcs_login_node(session, cluster, node=node)
         return Node(target, target.address)
-    if backend == "parallelcluster":
-        kind = remote.PARALLELCLUSTER_LOGIN_NODE if place == "login" else remote.PARALLELCLUSTER_HEAD_NODE
-        target = remote._parallelcluster_node(session, cluster, kind, node)
+    if platform is PARALLELCLUSTER:
+        kind = PARALLELCLUSTER_LOGIN_NODE if place == "login" else PARALLELCLUSTER_HEAD_NODE
+        target = parallelcluster_node(session, cluster, node_type=kind, node=node)
         return Node(target, target.address)
-    group = remote.HYPERPOD_LOGIN_GROUP if place == "login" else remote.HYPERPOD_CONTROLLER_GROUP
-    target = remote._hyperpod_node(session, cluster, group, node)
+    group = HYPERPOD_LOGIN_GROUP if place == "login" else HYPERPOD_CONTROLLER_GROUP
+    target = hyperpod_node(session, cluster, group=group, node=node)
     return Node(target, target.address.rsplit(f"_{group}-", 1)[-1])
 
 
@@ -247,7 +263,7 @@ def open_shell(session: Any, target: Target, *, err: TextIO) -> int:
     err.write(f"kiln connect: a Session Manager shell on {target.label}; `exit` ends it\n")
     err.flush()
     try:
-        process = subprocess.Popen(argv, env=remote._cli_environment(session))
+        process = subprocess.Popen(argv, env=cli_environment(session))
     except FileNotFoundError:
         raise MissingTool(missing_tool(AWS_CLI)) from None
     with _interrupts_ignored():
@@ -281,17 +297,16 @@ def forward_code_server(
     """Forward 127.0.0.1:LOCAL_PORT here to code-server on FOUND until Ctrl-C (exit 0); RemoteError when the session
     ends on its own."""
     target = found.target
-    env = remote._cli_environment(session)
-    with remote._port_forward(
+    with port_forward(
         session,
-        target,
-        target.address,
-        None,
-        env,
-        poll_s,
-        clock,
+        region=target.region,
+        node=target.address,
+        host=None,
         remote_port=CODE_SERVER_PORT,
         local_port=request.local_port,
+        env=cli_environment(session),
+        poll_s=poll_s,
+        clock=clock,
         via=target.label,
         purpose=f"code-server on {target.label}",
     ) as forward:
@@ -314,7 +329,7 @@ def forward_pod(
     session: Any, cluster: ClusterHandle, request: Request, *, out: TextIO, err: TextIO, poll_s: float
 ) -> int:
     """Forward 127.0.0.1:LOCAL_PORT here to the code-server pod of CLUSTER (Kubernetes) with `kubectl port-forward`
-    until Ctrl-C (exit 0); the kubeconfig is kiln.ci.remote's, removed afterwards."""
+    until Ctrl-C (exit 0); the kubeconfig is kiln.ci.remote.kubectl's, removed afterwards."""
     name = cluster.eks_cluster_name
     target = Target("kubernetes", name, cluster.region, f"EKS cluster {name}")
     argv = [
@@ -328,7 +343,7 @@ def forward_pod(
     command = f'printf "{KUBECONFIG_LINE} %s\\n" "$KUBECONFIG"; exec {shlex.join(argv)}'
     shown = _PortForwardOutput(out, request.local_port, target.label)
     try:
-        code = remote.run_command(session, target, command, timeout_s=math.inf, out=shown, err=err, poll_s=poll_s)
+        code = run_command(session, target, command, timeout_s=math.inf, out=shown, err=err, poll_s=poll_s)
     except KeyboardInterrupt:
         if not shown.ready:
             raise

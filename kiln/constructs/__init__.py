@@ -9,14 +9,9 @@ from kiln.constructs.efa import (
     EfaSecurityGroup,
     EfaSecurityGroupProps,
 )
-from kiln.constructs.eks import (
-    AcceleratedNodeGroup,
-    CodeServerPod,
-    EksTrainingCluster,
-    EksTrainingClusterProps,
-    LustreVolume,
-    SystemNodeGroup,
-)
+from kiln.constructs.eks import EksTrainingCluster, EksTrainingClusterProps, LustreVolume
+from kiln.constructs.eks_code_server import CodeServerPod
+from kiln.constructs.eks_node_groups import AcceleratedNodeGroup, SystemNodeGroup
 from kiln.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from kiln.constructs.launch_template import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
 from kiln.constructs.lustre import (

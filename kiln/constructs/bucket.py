@@ -10,8 +10,9 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from kiln.catalog.names import BUCKET_NAME_RULE, is_bucket_name
-from kiln.constructs import nag_rules
-from kiln.constructs._checks import acknowledge_wildcards, require, unresolved
+from kiln.constructs import acknowledgements
+from kiln.constructs._checks import require, unresolved
+from kiln.constructs.review import acknowledge_wildcards
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,14 +41,21 @@ class DataBucketProps:
     def __post_init__(self) -> None:
         for field, name in (("bucket_name", self.bucket_name), ("access_log_bucket_name", self.access_log_bucket_name)):
             if name is not None and not unresolved(name):
-                require(is_bucket_name(name), field, name, BUCKET_NAME_RULE)
+                require(self, is_bucket_name(name), field, name, BUCKET_NAME_RULE)
         require(
+            self,
             self.abort_incomplete_upload_days >= 1,
             "abort_incomplete_upload_days",
             self.abort_incomplete_upload_days,
             "1 or more",
         )
-        require(self.noncurrent_version_days >= 1, "noncurrent_version_days", self.noncurrent_version_days, "1 or more")
+        require(
+            self,
+            self.noncurrent_version_days >= 1,
+            "noncurrent_version_days",
+            self.noncurrent_version_days,
+            "1 or more",
+        )
 
 
 class DataBucket(Construct):
@@ -83,7 +91,7 @@ class DataBucket(Construct):
             )
             acknowledge_wildcards(
                 self.access_log_bucket,
-                (nag_rules.ACCESS_LOG_DELIVERY, nag_rules.BUCKET_AUTO_DELETE),
+                (acknowledgements.ACCESS_LOG_DELIVERY, acknowledgements.BUCKET_AUTO_DELETE),
                 bucket=self.access_log_bucket.bucket_arn,
                 prefix=props.access_log_prefix,
             )
@@ -103,7 +111,7 @@ class DataBucket(Construct):
             ],
             **common,
         )
-        acknowledge_wildcards(self.bucket, (nag_rules.BUCKET_AUTO_DELETE,), bucket=self.bucket.bucket_arn)
+        acknowledge_wildcards(self.bucket, (acknowledgements.BUCKET_AUTO_DELETE,), bucket=self.bucket.bucket_arn)
         if props.retain:
             for kept in (self.bucket, self.access_log_bucket):
                 if kept is not None and kept.policy is not None:

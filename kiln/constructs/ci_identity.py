@@ -11,18 +11,36 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from kiln.catalog.names import CLUSTER_NAME, CLUSTER_NAME_RULE
-from kiln.ci.reaper_code.kiln_reaper.contract import (
-    BUCKET_PURPOSES,
+from kiln.constructs._checks import ARN_PARTITION, require, unresolved
+from kiln.constructs.acknowledgements import (
+    ASSUME_ROLE,
+    BUCKET_FAMILIES,
+    CANCEL_COMMAND,
+    CI_IDENTITY_GRANTS,
+    COMMAND_RESULTS,
+    EKS_CLUSTER_READS,
+    HYPERPOD_READS,
+    LIST_STACKS,
+    NODEGROUP_READS,
+    OBJECT_DELETES,
+    PASS_ROLE,
+    PCS_READS,
+    RESCHEDULE_ACTIONS,
+    SEND_COMMAND,
+    STACK_DELETE,
+    START_SESSION,
+    TEARDOWN_BUCKET_READS,
+    TEARDOWN_STACK_READS,
+    TERMINATE_SESSION,
+)
+from kiln.constructs.review import acknowledge_wildcards
+from kiln.contracts.environment import (
     MAX_WHOLE_CLUSTER_NAME,
     SCHEDULE_GROUP,
-    TAG_CLUSTER,
-    TAG_ENVIRONMENT,
     invoke_role_name,
     schedule_name,
 )
-from kiln.constructs import nag_rules
-from kiln.constructs._checks import acknowledge_wildcards, require, unresolved
-from kiln.preflight.permissions import (
+from kiln.contracts.permissions import (
     BOOTSTRAP_READS,
     DEFAULT_CDK_QUALIFIER,
     GLOBAL_INFRASTRUCTURE_PARAMETERS,
@@ -30,6 +48,7 @@ from kiln.preflight.permissions import (
     PARAMETER_READS,
     UNSCOPED_READS,
 )
+from kiln.contracts.tags import TAG_CLUSTER, TAG_ENVIRONMENT
 
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
 GITHUB_OIDC_AUDIENCE = "sts.amazonaws.com"
@@ -42,28 +61,9 @@ DEFAULT_ENVIRONMENT = "kiln-ci"
 CFN_EXECUTION_ROLE = "cfn-exec-role"
 # The CDK CLI's modern bootstrap roles: cdk-<qualifier>-<kind>-<account>-<region> in CDK's bootstrap template.
 CDK_BOOTSTRAP_ROLES = ("deploy-role", "file-publishing-role", "image-publishing-role", "lookup-role")
-# Read-only calls that IAM cannot scope to a resource: granted on *.
-LIST_STACKS = ("cloudformation:ListStacks",)
-COMMAND_RESULTS = ("ssm:GetCommandInvocation", "ssm:ListCommandInvocations")
-# The Service Authorization Reference lists no resource type (and no condition key) for ssm:CancelCommand, so IAM can
-# grant it only on "*" (https://docs.aws.amazon.com/service-authorization/latest/reference/list_awssystemsmanager.html).
-CANCEL_COMMAND = ("ssm:CancelCommand",)
-STACK_READS = (
-    "cloudformation:DescribeStackEvents",
-    "cloudformation:DescribeStacks",
-    "cloudformation:GetTemplate",
-    "cloudformation:ListStackResources",
-)
-BUCKET_READS = ("s3:GetBucketTagging", "s3:ListBucket", "s3:ListBucketVersions")
-OBJECT_DELETES = ("s3:DeleteObject", "s3:DeleteObjectVersion")
-SCHEDULE_ACTIONS = ("scheduler:GetSchedule", "scheduler:UpdateSchedule")
-PCS_READS = ("pcs:GetCluster", "pcs:ListComputeNodeGroups")
-HYPERPOD_READS = ("sagemaker:DescribeCluster", "sagemaker:ListClusterNodes")
-EKS_CLUSTER_READS = ("eks:DescribeCluster", "eks:ListNodegroups")
-ENVIRONMENT_TAG = TAG_ENVIRONMENT
 RUN_SHELL_DOCUMENT = "AWS-RunShellScript"
 SESSION_DOCUMENT = "AWS-StartNonInteractiveCommand"
-# `kiln ci run` reaches a private EKS API endpoint through a system node with this document (kiln.ci.remote).
+# `kiln ci run` reaches a private EKS API endpoint through a system node with this document (kiln.ci.remote.forward).
 PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSessionToRemoteHost"
 # Session Manager's own condition key for a target instance's tags, as AWS's sample policies spell it:
 # https://docs.aws.amazon.com/systems-manager/latest/userguide/getting-started-restrict-access-examples.html
@@ -76,17 +76,13 @@ SESSION_TARGET_TAG = f"ssm:resourceTag/{TAG_ENVIRONMENT}"
 #   reach EC2 instances). ParallelCluster's head node is an instance of the cluster's own stack, which ParallelCluster
 #   names after the cluster (pcluster.models.cluster.Cluster.stack_name), here the environment.
 STACK_NAME_TAG = "aws:cloudformation:stack-name"
-# - PCS tags the instances it launches with their node group's id (kiln.ci.remote finds login nodes by it); the id is
-#   PCS's, so this proves "launched by PCS", not "of this environment".
+# - PCS tags the instances it launches with their node group's id (kiln.ci.remote.nodes finds login nodes by it); the
+#   id is PCS's, so this proves "launched by PCS", not "of this environment".
 PCS_NODE_GROUP_TAG = "aws:pcs:compute-node-group-id"
 # - Auto Scaling tags the instances a group launches with aws:autoscaling:groupName
 #   (https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-tagging.html); EKS managed node groups are
 #   Auto Scaling groups. Again "launched by a group", not "of this environment".
 AUTOSCALING_GROUP_TAG = "aws:autoscaling:groupName"
-# The kiln-owned buckets of an environment: <env>-<kind>-<account>, each kind a family (data, lifecycle) with or
-# without -logs. One pattern per family, <env>-<family>*-<account>, keeps six clusters in one inline policy.
-ENVIRONMENT_BUCKETS = BUCKET_PURPOSES
-BUCKET_FAMILIES = tuple(kind for kind in BUCKET_PURPOSES if not kind.endswith("-logs"))
 # An environment is named <cluster>-<run slug> in at most 31 characters, with a run slug of up to 12: a longer
 # cluster name would be cut short in the environment's name, and the role's <cluster>-* scopes would miss it.
 MAX_CI_CLUSTER_NAME = MAX_WHOLE_CLUSTER_NAME
@@ -114,14 +110,15 @@ CDK_QUALIFIER = re.compile(r"[A-Za-z0-9_-]{1,10}")
 CDK_QUALIFIER_RULE = "1-10 letters, digits, '_' or '-' (the qualifier `cdk bootstrap` was given)"
 ROLE_NAME = re.compile(r"[A-Za-z0-9+=,.@_-]{1,64}")
 ROLE_NAME_RULE = "1-64 letters, digits and + = , . @ _ -"
-PROVIDER_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:oidc-provider/" + re.escape(GITHUB_OIDC_HOST))
+PROVIDER_ARN = re.compile(rf"arn:{ARN_PARTITION}:iam::[0-9]{{12}}:oidc-provider/" + re.escape(GITHUB_OIDC_HOST))
 PROVIDER_ARN_RULE = f"arn:PARTITION:iam::ACCOUNT:oidc-provider/{GITHUB_OIDC_HOST}"
 
 
-def _names(name: str, value: object) -> tuple[str, ...]:
-    """Return VALUE as a tuple of strings; a bare string (a common slip for a one-item list) is refused."""
+def _names(owner: object, name: str, value: object) -> tuple[str, ...]:
+    """Return OWNER's field NAME, VALUE, as a tuple of strings; a bare string (a common slip for a one-item list) is
+    refused."""
     ok = not isinstance(value, str) and isinstance(value, Sequence) and all(isinstance(v, str) for v in value)
-    require(ok, name, value, "a list of strings")
+    require(owner, ok, name, value, "a list of strings")
     return tuple(dict.fromkeys(value))
 
 
@@ -169,6 +166,7 @@ class GithubDeployIdentityProps:
 
     def __post_init__(self) -> None:
         require(
+            self,
             isinstance(self.repository, str)
             and REPOSITORY.fullmatch(self.repository) is not None
             and self.repository.split("/")[1] not in (".", ".."),
@@ -176,16 +174,18 @@ class GithubDeployIdentityProps:
             self.repository,
             REPOSITORY_RULE,
         )
-        clusters = _names("cluster_names", self.cluster_names)
+        clusters = _names(self, "cluster_names", self.cluster_names)
         require(
+            self,
             1 <= len(clusters) <= MAX_CI_CLUSTERS,
             "cluster_names",
             list(clusters),
             f"1 to {MAX_CI_CLUSTERS} cluster names (one role per handful of clusters; IAM limits a role's policy size)",
         )
         for name in clusters:
-            require(CLUSTER_NAME.fullmatch(name) is not None, "cluster_names", name, CLUSTER_NAME_RULE)
+            require(self, CLUSTER_NAME.fullmatch(name) is not None, "cluster_names", name, CLUSTER_NAME_RULE)
             require(
+                self,
                 len(name) <= MAX_CI_CLUSTER_NAME,
                 "cluster_names",
                 name,
@@ -194,6 +194,7 @@ class GithubDeployIdentityProps:
         # Every grant is on <name>-*: a name that starts with another's name and '-' would share its grants.
         overlaps = [(a, b) for a in clusters for b in clusters if b.startswith(f"{a}-")]
         require(
+            self,
             not overlaps,
             "cluster_names",
             list(clusters),
@@ -201,21 +202,23 @@ class GithubDeployIdentityProps:
             + "; ".join(f"{b} starts with {a}-, so {a}-* grants would reach {b}'s environments" for a, b in overlaps)
             + ")",
         )
-        branches = _names("branches", self.branches)
+        branches = _names(self, "branches", self.branches)
         for branch in branches:
-            require(BRANCH.fullmatch(branch) is not None, "branches", branch, BRANCH_RULE)
-        environments = _names("environments", self.environments)
+            require(self, BRANCH.fullmatch(branch) is not None, "branches", branch, BRANCH_RULE)
+        environments = _names(self, "environments", self.environments)
         for environment in environments:
-            require(ENVIRONMENT.fullmatch(environment) is not None, "environments", environment, ENVIRONMENT_RULE)
-        require(isinstance(self.pull_requests, bool), "pull_requests", self.pull_requests, "True or False")
-        require(isinstance(self.branch_trust, bool), "branch_trust", self.branch_trust, "True or False")
+            require(self, ENVIRONMENT.fullmatch(environment) is not None, "environments", environment, ENVIRONMENT_RULE)
+        require(self, isinstance(self.pull_requests, bool), "pull_requests", self.pull_requests, "True or False")
+        require(self, isinstance(self.branch_trust, bool), "branch_trust", self.branch_trust, "True or False")
         require(
+            self,
             self.branch_trust or not (branches or self.pull_requests),
             "branches/pull_requests",
             (list(branches), self.pull_requests),
             BRANCH_TRUST_RULE,
         )
         require(
+            self,
             bool(branches or environments or self.pull_requests),
             "branches/pull_requests/environments",
             (list(branches), self.pull_requests, list(environments)),
@@ -224,12 +227,14 @@ class GithubDeployIdentityProps:
         arn = self.existing_provider_arn
         if arn is not None and not unresolved(arn):
             require(
+                self,
                 isinstance(arn, str) and PROVIDER_ARN.fullmatch(arn) is not None,
                 "existing_provider_arn",
                 arn,
                 PROVIDER_ARN_RULE,
             )
         require(
+            self,
             isinstance(self.cdk_qualifier, str) and CDK_QUALIFIER.fullmatch(self.cdk_qualifier) is not None,
             "cdk_qualifier",
             self.cdk_qualifier,
@@ -237,6 +242,7 @@ class GithubDeployIdentityProps:
         )
         hours = self.max_session_duration_hours
         require(
+            self,
             isinstance(hours, int) and not isinstance(hours, bool) and 1 <= hours <= 12,
             "max_session_duration_hours",
             hours,
@@ -244,6 +250,7 @@ class GithubDeployIdentityProps:
         )
         if self.role_name is not None and not unresolved(self.role_name):
             require(
+                self,
                 isinstance(self.role_name, str) and ROLE_NAME.fullmatch(self.role_name) is not None,
                 "role_name",
                 self.role_name,
@@ -279,7 +286,7 @@ class GithubDeployIdentity(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: GithubDeployIdentityProps) -> None:
         super().__init__(scope, construct_id)
-        self.props = props
+        self._props = props
         if props.existing_provider_arn is not None:
             self.provider: iam.IOidcProvider = iam.OidcProviderNative.from_oidc_provider_arn(
                 self, "Provider", props.existing_provider_arn
@@ -305,7 +312,7 @@ class GithubDeployIdentity(Construct):
         )
         for statement in self._statements():
             self.role.add_to_policy(statement)
-        acknowledge_wildcards(self.role, nag_rules.CI_IDENTITY_GRANTS, qualifier=props.cdk_qualifier)
+        acknowledge_wildcards(self.role, CI_IDENTITY_GRANTS, qualifier=props.cdk_qualifier)
 
     @property
     def role_arn(self) -> str:
@@ -315,19 +322,27 @@ class GithubDeployIdentity(Construct):
         """Every permission of the role, each on the narrowest resources IAM lets it name."""
         stack = Stack.of(self)
         partition, account = stack.partition, stack.account
-        clusters = self.props.cluster_names
+        clusters = self._props.cluster_names
         arn = f"arn:{partition}"
         environments = [f"{cluster}-*" for cluster in clusters]
+        instances = f"{arn}:ec2:*:{account}:instance/*"
+        hyperpod_clusters = f"{arn}:sagemaker:*:{account}:cluster/*"
 
         def each(arn_of: Callable[[str], str]) -> list[str]:
             # Tokens render as ${Token[...]}: build each ARN by call, never by str.format.
             return [arn_of(env) for env in environments]
 
-        qualifier = self.props.cdk_qualifier
+        def stacks(env: str) -> str:
+            return f"{arn}:cloudformation:*:{account}:stack/{env}/*"
+
+        def document(name: str) -> str:
+            return f"{arn}:ssm:*::document/{name}"
+
+        qualifier = self._props.cdk_qualifier
         statements = [
             # `cdk deploy`: the CLI works through the bootstrap roles; the region in their names is the environment's.
             iam.PolicyStatement(
-                actions=["sts:AssumeRole"],
+                actions=list(ASSUME_ROLE),
                 resources=[
                     f"{arn}:iam::{account}:role/cdk-{qualifier}-{kind}-{account}-*" for kind in CDK_BOOTSTRAP_ROLES
                 ],
@@ -350,11 +365,9 @@ class GithubDeployIdentity(Construct):
                 actions=list(BOOTSTRAP_READS),
                 resources=[f"{arn}:iam::{account}:role/cdk-{qualifier}-{CFN_EXECUTION_ROLE}-{account}-*"],
             ),
+            iam.PolicyStatement(actions=list(TEARDOWN_STACK_READS), resources=each(stacks)),
             iam.PolicyStatement(
-                actions=list(STACK_READS), resources=each(lambda env: f"{arn}:cloudformation:*:{account}:stack/{env}/*")
-            ),
-            iam.PolicyStatement(
-                actions=list(BUCKET_READS),
+                actions=list(TEARDOWN_BUCKET_READS),
                 resources=[f"{arn}:s3:::{env}-{kind}*-{account}" for env in environments for kind in BUCKET_FAMILIES],
             ),
             iam.PolicyStatement(
@@ -362,51 +375,47 @@ class GithubDeployIdentity(Construct):
                 resources=[f"{arn}:s3:::{env}-{kind}*-{account}/*" for env in environments for kind in BUCKET_FAMILIES],
             ),
             iam.PolicyStatement(
-                actions=list(SCHEDULE_ACTIONS),
+                actions=list(RESCHEDULE_ACTIONS),
                 resources=each(
                     lambda env: f"{arn}:scheduler:*:{account}:schedule/{SCHEDULE_GROUP}/{schedule_name(env)}"
                 ),
             ),
             # UpdateSchedule hands the schedule its own invoke role again, to EventBridge Scheduler only.
             iam.PolicyStatement(
-                actions=["iam:PassRole"],
+                actions=list(PASS_ROLE),
                 resources=each(lambda env: f"{arn}:iam::{account}:role/{invoke_role_name(env)}"),
                 conditions={"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
             ),
             # Run Command: AWS's shell document, on instances of the role's environments only: their kiln:environment
             # tag, and a tag of AWS's that no tagger can forge (STACK_NAME_TAG, PCS_NODE_GROUP_TAG).
-            iam.PolicyStatement(actions=["ssm:SendCommand"], resources=[f"{arn}:ssm:*::document/{RUN_SHELL_DOCUMENT}"]),
+            iam.PolicyStatement(actions=list(SEND_COMMAND), resources=[document(RUN_SHELL_DOCUMENT)]),
             # A ParallelCluster head node: an instance of the stack named after the environment (a tag of AWS's that
             # names the environment itself, so kiln:environment adds nothing).
             iam.PolicyStatement(
-                actions=["ssm:SendCommand"],
-                resources=[f"{arn}:ec2:*:{account}:instance/*"],
+                actions=list(SEND_COMMAND),
+                resources=[instances],
                 conditions={"StringLike": {f"aws:ResourceTag/{STACK_NAME_TAG}": environments}},
             ),
             # A PCS login node: launched by PCS (its node group's id, which only PCS sets).
             iam.PolicyStatement(
-                actions=["ssm:SendCommand"],
-                resources=[f"{arn}:ec2:*:{account}:instance/*"],
+                actions=list(SEND_COMMAND),
+                resources=[instances],
                 conditions={
-                    "StringLike": {f"aws:ResourceTag/{ENVIRONMENT_TAG}": environments},
+                    "StringLike": {f"aws:ResourceTag/{TAG_ENVIRONMENT}": environments},
                     "Null": {f"aws:ResourceTag/{PCS_NODE_GROUP_TAG}": "false"},
                 },
             ),
             # HyperPod nodes are session targets named by their cluster's ARN, which holds an id, not the name. IAM
             # checks a session's target and document each on its own, so the two documents share one statement.
             iam.PolicyStatement(
-                actions=["ssm:StartSession"],
-                resources=[
-                    f"{arn}:sagemaker:*:{account}:cluster/*",
-                    f"{arn}:ssm:*::document/{SESSION_DOCUMENT}",
-                    f"{arn}:ssm:*::document/{PORT_FORWARD_DOCUMENT}",
-                ],
+                actions=list(START_SESSION),
+                resources=[hyperpod_clusters, document(SESSION_DOCUMENT), document(PORT_FORWARD_DOCUMENT)],
             ),
             # A private EKS endpoint: port forwarding through a system node of the role's environments (its tag), which
             # an Auto Scaling group (the managed node group's) launched.
             iam.PolicyStatement(
-                actions=["ssm:StartSession"],
-                resources=[f"{arn}:ec2:*:{account}:instance/*"],
+                actions=list(START_SESSION),
+                resources=[instances],
                 conditions={
                     "StringLike": {SESSION_TARGET_TAG: environments},
                     "Null": {f"ssm:resourceTag/{AUTOSCALING_GROUP_TAG}": "false"},
@@ -418,17 +427,17 @@ class GithubDeployIdentity(Construct):
             # https://docs.aws.amazon.com/systems-manager/latest/userguide/getting-started-restrict-access-examples.html
             # (Example 4, method 2: tags supplied by AWS, on Resource "*" as there).
             iam.PolicyStatement(
-                actions=["ssm:TerminateSession"],
+                actions=list(TERMINATE_SESSION),
                 resources=["*"],
                 conditions={"StringLike": {"ssm:resourceTag/aws:ssmmessages:session-id": ["${aws:userid}"]}},
             ),
             iam.PolicyStatement(actions=list(PCS_READS), resources=[f"{arn}:pcs:*:{account}:cluster/*"]),
-            iam.PolicyStatement(actions=list(HYPERPOD_READS), resources=[f"{arn}:sagemaker:*:{account}:cluster/*"]),
+            iam.PolicyStatement(actions=list(HYPERPOD_READS), resources=[hyperpod_clusters]),
             iam.PolicyStatement(
                 actions=list(EKS_CLUSTER_READS), resources=each(lambda env: f"{arn}:eks:*:{account}:cluster/{env}")
             ),
             iam.PolicyStatement(
-                actions=["eks:DescribeNodegroup"],
+                actions=list(NODEGROUP_READS),
                 resources=each(lambda env: f"{arn}:eks:*:{account}:nodegroup/{env}/*/*"),
             ),
         ]
@@ -437,10 +446,10 @@ class GithubDeployIdentity(Construct):
         # holds the spec's name exactly, so another role's cluster <cluster>-x is spared.
         statements.append(
             iam.PolicyStatement(
-                actions=["cloudformation:DeleteStack"],
-                resources=each(lambda env: f"{arn}:cloudformation:*:{account}:stack/{env}/*"),
+                actions=list(STACK_DELETE),
+                resources=each(stacks),
                 conditions={
-                    "StringLike": {f"aws:ResourceTag/{ENVIRONMENT_TAG}": environments},
+                    "StringLike": {f"aws:ResourceTag/{TAG_ENVIRONMENT}": environments},
                     "StringEquals": {f"aws:ResourceTag/{TAG_CLUSTER}": list(clusters)},
                 },
             )

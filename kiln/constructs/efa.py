@@ -22,7 +22,7 @@ class EfaSecurityGroupProps:
     """Props for EfaSecurityGroup.
 
     vpc: the VPC of the EFA nodes (and of an EFA-enabled file system).
-    description: shown in the console; default names its purpose.
+    description: shown in the console; default 'EFA: all traffic to and from members of this group only'.
     """
 
     vpc: ec2.IVpc

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from aws_cdk import CfnTag, Duration, Stack, Token
+from aws_cdk import Duration, Stack, Token
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -17,22 +17,12 @@ from aws_cdk import aws_kms as kms
 from constructs import Construct
 
 from kiln.bootstrap.fetch import fetch_user_data
-from kiln.catalog import instance_type as catalog_instance_type
-from kiln.catalog.facts import ACCELERATOR_KINDS, UnknownInstanceType
+from kiln.catalog.facts import ACCELERATOR_KINDS
 from kiln.catalog.kubernetes import NODE_GROUP_LABEL
-from kiln.catalog.limits import EBS_GP3_MAX_GIB, EKS_SYSTEM_NODE_COUNT, EKS_SYSTEM_NODE_TYPE
-from kiln.catalog.names import (
-    EKS_SYSTEM_NODE_GROUP,
-    NODE_GROUP_NAME_RULE,
-    TAG_EKS_CLUSTER,
-    TAG_NODE_GROUP,
-    is_node_group_name,
-)
-from kiln.constructs import nag_rules
-from kiln.constructs._checks import acknowledge, acknowledge_wildcards, require, require_in, unresolved
+from kiln.constructs import acknowledgements
+from kiln.constructs._checks import require, require_in, unresolved
 from kiln.constructs.eks_addons import (
     DEFAULT_KUBERNETES_VERSION,
-    GPU_PRESENT_LABEL,
     HELM_ADDONS,
     HYPERPOD_DEPENDENCIES,
     INSTALL_WAIT_MINUTES,
@@ -49,6 +39,13 @@ from kiln.constructs.eks_addons import (
     lustre_volume_manifests,
 )
 from kiln.constructs.eks_code_server import CodeServerPod, code_server_manifests
+from kiln.constructs.eks_node_groups import (
+    SYSTEM_NODE_GROUP,
+    AcceleratedNodeGroup,
+    SystemNodeGroup,
+    add_accelerated_node_group,
+    add_system_node_group,
+)
 from kiln.constructs.eks_scheduling import (
     AUTOSCALER_NAMESPACE,
     AUTOSCALER_SERVICE_ACCOUNT,
@@ -58,16 +55,10 @@ from kiln.constructs.eks_scheduling import (
     autoscaler_owned_tag,
     cluster_autoscaler_addon,
     kueue_addon,
-    node_template_tags,
     queue_manifests,
 )
-from kiln.constructs.ids import hashed_id
 from kiln.constructs.keys import secrets_key
-from kiln.constructs.launch_template import (
-    CapacityOption,
-    EfaLaunchTemplate,
-    EfaLaunchTemplateProps,
-)
+from kiln.constructs.launch_template import EfaLaunchTemplate
 from kiln.constructs.lustre import ILustreFileSystem
 from kiln.constructs.neuron_addons import (
     NEURON_DEVICE_PLUGIN,
@@ -79,55 +70,13 @@ from kiln.constructs.neuron_addons import (
 )
 from kiln.constructs.node_access import ssm_agent_statements
 from kiln.constructs.node_bootstrap import NodeBootstrap
+from kiln.constructs.review import acknowledge, acknowledge_wildcards
 
 Endpoint = Literal["private", "public-and-private"]
 ENDPOINTS: tuple[str, ...] = get_args(Endpoint)
-AcceleratedAmiType = Literal["AL2023_x86_64_NVIDIA", "AL2023_ARM_64_NVIDIA", "AL2023_x86_64_NEURON"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class AcceleratedImage:
-    """An EKS-optimized AL2023 accelerated image: its node group AMI type, the accelerators it drives, its CPU."""
-
-    ami_type: eks.NodegroupAmiType
-    accelerator: AcceleratorKind
-    architecture: str
-
-
-# The images whose accelerator driver and EFA host software come preinstalled, by EKS API name: NVIDIA's for the
-# G and P types, Neuron's for inf1, inf2, trn1 and trn2 (EKS User Guide, "Use EKS-optimized accelerated AMIs for GPU
-# instances"). A group's instance type decides among them (kiln's catalog: accelerator kind and architectures).
-ACCELERATED_AMI_TYPES: dict[str, AcceleratedImage] = {
-    "AL2023_x86_64_NVIDIA": AcceleratedImage(
-        ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA, accelerator="gpu", architecture="x86_64"
-    ),
-    "AL2023_ARM_64_NVIDIA": AcceleratedImage(
-        ami_type=eks.NodegroupAmiType.AL2023_ARM_64_NVIDIA, accelerator="gpu", architecture="arm64"
-    ),
-    "AL2023_x86_64_NEURON": AcceleratedImage(
-        ami_type=eks.NodegroupAmiType.AL2023_X86_64_NEURON, accelerator="neuron", architecture="x86_64"
-    ),
-}
-ACCELERATOR_NAMES = {"gpu": "GPUs", "neuron": "Neuron devices"}
-# Node labels by accelerator: the NVIDIA device plugin's chart selects its nodes by label; kiln's Neuron device plugin
-# selects by instance type (kiln.constructs.neuron_addons), so Neuron nodes need none.
-ACCELERATOR_LABELS: dict[str, Mapping[str, str]] = {"gpu": GPU_PRESENT_LABEL, "neuron": {}}
-# Spot is asked on the node group: EKS refuses launch templates that request spot themselves.
-NODEGROUP_CAPACITY = {
-    "ONDEMAND": eks.CapacityType.ON_DEMAND,
-    "SPOT": eks.CapacityType.SPOT,
-    "CAPACITY_BLOCK": eks.CapacityType.CAPACITY_BLOCK,
-}
 CLUSTER_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
-INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
-# EKS-optimized AL2023 images boot from /dev/xvda.
-AL2023_ROOT_DEVICE = "/dev/xvda"
-SYSTEM_NODE_GROUP = EKS_SYSTEM_NODE_GROUP
-# IMDS answers the node itself (and host-network pods such as aws-node and the Pod Identity agent), never a
-# pod behind another hop: pods cannot take the node role. What needs AWS gets its own identity (Pod Identity).
-NODE_HOP_LIMIT = 1
 # AWS-managed policies of the node role, what nodes themselves need (each acknowledged in
-# nag_rules.EKS_NODE_POLICIES). The VPC CNI's policy is on its own Pod Identity role instead; Session Manager (an
+# acknowledgements.EKS_NODE_POLICIES). The VPC CNI's policy is on its own Pod Identity role instead; Session Manager (an
 # operator's shell, `kiln ci run`'s port forward) takes SSM Agent's own actions (kiln.constructs.node_access), not
 # AmazonSSMManagedInstanceCore.
 NODE_POLICIES = (
@@ -139,111 +88,6 @@ KUBECTL_ECR_POLICIES = ("AmazonEC2ContainerRegistryReadOnly", "AmazonElasticCont
 
 
 @dataclass(frozen=True, kw_only=True)
-class AcceleratedNodeGroup:
-    """One EKS managed node group of NVIDIA GPU or AWS Neuron (Trainium, Inferentia) instances with EFA, in one AZ.
-
-    name: kiln's name for the group (lowercase, digits, '-'); nodes carry it as label kiln.io/node-group.
-    instance_type: one EC2 type with GPUs or Neuron devices; its accelerators, architectures and EFA interfaces come
-        from kiln's catalog.
-    min_count / max_count: scaling bounds; desired_count: nodes at creation, default min_count.
-    capacity: on-demand (default), spot, capacity-block or reservation.
-    root_volume_gib: encrypted gp3 root volume; default 200.
-    placement_group: a cluster placement group for EFA (ec2.IPlacementGroup); default none.
-    ami_type: an EKS-optimized AL2023 accelerated image; default the one for the instance type's accelerators and
-        architecture (NVIDIA x86_64 or ARM_64, or Neuron x86_64). One for other accelerators is refused.
-    labels: further Kubernetes node labels.
-    """
-
-    name: str
-    instance_type: str
-    min_count: int = 0
-    max_count: int = 1
-    desired_count: int | None = None
-    capacity: CapacityOption = field(default_factory=CapacityOption)
-    root_volume_gib: int = 200
-    placement_group: ec2.IPlacementGroup | None = None
-    ami_type: AcceleratedAmiType | None = None
-    labels: Mapping[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        require(is_node_group_name(self.name), "name", self.name, NODE_GROUP_NAME_RULE)
-        require(
-            0 <= self.min_count <= self.effective_desired_count <= self.max_count and self.max_count >= 1,
-            "min_count/desired_count/max_count",
-            (self.min_count, self.desired_count, self.max_count),
-            "0 <= min_count <= desired_count <= max_count, max_count >= 1",
-        )
-        kind = self.accelerator_kind
-        require(
-            kind in ACCELERATOR_KINDS,
-            "instance_type",
-            self.instance_type,
-            "a type with NVIDIA GPUs or AWS Neuron devices (Trainium, Inferentia)",
-        )
-        images = self.fitting_ami_types
-        require(bool(images), "instance_type", self.instance_type, "a type an EKS accelerated image supports")
-        if self.ami_type is not None:
-            require_in("ami_type", self.ami_type, ACCELERATED_AMI_TYPES)
-            require(
-                self.ami_type in images,
-                "ami_type",
-                self.ami_type,
-                f"an image for {self.instance_type}'s {ACCELERATOR_NAMES[kind]}: {', '.join(images)}",
-            )
-        require(
-            NODE_GROUP_LABEL not in self.labels, "labels", dict(self.labels), f"no {NODE_GROUP_LABEL} (kiln sets it)"
-        )
-
-    @property
-    def accelerator_kind(self) -> str | None:
-        """Return the instance type's accelerators as kiln's catalog names them: 'gpu', 'neuron' or None."""
-        try:
-            return catalog_instance_type(self.instance_type).accelerator_kind
-        except UnknownInstanceType as error:
-            close = f", such as {' or '.join(error.suggestions)}" if error.suggestions else ""
-            raise ValueError(
-                f"instance_type: got {self.instance_type!r}; allowed: a type in kiln's catalog{close}"
-            ) from error
-
-    @property
-    def fitting_ami_types(self) -> list[str]:
-        """Return the accelerated images for the instance type's accelerators and architectures, the default first."""
-        architectures = catalog_instance_type(self.instance_type).architectures
-        return [
-            name
-            for name, image in ACCELERATED_AMI_TYPES.items()
-            if image.accelerator == self.accelerator_kind and image.architecture in architectures
-        ]
-
-    @property
-    def effective_ami_type(self) -> str:
-        return self.ami_type or self.fitting_ami_types[0]
-
-    @property
-    def effective_desired_count(self) -> int:
-        return self.min_count if self.desired_count is None else self.desired_count
-
-
-@dataclass(frozen=True, kw_only=True)
-class SystemNodeGroup:
-    """The CPU node group for cluster services (CoreDNS, the training operator, the FSx CSI controller).
-
-    instance_type: default m5.xlarge.
-    count: fixed number of nodes; default 2 so a node loss leaves the services up.
-    root_volume_gib: encrypted gp3 root volume; default 50.
-    """
-
-    instance_type: str = EKS_SYSTEM_NODE_TYPE
-    count: int = EKS_SYSTEM_NODE_COUNT
-    root_volume_gib: int = 50
-
-    def __post_init__(self) -> None:
-        require(bool(INSTANCE_TYPE.match(self.instance_type)), "instance_type", self.instance_type, "an EC2 type")
-        require(1 <= self.count <= 100, "count", self.count, "1 to 100")
-        require(20 <= self.root_volume_gib <= EBS_GP3_MAX_GIB, "root_volume_gib", self.root_volume_gib, "20 to 16384")
-
-
-@dataclass(frozen=True, kw_only=True)
 class LustreVolume:
     """The kiln FSx for Lustre file system, offered to pods as a statically bound PersistentVolumeClaim.
 
@@ -251,7 +95,9 @@ class LustreVolume:
     client_security_group: the group the file system admits; every node joins it.
     storage_gib: the capacity the PV and PVC declare; default 1200.
     namespace: the claim's namespace; default "default" (others are created).
-    claim_name: the PVC's name; default fsx-claim. volume_name / storage_class: default kiln-fsx / kiln-fsx-lustre.
+    claim_name: the PVC's name; default fsx-claim.
+    volume_name: the PV's name; default kiln-fsx.
+    storage_class: the storage class of both; default kiln-fsx-lustre.
     """
 
     file_system: ILustreFileSystem
@@ -263,12 +109,13 @@ class LustreVolume:
     storage_class: str = "kiln-fsx-lustre"
 
     def __post_init__(self) -> None:
-        require(self.storage_gib >= 1, "storage_gib", self.storage_gib, "1 or more")
+        require(self, self.storage_gib >= 1, "storage_gib", self.storage_gib, "1 or more")
         dns_label = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
         for name in ("namespace", "claim_name", "volume_name", "storage_class"):
             value = getattr(self, name)
-            require(bool(dns_label.match(value)), name, value, "a DNS label: lowercase a-z, 0-9, '-'")
+            require(self, bool(dns_label.match(value)), name, value, "a DNS label: lowercase a-z, 0-9, '-'")
         require(
+            self,
             isinstance(self.file_system, ILustreFileSystem),
             "file_system",
             type(self.file_system).__name__,
@@ -283,7 +130,8 @@ class EksTrainingClusterProps:
     vpc: the cluster's VPC.
     node_subnet: the single private subnet (one AZ, with the placement group and FSx) of every node group.
     control_plane_subnets: subnets for the control plane ENIs, at least two AZs; default the VPC's private subnets.
-    efa_security_group: joins every accelerated node's interfaces; required when accelerated_groups is not empty.
+    efa_security_group: joins every accelerated node's interfaces; required when accelerated_groups is not empty,
+        default none.
     accelerated_groups: EFA node groups of GPU or Neuron instances; default none (HyperPod brings its own nodes).
     external_accelerators: the accelerators of nodes that join from elsewhere (HyperPod's instance groups): their
         device plugins are installed as for the groups'; default none.
@@ -291,28 +139,31 @@ class EksTrainingClusterProps:
     kubernetes_version: EKS version, one of KUBERNETES_RELEASES (a kubectl layer each); default the newest.
     cluster_name: the EKS name; default: CloudFormation generates one.
     endpoint: "private" (default; nodes and the kubectl handler reach it inside the VPC) or "public-and-private".
-    public_access_cidrs: who may reach a public endpoint; required (and never 0.0.0.0/0) for public-and-private.
+    public_access_cidrs: who may reach a public endpoint; required (and never 0.0.0.0/0) for public-and-private,
+        default none (a private endpoint takes none).
     admin_role: an IAM role given cluster-admin through an access entry; default none.
     lustre: the kiln file system as PV/PVC; default none (the FSx CSI driver is installed all the same).
     code_server: code-server (VS Code in a browser) as one pod on the system nodes, with the lustre volume mounted
         and its home on it, reached with `kubectl port-forward` only (kiln.constructs.eks_code_server); default none.
         Needs lustre and system_nodes.
-    bootstrap, cluster_env: the bundle accelerated nodes run at boot (BootstrapAssets.node_bootstrap for kiln's
-        `eks` bundle), and its deploy-time values.
-    security_groups: further groups for every node's primary interface.
+    bootstrap: the bundle accelerated nodes run at boot (BootstrapAssets.node_bootstrap for kiln's `eks` bundle);
+        default none (the EKS image's own boot only).
+    cluster_env: the bundle's deploy-time values; default none.
+    security_groups: further groups for every node's primary interface; default none.
     secrets_key: the KMS key for envelope encryption of Kubernetes secrets; default: a new key of the cluster's
         own (rotated yearly, scheduled for deletion with the stack, as the cluster's secrets are).
     hyperpod_dependencies: install what SageMaker HyperPod requires on the cluster before a HyperPod cluster is
         created on it (HYPERPOD_DEPENDENCIES); `hyperpod_dependencies_ready` is then what that cluster waits for.
         Needs system_nodes, where the install runs. Default False.
     cluster_autoscaler: scale the accelerated groups between their min and max for pending pods, and back down when
-        idle (kiln.constructs.eks_scheduling); default True. node_provision_seconds: how long a new node may take to
-        become ready before the autoscaler gives up on it (the boot budget's estimate for kiln's bundle, with
-        headroom); default the autoscaler's 900.
+        idle (kiln.constructs.eks_scheduling); default True.
+    node_provision_seconds: how long a new node may take to become ready before the autoscaler gives up on it (the
+        boot budget's estimate for kiln's bundle, with headroom); default the autoscaler's 900.
     gang_scheduling: Kueue with one queue over the accelerated groups: a job labelled for it starts only when all of
         its pods fit, and is requeued when they do not all run in time; default True (with accelerated groups).
     system_instance_tags: further tags of the system nodes' instances (a short-lived environment's, which
-        `kiln ci run`'s Session Manager grant names); they always carry kiln's node-group and cluster tags.
+        `kiln ci run`'s Session Manager grant names); default none. They always carry kiln's node-group and cluster
+        tags.
     """
 
     vpc: ec2.IVpc
@@ -340,17 +191,19 @@ class EksTrainingClusterProps:
     system_instance_tags: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        require_in("kubernetes_version", self.kubernetes_version, KUBERNETES_RELEASES)
+        require_in(self, "kubernetes_version", self.kubernetes_version, KUBERNETES_RELEASES)
         if self.hyperpod_dependencies:
             require(
+                self,
                 self.system_nodes is not None,
                 "system_nodes",
                 None,
                 "a system node group with hyperpod_dependencies (HyperPod's dependencies install there, before "
                 "any HyperPod node exists)",
             )
-        require_in("endpoint", self.endpoint, ENDPOINTS)
+        require_in(self, "endpoint", self.endpoint, ENDPOINTS)
         require(
+            self,
             60 <= self.node_provision_seconds <= 86_400,
             "node_provision_seconds",
             self.node_provision_seconds,
@@ -358,6 +211,7 @@ class EksTrainingClusterProps:
         )
         if self.accelerated_groups and self.cluster_autoscaler:
             require(
+                self,
                 self.cluster_name is not None and not unresolved(self.cluster_name),
                 "cluster_name",
                 self.cluster_name,
@@ -365,6 +219,7 @@ class EksTrainingClusterProps:
             )
         if self.accelerated_groups and (self.cluster_autoscaler or self.gang_scheduling):
             require(
+                self,
                 self.system_nodes is not None,
                 "system_nodes",
                 None,
@@ -372,17 +227,19 @@ class EksTrainingClusterProps:
                 "accelerated node exists)",
             )
         names = [g.name for g in self.accelerated_groups]
-        require(len(set(names)) == len(names), "accelerated_groups names", names, "unique names")
+        require(self, len(set(names)) == len(names), "accelerated_groups names", names, "unique names")
         require(
+            self,
             SYSTEM_NODE_GROUP not in names,
             "accelerated_groups names",
             names,
             f"not {SYSTEM_NODE_GROUP!r} (the CPU group's)",
         )
         for kind in self.external_accelerators:
-            require_in("external_accelerators", kind, ACCELERATOR_KINDS)
+            require_in(self, "external_accelerators", kind, ACCELERATOR_KINDS)
         if self.accelerated_groups:
             require(
+                self,
                 self.efa_security_group is not None,
                 "efa_security_group",
                 None,
@@ -390,6 +247,7 @@ class EksTrainingClusterProps:
             )
         if self.cluster_name is not None and not unresolved(self.cluster_name):
             require(
+                self,
                 bool(CLUSTER_NAME.match(self.cluster_name)),
                 "cluster_name",
                 self.cluster_name,
@@ -398,6 +256,7 @@ class EksTrainingClusterProps:
         self._check_public_access()
         if self.code_server is not None:
             require(
+                self,
                 self.lustre is not None and self.system_nodes is not None,
                 "code_server",
                 self.code_server.home,
@@ -413,15 +272,16 @@ class EksTrainingClusterProps:
     def _check_public_access(self) -> None:
         cidrs = list(self.public_access_cidrs)
         if self.endpoint == "private":
-            require(not cidrs, "public_access_cidrs", cidrs, "none with a private endpoint")
+            require(self, not cidrs, "public_access_cidrs", cidrs, "none with a private endpoint")
             return
-        require(bool(cidrs), "public_access_cidrs", cidrs, "at least one CIDR for a public-and-private endpoint")
+        require(self, bool(cidrs), "public_access_cidrs", cidrs, "at least one CIDR for a public-and-private endpoint")
         for cidr in cidrs:
             try:
                 network = ipaddress.ip_network(cidr)
             except ValueError:
                 network = None
             require(
+                self,
                 network is not None and network.prefixlen > 0,
                 "public_access_cidrs",
                 cidr,
@@ -434,7 +294,7 @@ class EksTrainingCluster(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: EksTrainingClusterProps) -> None:
         super().__init__(scope, construct_id)
-        self.props = props
+        self._props = props
         release = KUBERNETES_RELEASES[props.kubernetes_version]
         control_plane_subnets = list(props.control_plane_subnets) or list(props.vpc.private_subnets)
         self._check_control_plane_subnets(control_plane_subnets)
@@ -475,11 +335,37 @@ class EksTrainingCluster(Construct):
         # cluster's Kubernetes version.
         self.pod_identity_agent = self.cluster.eks_pod_identity_agent
         self.cni_role, self.cni_identity = self._pod_identity("VpcCni", VPC_CNI_IDENTITY)
-        self.system_node_group = self._system_nodes(props.system_nodes) if props.system_nodes else None
+        # A launch template that names security groups replaces EKS's default: the cluster group must be listed.
+        lustre = [props.lustre.client_security_group] if props.lustre else []
+        node_security_groups = [self.cluster.cluster_security_group, *lustre, *props.security_groups]
+        self.system_node_group: eks.Nodegroup | None = None
+        if props.system_nodes:
+            self.system_node_group = add_system_node_group(
+                self,
+                self.cluster,
+                props.system_nodes,
+                subnet=props.node_subnet,
+                node_role=self.node_role,
+                security_groups=node_security_groups,
+                instance_tags=props.system_instance_tags,
+            )
+        user_data = []
+        if props.bootstrap is not None:
+            user_data.append(fetch_user_data(props.bootstrap.s3_url, props.bootstrap.entry_point, props.cluster_env))
         self.launch_templates: dict[str, EfaLaunchTemplate] = {}
         self.node_groups: dict[str, eks.Nodegroup] = {}
         for group in props.accelerated_groups:
-            self.node_groups[group.name] = self._accelerated_nodes(group)
+            self.launch_templates[group.name], self.node_groups[group.name] = add_accelerated_node_group(
+                self,
+                self.cluster,
+                group,
+                subnet=props.node_subnet,
+                node_role=self.node_role,
+                security_groups=node_security_groups,
+                efa_security_group=props.efa_security_group,
+                user_data_parts=user_data,
+                autoscaled=props.cluster_autoscaler,
+            )
         for nodegroup in self._all_node_groups():
             # Pod Identity credentials are injected when a pod is created: aws-node must find its association
             # (and the agent) in place before the first node joins, or it falls back to the node role.
@@ -527,6 +413,7 @@ class EksTrainingCluster(Construct):
         zones = {s.availability_zone for s in subnets if not unresolved(s.availability_zone)}
         resolved = all(not unresolved(s.availability_zone) for s in subnets)
         require(
+            self,
             len(subnets) >= 2 and (len(zones) >= 2 or not resolved),
             "control_plane_subnets",
             [s.subnet_id for s in subnets],
@@ -543,9 +430,9 @@ class EksTrainingCluster(Construct):
         )
         for statement in ssm_agent_statements(self):
             role.add_to_policy(statement)
-        acknowledge_wildcards(role, nag_rules.NODE_SSM_GRANTS)
-        if self.props.bootstrap is not None and self.props.accelerated_groups:
-            self.props.bootstrap.grant_read(role)
+        acknowledge_wildcards(role, acknowledgements.NODE_SSM_GRANTS)
+        if self._props.bootstrap is not None and self._props.accelerated_groups:
+            self._props.bootstrap.grant_read(role)
         return role
 
     def _pod_identity(
@@ -585,104 +472,6 @@ class EksTrainingCluster(Construct):
         system = [self.system_node_group] if self.system_node_group is not None else []
         return [*system, *self.node_groups.values()]
 
-    def _node_security_groups(self) -> list[ec2.ISecurityGroup]:
-        # A launch template that names security groups replaces EKS's default: the cluster group must be listed.
-        lustre = [self.props.lustre.client_security_group] if self.props.lustre else []
-        return [self.cluster.cluster_security_group, *lustre, *self.props.security_groups]
-
-    def _system_nodes(self, system: SystemNodeGroup) -> eks.Nodegroup:
-        template = ec2.CfnLaunchTemplate(
-            self,
-            "SystemLaunchTemplate",
-            launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
-                security_group_ids=[g.security_group_id for g in self._node_security_groups()],
-                # `kiln ci run` finds a system node by these and reaches the private endpoint through it.
-                tag_specifications=[
-                    ec2.CfnLaunchTemplate.TagSpecificationProperty(
-                        resource_type="instance",
-                        tags=[
-                            CfnTag(key=key, value=value)
-                            for key, value in {
-                                **self.props.system_instance_tags,
-                                TAG_EKS_CLUSTER: self.cluster.cluster_name,
-                                TAG_NODE_GROUP: EKS_SYSTEM_NODE_GROUP,
-                            }.items()
-                        ],
-                    )
-                ],
-                metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
-                    http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=NODE_HOP_LIMIT
-                ),
-                block_device_mappings=[
-                    ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
-                        device_name=AL2023_ROOT_DEVICE,
-                        ebs=ec2.CfnLaunchTemplate.EbsProperty(
-                            volume_size=system.root_volume_gib,
-                            volume_type="gp3",
-                            encrypted=True,
-                            delete_on_termination=True,
-                        ),
-                    )
-                ],
-            ),
-        )
-        return self.cluster.add_nodegroup_capacity(
-            "SystemNodeGroup",
-            instance_types=[ec2.InstanceType(system.instance_type)],
-            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
-            min_size=system.count,
-            max_size=system.count,
-            desired_size=system.count,
-            subnets=ec2.SubnetSelection(subnets=[self.props.node_subnet]),
-            node_role=self.node_role,
-            launch_template_spec=eks.LaunchTemplateSpec(id=template.ref, version=template.attr_latest_version_number),
-            labels={NODE_GROUP_LABEL: SYSTEM_NODE_GROUP},
-        )
-
-    def _accelerated_nodes(self, group: AcceleratedNodeGroup) -> eks.Nodegroup:
-        props = self.props
-        parts = []
-        if props.bootstrap is not None:
-            bootstrap = props.bootstrap
-            parts.append(fetch_user_data(bootstrap.s3_url, bootstrap.entry_point, props.cluster_env))
-        template = EfaLaunchTemplate(
-            self,
-            hashed_id("LaunchTemplate", group.name),
-            EfaLaunchTemplateProps(
-                instance_type=group.instance_type,
-                efa_security_group=props.efa_security_group,
-                security_groups=self._node_security_groups(),
-                root_volume_gib=group.root_volume_gib,
-                root_device_name=AL2023_ROOT_DEVICE,
-                capacity=CapacityOption() if group.capacity.type == "spot" else group.capacity,
-                user_data_parts=parts,
-                placement_group=group.placement_group,
-                hop_limit=NODE_HOP_LIMIT,
-            ),
-        )
-        self.launch_templates[group.name] = template
-        # The template names the instance type, so the node group must name none.
-        return self.cluster.add_nodegroup_capacity(
-            hashed_id("NodeGroup", group.name),
-            ami_type=ACCELERATED_AMI_TYPES[group.effective_ami_type].ami_type,
-            capacity_type=NODEGROUP_CAPACITY[group.capacity.purchase_option],
-            min_size=group.min_count,
-            max_size=group.max_count,
-            desired_size=group.effective_desired_count,
-            subnets=ec2.SubnetSelection(subnets=[props.node_subnet]),
-            node_role=self.node_role,
-            launch_template_spec=eks.LaunchTemplateSpec(
-                id=template.launch_template_id, version=template.latest_version
-            ),
-            labels={**ACCELERATOR_LABELS[group.accelerator_kind], **group.labels, NODE_GROUP_LABEL: group.name},
-            # An update drains nodes as their pods' disruption budgets allow, or fails (and rolls back) rather than
-            # evicting a training job: CloudFormation's default, which CDK's node groups turn around
-            # (AWS::EKS::Nodegroup ForceUpdateEnabled).
-            force_update=False,
-            # What a node offers before one exists: the autoscaler reads these from the node group (scale from zero).
-            tags=node_template_tags(group.instance_type) if props.cluster_autoscaler else None,
-        )
-
     def _hyperpod_dependencies(self) -> eks.KubernetesObjectValue:
         """Install HyperPod's dependency chart at its pinned commit (a Job on the system nodes), and return the wait
         for that Job's success: a HyperPod cluster created before it would not work, or fail."""
@@ -720,7 +509,7 @@ class EksTrainingCluster(Construct):
         name = self.cluster.cluster_name
         # The condition key holds the cluster's name, which the props give (a key cannot hold a token).
         owned = {
-            f"aws:ResourceTag/{autoscaler_owned_tag(self.props.cluster_name)}": CLUSTER_AUTOSCALER_FACTS[
+            f"aws:ResourceTag/{autoscaler_owned_tag(self._props.cluster_name)}": CLUSTER_AUTOSCALER_FACTS[
                 "owned_tag_value"
             ]
         }
@@ -740,26 +529,26 @@ class EksTrainingCluster(Construct):
             cluster_name=name,
             region=stack.region,
             kubernetes_version=release_version,
-            provision_seconds=self.props.node_provision_seconds,
+            provision_seconds=self._props.node_provision_seconds,
             node_selector=self._system_selector(),
         )
         chart = self._helm_chart("ClusterAutoscaler", addon)
         # Credentials are injected when the pod is created: the association must be there first.
         chart.node.add_dependency(association, self.pod_identity_agent)
         self.addons["cluster-autoscaler"] = chart
-        acknowledge_wildcards(role, nag_rules.CLUSTER_AUTOSCALER_GRANTS, cluster=name)
+        acknowledge_wildcards(role, acknowledgements.CLUSTER_AUTOSCALER_GRANTS, cluster=name)
         return role
 
     def _gang_scheduling(self) -> eks.KubernetesManifest:
         """Install Kueue, then its queues over the accelerated groups once its API is there."""
         addon = kueue_addon(
-            pods_ready_seconds=self.props.node_provision_seconds + IMAGE_PULL_SECONDS,
+            pods_ready_seconds=self._props.node_provision_seconds + IMAGE_PULL_SECONDS,
             node_selector=self._system_selector(),
         )
         ready = self._install_and_wait(addon, "KueueReady")
         groups = [
             QueuedGroup(name=g.name, instance_type=g.instance_type, max_count=g.max_count)
-            for g in self.props.accelerated_groups
+            for g in self._props.accelerated_groups
         ]
         queues = self.cluster.add_manifest("KueueQueues", *queue_manifests(groups))
         queues.node.add_dependency(ready)
@@ -830,13 +619,24 @@ class EksTrainingCluster(Construct):
         handler.node.try_remove_child("HasEcrPublic")
 
     def _acknowledge(self) -> None:
-        acknowledge(self.cluster.role, nag_rules.EKS_CLUSTER_ROLE)
-        acknowledge(self.node_role, *nag_rules.EKS_NODE_POLICIES)
-        acknowledge(self.cni_role, nag_rules.EKS_CNI_POLICY)
+        acknowledge(self.cluster.role, acknowledgements.EKS_CLUSTER_ROLE)
+        acknowledge(self.node_role, *acknowledgements.EKS_NODE_POLICIES)
+        acknowledge(self.cni_role, acknowledgements.EKS_CNI_POLICY)
         provider = self.cluster.kubectl_provider
         handler = provider.node.find_child("Handler")
-        acknowledge(provider, *nag_rules.KUBECTL_HANDLER_POLICIES, nag_rules.KUBECTL_HANDLER_RUNTIME)
-        acknowledge_wildcards(provider, nag_rules.KUBECTL_HANDLER_GRANTS, handler=handler.function_arn)
+        acknowledge(provider, *acknowledgements.KUBECTL_HANDLER_POLICIES, acknowledgements.KUBECTL_HANDLER_RUNTIME)
+        acknowledge_wildcards(provider, acknowledgements.KUBECTL_HANDLER_GRANTS, handler=handler.function_arn)
+
+    @property
+    def kubernetes_version(self) -> str:
+        """The cluster's Kubernetes version, a key of KUBERNETES_RELEASES (such as "1.35")."""
+        return self._props.kubernetes_version
+
+    @property
+    def accelerator_kinds(self) -> frozenset[str]:
+        """The accelerators of the cluster's nodes ('gpu', 'neuron'): its groups' and those of nodes that join from
+        elsewhere (external_accelerators)."""
+        return self._props.accelerator_kinds
 
     @property
     def cluster_arn(self) -> str:

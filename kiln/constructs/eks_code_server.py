@@ -38,9 +38,9 @@ from kiln.catalog.code_server import (
     home_directory,
 )
 from kiln.catalog.kubernetes import NODE_GROUP_LABEL
-from kiln.catalog.names import EKS_SYSTEM_NODE_GROUP
 from kiln.constructs._checks import require
 from kiln.constructs.eks_addons import LustreVolumeNames, kiln_labels, lustre_claim_manifests
+from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
 
 # The official image (Docker Hub, codercom/code-server) of the release the nodes install from npm: one pin for both,
 # artifacts.json's npm package code-server. Pinned by tag, not digest, for the reason given at TRAINING_OPERATOR:
@@ -74,7 +74,7 @@ class CodeServerPod:
 
     home: the pod's home directory, relative to the file system's root (kiln.catalog.code_server.pod_home: one per
         cluster); code-server's settings, extensions and password file live there and survive the pod.
-    mount_path: where the file system is mounted in the pod: where jobs mount it, /fsx.
+    mount_path: where the file system is mounted in the pod; default /fsx, where jobs mount it.
     """
 
     home: str
@@ -82,12 +82,14 @@ class CodeServerPod:
 
     def __post_init__(self) -> None:
         require(
+            self,
             bool(_HOME_PATH.fullmatch(self.home)),
             "home",
             self.home,
             "a relative path below the file system's root, of letters, digits and . _ - (no '..')",
         )
         require(
+            self,
             self.mount_path.startswith("/")
             and posixpath.normpath(self.mount_path) == self.mount_path
             and self.mount_path not in ("/", POD_HOME, "/tmp"),

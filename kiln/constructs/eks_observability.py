@@ -18,8 +18,8 @@ from constructs import Construct
 from kiln.catalog.exporters import EXPORTERS, SCRAPE_INTERVAL_S
 from kiln.catalog.kubernetes import NODE_GROUP_LABEL
 from kiln.constructs._checks import require
-from kiln.constructs.eks import SYSTEM_NODE_GROUP
 from kiln.constructs.eks_addons import GPU_PRESENT_LABEL, TOLERATE_EVERYTHING, HelmAddon, kiln_labels
+from kiln.constructs.eks_node_groups import SYSTEM_NODE_GROUP
 from kiln.constructs.prometheus import IPrometheusWorkspace
 
 MONITORING_NAMESPACE = "kiln-monitoring"
@@ -111,6 +111,7 @@ class EksObservabilityProps:
 
     def __post_init__(self) -> None:
         require(
+            self,
             self.workspace is None or isinstance(self.workspace, IPrometheusWorkspace),
             "workspace",
             type(self.workspace).__name__,
@@ -118,6 +119,7 @@ class EksObservabilityProps:
         )
         interval = self.scrape_interval_seconds
         require(
+            self,
             isinstance(interval, int)
             and not isinstance(interval, bool)
             and MIN_SCRAPE_INTERVAL_SECONDS <= interval <= MAX_SCRAPE_INTERVAL_SECONDS,
@@ -129,6 +131,7 @@ class EksObservabilityProps:
         port = self.efa_exporter_port
         if port is not None:
             require(
+                self,
                 isinstance(port, int) and not isinstance(port, bool) and 1 <= port <= 65535,
                 "efa_exporter_port",
                 port,
@@ -137,6 +140,7 @@ class EksObservabilityProps:
         selector = self.gpu_node_selector
         if selector is not None:
             require(
+                self,
                 bool(selector) and all(isinstance(k, str) and isinstance(v, str) for k, v in selector.items()),
                 "gpu_node_selector",
                 selector,
@@ -145,12 +149,14 @@ class EksObservabilityProps:
         subnets = list(self.subnet_ids)
         if subnets:
             require(
+                self,
                 len(subnets) >= 2 and len(set(subnets)) == len(subnets),
                 "subnet_ids",
                 subnets,
                 "at least two different subnets, in at least two availability zones",
             )
         require(
+            self,
             self.node_exporter or self.installs_dcgm or port is not None,
             "node_exporter/dcgm_exporter/efa_exporter_port",
             (self.node_exporter, self.dcgm_exporter if selector is not None else None, port),
@@ -247,7 +253,7 @@ class EksObservability(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: EksObservabilityProps) -> None:
         super().__init__(scope, construct_id)
-        self.props = props
+        self._props = props
         cluster = props.cluster
         self.namespace = eks.KubernetesManifest(
             self,
@@ -280,7 +286,7 @@ class EksObservability(Construct):
             self._collector(props.workspace)
 
     def _collector(self, workspace: IPrometheusWorkspace) -> None:
-        cluster = self.props.cluster
+        cluster = self._props.cluster
         self.source_role, self.target_role = self._write_roles()
         self.scraper = aps.CfnScraper(
             self,
@@ -308,7 +314,7 @@ class EksObservability(Construct):
         chart = eks.HelmChart(
             self,
             construct_id,
-            cluster=self.props.cluster,
+            cluster=self._props.cluster,
             chart=addon.chart,
             repository=addon.repository,
             version=addon.version,
@@ -343,16 +349,17 @@ class EksObservability(Construct):
             assumed_by=iam.ArnPrincipal(source.role_arn).with_conditions({"StringLike": {"sts:ExternalId": scrapers}}),
             description="kiln: AMP's collector of this EKS cluster writes its metrics to one workspace",
         )
-        self.props.workspace.grant_remote_write(target)
+        self._props.workspace.grant_remote_write(target)
         iam.Grant.add_to_principal(grantee=source, actions=["sts:AssumeRole"], resource_arns=[target.role_arn])
         return source, target
 
     def _subnet_ids(self) -> list[str]:
-        if self.props.subnet_ids:
-            return list(self.props.subnet_ids)
-        vpc = _cluster_vpc(self.props.cluster)
+        if self._props.subnet_ids:
+            return list(self._props.subnet_ids)
+        vpc = _cluster_vpc(self._props.cluster)
         subnets = [s.subnet_id for s in vpc.private_subnets] if vpc is not None else []
         require(
+            self,
             len(subnets) >= 2,
             "subnet_ids",
             subnets,
@@ -362,10 +369,11 @@ class EksObservability(Construct):
         return subnets
 
     def _security_group_ids(self) -> list[str]:
-        if self.props.security_group_ids:
-            return list(self.props.security_group_ids)
-        group = _cluster_security_group_id(self.props.cluster)
+        if self._props.security_group_ids:
+            return list(self._props.security_group_ids)
+        group = _cluster_security_group_id(self._props.cluster)
         require(
+            self,
             group is not None,
             "security_group_ids",
             [],

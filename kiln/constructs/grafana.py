@@ -14,7 +14,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from kiln.catalog.exporters import SCRAPE_INTERVAL_S
-from kiln.constructs._checks import require, require_in, unresolved
+from kiln.constructs._checks import ARN_PARTITION, require, require_in, unresolved
 from kiln.constructs.functions import kiln_function
 from kiln.constructs.grafana_code.kiln_grafana import contract
 from kiln.dashboards import dashboard_names, load_dashboard
@@ -42,7 +42,7 @@ PROVISIONER_ACTIONS = (
 # AWS::Grafana::Workspace's Name and AWS::APS::Workspace's Arn, as CloudFormation's schemas define them.
 _WORKSPACE_NAME = re.compile(r"[a-zA-Z0-9-._~]{1,255}")
 _PROMETHEUS_ARN = re.compile(r"arn:(aws|aws-us-gov|aws-cn):aps:([a-z0-9-]+):[0-9]+:workspace/[a-zA-Z0-9-]+")
-_KEY_ARN = re.compile(r"arn:aws[a-z-]*:kms:[a-z0-9-]+:[0-9]{12}:key/[a-zA-Z0-9-]+")
+_KEY_ARN = re.compile(rf"arn:{ARN_PARTITION}:kms:[a-z0-9-]+:[0-9]{{12}}:key/[a-zA-Z0-9-]+")
 _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-[0-9]")
 
 
@@ -82,18 +82,21 @@ class GrafanaWorkspaceProps:
 
     def __post_init__(self) -> None:
         require(
+            self,
             unresolved(self.name) or bool(_WORKSPACE_NAME.fullmatch(self.name)),
             "name",
             self.name,
             "1 to 255 letters, digits, '-', '.', '_' or '~'",
         )
         require(
+            self,
             unresolved(self.prometheus_workspace_arn) or bool(_PROMETHEUS_ARN.fullmatch(self.prometheus_workspace_arn)),
             "prometheus_workspace_arn",
             self.prometheus_workspace_arn,
             "arn:<partition>:aps:<region>:<account>:workspace/<id>",
         )
         require(
+            self,
             unresolved(self.prometheus_endpoint) or self.prometheus_endpoint.startswith("https://"),
             "prometheus_endpoint",
             self.prometheus_endpoint,
@@ -101,12 +104,14 @@ class GrafanaWorkspaceProps:
         )
         if self.prometheus_region is not None:
             require(
+                self,
                 unresolved(self.prometheus_region) or bool(_REGION.fullmatch(self.prometheus_region)),
                 "prometheus_region",
                 self.prometheus_region,
                 "a region name such as us-east-1",
             )
         require(
+            self,
             bool(self.authentication_providers)
             and len(set(self.authentication_providers)) == len(self.authentication_providers),
             "authentication_providers",
@@ -115,22 +120,24 @@ class GrafanaWorkspaceProps:
         )
         if self.prometheus_key_arn is not None:
             require(
+                self,
                 unresolved(self.prometheus_key_arn) or bool(_KEY_ARN.fullmatch(self.prometheus_key_arn)),
                 "prometheus_key_arn",
                 self.prometheus_key_arn,
                 "arn:<partition>:kms:<region>:<account>:key/<id>",
             )
         for provider in self.authentication_providers:
-            require_in("authentication_providers", provider, AUTHENTICATION_PROVIDERS)
+            require_in(self, "authentication_providers", provider, AUTHENTICATION_PROVIDERS)
         require(
+            self,
             bool(self.dashboards) and len(set(self.dashboards)) == len(self.dashboards),
             "dashboards",
             self.dashboards,
             "one or more of " + ", ".join(dashboard_names()) + ", each once",
         )
         for dashboard in self.dashboards:
-            require_in("dashboards", dashboard, dashboard_names())
-        require_in("grafana_version", self.grafana_version, GRAFANA_VERSIONS)
+            require_in(self, "dashboards", dashboard, dashboard_names())
+        require_in(self, "grafana_version", self.grafana_version, GRAFANA_VERSIONS)
 
 
 def _arn_region(arn: str) -> str:

@@ -23,11 +23,12 @@ from kiln.catalog.kubernetes import NODE_GROUP_LABEL
 from kiln.catalog.limits import HYPERPOD_VOLUME_MAX_GIB, HYPERPOD_VOLUME_MIN_GIB
 from kiln.catalog.names import hyperpod_type_name
 from kiln.catalog.platforms import service_fact
-from kiln.constructs import nag_rules
-from kiln.constructs._checks import acknowledge, acknowledge_wildcards, require, require_in
+from kiln.constructs import acknowledgements
+from kiln.constructs._checks import field_name, require, require_in
 from kiln.constructs.bucket import DataBucket, DataBucketProps
 from kiln.constructs.eks_addons import GPU_PRESENT_LABEL
 from kiln.constructs.node_bootstrap import NodeBootstrap
+from kiln.constructs.review import acknowledge, acknowledge_wildcards
 
 NodeRole = Literal["controller", "login", "worker"]
 ROLES: tuple[str, ...] = get_args(NodeRole)
@@ -44,7 +45,7 @@ class HyperPodInstanceGroup:
     name: the group name (HyperPod and the lifecycle scripts know nodes by it).
     instance_type: the EC2 name (p5.48xlarge); the cluster uses its ml.* name.
     count: nodes in the group (HyperPod groups have a fixed size).
-    role: controller, login or worker (Slurm); worker for EKS.
+    role: controller, login or worker (Slurm); worker for EKS; default worker.
     storage_gib: the EBS volume HyperPod mounts at /opt/sagemaker; default 500.
     """
 
@@ -55,10 +56,11 @@ class HyperPodInstanceGroup:
     storage_gib: int = 500
 
     def __post_init__(self) -> None:
-        require(HYPERPOD_NAME.fullmatch(self.name) is not None, "name", self.name, "1-63 letters, digits and '-'")
-        require_in("role", self.role, ROLES)
-        require(self.count >= 1, "count", self.count, "1 or more")
+        require(self, HYPERPOD_NAME.fullmatch(self.name) is not None, "name", self.name, "1-63 letters, digits and '-'")
+        require_in(self, "role", self.role, ROLES)
+        require(self, self.count >= 1, "count", self.count, "1 or more")
         require(
+            self,
             HYPERPOD_VOLUME_MIN_GIB <= self.storage_gib <= HYPERPOD_VOLUME_MAX_GIB,
             "storage_gib",
             self.storage_gib,
@@ -67,8 +69,8 @@ class HyperPodInstanceGroup:
         try:
             offered = catalog_instance_type(self.instance_type).hyperpod
         except UnknownInstanceType as exc:
-            raise ValueError(f"instance_type: {exc}") from None
-        require(offered, "instance_type", self.instance_type, "a type HyperPod offers (see `kiln catalog list`)")
+            raise ValueError(f"{field_name(self, 'instance_type')}: {exc}") from None
+        require(self, offered, "instance_type", self.instance_type, "a type HyperPod offers (see `kiln catalog list`)")
 
     @property
     def accelerated(self) -> bool:
@@ -80,18 +82,21 @@ class HyperPodClusterProps:
     """Props for HyperPodCluster.
 
     cluster_name: the HyperPod cluster name.
-    vpc, subnet: where the nodes' interfaces live (the compute subnet, for EFA and FSx).
-    security_groups: further groups for the nodes (EFA, file system clients).
+    vpc: the VPC of the nodes' interfaces.
+    subnet: the subnet of the nodes' interfaces (the compute subnet, for EFA and FSx).
     instance_groups: controller, login and worker groups (Slurm), or worker groups (EKS).
     lifecycle: the zipped lifecycle scripts and the one HyperPod runs on create
         (BootstrapAssets.node_bootstrap for kiln's `hyperpod` bundle, or its `eks` one with orchestrator eks).
     cluster_env: deploy-time values written beside the scripts as cluster.env (tokens allowed).
-    lifecycle_bucket / lifecycle_prefix: where the scripts go (default: a bucket of their own, so the
-        copying handler never touches data); the execution role may read only them.
-    provisioning_parameters: written as provisioning_parameters.json beside the scripts.
+    lifecycle_bucket: the bucket the scripts go to; default a bucket of their own, so the copying handler never
+        touches data. The execution role may read only the scripts.
+    lifecycle_prefix: the key prefix of the scripts in it; default hyperpod/<cluster_name>/lifecycle/.
+    security_groups: further groups for the nodes (EFA, file system clients); default none.
+    provisioning_parameters: written as provisioning_parameters.json beside the scripts; default none (no file).
     orchestrator: slurm (default; the lifecycle scripts configure Slurm) or eks.
     eks_cluster: the EKS cluster for orchestrator eks (EksTrainingCluster.cluster, or
         eks.Cluster.from_cluster_attributes with cluster_security_group_id); its nodes join its security group.
+        Default none (orchestrator slurm).
     image_id: an AMI built on a SageMaker HyperPod base AMI for every group (e.g. TrainingImage's); default
         HyperPod's own image.
     """
@@ -112,25 +117,31 @@ class HyperPodClusterProps:
 
     def __post_init__(self) -> None:
         require(
+            self,
             HYPERPOD_NAME.fullmatch(self.cluster_name) is not None,
             "cluster_name",
             self.cluster_name,
             "1-63 letters, digits and '-'",
         )
-        require_in("orchestrator", self.orchestrator, ORCHESTRATORS)
-        require(bool(self.instance_groups), "instance_groups", list(self.instance_groups), "at least one group")
+        require_in(self, "orchestrator", self.orchestrator, ORCHESTRATORS)
+        require(self, bool(self.instance_groups), "instance_groups", list(self.instance_groups), "at least one group")
         names = [g.name for g in self.instance_groups]
-        require(len(set(names)) == len(names), "instance group names", names, "unique names")
+        require(self, len(set(names)) == len(names), "instance group names", names, "unique names")
         roles = [g.role for g in self.instance_groups]
         if self.orchestrator == "slurm":
             require(
-                roles.count("controller") == 1, "controller groups", roles.count("controller"), "exactly one for Slurm"
+                self,
+                roles.count("controller") == 1,
+                "controller groups",
+                roles.count("controller"),
+                "exactly one for Slurm",
             )
-            require(self.eks_cluster is None, "eks_cluster", self.eks_cluster, "none for orchestrator slurm")
+            require(self, self.eks_cluster is None, "eks_cluster", self.eks_cluster, "none for orchestrator slurm")
         else:
-            require(set(roles) == {"worker"}, "roles", roles, "worker only with EKS (EKS runs the control plane)")
-            require(self.eks_cluster is not None, "eks_cluster", None, "the EKS cluster for orchestrator eks")
+            require(self, set(roles) == {"worker"}, "roles", roles, "worker only with EKS (EKS runs the control plane)")
+            require(self, self.eks_cluster is not None, "eks_cluster", None, "the EKS cluster for orchestrator eks")
         require(
+            self,
             not self.lifecycle_prefix.startswith("/"),
             "lifecycle_prefix",
             self.lifecycle_prefix,
@@ -148,7 +159,7 @@ class HyperPodCluster(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: HyperPodClusterProps) -> None:
         super().__init__(scope, construct_id)
-        self.props = props
+        self._props = props
         self.security_group = ec2.SecurityGroup(
             self,
             "NodeSecurityGroup",
@@ -197,8 +208,13 @@ class HyperPodCluster(Construct):
         )
 
     @property
+    def lifecycle_bundle(self) -> NodeBootstrap:
+        """The zipped lifecycle scripts the nodes run, and the one HyperPod runs on create (the props' lifecycle)."""
+        return self._props.lifecycle
+
+    @property
     def source_s3_uri(self) -> str:
-        return f"s3://{self.lifecycle_bucket.bucket_name}/{self.props.prefix}"
+        return f"s3://{self.lifecycle_bucket.bucket_name}/{self._props.prefix}"
 
     @property
     def cluster_arn(self) -> str:
@@ -211,20 +227,21 @@ class HyperPodCluster(Construct):
     @property
     def node_security_groups(self) -> list[ec2.ISecurityGroup]:
         """Every group the nodes' interfaces join: their own, the given ones, and EKS's cluster group."""
-        groups = [self.security_group, *self.props.security_groups]
-        if self.props.eks_cluster is not None:
+        groups = [self.security_group, *self._props.security_groups]
+        if self._props.eks_cluster is not None:
             # The nodes are EKS workers: they talk to the control plane through the cluster security group.
             try:
-                groups.append(self.props.eks_cluster.cluster_security_group)
+                groups.append(self._props.eks_cluster.cluster_security_group)
             except Exception:  # jsii: an imported cluster that was given no cluster security group
                 raise ValueError(
-                    "eks_cluster: got a cluster without its security group; allowed: EksTrainingCluster.cluster, or "
-                    "eks.Cluster.from_cluster_attributes(..., cluster_security_group_id=...)"
+                    f"{field_name(self, 'eks_cluster')}: got a cluster without its security group; allowed: "
+                    "EksTrainingCluster.cluster, or eks.Cluster.from_cluster_attributes(..., "
+                    "cluster_security_group_id=...)"
                 ) from None
         return groups
 
     def _deploy_lifecycle(self) -> s3_deployment.BucketDeployment:
-        props = self.props
+        props = self._props
         sources = [
             s3_deployment.Source.bucket(props.lifecycle.bucket, props.lifecycle.object_key),
             s3_deployment.Source.data("cluster.env", cluster_env_text(props.cluster_env)),
@@ -242,23 +259,25 @@ class HyperPodCluster(Construct):
             retain_on_delete=False,
         )
         handler = deployment.handler_role.node.scope
-        acknowledge(handler, nag_rules.LIFECYCLE_HANDLER_LOGS, nag_rules.LIFECYCLE_HANDLER_RUNTIME)
+        acknowledge(handler, acknowledgements.LIFECYCLE_HANDLER_LOGS, acknowledgements.LIFECYCLE_HANDLER_RUNTIME)
         acknowledge_wildcards(
             handler,
-            nag_rules.LIFECYCLE_HANDLER_GRANTS,
+            acknowledgements.LIFECYCLE_HANDLER_GRANTS,
             source_bucket=props.lifecycle.bucket.bucket_arn,
             lifecycle_bucket=self.lifecycle_bucket.bucket_arn,
         )
         return deployment
 
     def _execution_role(self) -> iam.Role:
-        props = self.props
+        props = self._props
         role = iam.Role(
             self,
             "ExecutionRole",
             assumed_by=self._trust(),
             description="kiln HyperPod nodes: the cluster instance policy, VPC interfaces, and the lifecycle scripts",
-            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(nag_rules.HYPERPOD_INSTANCE_POLICY)],
+            managed_policies=[
+                iam.ManagedPolicy.from_aws_managed_policy_name(acknowledgements.HYPERPOD_INSTANCE_POLICY)
+            ],
         )
         for statement in self._vpc_statements():
             role.add_to_policy(statement)
@@ -273,7 +292,8 @@ class HyperPodCluster(Construct):
                 role.add_to_policy(statement)
         role.add_to_policy(
             iam.PolicyStatement(
-                actions=["s3:GetObject"], resources=[self.lifecycle_bucket.arn_for_objects(f"{props.prefix}*")]
+                actions=list(acknowledgements.HYPERPOD_LIFECYCLE_READS),
+                resources=[self.lifecycle_bucket.arn_for_objects(f"{props.prefix}*")],
             )
         )
         role.add_to_policy(
@@ -283,9 +303,12 @@ class HyperPodCluster(Construct):
                 conditions={"StringLike": {"s3:prefix": [f"{props.prefix}*"]}},
             )
         )
-        acknowledge(role, nag_rules.HYPERPOD_INSTANCE_ROLE)
+        acknowledge(role, acknowledgements.HYPERPOD_INSTANCE_ROLE)
         acknowledge_wildcards(
-            role, nag_rules.HYPERPOD_ROLE_GRANTS, lifecycle_bucket=self.lifecycle_bucket.bucket_arn, prefix=props.prefix
+            role,
+            acknowledgements.HYPERPOD_ROLE_GRANTS,
+            lifecycle_bucket=self.lifecycle_bucket.bucket_arn,
+            prefix=props.prefix,
         )
         return role
 
@@ -307,9 +330,11 @@ class HyperPodCluster(Construct):
         """What EKS nodes need to pull the add-ons' images and HyperPod's from AWS's registries in the region."""
         repositories = Stack.of(self).format_arn(service="ecr", account="*", resource="repository", resource_name="*")
         return [
-            iam.PolicyStatement(actions=list(nag_rules.HYPERPOD_ECR_TOKEN), resources=["*"]),
+            iam.PolicyStatement(actions=list(acknowledgements.HYPERPOD_ECR_TOKEN), resources=["*"]),
             iam.PolicyStatement(
-                actions=[a for a in nag_rules.HYPERPOD_ECR_ACTIONS if a not in nag_rules.HYPERPOD_ECR_TOKEN],
+                actions=[
+                    a for a in acknowledgements.HYPERPOD_ECR_ACTIONS if a not in acknowledgements.HYPERPOD_ECR_TOKEN
+                ],
                 resources=[repositories],
             ),
         ]
@@ -317,28 +342,28 @@ class HyperPodCluster(Construct):
     def _vpc_statements(self) -> list[iam.PolicyStatement]:
         """What HyperPod does in the cluster's VPC with the execution role: its nodes' interfaces, nothing else."""
         stack = Stack.of(self)
-        subnet = stack.format_arn(service="ec2", resource="subnet", resource_name=self.props.subnet.subnet_id)
-        vpc = stack.format_arn(service="ec2", resource="vpc", resource_name=self.props.vpc.vpc_id)
+        subnet = stack.format_arn(service="ec2", resource="subnet", resource_name=self._props.subnet.subnet_id)
+        vpc = stack.format_arn(service="ec2", resource="vpc", resource_name=self._props.vpc.vpc_id)
         interfaces = stack.format_arn(service="ec2", resource="network-interface", resource_name="*")
         groups = stack.format_arn(service="ec2", resource="security-group", resource_name="*")
         return [
             # Describe calls take no resource scope.
-            iam.PolicyStatement(actions=list(nag_rules.HYPERPOD_DESCRIBE_ACTIONS), resources=["*"]),
+            iam.PolicyStatement(actions=list(acknowledgements.HYPERPOD_DESCRIBE_ACTIONS), resources=["*"]),
             # New interfaces only in the compute subnet, with security groups of the cluster's VPC.
             iam.PolicyStatement(
-                actions=["ec2:CreateNetworkInterface"],
+                actions=list(acknowledgements.HYPERPOD_INTERFACE_CREATE),
                 resources=[subnet, interfaces, groups],
                 conditions={"ArnEquals": {"ec2:Vpc": vpc}},
             ),
             # Changes only to interfaces in the compute subnet.
             iam.PolicyStatement(
-                actions=list(nag_rules.HYPERPOD_INTERFACE_ACTIONS),
+                actions=list(acknowledgements.HYPERPOD_INTERFACE_ACTIONS),
                 resources=[interfaces],
                 conditions={"ArnEquals": {"ec2:Subnet": subnet}},
             ),
             # Tags only while creating an interface.
             iam.PolicyStatement(
-                actions=["ec2:CreateTags"],
+                actions=list(acknowledgements.HYPERPOD_INTERFACE_TAGS),
                 resources=[interfaces],
                 conditions={"StringEquals": {"ec2:CreateAction": "CreateNetworkInterface"}},
             ),
@@ -350,9 +375,9 @@ class HyperPodCluster(Construct):
             instance_type=hyperpod_type_name(group.instance_type),
             instance_count=group.count,
             execution_role=self.role.role_arn,
-            image_id=self.props.image_id,
+            image_id=self._props.image_id,
             life_cycle_config=sagemaker.CfnCluster.ClusterLifeCycleConfigProperty(
-                source_s3_uri=self.source_s3_uri, on_create=self.props.lifecycle.entry_point
+                source_s3_uri=self.source_s3_uri, on_create=self._props.lifecycle.entry_point
             ),
             # One thread per core on accelerated nodes: training wants the cores, not hyperthreads.
             threads_per_core=1 if group.accelerated else None,
@@ -364,7 +389,7 @@ class HyperPodCluster(Construct):
                 )
             ],
             on_start_deep_health_checks=DEEP_HEALTH_CHECKS if group.accelerated else None,
-            kubernetes_config=self._kubernetes_config(group) if self.props.orchestrator == "eks" else None,
+            kubernetes_config=self._kubernetes_config(group) if self._props.orchestrator == "eks" else None,
         )
 
     @staticmethod

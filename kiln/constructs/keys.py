@@ -7,8 +7,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from constructs import Construct
 
-from kiln.constructs import nag_rules
-from kiln.constructs._checks import acknowledge_wildcards
+from kiln.constructs import acknowledgements
+from kiln.constructs.review import acknowledge_wildcards
 
 
 def _key(scope: Construct, construct_id: str, *, description: str, retain: bool) -> kms.Key:
@@ -38,17 +38,17 @@ def logs_key(scope: Construct, construct_id: str, *, description: str, retain: b
     key.add_to_resource_policy(
         iam.PolicyStatement(
             principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
-            actions=list(nag_rules.LOGS_KEY_USE.actions),
+            actions=list(acknowledgements.LOGS_KEY_USE.actions),
             resources=["*"],
             conditions={"ArnLike": {"kms:EncryptionContext:aws:logs:arn": log_groups}},
         )
     )
-    acknowledge_wildcards(key, (nag_rules.KEY_ACCOUNT_ADMIN, nag_rules.LOGS_KEY_USE))
+    acknowledge_wildcards(key, (acknowledgements.KEY_ACCOUNT_ADMIN, acknowledgements.LOGS_KEY_USE))
     return key
 
 
 def secrets_key(scope: Construct, construct_id: str, *, description: str) -> kms.Key:
     """Return a key for EKS secrets' envelope encryption; it goes with its stack, as the cluster's secrets do."""
     key = _key(scope, construct_id, description=description, retain=False)
-    acknowledge_wildcards(key, (nag_rules.KEY_ACCOUNT_ADMIN,))
+    acknowledge_wildcards(key, (acknowledgements.KEY_ACCOUNT_ADMIN,))
     return key

@@ -25,25 +25,29 @@ IMDS_HOP_LIMIT: int = service_fact("ec2", "imds_host_hop_limit").value
 
 @dataclass(frozen=True, kw_only=True)
 class CapacityOption:
-    """How instances are bought: on-demand, spot, or into a capacity block or reservation (cr-...)."""
+    """How instances are bought: on-demand, spot, or into a capacity block or reservation (cr-...).
+
+    type: on-demand (default), spot, capacity-block or reservation.
+    reservation_id: the capacity block's or reservation's id (cr- and 17 hex digits), required for those two;
+        default none (on-demand and spot take none).
+    """
 
     type: CapacityType = "on-demand"
     reservation_id: str | None = None
 
     def __post_init__(self) -> None:
-        require_in("capacity.type", self.type, CAPACITY_TYPES)
+        require_in(self, "type", self.type, CAPACITY_TYPES)
         reserved = self.reserved
         if reserved and not unresolved(self.reservation_id):
             require(
+                self,
                 is_reservation_id(self.reservation_id),
-                "capacity.reservation_id",
+                "reservation_id",
                 self.reservation_id,
                 f"cr- and 17 hex digits for {self.type}",
             )
         if not reserved:
-            require(
-                self.reservation_id is None, "capacity.reservation_id", self.reservation_id, f"unset for {self.type}"
-            )
+            require(self, self.reservation_id is None, "reservation_id", self.reservation_id, f"unset for {self.type}")
 
     @property
     def reserved(self) -> bool:
@@ -62,11 +66,12 @@ class EfaLaunchTemplateProps:
 
     instance_type: the EC2 type; its network cards and EFA limits come from kiln's catalog.
     efa_security_group: joins every interface (EFA traffic must stay inside it).
-    security_groups: further groups for the primary interface only (cluster, egress, file systems).
+    security_groups: further groups for the primary interface only (cluster, egress, file systems); default none.
     root_volume_gib: size of the encrypted gp3 root volume, 40-16384 (kiln.catalog.limits); default 200.
     root_device_name: /dev/sda1 for Ubuntu images (default), /dev/xvda for Amazon Linux.
     capacity: on-demand (default), spot, capacity-block or reservation.
-    user_data_parts: shell scripts, each one part of the MIME multi-part user data, in order.
+    user_data_parts: shell scripts, each one part of the MIME multi-part user data, in order; default none (no user
+        data).
     image_id: the AMI; default: none here (PCS and EKS name it on the node group).
     placement_group: a cluster placement group (ec2.IPlacementGroup); default none.
     hop_limit: IMDSv2 hop limit; default 1 (IMDS_HOP_LIMIT): the host's processes only, no bridged container.
@@ -86,18 +91,20 @@ class EfaLaunchTemplateProps:
     def __post_init__(self) -> None:
         catalog_instance_type(self.instance_type)
         require(
+            self,
             ROOT_VOLUME_MIN_GIB <= self.root_volume_gib <= ROOT_VOLUME_MAX_GIB,
             "root_volume_gib",
             self.root_volume_gib,
             f"{ROOT_VOLUME_MIN_GIB} to {ROOT_VOLUME_MAX_GIB}",
         )
         require(
+            self,
             IMDS_HOP_LIMIT_MIN <= self.hop_limit <= IMDS_HOP_LIMIT_MAX,
             "hop_limit",
             self.hop_limit,
             f"{IMDS_HOP_LIMIT_MIN} to {IMDS_HOP_LIMIT_MAX}",
         )
-        require_in("root_device_name", self.root_device_name, ("/dev/sda1", "/dev/xvda"))
+        require_in(self, "root_device_name", self.root_device_name, ("/dev/sda1", "/dev/xvda"))
 
 
 class EfaLaunchTemplate(Construct):
@@ -105,7 +112,7 @@ class EfaLaunchTemplate(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: EfaLaunchTemplateProps) -> None:
         super().__init__(scope, construct_id)
-        self.props = props
+        self._props = props
         self.layout = efa_layout(props.instance_type)
         self.user_data = ec2.MultipartUserData()
         for script in props.user_data_parts:
@@ -135,9 +142,9 @@ class EfaLaunchTemplate(Construct):
         self.launch_template = ec2.CfnLaunchTemplate(self, "Resource", launch_template_data=data)
 
     def _interface(self, layout: InterfaceLayout) -> ec2.CfnLaunchTemplate.NetworkInterfaceProperty:
-        groups = [self.props.efa_security_group]
+        groups = [self._props.efa_security_group]
         if layout.network_card_index == 0:
-            groups += list(self.props.security_groups)
+            groups += list(self._props.security_groups)
         return ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
             network_card_index=layout.network_card_index,
             device_index=layout.device_index,

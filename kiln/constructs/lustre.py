@@ -71,25 +71,27 @@ class DataRepositoryLink:
 
     def __post_init__(self) -> None:
         require(
+            self,
             self.file_system_path.startswith("/"),
             "file_system_path",
             self.file_system_path,
             "an absolute path such as /",
         )
-        require(not self.prefix.startswith("/"), "prefix", self.prefix, "a key prefix without a leading /")
+        require(self, not self.prefix.startswith("/"), "prefix", self.prefix, "a key prefix without a leading /")
 
 
 @dataclass(frozen=True, kw_only=True)
 class LustreFileSystemProps:
     """Props for LustreFileSystem.
 
-    vpc, subnet: where the file servers live (the compute subnet, for one-AZ EFA clusters).
+    vpc: the VPC of the file servers.
+    subnet: the subnet of the file servers (the compute subnet, for one-AZ EFA clusters).
     deployment: PERSISTENT_2 (replicated, backed up) or SCRATCH_2; default PERSISTENT_2.
     storage_gib: 1200 or a multiple of 2400; default 1200.
     throughput_per_tib: PERSISTENT_2 only, 125/250/500/1000 MB/s per TiB; default 250.
     compression: LZ4 or NONE; default LZ4.
-    efa: EFA-enabled file servers (PERSISTENT_2 only); needs efa_security_group.
-    efa_security_group: the EFA security group the file servers join when efa is on.
+    efa: EFA-enabled file servers (PERSISTENT_2 only); needs efa_security_group; default False.
+    efa_security_group: the EFA security group the file servers join when efa is on; default none.
     data_repository: link to S3; default none.
     backup_retention_days: PERSISTENT_2 daily backups kept this many days, 0 for none; default 7.
     retain: keep the file system on stack deletion; default: PERSISTENT_2 yes, SCRATCH_2 no (scratch holds
@@ -111,10 +113,11 @@ class LustreFileSystemProps:
     retain: bool | None = None
 
     def __post_init__(self) -> None:
-        require_in("deployment", self.deployment, DEPLOYMENTS)
-        require_in("compression", self.compression, COMPRESSIONS)
+        require_in(self, "deployment", self.deployment, DEPLOYMENTS)
+        require_in(self, "compression", self.compression, COMPRESSIONS)
         if not unresolved(self.storage_gib):
             require(
+                self,
                 is_lustre_storage(self.storage_gib),
                 "storage_gib",
                 self.storage_gib,
@@ -122,8 +125,9 @@ class LustreFileSystemProps:
             )
         if self.deployment == "PERSISTENT_2":
             if self.throughput_per_tib is not None:
-                require_in("throughput_per_tib", self.throughput_per_tib, PERSISTENT_2_THROUGHPUTS)
+                require_in(self, "throughput_per_tib", self.throughput_per_tib, PERSISTENT_2_THROUGHPUTS)
             require(
+                self,
                 0 <= self.backup_retention_days <= LUSTRE_BACKUP_RETENTION_MAX_DAYS,
                 "backup_retention_days",
                 self.backup_retention_days,
@@ -131,11 +135,16 @@ class LustreFileSystemProps:
             )
         else:
             require(
-                self.throughput_per_tib is None, "throughput_per_tib", self.throughput_per_tib, "unset for SCRATCH_2"
+                self,
+                self.throughput_per_tib is None,
+                "throughput_per_tib",
+                self.throughput_per_tib,
+                "unset for SCRATCH_2",
             )
-            require(not self.efa, "efa", self.efa, "False for SCRATCH_2 (EFA needs PERSISTENT_2)")
+            require(self, not self.efa, "efa", self.efa, "False for SCRATCH_2 (EFA needs PERSISTENT_2)")
         if self.efa:
             require(
+                self,
                 self.efa_security_group is not None,
                 "efa_security_group",
                 None,
@@ -158,7 +167,6 @@ class LustreFileSystem(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: LustreFileSystemProps) -> None:
         super().__init__(scope, construct_id)
-        self.props = props
         self.security_group = ec2.SecurityGroup(
             self, "SecurityGroup", vpc=props.vpc, description="FSx for Lustre file servers and their clients"
         )
@@ -268,14 +276,19 @@ def file_system_dns_name(scope: Construct, file_system_id: str) -> str:
     """
     fact = service_fact("fsx_lustre", "dns_name").value
     domains: dict[str, str] = fact["domains"]
-    region = Stack.of(scope).region
+    stack = Stack.of(scope)
+    region = stack.region
     if unresolved(region):
         mapping = CfnMapping(scope, "FsxDnsDomain", mapping={p: {"domain": d} for p, d in domains.items()})
         domain, region = mapping.find_in_map(Aws.PARTITION, "domain"), Aws.REGION
     else:
         partition = next((p for p, names in regions_by_partition().items() if region in names), None)
         require(
-            partition in domains, "region", region, f"a region of a partition whose FSx DNS names kiln knows: {domains}"
+            stack,
+            partition in domains,
+            "region",
+            region,
+            f"a region of a partition whose FSx DNS names kiln knows: {domains}",
         )
         domain = domains[partition]
     return fact["pattern"].format(file_system_id=file_system_id, region=region, domain=domain)
@@ -285,10 +298,11 @@ def file_system_dns_name(scope: Construct, file_system_id: str) -> str:
 class LustreFileSystemAttributes:
     """A file system made elsewhere.
 
-    file_system_id, dns_name, mount_name: as FSx reports them (strings or tokens); file_system_dns_name() spells
-        the DNS name FSx gives a file system id.
-    security_group: the group its file servers carry (allow_from lets clients in through it); None: the file system
-        already admits its clients through groups made elsewhere, and allow_from is refused.
+    file_system_id: the file system's id, as FSx reports it (a string or a token).
+    dns_name: its DNS name, as FSx reports it; file_system_dns_name() spells the DNS name FSx gives a file system id.
+    mount_name: its Lustre mount name, as FSx reports it.
+    security_group: the group its file servers carry (allow_from lets clients in through it); default none: the file
+        system already admits its clients through groups made elsewhere, and allow_from is refused.
     """
 
     file_system_id: str
@@ -299,6 +313,7 @@ class LustreFileSystemAttributes:
     def __post_init__(self) -> None:
         if not unresolved(self.file_system_id):
             require(
+                self,
                 FILE_SYSTEM_ID.fullmatch(self.file_system_id) is not None,
                 "file_system_id",
                 self.file_system_id,

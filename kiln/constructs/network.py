@@ -20,12 +20,18 @@ from kiln.constructs.keys import logs_key
 
 @dataclass(frozen=True, kw_only=True)
 class ExistingNetwork:
-    """An existing VPC and the private subnet kiln puts the cluster in."""
+    """An existing VPC and the private subnet kiln puts the cluster in.
+
+    vpc_id: the VPC's id.
+    private_subnet_id: the private subnet of compute, FSx and the placement group.
+    availability_zone: that subnet's AZ.
+    cidr: the VPC's CIDR, where something must admit the whole VPC (ParallelCluster's SSH rule); default none:
+        unknown.
+    """
 
     vpc_id: str
     private_subnet_id: str
     availability_zone: str
-    # The VPC's CIDR, where something must admit the whole VPC (ParallelCluster's SSH rule); None: unknown.
     cidr: str | None = None
 
 
@@ -37,11 +43,12 @@ class TrainingVpcProps:
     availability_zone: the AZ of compute, FSx and the placement group; default: the region's first AZ (and then the
         VPC spans the region's first two).
     second_availability_zone: with availability_zone, a second AZ the VPC's public and private subnets span too (EKS's
-        control plane needs two); None: the VPC lies in availability_zone alone. Never guessed: the caller names it.
+        control plane needs two); default none: the VPC lies in availability_zone alone. Never guessed: the caller
+        names it.
     interface_endpoints: endpoint services (platforms.json services.vpc_endpoints names: ssm, ecr.api, ...) that
-        get an interface endpoint in the compute subnet, admitting HTTPS from the VPC's CIDR alone.
-    gateway_endpoints: gateway endpoint services besides S3, which every new VPC gets (dynamodb).
-    existing: import this VPC and subnet instead of creating a VPC.
+        get an interface endpoint in the compute subnet, admitting HTTPS from the VPC's CIDR alone; default none.
+    gateway_endpoints: gateway endpoint services besides S3, which every new VPC gets (dynamodb); default none.
+    existing: import this VPC and subnet instead of creating a VPC; default none (a new VPC).
     flow_log_retention: how long VPC flow logs are kept; default one year.
     retain_flow_logs: keep the flow log group when the stack is deleted; default True (False for short-lived
         environments, whose logs go with them).
@@ -67,6 +74,7 @@ class TrainingVpcProps:
             except ValueError:
                 network = None
             require(
+                self,
                 network is not None and VPC_PREFIX_MIN <= network.prefixlen <= VPC_PREFIX_MAX,
                 "cidr",
                 self.cidr,
@@ -75,11 +83,12 @@ class TrainingVpcProps:
         second = self.second_availability_zone
         if second is not None:
             zone = "second_availability_zone"
-            require(self.availability_zone is not None, zone, second, "set together with availability_zone")
-            require(second != self.availability_zone, zone, second, f"an AZ other than {self.availability_zone}")
+            require(self, self.availability_zone is not None, zone, second, "set together with availability_zone")
+            require(self, second != self.availability_zone, zone, second, f"an AZ other than {self.availability_zone}")
         for name in self.gateway_endpoints:
-            require_in("gateway_endpoints", name, GATEWAY_SERVICES)
+            require_in(self, "gateway_endpoints", name, GATEWAY_SERVICES)
         require(
+            self,
             self.existing is None or not (self.interface_endpoints or self.gateway_endpoints),
             "interface_endpoints",
             list(self.interface_endpoints),

@@ -14,13 +14,15 @@ from kiln.constructs._checks import require, unresolved
 class NodeBootstrap:
     """A zipped bootstrap bundle in S3 and the script in it that a node runs at boot.
 
-    bucket, object_key: where the zip is (BootstrapAssets.node_bootstrap gives kiln's rendered bundle;
-        any zip you staged yourself works the same way).
+    bucket: the bucket of the zip (BootstrapAssets.node_bootstrap gives kiln's rendered bundle; any zip you staged
+        yourself works the same way).
+    object_key: the zip's key in that bucket.
     entry_point: the script inside the zip a node runs, as a relative path (e.g. pcs.sh).
     object_url: s3://bucket/key as one value, when its maker has one (an S3 asset does); default: built
         from bucket and object_key.
     content_sha256: the digest of the files the zip holds (kiln.bootstrap.fetch.bundle_digest), when its maker
-        knows it (BootstrapAssets does); a node that is given it checks the zip against it before unpacking.
+        knows it (BootstrapAssets does); a node that is given it checks the zip against it before unpacking. Default
+        none: no digest to check against.
     """
 
     bucket: s3.IBucket
@@ -30,14 +32,18 @@ class NodeBootstrap:
     content_sha256: str | None = None
 
     def __post_init__(self) -> None:
-        require(bool(self.object_key), "object_key", self.object_key, "the key of the zipped bundle")
+        require(self, bool(self.object_key), "object_key", self.object_key, "the key of the zipped bundle")
         if not unresolved(self.entry_point):
             relative = bool(self.entry_point) and not self.entry_point.startswith("/") and ".." not in self.entry_point
-            require(relative, "entry_point", self.entry_point, "a relative path inside the bundle, such as pcs.sh")
+            require(
+                self, relative, "entry_point", self.entry_point, "a relative path inside the bundle, such as pcs.sh"
+            )
         if self.content_sha256 is not None and not unresolved(self.content_sha256):
             digest = self.content_sha256
             hex_digest = len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
-            require(hex_digest, "content_sha256", digest, "64 lowercase hex digits (bootstrap.fetch.bundle_digest)")
+            require(
+                self, hex_digest, "content_sha256", digest, "64 lowercase hex digits (bootstrap.fetch.bundle_digest)"
+            )
 
     @property
     def s3_url(self) -> str:
@@ -49,6 +55,6 @@ class NodeBootstrap:
         """The ARN of the zip object, for policies that grant reading exactly it."""
         return self.bucket.arn_for_objects(self.object_key)
 
-    def grant_read(self, grantee: iam.IGrantable) -> None:
+    def grant_read(self, grantee: iam.IGrantable) -> iam.Grant:
         """Let GRANTEE download the zip and nothing else from its bucket."""
-        iam.Grant.add_to_principal(grantee=grantee, actions=["s3:GetObject"], resource_arns=[self.object_arn])
+        return iam.Grant.add_to_principal(grantee=grantee, actions=["s3:GetObject"], resource_arns=[self.object_arn])

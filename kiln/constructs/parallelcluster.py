@@ -31,12 +31,13 @@ from kiln.bootstrap.fetch import FETCH_SCRIPT, RESOLVE_SCRIPT, file_sha256, node
 from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.limits import SERVICE_NODE_ROOT_VOLUME_GIB
 from kiln.catalog.platforms import service_fact
-from kiln.constructs import nag_rules
-from kiln.constructs._checks import acknowledge_wildcards, require, require_in, require_node_group, unresolved
+from kiln.constructs import acknowledgements
+from kiln.constructs._checks import require, require_in, require_node_group, unresolved
 from kiln.constructs.launch_template import CapacityOption
 from kiln.constructs.lustre import ILustreFileSystem
 from kiln.constructs.node_access import ssm_agent_statements
 from kiln.constructs.node_bootstrap import NodeBootstrap
+from kiln.constructs.review import acknowledge_wildcards
 
 # The one place the ParallelCluster version is pinned: provider template, schema in tests, Makefile.
 PARALLELCLUSTER_VERSION = "3.16.1"
@@ -92,7 +93,8 @@ class SlurmQueue:
 
     name: queue name (lowercase letters, digits, '-').
     instance_type: its EC2 type; EFA is on whenever the type supports it.
-    min_count / max_count: static and maximum nodes (capacity blocks need min == max > 0).
+    min_count: static nodes; default 0 (capacity blocks need min_count == max_count > 0).
+    max_count: the most nodes; default 1.
     capacity: on-demand (default), spot, capacity-block or reservation.
     placement_group: a cluster placement group for the queue; default True.
     root_volume_gib: encrypted gp3 root volume; default 200.
@@ -107,10 +109,11 @@ class SlurmQueue:
     root_volume_gib: int = 200
 
     def __post_init__(self) -> None:
-        require_node_group(self.name, self.min_count, self.max_count, what="queue name")
+        require_node_group(self, self.name, self.min_count, self.max_count, what="queue name")
         catalog_instance_type(self.instance_type)
         if self.capacity.type == "capacity-block":
             require(
+                self,
                 self.min_count == self.max_count > 0,
                 "min_count/max_count",
                 (self.min_count, self.max_count),
@@ -129,33 +132,36 @@ class ParallelClusterProps:
     cluster_name: the ParallelCluster name (must differ from the stack name).
     subnet: private subnet of the head node, queues and login nodes.
     queues: the Slurm queues.
-    bootstrap / cluster_env: the bundle every node runs as its OnNodeConfigured action
-        (BootstrapAssets.node_bootstrap for kiln's `parallelcluster` bundle) and its deploy-time values. Both go
-        into the bootstrap parameter a node reads when it boots: running nodes keep the bundle they booted with,
-        nodes that boot after a deploy get that deploy's.
-    head_node_instance_type: default m5.8xlarge.
-    login_instance_type / login_count: a login node pool; count 0 for none (default 1).
+    bootstrap: the bundle every node runs as its OnNodeConfigured action (BootstrapAssets.node_bootstrap for
+        kiln's `parallelcluster` bundle). It and cluster_env go into the bootstrap parameter a node reads when it
+        boots: running nodes keep the bundle they booted with, nodes that boot after a deploy get that deploy's.
+    cluster_env: the bundle's deploy-time values.
+    head_node_instance_type: the head node's EC2 type; default m5.8xlarge.
+    login_instance_type: the login pool's EC2 type; default m5.2xlarge.
+    login_count: the login pool's nodes, 0 for no pool; default 1.
     os: ubuntu2204 (default), ubuntu2404 or al2023.
     custom_ami: the AMI every node boots instead of ParallelCluster's official one for os (Image/CustomAmi): the
         head node and login pools always, the queues unless compute_ami. ParallelCluster never changes it on an
-        existing cluster (update policy UNSUPPORTED), so it must be a literal AMI id; unset: the official AMI, which
-        ParallelCluster looks up when it creates the cluster and keeps for the cluster's life.
+        existing cluster (update policy UNSUPPORTED), so it must be a literal AMI id; default none: the official AMI,
+        which ParallelCluster looks up when it creates the cluster and keeps for the cluster's life.
     compute_ami: the AMI the queues boot instead (Scheduling/SlurmQueues/Image/CustomAmi), which may change from
         one deploy to the next (a deploy-time value such as the newest baked image's SSM parameter): its update
         policy is QUEUE_UPDATE_STRATEGY, so with DRAIN a new image replaces each queue's nodes as their jobs finish.
+        Default none: the queues boot the head node's image (custom_ami, or the official one).
     file_system: an FSx for Lustre file system (LustreFileSystem, or from_lustre_attributes) mounted at
-        fsx_mount_dir (/fsx); default none.
-    security_groups: added to every node (e.g. one the file system admits).
+        fsx_mount_dir; default none.
+    fsx_mount_dir: where file_system is mounted on every node; default /fsx.
+    security_groups: added to every node (e.g. one the file system admits); default none.
     ssh_allowed_ips: the CIDR (or prefix list) that may reach the head and login nodes over SSH; ParallelCluster's
         own default is 0.0.0.0/0, so it is required (the VPC's CIDR, say).
     head_node_policies: managed policies for the head node alone (e.g. writing to a Prometheus workspace). The
         provider's Lambda role attaches only policies ParallelCluster's own policy lets it (ATTACHABLE_POLICIES):
-        make them with attachable_policy (path /parallelcluster/).
+        make them with attachable_policy (path /parallelcluster/). Default none.
     scaledown_idle_minutes: idle time before dynamic nodes stop; default 10.
     queue_update_strategy: how an update replaces the nodes of queues whose settings changed: DRAIN (default:
         running jobs finish, then the nodes are replaced), TERMINATE (running jobs are killed) or
         COMPUTE_FLEET_STOP (such an update needs the fleet stopped).
-    slurm_settings: further Scheduling.SlurmSettings entries.
+    slurm_settings: further Scheduling.SlurmSettings entries; default none.
     bootstrap_timeouts: DevSettings/Timeouts in seconds (HeadNodeBootstrapTimeout, ComputeNodeBootstrapTimeout),
         long enough for the nodes' setup; unset: ParallelCluster's defaults.
     delete_with_stack: delete the cluster with the stack (default True; data lives in FSx and S3).
@@ -185,19 +191,23 @@ class ParallelClusterProps:
 
     def __post_init__(self) -> None:
         require(
+            self,
             bool(CLUSTER_NAME.match(self.cluster_name)),
             "cluster_name",
             self.cluster_name,
             "a letter, then up to 59 letters, digits or '-'",
         )
-        require(bool(self.queues), "queues", list(self.queues), "at least one queue")
+        require(self, bool(self.queues), "queues", list(self.queues), "at least one queue")
         names = [q.name for q in self.queues]
-        require(len(set(names)) == len(names), "queue names", names, "unique names")
-        require_in("os", self.os, OPERATING_SYSTEMS)
-        require(self.login_count >= 0, "login_count", self.login_count, "0 or more")
-        require(self.scaledown_idle_minutes >= 1, "scaledown_idle_minutes", self.scaledown_idle_minutes, "1 or more")
-        require_in("queue_update_strategy", self.queue_update_strategy, QUEUE_UPDATE_STRATEGIES)
+        require(self, len(set(names)) == len(names), "queue names", names, "unique names")
+        require_in(self, "os", self.os, OPERATING_SYSTEMS)
+        require(self, self.login_count >= 0, "login_count", self.login_count, "0 or more")
         require(
+            self, self.scaledown_idle_minutes >= 1, "scaledown_idle_minutes", self.scaledown_idle_minutes, "1 or more"
+        )
+        require_in(self, "queue_update_strategy", self.queue_update_strategy, QUEUE_UPDATE_STRATEGIES)
+        require(
+            self,
             self.custom_ami is None or not unresolved(self.custom_ami),
             "custom_ami",
             self.custom_ami,
@@ -205,6 +215,7 @@ class ParallelClusterProps:
             "value read at deploy would fail the first deploy after it changed; give such an image as compute_ami",
         )
         require(
+            self,
             "QueueUpdateStrategy" not in self.slurm_settings,
             "slurm_settings",
             sorted(self.slurm_settings),
@@ -212,16 +223,18 @@ class ParallelClusterProps:
         )
         if not unresolved(self.ssh_allowed_ips):
             require(
+                self,
                 self.ssh_allowed_ips not in OPEN_TO_ALL,
                 "ssh_allowed_ips",
                 self.ssh_allowed_ips,
                 "a CIDR narrower than the whole internet (the VPC's, or a prefix list)",
             )
         for name, seconds in self.bootstrap_timeouts.items():
-            require_in("bootstrap_timeouts", name, BOOTSTRAP_TIMEOUTS)
-            require(seconds > 0, f"bootstrap_timeouts {name}", seconds, "a positive number of seconds")
+            require_in(self, "bootstrap_timeouts", name, BOOTSTRAP_TIMEOUTS)
+            require(self, seconds > 0, f"bootstrap_timeouts {name}", seconds, "a positive number of seconds")
         for policy in self.head_node_policies:
             require(
+                self,
                 is_attachable(policy),
                 "head_node_policies",
                 policy.node.path if isinstance(policy, Construct) else policy.managed_policy_arn,
@@ -235,8 +248,9 @@ class ParallelCluster(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: ParallelClusterProps) -> None:
         super().__init__(scope, construct_id)
-        self.props = props
+        self._props = props
         require(
+            self,
             props.cluster_name != Stack.of(self).stack_name,
             "cluster_name",
             props.cluster_name,
@@ -286,7 +300,7 @@ class ParallelCluster(Construct):
 
     def _bootstrap_parameter(self) -> ssm.StringParameter:
         """The manifest of this deploy's bootstrap: fetch.sh and the bundle with their digests, and cluster.env."""
-        props = self.props
+        props = self._props
         manifest = node_manifest(
             fetch_url=self.fetch_script.s3_object_url,
             fetch_sha256=file_sha256(FETCH_SCRIPT),
@@ -306,7 +320,7 @@ class ParallelCluster(Construct):
 
     def _bootstrap_read_policy(self) -> iam.ManagedPolicy:
         """Every node reads exactly the parameter, resolve-bootstrap.sh, fetch.sh and the bundle."""
-        props = self.props
+        props = self._props
         objects = [
             f"arn:{Aws.PARTITION}:s3:::{asset.s3_bucket_name}/{asset.s3_object_key}"
             for asset in (self.resolve_script, self.fetch_script)
@@ -330,7 +344,7 @@ class ParallelCluster(Construct):
             description="kiln: ParallelCluster nodes' SSM Agent, for Session Manager and Run Command only",
             statements=ssm_agent_statements(self),
         )
-        acknowledge_wildcards(policy, nag_rules.NODE_SSM_GRANTS)
+        acknowledge_wildcards(policy, acknowledgements.NODE_SSM_GRANTS)
         return policy
 
     def _iam(self, policies: Sequence[iam.IManagedPolicy] = ()) -> dict[str, Any]:
@@ -342,7 +356,7 @@ class ParallelCluster(Construct):
         return {"LocalStorage": {"RootVolume": {"Size": size, "Encrypted": True, "VolumeType": "gp3"}}}
 
     def _queue(self, queue: SlurmQueue) -> dict[str, Any]:
-        props = self.props
+        props = self._props
         networking: dict[str, Any] = {
             "SubnetIds": [props.subnet.subnet_id],
             "PlacementGroup": {"Enabled": queue.placement_group},
@@ -374,7 +388,7 @@ class ParallelCluster(Construct):
         return entry
 
     def _configuration(self) -> dict[str, Any]:
-        props = self.props
+        props = self._props
         head_networking: dict[str, Any] = {"SubnetId": props.subnet.subnet_id}
         if props.security_groups:
             head_networking["AdditionalSecurityGroups"] = [g.security_group_id for g in props.security_groups]

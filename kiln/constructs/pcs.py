@@ -18,12 +18,13 @@ from constructs import Construct
 from kiln.bootstrap.fetch import fetch_user_data
 from kiln.catalog.limits import SERVICE_NODE_ROOT_VOLUME_GIB
 from kiln.catalog.platforms import newest_pcs_slurm, pcs_slurm_versions, service_fact
-from kiln.constructs import nag_rules
-from kiln.constructs._checks import acknowledge_wildcards, require, require_in, require_node_group, unresolved
+from kiln.constructs import acknowledgements
+from kiln.constructs._checks import require, require_in, require_node_group, unresolved
 from kiln.constructs.ids import hashed_id
 from kiln.constructs.launch_template import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
 from kiln.constructs.node_access import ssm_agent_statements
 from kiln.constructs.node_bootstrap import NodeBootstrap
+from kiln.constructs.review import acknowledge_wildcards
 
 ClusterSize = Literal["SMALL", "MEDIUM", "LARGE"]
 CLUSTER_SIZES: tuple[str, ...] = get_args(ClusterSize)
@@ -56,7 +57,8 @@ class PcsNodeGroup:
 
     name: the group's name and its queue's (lowercase, digits, '-'); PCS names the node group node_group_name(...).
     instance_type: one EC2 type per group.
-    min_count / max_count: scaling bounds; min_count nodes stay up.
+    min_count: the nodes that stay up; default 0.
+    max_count: the most nodes the group scales up to; default 1.
     capacity: on-demand (default), spot, capacity-block or reservation.
     root_volume_gib: encrypted gp3 root volume; default 200.
     placement_group: a cluster placement group for EFA (kiln's ClusterPlacementGroup.placement_group, or
@@ -72,27 +74,30 @@ class PcsNodeGroup:
     placement_group: ec2.IPlacementGroup | None = None
 
     def __post_init__(self) -> None:
-        require_node_group(self.name, self.min_count, self.max_count)
+        require_node_group(self, self.name, self.min_count, self.max_count)
         shortest = pcs_name_rule("queue")["min"]
-        require(len(self.name) >= shortest, "name", self.name, f"at least {shortest} characters (PCS's queue names)")
+        require(
+            self, len(self.name) >= shortest, "name", self.name, f"at least {shortest} characters (PCS's queue names)"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
 class PcsClusterProps:
     """Props for PcsCluster.
 
-    vpc, subnet: the cluster's private subnet (one AZ, with the EFA placement group and FSx).
+    vpc: the cluster's VPC.
+    subnet: the cluster's private subnet (one AZ, with the EFA placement group and FSx).
     efa_security_group: joins every node interface.
     ami_id: an image with the PCS agent and Slurm for slurm_version (AMI id or a CfnParameter's value).
     compute_groups: compute node groups, each with its own queue.
-    login: the login node group (static), or None for none.
-    bootstrap: the bundle nodes fetch and run at boot (BootstrapAssets.node_bootstrap for kiln's `pcs` bundle);
-        cluster_env: its deploy-time values.
+    login: the login node group (static); default none.
+    bootstrap: the bundle nodes fetch and run at boot (BootstrapAssets.node_bootstrap for kiln's `pcs` bundle).
+    cluster_env: the bundle's deploy-time values.
     slurm_version: PCS Slurm version; default the newest PCS runs (kiln.catalog.platforms).
     size: controller size, SMALL (default), MEDIUM or LARGE.
     scale_down_idle_seconds: idle time before dynamic nodes are stopped; default 600.
-    slurm_custom_settings: further slurm.conf parameters PCS accepts at cluster level.
-    security_groups: further groups for the nodes' primary interface (file systems, ...).
+    slurm_custom_settings: further slurm.conf parameters PCS accepts at cluster level; default none.
+    security_groups: further groups for the nodes' primary interface (file systems, ...); default none.
     """
 
     vpc: ec2.IVpc
@@ -110,19 +115,24 @@ class PcsClusterProps:
     security_groups: Sequence[ec2.ISecurityGroup] = ()
 
     def __post_init__(self) -> None:
-        require_in("size", self.size, CLUSTER_SIZES)
-        require_in("slurm_version", self.slurm_version, pcs_slurm_versions())
-        require(bool(self.compute_groups), "compute_groups", list(self.compute_groups), "at least one node group")
+        require_in(self, "size", self.size, CLUSTER_SIZES)
+        require_in(self, "slurm_version", self.slurm_version, pcs_slurm_versions())
+        require(self, bool(self.compute_groups), "compute_groups", list(self.compute_groups), "at least one node group")
         names = [g.name for g in self.compute_groups] + ([self.login.name] if self.login else [])
-        require(len(set(names)) == len(names), "node group names", names, "unique names")
+        require(self, len(set(names)) == len(names), "node group names", names, "unique names")
         groups = [*self.compute_groups, *([self.login] if self.login else [])]
         pcs_names = [node_group_name(g.name, [g.instance_type]) for g in groups]
-        require(len(set(pcs_names)) == len(pcs_names), "node group names in PCS", pcs_names, "unique names")
+        require(self, len(set(pcs_names)) == len(pcs_names), "node group names in PCS", pcs_names, "unique names")
         require(
-            self.scale_down_idle_seconds >= 60, "scale_down_idle_seconds", self.scale_down_idle_seconds, "60 or more"
+            self,
+            self.scale_down_idle_seconds >= 60,
+            "scale_down_idle_seconds",
+            self.scale_down_idle_seconds,
+            "60 or more",
         )
         if not unresolved(self.ami_id):
             require(
+                self,
                 bool(re.match(r"^ami-[0-9a-f]+$", self.ami_id)),
                 "ami_id",
                 self.ami_id,
@@ -135,7 +145,7 @@ class PcsCluster(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: PcsClusterProps) -> None:
         super().__init__(scope, construct_id)
-        self.props = props
+        self._props = props
         # No Name: CloudFormation names the cluster, so a change PCS cannot make in place (size, subnet, security
         # group; platforms.json, pcs.cluster_fixed) creates a second cluster beside the first instead of failing.
         self.security_group = ec2.SecurityGroup(
@@ -197,7 +207,7 @@ class PcsCluster(Construct):
             )
 
     def _node_role(self) -> iam.Role:
-        props = self.props
+        props = self._props
         role = iam.Role(
             self,
             "NodeRole",
@@ -214,11 +224,11 @@ class PcsCluster(Construct):
         # (https://docs.aws.amazon.com/pcs/latest/userguide/security-instance-profiles.html).
         for statement in ssm_agent_statements(self):
             role.add_to_policy(statement)
-        acknowledge_wildcards(role, nag_rules.NODE_SSM_GRANTS)
+        acknowledge_wildcards(role, acknowledgements.NODE_SSM_GRANTS)
         return role
 
     def _node_group(self, group: PcsNodeGroup, role: str) -> pcs.CfnComputeNodeGroup:
-        props = self.props
+        props = self._props
         user_data = fetch_user_data(props.bootstrap.s3_url, props.bootstrap.entry_point, props.cluster_env, role=role)
         template = EfaLaunchTemplate(
             self,

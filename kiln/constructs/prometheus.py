@@ -13,9 +13,10 @@ from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from kiln.constructs import nag_rules
-from kiln.constructs._checks import acknowledge_wildcards, require, unresolved
+from kiln.constructs import acknowledgements
+from kiln.constructs._checks import ARN_PARTITION, require, unresolved
 from kiln.constructs.keys import logs_key
+from kiln.constructs.review import acknowledge_wildcards
 
 # Prometheus's HTTP API below a workspace's endpoint (which AMP reports with a trailing slash).
 REMOTE_WRITE_PATH = "api/v1/remote_write"
@@ -27,7 +28,7 @@ QUERY_ACTIONS = ("aps:QueryMetrics", "aps:GetSeries", "aps:GetLabels", "aps:GetM
 REMOTE_WRITE_KEY_ACTIONS = ("kms:GenerateDataKey", "kms:Decrypt")
 QUERY_KEY_ACTIONS = ("kms:Decrypt",)
 ALIAS_MAX_LENGTH = 100
-WORKSPACE_ARN = re.compile(r"arn:aws[a-z-]*:aps:[a-z0-9-]+:\d{12}:workspace/ws-[0-9A-Za-z-]+")
+WORKSPACE_ARN = re.compile(rf"arn:{ARN_PARTITION}:aps:[a-z0-9-]+:\d{{12}}:workspace/ws-[0-9A-Za-z-]+")
 
 
 @runtime_checkable
@@ -136,6 +137,7 @@ class PrometheusWorkspaceProps:
     def __post_init__(self) -> None:
         if not unresolved(self.alias):
             require(
+                self,
                 1 <= len(self.alias) <= ALIAS_MAX_LENGTH,
                 "alias",
                 self.alias,
@@ -153,7 +155,6 @@ class PrometheusWorkspace(_WorkspaceAccess, Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: PrometheusWorkspaceProps) -> None:
         super().__init__(scope, construct_id)
-        self.props = props
         removal = RemovalPolicy.RETAIN if props.retain else RemovalPolicy.DESTROY
         # Retained exactly when the workspace is: a deleted key would leave a kept workspace unreadable.
         self.key = kms.Key(
@@ -163,7 +164,7 @@ class PrometheusWorkspace(_WorkspaceAccess, Construct):
             enable_key_rotation=True,
             removal_policy=removal,
         )
-        acknowledge_wildcards(self.key, (nag_rules.KEY_ACCOUNT_ADMIN,))
+        acknowledge_wildcards(self.key, (acknowledgements.KEY_ACCOUNT_ADMIN,))
         self.logs_key: kms.Key | None = None
         self.log_group: logs.LogGroup | None = None
         logging_configuration = None
@@ -235,6 +236,7 @@ class ImportedPrometheusWorkspace(_WorkspaceAccess, Construct):
         super().__init__(scope, construct_id)
         if not unresolved(workspace_arn):
             require(
+                self,
                 WORKSPACE_ARN.fullmatch(workspace_arn) is not None,
                 "workspace_arn",
                 workspace_arn,
@@ -242,6 +244,7 @@ class ImportedPrometheusWorkspace(_WorkspaceAccess, Construct):
             )
         if not unresolved(prometheus_endpoint):
             require(
+                self,
                 prometheus_endpoint.startswith("https://"),
                 "prometheus_endpoint",
                 prometheus_endpoint,

@@ -17,17 +17,26 @@ from aws_cdk import aws_sns as sns
 from constructs import Construct
 
 from kiln.catalog.names import CLUSTER_NAME, CLUSTER_NAME_RULE
-from kiln.ci.reaper_code.kiln_reaper.contract import (
+from kiln.constructs._checks import require
+from kiln.constructs.acknowledgements import (
+    OBJECT_DELETES,
+    PASS_ROLE,
+    REAPER_GRANTS,
+    REAPER_STACK_ACTIONS,
+    RESCHEDULE_ACTIONS,
+    TEARDOWN_BUCKET_READS,
+)
+from kiln.constructs.functions import kiln_function
+from kiln.constructs.review import acknowledge_wildcards
+from kiln.contracts.environment import (
+    DELETE_ORDER,
     SCHEDULE_GROUP,
     alarm_topic_name,
+    at_expression,
     invoke_role_name,
     reaper_role_name,
     schedule_name,
 )
-from kiln.ci.reaper_code.kiln_reaper.teardown import at_expression
-from kiln.constructs import nag_rules
-from kiln.constructs._checks import acknowledge_wildcards, require
-from kiln.constructs.functions import kiln_function
 
 REAPER_CODE = Path(__file__).resolve().parent.parent / "ci" / "reaper_code"
 HANDLER = "kiln_reaper.handler.main"
@@ -55,8 +64,10 @@ class EnvironmentReaperProps:
     log_retention: logs.RetentionDays = logs.RetentionDays.ONE_YEAR
 
     def __post_init__(self) -> None:
-        require(bool(CLUSTER_NAME.fullmatch(self.environment)), "environment", self.environment, CLUSTER_NAME_RULE)
-        require(self.delete_at.tzinfo is not None, "delete_at", self.delete_at, "a timezone-aware time")
+        require(
+            self, bool(CLUSTER_NAME.fullmatch(self.environment)), "environment", self.environment, CLUSTER_NAME_RULE
+        )
+        require(self, self.delete_at.tzinfo is not None, "delete_at", self.delete_at, "a timezone-aware time")
 
 
 class EnvironmentReaper(Construct):
@@ -134,36 +145,28 @@ class EnvironmentReaper(Construct):
             ),
         )
         self._grant(props, stack)
-        acknowledge_wildcards(self, nag_rules.REAPER_GRANTS, environment=env)
+        acknowledge_wildcards(self, REAPER_GRANTS, environment=env)
 
     def _grant(self, props: EnvironmentReaperProps, stack: cdk.Stack) -> None:
         env = props.environment
         stacks = [
             stack.format_arn(service="cloudformation", resource="stack", resource_name=f"{env}-{part}/*")
-            for part in ("compute", "storage", "network", "reaper")
+            for part in DELETE_ORDER
         ]
-        self.role.add_to_policy(iam.PolicyStatement(actions=list(nag_rules.REAPER_STACK_ACTIONS), resources=stacks))
+        self.role.add_to_policy(iam.PolicyStatement(actions=list(REAPER_STACK_ACTIONS), resources=stacks))
         if props.bucket_names:
             buckets = [f"arn:{stack.partition}:s3:::{name}" for name in props.bucket_names]
+            self.role.add_to_policy(iam.PolicyStatement(actions=list(TEARDOWN_BUCKET_READS), resources=buckets))
             self.role.add_to_policy(
-                iam.PolicyStatement(
-                    actions=["s3:GetBucketTagging", "s3:ListBucket", "s3:ListBucketVersions"], resources=buckets
-                )
-            )
-            self.role.add_to_policy(
-                iam.PolicyStatement(
-                    actions=["s3:DeleteObject", "s3:DeleteObjectVersion"], resources=[f"{b}/*" for b in buckets]
-                )
+                iam.PolicyStatement(actions=list(OBJECT_DELETES), resources=[f"{b}/*" for b in buckets])
             )
         schedule_arn = stack.format_arn(
             service="scheduler", resource="schedule", resource_name=f"{SCHEDULE_GROUP}/{self.schedule_name}"
         )
-        self.role.add_to_policy(
-            iam.PolicyStatement(actions=["scheduler:GetSchedule", "scheduler:UpdateSchedule"], resources=[schedule_arn])
-        )
+        self.role.add_to_policy(iam.PolicyStatement(actions=list(RESCHEDULE_ACTIONS), resources=[schedule_arn]))
         self.role.add_to_policy(
             iam.PolicyStatement(
-                actions=["iam:PassRole"],
+                actions=list(PASS_ROLE),
                 resources=[self.invoke_role.role_arn],
                 conditions={"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
             )

@@ -1,8 +1,8 @@
 """TrainingImage: an EC2 Image Builder pipeline that bakes a bootstrap bundle's install steps into an AMI.
 
-Each component runs the bundle's own scripts (kiln.ami.components); the first image is built when the stack
-deploys, and `kiln ami build` runs the pipeline again. Every image's id goes to one SSM parameter, which the
-compute stacks read, and every AMI carries the versions its install steps recorded as tags.
+Each component runs the bundle's own scripts (kiln.contracts.image_components, written as YAML here); the first
+image is built when the stack deploys, and `kiln ami build` runs the pipeline again. Every image's id goes to one
+SSM parameter, which the compute stacks read, and every AMI carries the versions its install steps recorded as tags.
 """
 
 from __future__ import annotations
@@ -15,20 +15,22 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import aws_cdk as cdk
+import yaml
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_imagebuilder as imagebuilder
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from kiln.ami.components import component_documents
-from kiln.ami.names import TAG_RECIPE
-from kiln.ami.recipe import ImageManifest
 from kiln.catalog.limits import MAX_TAGS_PER_RESOURCE
 from kiln.catalog.platforms import service_fact
-from kiln.constructs import nag_rules
-from kiln.constructs._checks import acknowledge, require, require_in, unresolved
+from kiln.constructs import acknowledgements
+from kiln.constructs._checks import ARN_PARTITION, require, require_in, unresolved
 from kiln.constructs.node_bootstrap import NodeBootstrap
+from kiln.constructs.review import acknowledge
+from kiln.contracts.image import ImageManifest
+from kiln.contracts.image_components import ComponentDocument, component_documents
+from kiln.contracts.tags import TAG_RECIPE
 
 Architecture = Literal["x86_64", "arm64"]
 ImageOs = Literal["ubuntu2204", "ubuntu2404", "al2023"]
@@ -37,7 +39,7 @@ DEFAULT_BUILD_TYPES: dict[str, tuple[str, ...]] = {"x86_64": ("m6i.2xlarge",), "
 # Where each OS family's AMIs keep their root volume; the recipe resizes it there.
 ROOT_DEVICES: dict[str, str] = {"ubuntu2204": "/dev/sda1", "ubuntu2404": "/dev/sda1", "al2023": "/dev/xvda"}
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,40}[a-z0-9]")
-_PARENT = re.compile(r"ami-[0-9a-f]{8,17}|ssm:/[A-Za-z0-9_./-]+|arn:aws[a-z-]*:imagebuilder:[^\s]+")
+_PARENT = re.compile(rf"ami-[0-9a-f]{{8,17}}|ssm:/[A-Za-z0-9_./-]+|arn:{ARN_PARTITION}:imagebuilder:[^\s]+")
 # The managed policies Image Builder requires of a build instance's profile (its setting-up guide).
 BUILD_INSTANCE_POLICIES: tuple[str, ...] = tuple(service_fact("imagebuilder", "instance_profile_policies").value)
 # Image Builder's own test phase: every install step's marker, checked again on an instance of the new AMI.
@@ -47,6 +49,11 @@ TEST_TIMEOUT_MINUTES = 60
 BUILD_LOG_PREFIX = "/aws/imagebuilder/"
 
 
+def component_yaml(document: ComponentDocument) -> str:
+    """Return DOCUMENT as the YAML Image Builder runs (one line per command: tokens stay whole)."""
+    return yaml.safe_dump(document.document, sort_keys=False, width=1_000_000)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainingImageProps:
     """Props for TrainingImage.
@@ -54,14 +61,17 @@ class TrainingImageProps:
     name: names the pipeline and prefixes its parts (lowercase letters, digits and '-').
     bundle: the zipped bundle whose install steps are baked (BootstrapAssets.node_bootstrap of an image config).
     bundle_digest: a digest of the bundle's content (the asset hash): a new digest makes a new recipe and image.
-    manifest: what the bundle's install steps record (kiln.ami.recipe.read_manifest); its tags go on every AMI.
+    manifest: what the bundle's install steps record (kiln.bootstrap.image_recipe.read_manifest); its tags go on
+        every AMI.
     parent_image: the image baked on: an AMI id, ssm:/parameter or an Image Builder image ARN (known at synth).
-    vpc, subnet: where build and test instances run; the subnet needs a route to package mirrors and S3.
+    vpc: the VPC of the build and test instances.
+    subnet: the subnet they run in; it needs a route to package mirrors and S3.
     image_parameter_name: the SSM parameter every new image's id is written to.
-    root_volume_gib: the image's root volume (encrypted gp3); nodes' root volumes must be at least this size.
-    build_instance_types: default an m6i (x86_64) or m7g (arm64) 2xlarge.
-    retain: keep the AMIs and build logs when the stack or a recipe goes (default true: running nodes use them).
-    tags: further tags for every AMI (kiln:cluster, the spec's tags).
+    root_volume_gib: the image's root volume (encrypted gp3); nodes' root volumes must be at least this size;
+        default 100.
+    build_instance_types: the build and test instances' EC2 types; default an m6i (x86_64) or m7g (arm64) 2xlarge.
+    retain: keep the AMIs and build logs when the stack or a recipe goes; default True (running nodes use them).
+    tags: further tags for every AMI (kiln:cluster, the spec's tags); default none.
     """
 
     name: str
@@ -78,18 +88,22 @@ class TrainingImageProps:
     tags: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        require(_NAME.fullmatch(self.name) is not None, "name", self.name, "2-42 of a-z, 0-9 and '-', from a letter")
         require(
+            self, _NAME.fullmatch(self.name) is not None, "name", self.name, "2-42 of a-z, 0-9 and '-', from a letter"
+        )
+        require(
+            self,
             not unresolved(self.parent_image) and _PARENT.fullmatch(self.parent_image) is not None,
             "parent_image",
             self.parent_image,
             "an AMI id, ssm:/parameter or Image Builder image ARN known at synthesis",
         )
-        require(bool(self.bundle_digest) and not unresolved(self.bundle_digest), "bundle_digest", "", "a digest")
-        require_in("manifest.architecture", self.manifest.architecture, DEFAULT_BUILD_TYPES)
-        require_in("manifest.os", self.manifest.os, ROOT_DEVICES)
-        require(bool(self.manifest.install_steps), "manifest", self.manifest, "a bundle with install steps")
+        require(self, bool(self.bundle_digest) and not unresolved(self.bundle_digest), "bundle_digest", "", "a digest")
+        require_in(self, "manifest.architecture", self.manifest.architecture, DEFAULT_BUILD_TYPES)
+        require_in(self, "manifest.os", self.manifest.os, ROOT_DEVICES)
+        require(self, bool(self.manifest.install_steps), "manifest", self.manifest, "a bundle with install steps")
         require(
+            self,
             isinstance(self.root_volume_gib, int) and 8 <= self.root_volume_gib <= 16384,
             "root_volume_gib",
             self.root_volume_gib,
@@ -98,6 +112,7 @@ class TrainingImageProps:
         # The props' tags, the manifest's and kiln:recipe all land on each AMI, which EC2 tags 50 at most.
         tag_count = len(self.tags.keys() | self.manifest.tags().keys()) + 1
         require(
+            self,
             tag_count <= MAX_TAGS_PER_RESOURCE,
             "tags",
             f"{len(self.tags)} tags",
@@ -105,6 +120,7 @@ class TrainingImageProps:
             "and kiln:recipe",
         )
         require(
+            self,
             self.image_parameter_name.startswith("/"),
             "image_parameter_name",
             self.image_parameter_name,
@@ -122,7 +138,10 @@ class TrainingImageProps:
             self.bundle_digest,
             self.parent_image,
             self.root_volume_gib,
-            [document.text for document in component_documents(bundle_uri="s3://bundle", install_steps=self._steps)],
+            [
+                component_yaml(document)
+                for document in component_documents(bundle_uri="s3://bundle", install_steps=self._steps)
+            ],
         ]
         return hashlib.sha256(json.dumps(inputs).encode()).hexdigest()
 
@@ -136,9 +155,12 @@ class TrainingImage(Construct):
 
     def __init__(self, scope: Construct, construct_id: str, props: TrainingImageProps) -> None:
         super().__init__(scope, construct_id)
-        require(isinstance(props, TrainingImageProps), "props", type(props).__name__, "TrainingImageProps")
-        self.props = props
-        digest = props.recipe_digest[:10]
+        require(self, isinstance(props, TrainingImageProps), "props", type(props).__name__, "TrainingImageProps")
+        self._props = props
+        # A digest of everything the image is made of: a new one names a new recipe (its first 10 digits), hence a
+        # new image, and tags every AMI (its first 16).
+        self.recipe_digest = props.recipe_digest
+        digest = self.recipe_digest[:10]
         self.recipe_name = f"{props.name}-{digest}"
         self.log_group = logs.LogGroup(
             self,
@@ -264,7 +286,7 @@ class TrainingImage(Construct):
     @property
     def ami_tags(self) -> dict[str, str]:
         """Return the tags of every AMI: the manifest's versions, the recipe digest and the props' tags."""
-        return {**self.props.tags, **self.props.manifest.tags(), TAG_RECIPE: self.props.recipe_digest[:16]}
+        return {**self._props.tags, **self._props.manifest.tags(), TAG_RECIPE: self.recipe_digest[:16]}
 
     @property
     def image_id(self) -> str:
@@ -272,7 +294,7 @@ class TrainingImage(Construct):
         return self.image.attr_image_id
 
     def _components(self, digest: str) -> list[imagebuilder.CfnComponent]:
-        props = self.props
+        props = self._props
         components = []
         for document in component_documents(bundle_uri=props.bundle.s3_url, install_steps=props.manifest.install_steps):
             component = imagebuilder.CfnComponent(
@@ -283,13 +305,13 @@ class TrainingImage(Construct):
                 platform="Linux",
                 version="1.0.0",
                 description=document.description,
-                data=document.text,
+                data=component_yaml(document),
             )
             components.append(component)
         return components
 
     def _build_role(self) -> iam.Role:
-        props = self.props
+        props = self._props
         # Exactly the policies Image Builder documents for a build instance's profile, plus the bundle.
         role = iam.Role(
             self,
@@ -299,5 +321,5 @@ class TrainingImage(Construct):
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name) for name in BUILD_INSTANCE_POLICIES],
         )
         props.bundle.grant_read(role)
-        acknowledge(role, nag_rules.SSM_CORE, nag_rules.IMAGE_BUILDER_INSTANCE)
+        acknowledge(role, acknowledgements.SSM_CORE, acknowledgements.IMAGE_BUILDER_INSTANCE)
         return role

@@ -1,6 +1,6 @@
-"""The compute stack's outputs: kiln.stacks writes them under these keys, and `kiln ci` and `kiln connect` find the
-cluster by them (kiln.ci.remote.ClusterHandle). A key is part of what a deployed stack promises: renaming one breaks
-every cluster deployed before."""
+"""The stacks' outputs: kiln.stacks writes them under these keys; `kiln ci` and `kiln connect` find the cluster by
+the compute stack's (kiln.ci.remote.cluster.ClusterHandle), `kiln ami build` the image pipeline by the image stack's.
+A key is part of what a deployed stack promises: renaming one breaks every cluster deployed before."""
 
 from __future__ import annotations
 
@@ -21,3 +21,12 @@ class ComputeOutput(str, Enum):
     PCS_LOGIN_NODE_GROUP_ID = "PcsLoginNodeGroupId"
     HYPERPOD_CLUSTER_ARN = "HyperPodClusterArn"
     EKS_CLUSTER_NAME = "EksClusterName"
+
+
+class ImageOutput(str, Enum):
+    """An output key of the `<name>-image` stack (compute.image.bake)."""
+
+    PIPELINE_ARN = "PipelineArn"
+    IMAGE_ID = "ImageId"
+    # The SSM parameter that holds the newest AMI's id (kiln.contracts.image.image_parameter_name).
+    IMAGE_PARAMETER = "ImageParameter"

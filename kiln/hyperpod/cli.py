@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kiln.contracts.errors import InputError
+
 COMMAND = "kiln hyperpod update-software"
 
 DESCRIPTION = """\
@@ -21,7 +23,7 @@ AWS refused; 2: bad spec or arguments. Needs sagemaker:DescribeCluster, sagemake
 s3:ListBucket on the lifecycle bucket and, with --yes, sagemaker:UpdateClusterSoftware."""
 
 
-class HyperPodInputError(ValueError):
+class HyperPodInputError(InputError):
     """A spec or argument this command cannot act on; str() is one line."""
 
 
@@ -96,12 +98,8 @@ def _update_software(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     """Run the command with every expected failure as one line on stderr, never a traceback."""
     from kiln.command_errors import one_line_failures
-    from kiln.hyperpod.software import GroupNotFound, SoftwareError
 
-    handler = one_line_failures(
-        COMMAND, _update_software, bad_input=(HyperPodInputError, GroupNotFound), failed=(SoftwareError,)
-    )
-    return handler(args)
+    return one_line_failures(COMMAND, _update_software)(args)
 
 
 def register(commands: argparse._SubParsersAction) -> None:

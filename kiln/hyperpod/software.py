@@ -17,17 +17,18 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kiln.aws_errors import error_code, explain, one_line, raise_if_no_credentials
+from kiln.aws_errors import aws_call, error_code, explain, one_line, raise_if_no_credentials
+from kiln.contracts.errors import Failure, InputError
 
 # The cluster state UpdateClusterSoftware starts from (ClusterStatus of DescribeCluster).
 READY_STATUS = "InService"
 
 
-class SoftwareError(Exception):
+class SoftwareError(Failure):
     """What stops the check or the update; str() is one line: what is wrong and what to do."""
 
 
-class GroupNotFound(SoftwareError):
+class GroupNotFound(InputError):
     """--group names an instance group the cluster does not have."""
 
 
@@ -63,25 +64,15 @@ class SoftwarePlan:
 
 def _call(what: str, call: Any, **kwargs: Any) -> Any:
     """Return CALL(**KWARGS); any AWS refusal becomes a SoftwareError naming WHAT."""
-    try:
+    with aws_call(what, SoftwareError):
         return call(**kwargs)
-    except (ClientError, BotoCoreError) as error:
-        raise_if_no_credentials(error)
-        if isinstance(error, ClientError):
-            raise SoftwareError(explain(what, error)) from None
-        raise SoftwareError(f"{what}: {one_line(str(error))}") from None
 
 
 def _pages(client: Any, operation: str, what: str, key: str, **kwargs: Any) -> Iterable[dict[str, Any]]:
     """Yield every KEY item of OPERATION's pages; any AWS refusal becomes a SoftwareError naming WHAT."""
-    try:
+    with aws_call(what, SoftwareError):
         for page in client.get_paginator(operation).paginate(**kwargs):
             yield from page.get(key, [])
-    except (ClientError, BotoCoreError) as error:
-        raise_if_no_credentials(error)
-        if isinstance(error, ClientError):
-            raise SoftwareError(explain(what, error)) from None
-        raise SoftwareError(f"{what}: {one_line(str(error))}") from None
 
 
 def split_s3_uri(uri: str) -> tuple[str, str]:

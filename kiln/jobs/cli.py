@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kiln.command_errors import one_line_failures
 from kiln.jobs.pytorchjob import (
     JOB_NAME,
     ClusterFacts,
@@ -142,14 +143,6 @@ def _submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reported(args: argparse.Namespace) -> int:
-    try:
-        return _submit(args)
-    except JobError as error:
-        print(f"kiln job submit: error: {error}", file=sys.stderr)
-        return 2
-
-
 def register(commands: argparse._SubParsersAction) -> None:
     """Add `kiln job` to the command line."""
     job = commands.add_parser("job", help="training jobs on an EKS cluster (PyTorchJob, gang-scheduled by Kueue)")
@@ -172,4 +165,4 @@ def register(commands: argparse._SubParsersAction) -> None:
     submit.add_argument("--out", metavar="FILE", help="write the manifests here (YAML)")
     submit.add_argument("--kubeconfig", metavar="FILE", help="apply the job to the cluster this kubeconfig names")
     submit.add_argument("script", nargs=argparse.REMAINDER, metavar="-- SCRIPT [ARGS]")
-    submit.set_defaults(func=_reported)
+    submit.set_defaults(func=one_line_failures("kiln job submit", _submit, error_word=True))

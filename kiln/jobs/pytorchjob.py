@@ -34,6 +34,7 @@ from kiln.catalog.kubernetes import (
     node_resources,
 )
 from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE
+from kiln.contracts.errors import InputError
 
 # Kubeflow training operator v1 (kiln.constructs.eks_addons.TRAINING_OPERATOR): the PyTorchJob's group and kind,
 # and the container name it looks for in each replica (kubeflow/trainer v1.9.3, pkg/apis/kubeflow.org/v1,
@@ -64,7 +65,7 @@ ENTRY_SCRIPT = (
 )
 
 
-class JobError(ValueError):
+class JobError(InputError):
     """A job that cannot be written for this spec: one line saying why."""
 
 

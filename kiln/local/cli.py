@@ -5,14 +5,11 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
-from kiln.local.errors import LocalError
+from kiln.command_errors import Handler, one_line_failures
+from kiln.contracts.errors import EXIT_FAILURE
 from kiln.local.layout import DEFAULT_SUBNET, DEFAULT_TAG, PREFIX_ENV, default_prefix
-
-Handler = Callable[[argparse.Namespace], int]
 
 
 def _positive(text: str) -> int:
@@ -33,20 +30,12 @@ def _port(text: str) -> int:
 
 
 def _reported(command: str, handler: Handler) -> Handler:
-    """Wrap HANDLER so every expected failure is one line on stderr with its exit code, never a traceback."""
+    """Wrap HANDLER so every expected failure is one line on stderr with its exit code, never a traceback.
 
-    @functools.wraps(handler)
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return handler(args)
-        except LocalError as error:
-            print(f"kiln local {command}: error: {error}", file=sys.stderr)
-            return error.exit_code
-        except OSError as error:
-            print(f"kiln local {command}: error: {error}", file=sys.stderr)
-            return 1
-
-    return run
+    The lines read `kiln local COMMAND: error: ...`; a file or process this machine refused (OSError) is a failure.
+    """
+    run = one_line_failures(f"kiln local {command}", handler, error_word=True, os_error_exit=EXIT_FAILURE)
+    return functools.wraps(handler)(run)
 
 
 def _up(args: argparse.Namespace) -> int:

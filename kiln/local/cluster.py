@@ -337,7 +337,7 @@ def up(options: UpOptions, out: TextIO = sys.stdout) -> int:
         progress = Progress(out)
         try:
             _Up(current, progress).run(options.timeout_s)
-        except LocalError as error:
+        except (LocalError, LocalFailure) as error:
             progress.end("failed")
             raise type(error)(
                 f"{error}; fix it and run `kiln local up` again, or `kiln local down` to remove what exists"

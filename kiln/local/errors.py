@@ -1,19 +1,13 @@
-"""Errors of the local cluster: one clear line each, with the exit code the CLI returns."""
+"""Errors of the local cluster: one clear line each; its kind gives the exit code (kiln.contracts.errors)."""
 
 from __future__ import annotations
 
-# 2: usage or a precondition the user must fix; 1: something failed while working.
-PRECONDITION = 2
-FAILURE = 1
+from kiln.contracts.errors import Failure, InputError
 
 
-class LocalError(Exception):
-    """A problem the user can act on; its message is the whole report."""
-
-    exit_code = PRECONDITION
+class LocalError(InputError):
+    """A problem the user can act on, a precondition or usage (exit 2); its message is the whole report."""
 
 
-class LocalFailure(LocalError):
-    """Work that was started failed (a daemon died, a timeout passed)."""
-
-    exit_code = FAILURE
+class LocalFailure(Failure):
+    """Work that was started failed (a daemon died, a timeout passed): exit 1."""

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from kiln.bootstrap import BootstrapConfig, render_bundle
-from kiln.bootstrap.config import USER_STEP_PREFIX
 from kiln.catalog.envfile import parse_env_file
+from kiln.contracts.bundle import USER_STEP_PREFIX
 from kiln.local import daemons
 from kiln.local.errors import LocalError, LocalFailure
 from kiln.local.layout import ClusterLayout, NodeLayout

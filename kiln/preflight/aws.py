@@ -8,8 +8,7 @@ from typing import Any
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kiln.aws_errors import ACCESS_DENIED, BAD_CREDENTIALS, THROTTLED, error_message, one_line
-from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
+from kiln.aws_errors import ACCESS_DENIED, BAD_CREDENTIALS, THROTTLED, error_code, error_message, one_line
 from kiln.preflight.findings import Finding
 
 # Read-only calls, retried with botocore's standard backoff (throttling included) before a check gives up.

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from kiln.preflight.findings import EXIT_BAD_SPEC, EXIT_NOT_READY
+from kiln.command_errors import one_line_failures
 
 DESCRIPTION = """\
 Read-only checks of the account your AWS credentials reach, in the spec's region, all at once:
@@ -29,24 +28,13 @@ the question: the line names the IAM action to allow). Exit 0 ready (no FAIL or 
 
 
 def _preflight(args: argparse.Namespace) -> int:
-    from kiln.aws_errors import NoCredentials, no_credentials
-    from kiln.preflight.run import NoAccount, preflight
-    from kiln.preflight.session import NoRegion, spec_session
+    from kiln.preflight.run import preflight
+    from kiln.preflight.session import spec_session
     from kiln.spec import load_spec
 
     spec = load_spec(args.spec)
-    try:
-        session = spec_session(spec, args.region)
-        report = preflight(spec, spec_path=args.spec, session=session, region=session.region_name, skip=args.skip)
-    except (NoRegion, ValueError) as exc:
-        print(f"kiln preflight: {exc}", file=sys.stderr)
-        return EXIT_BAD_SPEC
-    except NoCredentials as exc:
-        print(no_credentials("kiln preflight", exc), file=sys.stderr)
-        return EXIT_NOT_READY
-    except NoAccount as exc:
-        print(f"kiln preflight: {exc}", file=sys.stderr)
-        return EXIT_NOT_READY
+    session = spec_session(spec, args.region)
+    report = preflight(spec, spec_path=args.spec, session=session, region=session.region_name, skip=args.skip)
     if args.json:
         print(json.dumps(report.as_json(), indent=2))
     else:
@@ -70,4 +58,5 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--skip", action="append", default=[], metavar="CHECK", help="leave out this check (repeatable)"
     )
-    parser.set_defaults(func=_preflight)
+    # A bad spec or argument exits 2; no credentials, or an account that answers nothing, exit 1 (not ready).
+    parser.set_defaults(func=one_line_failures("kiln preflight", _preflight))

@@ -13,7 +13,6 @@ BLOCKING: frozenset[str] = frozenset({"fail", "unchecked"})
 
 EXIT_READY = 0
 EXIT_NOT_READY = 1
-EXIT_BAD_SPEC = 2
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,55 +9,37 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
-from kiln.preflight.findings import EXIT_BAD_SPEC, EXIT_NOT_READY
+from kiln.command_errors import one_line_failures
 
 DESCRIPTION = __doc__.split("\n", 2)[2].strip()
 
 
 def _leftovers(args: argparse.Namespace) -> int:
-    from botocore.exceptions import BotoCoreError, ClientError
+    from botocore.exceptions import ClientError
 
-    from kiln.aws_errors import NoCredentials, explain, is_credentials_error, no_credentials, one_line
+    from kiln.aws_errors import aws_call, raise_if_no_credentials
+    from kiln.contracts.errors import Failure
     from kiln.preflight.aws import AWS_ERRORS, AwsClients, unchecked
     from kiln.preflight.checks.leftovers import CHECK, find_leftovers
     from kiln.preflight.plan import plan_for
-    from kiln.preflight.session import NoRegion, spec_session
+    from kiln.preflight.session import spec_session
     from kiln.spec import load_spec
 
     spec = load_spec(args.spec)
-    try:
-        session = spec_session(spec, args.region)
-    except NoRegion as exc:
-        print(f"kiln leftovers: {exc}", file=sys.stderr)
-        return EXIT_BAD_SPEC
-    except NoCredentials as exc:
-        print(no_credentials("kiln leftovers", exc), file=sys.stderr)
-        return EXIT_NOT_READY
+    session = spec_session(spec, args.region)
     region = session.region_name
-    try:
+    with aws_call("sts:GetCallerIdentity"):
         aws = AwsClients.from_session(session, region)
-    except (ClientError, BotoCoreError) as error:
-        if is_credentials_error(error):
-            print(no_credentials("kiln leftovers", error), file=sys.stderr)
-        elif isinstance(error, ClientError):
-            print(f"kiln leftovers: {explain('sts:GetCallerIdentity', error)}", file=sys.stderr)
-        else:
-            print(f"kiln leftovers: sts:GetCallerIdentity: {one_line(str(error))}", file=sys.stderr)
-        return EXIT_NOT_READY
     plan = plan_for(spec, spec_path=args.spec, region=region)
     try:
         found = find_leftovers(plan, aws)
     except AWS_ERRORS as error:
-        if is_credentials_error(error):
-            print(no_credentials("kiln leftovers", error), file=sys.stderr)
-            return EXIT_NOT_READY
+        raise_if_no_credentials(error)
         operation = error.operation_name if isinstance(error, ClientError) else ""
         action = aws.iam_action(operation) if operation else CHECK.about
         refused = unchecked("leftovers", CHECK.about, error, action=action, skip_hint="look in the console")
-        print(f"kiln leftovers: {refused.message}; {refused.remedy}", file=sys.stderr)
-        return EXIT_NOT_READY
+        raise Failure(f"{refused.message}; {refused.remedy}") from None
     if args.json:
         listed = [
             {
@@ -105,4 +87,5 @@ def register(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--spec", required=True, metavar="FILE", help="the cluster spec")
     parser.add_argument("--json", action="store_true", help="print the list as JSON instead of lines")
     parser.add_argument("--region", help="the region, for a spec without one (default: AWS_DEFAULT_REGION)")
-    parser.set_defaults(func=_leftovers)
+    # A bad spec or argument exits 2; no credentials, or AWS refusing the listing, exit 1.
+    parser.set_defaults(func=one_line_failures("kiln leftovers", _leftovers))

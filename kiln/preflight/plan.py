@@ -18,16 +18,10 @@ from kiln.catalog.limits import (
 )
 from kiln.catalog.names import ec2_type_name
 from kiln.catalog.network import node_endpoints
-from kiln.ci.reaper_code.kiln_reaper.contract import environment_bucket_name, stack_name
+from kiln.contracts.backends import HYPERPOD
+from kiln.contracts.environment import environment_bucket_name, stack_name
 from kiln.spec import ClusterSpec
 from kiln.spec.models import Lustre
-
-BACKEND_SERVICES = {
-    "pcs": ("pcs",),
-    "parallelcluster": ("cloudformation", "lambda"),
-    "hyperpod": ("sagemaker",),
-    "eks": ("eks",),
-}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,17 +92,17 @@ class Plan:
         return tuple(dict.fromkeys(node.instance_type for node in self.nodes if not node.hyperpod))
 
 
-def _addresses(backend: str, name: str) -> int:
+def _addresses(kiln_layout: bool, name: str) -> int:
     # PCS and EKS attach kiln's launch template layout; ParallelCluster and HyperPod attach their own interfaces.
-    if backend in ("pcs", "eks"):
+    if kiln_layout:
         return layout_addresses(name)
     return addresses_with_efa_everywhere(name)
 
 
 def launched_nodes(spec: ClusterSpec) -> tuple[NodeNeed, ...]:
     """Return every node the spec's cluster runs at its largest, with how each is bought and addressed."""
-    compute, backend = spec.compute, spec.compute.backend
-    hyperpod = backend == "hyperpod"
+    compute, platform = spec.compute, spec.platform
+    hyperpod = platform.backend == HYPERPOD.backend
     boots_ami = compute.image.ami_id is not None
 
     def need(role: str, name: str, count: int, **more: object) -> NodeNeed:
@@ -117,19 +111,18 @@ def launched_nodes(spec: ClusterSpec) -> tuple[NodeNeed, ...]:
             role=role,
             instance_type=ec2_name,
             count=count,
-            addresses=_addresses(backend, ec2_name),
+            addresses=_addresses(platform.kiln_launch_template, ec2_name),
             hyperpod=hyperpod,
             boots_ami=boots_ami,
             **more,
         )
 
     nodes: list[NodeNeed] = []
-    if backend == "parallelcluster" or spec.effective_orchestrator == "slurm":
+    if "controller" in platform.roles:
         nodes.append(need("head node", compute.head_node.instance_type, 1))
-    has_login = backend in ("pcs", "parallelcluster") or spec.effective_orchestrator == "slurm"
-    if has_login and compute.login_nodes.count:
+    if "login" in platform.roles and compute.login_nodes.count:
         nodes.append(need("login nodes", compute.login_nodes.instance_type, compute.login_nodes.count))
-    if backend == "eks":
+    if platform.system_group is not None:
         nodes.append(need("EKS system nodes", EKS_SYSTEM_NODE_TYPE, EKS_SYSTEM_NODE_COUNT))
     for group in compute.groups:
         nodes.append(
@@ -145,9 +138,7 @@ def launched_nodes(spec: ClusterSpec) -> tuple[NodeNeed, ...]:
 
 
 def _services(spec: ClusterSpec) -> tuple[str, ...]:
-    services = ["ec2", "s3", "cloudformation", *BACKEND_SERVICES[spec.compute.backend]]
-    if spec.effective_orchestrator == "eks":
-        services.append("eks")
+    services = ["ec2", "s3", "cloudformation", *spec.platform.services]
     if spec.storage.lustre is not None:
         services.append("fsx")
     if spec.compute.image.bake:
@@ -177,7 +168,7 @@ def _import_bucket(spec: ClusterSpec) -> str | None:
 
 def _node_endpoints(spec: ClusterSpec) -> tuple[str, ...]:
     prometheus = spec.observability is not None and spec.observability.prometheus
-    found = node_endpoints(spec.compute.backend, orchestrator=spec.effective_orchestrator, prometheus=prometheus)
+    found = node_endpoints(spec.platform.name, prometheus_agent=prometheus and spec.platform.runs_slurm)
     return tuple(endpoint.name for endpoint in found)
 
 

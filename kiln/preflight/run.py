@@ -7,9 +7,10 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
-from kiln.aws_errors import one_line
+from kiln.aws_errors import aws_call, one_line
+from kiln.contracts.errors import Failure, InputError
 from kiln.preflight.aws import AWS_ERRORS, AwsClients, unchecked
 from kiln.preflight.check import Check
 from kiln.preflight.checks import (
@@ -102,7 +103,7 @@ def run_preflight(
     return Report(spec=plan.spec_path, region=plan.region, findings=findings, seconds=clock() - started)
 
 
-class NoAccount(Exception):
+class NoAccount(Failure):
     """Preflight cannot ask AWS anything: no credentials, or they are refused. str() is one line."""
 
 
@@ -121,17 +122,10 @@ def preflight(
 
     ENVIRONMENT: check a short-lived environment of that name (`kiln ci up`) rather than the spec's own cluster.
     """
-    from kiln.aws_errors import explain, raise_if_no_credentials
-
     unknown = sorted(set(skip) - set(check_names()))
     if unknown:
-        raise ValueError(f"--skip {', '.join(unknown)}: no such check; the checks are {', '.join(check_names())}")
-    try:
+        raise InputError(f"--skip {', '.join(unknown)}: no such check; the checks are {', '.join(check_names())}")
+    with aws_call("sts:GetCallerIdentity", NoAccount):
         aws = AwsClients.from_session(session, region)
-    except (ClientError, BotoCoreError) as error:
-        raise_if_no_credentials(error)
-        if isinstance(error, ClientError):
-            raise NoAccount(explain("sts:GetCallerIdentity", error)) from None
-        raise NoAccount(f"sts:GetCallerIdentity: {one_line(str(error))}") from None
     plan = plan_for(spec, spec_path=spec_path, region=region, environment=environment, account=aws.account)
     return run_preflight(plan, aws, skip=skip)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from kiln.contracts.errors import InputError
 from kiln.spec import ClusterSpec
 
 
-class NoRegion(ValueError):
+class NoRegion(InputError):
     """The command cannot tell which region to ask. str() is one line."""
 
 

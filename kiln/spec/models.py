@@ -34,6 +34,7 @@ from kiln.catalog.names import (
 )
 from kiln.catalog.nccl import MAX_OVERRIDE_NAME_CHARS, MAX_OVERRIDE_VALUE_CHARS, MAX_OVERRIDES, allowed_prefixes
 from kiln.catalog.platforms import KILN_INSTALLS, Component, image_profile_for, newest_pcs_slurm
+from kiln.contracts.backends import EKS, HYPERPOD, HYPERPOD_EKS, PARALLELCLUSTER, PCS, Platform, platform_of
 
 # pydantic matches Field patterns with Rust's regex crate, where $ is the end of the text (a trailing
 # newline does not pass, tests/spec/test_hostile_values.py checks each) and classes are spelled in ASCII.
@@ -528,18 +529,18 @@ class ClusterSpec(SpecModel):
         """Return the image profile nodes boot (kiln.catalog.platforms): the image the backend publishes, or on PCS
         with base own the AMI compute.image.ami_id names (kiln knows nothing it ships and checks each component on the
         node). Elsewhere ami_id is taken to be built from the backend's own image, as its description asks."""
-        if self.compute.backend == "pcs" and self.compute.image.base == "own":
+        if self.platform is PCS and self.compute.image.base == "own":
             return "pcs-custom"
-        if self.compute.backend == "pcs" and self.compute.image.base == "stock":
+        if self.platform is PCS and self.compute.image.base == "stock":
             return "pcs-stock"
-        if self.effective_orchestrator == "eks":
+        if self.platform is HYPERPOD_EKS:
             return "hyperpod-eks"
         return image_profile_for(self.compute.backend)
 
     @property
     def slurm_version(self) -> str | None:
         """Return the Slurm version a PCS cluster runs (software.slurm, else PCS's newest); None elsewhere."""
-        if self.compute.backend != "pcs":
+        if self.platform is not PCS:
             return None
         return self.software.slurm or newest_pcs_slurm()
 
@@ -549,7 +550,7 @@ class ClusterSpec(SpecModel):
         accelerated AMIs run Amazon Linux 2023; ParallelCluster and HyperPod Slurm default to Ubuntu 22.04)."""
         if self.compute.image.os is not None:
             return self.compute.image.os
-        if self.compute.backend in ("pcs", "eks") or self.effective_orchestrator == "eks":
+        if self.platform is PCS or self.platform.uses_kubernetes:
             return "al2023"
         return "ubuntu2204"
 
@@ -559,11 +560,11 @@ class ClusterSpec(SpecModel):
         must hold the image's snapshot (EC2 refuses a smaller one). None on HyperPod, which sizes root volumes itself
         (a group's root_volume_gib is a secondary volume there), and on EKS, whose nodes boot EKS's image."""
         backend = self.compute.backend
-        if backend in ("hyperpod", "eks"):
+        if backend in (HYPERPOD.backend, EKS.backend):
             return None
         sizes = [group.root_volume_gib for group in self.compute.groups]
         # ParallelCluster's head and login nodes and PCS's login nodes boot the image too, at kiln's size for them.
-        if backend == "parallelcluster" or self.compute.login_nodes.count:
+        if backend == PARALLELCLUSTER.backend or self.compute.login_nodes.count:
             sizes.append(SERVICE_NODE_ROOT_VOLUME_GIB)
         return min(sizes)
 
@@ -571,13 +572,17 @@ class ClusterSpec(SpecModel):
     def kubernetes_version(self) -> str | None:
         """Return the Kubernetes minor of the cluster's EKS control plane (the spec's, or the newest kiln runs on the
         backend); None where no EKS cluster runs."""
-        if self.compute.backend != "eks" and self.effective_orchestrator != "eks":
+        if not self.platform.uses_kubernetes:
             return None
         return self.compute.kubernetes_version or default_kubernetes_version(self.compute.backend)
 
     @property
+    def platform(self) -> Platform:
+        """Return the spec's row of the backend table (kiln.contracts.backends): its backend with the orchestrator in
+        force."""
+        return platform_of(self.compute.backend, self.compute.orchestrator)
+
+    @property
     def effective_orchestrator(self) -> str | None:
         """Return the orchestrator in force: hyperpod defaults to slurm, others have none."""
-        if self.compute.backend != "hyperpod":
-            return None
-        return self.compute.orchestrator or "slurm"
+        return self.platform.orchestrator

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from kiln.contracts.errors import InputError
+
 Path = tuple[str | int, ...]
 
 # The most of one value or key a line echoes: enough to recognise it (the longest name a spec field takes is a tag
@@ -107,7 +109,7 @@ def _nearest_line(path: Path, lines: Mapping[Path, int]) -> int | None:
     return None
 
 
-class SpecError(ValueError):
+class SpecError(InputError, ValueError):
     """A spec that must not be synthesized; carries every problem found."""
 
     def __init__(self, source: str, problems: Iterable[Problem], lines: Mapping[Path, int] | None = None) -> None:

@@ -23,7 +23,6 @@ from kiln.catalog.limits import (
     HYPERPOD_MAX_INSTANCES_PER_GROUP,
     INT32_MAX,
     KILN_ADDED_TAGS_MAX,
-    KILN_TAG_PREFIX,
     LUSTRE_MIN_STORAGE_GIB,
     LUSTRE_STORAGE_STEP_GIB,
     MAX_SPEC_TAGS,
@@ -71,25 +70,28 @@ from kiln.catalog.platforms import (
     newest_pcs_slurm,
     service_fact,
 )
+from kiln.contracts.backends import (
+    EKS,
+    HYPERPOD,
+    HYPERPOD_EKS,
+    ORCHESTRATED_BACKENDS,
+    PARALLELCLUSTER,
+    PCS,
+    NodeLimit,
+)
+from kiln.contracts.tags import KILN_TAG_PREFIX
 from kiln.spec.models import ClusterSpec, Lustre, SpecModel
 from kiln.spec.problems import Path, Problem, dotted, shown
 
 Rule = Callable[[ClusterSpec], Iterator[Problem]]
 
-HYPERPOD_RESERVED_GROUPS = ("controller", "login")
-# The names kiln gives the groups it adds itself: PCS's login node group, EKS's CPU node group.
-PCS_LOGIN_GROUP = "login"
-EKS_SYSTEM_GROUP = "system"
 # kiln's EKS node groups boot the EKS-optimized accelerated image of their instance type's accelerators
 # (kiln.constructs.AcceleratedNodeGroup): NVIDIA's for GPUs, Neuron's for Trainium and Inferentia; x86_64 here.
 EKS_NODE_ARCHITECTURE = "x86_64"
 BACKEND = ("compute", "backend")
 ORCHESTRATOR = ("compute", "orchestrator")
-# The most nodes one group (or the login nodes) may have per backend; other backends: AWS's 32-bit counts.
-MAX_COUNT = {
-    "hyperpod": (HYPERPOD_MAX_INSTANCES_PER_GROUP, " on hyperpod (instances per instance group)"),
-    "pcs": (PCS_MAX_NODES, " on pcs (nodes of its largest cluster size)"),
-}
+# The number of each AWS limit the backend table names (kiln.contracts.backends.NodeLimit).
+NODE_LIMITS = {NodeLimit.INSTANCE_GROUP: HYPERPOD_MAX_INSTANCES_PER_GROUP, NodeLimit.CLUSTER: PCS_MAX_NODES}
 
 
 def _p(path: Path, message: str, *related: Path) -> Problem:
@@ -101,11 +103,6 @@ def key_part(key: object) -> str:
     return key if isinstance(key, str) and is_plain_word(key) else repr(key)
 
 
-def _slurm_nodes(spec: ClusterSpec) -> bool:
-    """Return True when the spec's nodes run Slurm (and Docker with it, for enroot/pyxis containers)."""
-    return spec.compute.backend in ("pcs", "parallelcluster") or spec.effective_orchestrator == "slurm"
-
-
 def _counts(path: Path, value: int, low: int, high: int, where: str = "") -> Iterator[Problem]:
     if value < low:
         yield _p(path, f"must be {low} or more (got {shown(value)})")
@@ -113,19 +110,13 @@ def _counts(path: Path, value: int, low: int, high: int, where: str = "") -> Ite
         yield _p(path, f"must be at most {high}{where} (got {shown(value)})")
 
 
-def _eks_nodes(spec: ClusterSpec) -> bool:
-    """Return True when the spec's nodes are EKS workers (the EKS backend, or HyperPod orchestrated by EKS)."""
-    return spec.compute.backend == "eks" or spec.effective_orchestrator == "eks"
-
-
-def _platform(spec: ClusterSpec) -> str:
-    """Return the backend, or hyperpod-eks for HyperPod orchestrated by EKS: what decides which nodes kiln boots."""
-    return "hyperpod-eks" if spec.effective_orchestrator == "eks" else spec.compute.backend
-
-
-def _on(spec: ClusterSpec) -> str:
-    """Return how a line names the spec's platform."""
-    return "hyperpod with EKS" if spec.effective_orchestrator == "eks" else spec.compute.backend
+def _max_count(spec: ClusterSpec) -> tuple[int, str]:
+    """Return the most nodes one group (or the login nodes) may have on the spec's platform, and how a line says
+    where that limit holds; where the backend table names no AWS limit, AWS's 32-bit counts."""
+    limit = spec.platform.node_limit
+    if limit is None:
+        return INT32_MAX, ""
+    return NODE_LIMITS[limit], f" on {spec.compute.backend} ({limit.value})"
 
 
 def _set_paths(section: SpecModel, path: Path) -> list[Path]:
@@ -136,33 +127,22 @@ def _set_paths(section: SpecModel, path: Path) -> list[Path]:
 
 # The nodes kiln boots beside the compute groups: a Slurm head node where the platform leaves the controller to kiln
 # (ParallelCluster, HyperPod with Slurm), login nodes wherever Slurm runs. Elsewhere the section would change nothing.
-NO_SERVICE_NODES = {
-    "head_node": {
-        "pcs": "PCS runs the Slurm controller itself, and kiln boots no head node there",
-        "eks": "EKS runs no Slurm, and kiln boots no head node there",
-        "hyperpod-eks": "it runs no Slurm, and kiln gives it no controller group",
-    },
-    "login_nodes": {
-        "eks": "kiln boots no login nodes there (kubectl reaches the cluster)",
-        "hyperpod-eks": "kiln gives it no login group (kubectl reaches the cluster)",
-    },
-}
+SERVICE_NODE_ROLES = {"head_node": "controller", "login_nodes": "login"}
 
 
-def _boots(spec: ClusterSpec, role: str) -> bool:
-    """Return whether kiln boots the service nodes of ROLE (head_node, login_nodes) on the spec's platform."""
-    return _platform(spec) not in NO_SERVICE_NODES[role]
+def _boots(spec: ClusterSpec, section: str) -> bool:
+    """Return whether kiln boots the service nodes of SECTION (head_node, login_nodes) on the spec's platform."""
+    return SERVICE_NODE_ROLES[section] in spec.platform.roles
 
 
 def service_nodes(spec: ClusterSpec) -> Iterator[Problem]:
     """A head node or login nodes only where kiln boots them: set elsewhere, they would create nothing."""
-    comp = spec.compute
-    for role, why_not in NO_SERVICE_NODES.items():
-        why = why_not.get(_platform(spec))
-        if why is None or role not in comp.model_fields_set:
+    comp, platform = spec.compute, spec.platform
+    for section, why in (("head_node", platform.why_no_head_node), ("login_nodes", platform.why_no_login_nodes)):
+        if why is None or section not in comp.model_fields_set:
             continue
-        for path in _set_paths(getattr(comp, role), ("compute", role)):
-            yield _p(path, f"has no effect on {_on(spec)}: {why}; remove compute.{role}", BACKEND, ORCHESTRATOR)
+        for path in _set_paths(getattr(comp, section), ("compute", section)):
+            yield _p(path, f"has no effect on {platform.label}: {why}; remove compute.{section}", BACKEND, ORCHESTRATOR)
 
 
 def placement(spec: ClusterSpec) -> Iterator[Problem]:
@@ -207,7 +187,7 @@ def network(spec: ClusterSpec) -> Iterator[Problem]:
             )
         if "vpc_cidr" in net.model_fields_set:
             yield from _vpc_cidr(spec, existing=True)
-        elif spec.compute.backend == "parallelcluster":
+        elif spec.platform is PARALLELCLUSTER:
             yield _p(
                 ("network", "vpc_cidr"),
                 "is required with vpc_id on parallelcluster: the existing VPC's CIDR, the only addresses its head "
@@ -277,7 +257,7 @@ def _vpc_cidr(spec: ClusterSpec, *, existing: bool) -> Iterator[Problem]:
         )
     if not is_vpc_range(cidr):
         yield _p(field, f"must be {VPC_RANGES_RULE}, such as 10.0.0.0/16 (got {shown(net.vpc_cidr)})")
-    elif _slurm_nodes(spec) and cidr.overlaps(DOCKER_DEFAULT_BRIDGE):
+    elif spec.platform.runs_slurm and cidr.overlaps(DOCKER_DEFAULT_BRIDGE):
         yield _p(
             field,
             f"overlaps Docker's default bridge {DOCKER_DEFAULT_BRIDGE} (got {net.vpc_cidr!r}): Slurm nodes run "
@@ -324,11 +304,11 @@ def _attached_lustre(spec: ClusterSpec, fs: Lustre) -> Iterator[Problem]:
     """An attached file system is named whole (id, mount name, client group), in its own VPC, and nothing more."""
     base = ("storage", "lustre")
     fs_id = (*base, "file_system_id")
-    if _eks_nodes(spec):
+    if spec.platform.uses_kubernetes:
         yield _p(
             fs_id,
-            f"is not offered on {_on(spec)}: an attached file system lives in network.vpc_id, and EKS's control plane "
-            "needs the VPC kiln builds; remove it (kiln creates the file system)",
+            f"is not offered on {spec.platform.label}: an attached file system lives in network.vpc_id, and EKS's "
+            "control plane needs the VPC kiln builds; remove it (kiln creates the file system)",
             BACKEND,
             ORCHESTRATOR,
         )
@@ -405,18 +385,13 @@ def lustre(spec: ClusterSpec) -> Iterator[Problem]:
         yield _p((*base, "data_repository", "import_path"), f"{why}: an s3://bucket/prefix URI (got {shown(path)})")
 
 
-# Where kiln mounts FSx itself (configure_fsx) and so can give LNet the node's EFA interfaces before the mount.
-LUSTRE_EFA_BACKENDS = {"pcs": None, "hyperpod": "slurm"}
-
-
 def _lustre_efa_clients(spec: ClusterSpec) -> Iterator[Problem]:
     """EFA to Lustre only where kiln configures the clients, on an OS FSx takes EFA clients on, within its limit."""
     efa = ("storage", "lustre", "efa")
-    backend = spec.compute.backend
-    if backend not in LUSTRE_EFA_BACKENDS or LUSTRE_EFA_BACKENDS[backend] != spec.effective_orchestrator:
+    if not spec.platform.lustre_efa:
         yield _p(
             efa,
-            f"is not offered on {backend}{' with EKS' if spec.effective_orchestrator == 'eks' else ''}: its nodes "
+            f"is not offered on {spec.platform.label}: its nodes "
             "mount the file system before kiln could give LNet their EFA interfaces (kiln does so on pcs and "
             "hyperpod with Slurm)",
             BACKEND,
@@ -475,7 +450,7 @@ def _instance(spec: ClusterSpec, path: Path, name: str) -> Iterator[Problem]:
     except UnknownInstanceType as exc:
         yield _p(path, f"{_unknown(exc)} (see `kiln catalog list`)")
         return
-    if name.startswith(HYPERPOD_TYPE_PREFIX) and spec.compute.backend != "hyperpod":
+    if name.startswith(HYPERPOD_TYPE_PREFIX) and spec.compute.backend != HYPERPOD.backend:
         yield _p(
             path,
             f"is SageMaker's name for {ec2_type_name(name)} (got {name!r}); {spec.compute.backend} takes EC2 names",
@@ -492,36 +467,37 @@ def _unknown(exc: UnknownInstanceType) -> str:
 def compute(spec: ClusterSpec) -> Iterator[Problem]:
     """Orchestrator fits the backend; nodes and groups are sound, known to the catalog and within AWS's counts."""
     comp = spec.compute
-    if comp.orchestrator is not None and comp.backend != "hyperpod":
+    if comp.orchestrator is not None and comp.backend not in ORCHESTRATED_BACKENDS:
         yield _p(
             ("compute", "orchestrator"),
-            f"applies to backend hyperpod only (got {comp.orchestrator!r} with {comp.backend!r})",
+            f"applies to backend {' or '.join(ORCHESTRATED_BACKENDS)} only (got {comp.orchestrator!r} with "
+            f"{comp.backend!r})",
             BACKEND,
         )
     # Where kiln boots no head or login node, service_nodes refuses the section instead.
     if _boots(spec, "head_node"):
         yield from _instance(spec, ("compute", "head_node", "instance_type"), comp.head_node.instance_type)
     login = ("compute", "login_nodes", "count")
-    high, where = MAX_COUNT.get(comp.backend, (INT32_MAX, ""))
+    high, where = _max_count(spec)
     if _boots(spec, "login_nodes"):
         yield from _instance(spec, ("compute", "login_nodes", "instance_type"), comp.login_nodes.instance_type)
         yield from _counts(login, comp.login_nodes.count, 0, high, where)
     if not comp.groups:
         yield _p(("compute", "groups"), "needs at least one group (got an empty list)")
-    if comp.backend == "parallelcluster" and len(comp.groups) > PARALLELCLUSTER_MAX_QUEUES:
+    if spec.platform is PARALLELCLUSTER and len(comp.groups) > PARALLELCLUSTER_MAX_QUEUES:
         yield _p(
             ("compute", "groups"),
             f"ParallelCluster takes at most {PARALLELCLUSTER_MAX_QUEUES} queues (got {len(comp.groups)} groups)",
             BACKEND,
         )
     counted = [group.max_count for group in comp.groups] + [comp.login_nodes.count]
-    if comp.backend == "pcs" and all(0 <= count <= PCS_MAX_NODES for count in counted):
+    if spec.platform.node_limit is NodeLimit.CLUSTER and all(0 <= count <= high for count in counted):
         # Each count past the limit has a line of its own; the sum is judged when every count is sound.
         nodes = sum(counted)
-        if nodes > PCS_MAX_NODES:
+        if nodes > high:
             yield _p(
                 ("compute", "groups"),
-                f"AWS PCS clusters serve at most {PCS_MAX_NODES} nodes (got {nodes}: every group's max_count "
+                f"AWS PCS clusters serve at most {high} nodes (got {nodes}: every group's max_count "
                 "plus the login nodes)",
                 BACKEND,
                 login,
@@ -540,16 +516,19 @@ def compute(spec: ClusterSpec) -> Iterator[Problem]:
 
 def _reserved_name(spec: ClusterSpec, name: str) -> str | None:
     """Return why NAME cannot be a group name of SPEC's backend, or None."""
-    backend = spec.compute.backend
-    if backend == "hyperpod" and name in HYPERPOD_RESERVED_GROUPS:
-        return f"is reserved on hyperpod for the Slurm {name} group (got {name!r})"
-    if backend == "pcs" and name == PCS_LOGIN_GROUP and spec.compute.login_nodes.count:
-        return f"is the name of the PCS login node group (got {name!r}); choose another or set login_nodes.count 0"
-    if backend == "pcs" and len(name) < (shortest := service_fact("pcs", "name_rules").value["queue"]["min"]):
+    platform = spec.platform
+    if name in platform.reserved_groups:
+        return f"is reserved on {platform.backend} for the Slurm {name} group (got {name!r})"
+    if name == platform.login_group and spec.compute.login_nodes.count:
+        return (
+            f"is the name of the {platform.title} login node group (got {name!r}); choose another or set "
+            "login_nodes.count 0"
+        )
+    if platform is PCS and len(name) < (shortest := service_fact("pcs", "name_rules").value["queue"]["min"]):
         return f"must be at least {shortest} characters on pcs, whose queue (Slurm partition) takes it (got {name!r})"
-    if backend == "eks" and name == EKS_SYSTEM_GROUP:
-        return f"is the name of the EKS node group for cluster services (got {name!r})"
-    if backend == "parallelcluster" and len(name) > PARALLELCLUSTER_QUEUE_NAME_MAX:
+    if name == platform.system_group:
+        return f"is the name of the {platform.title} node group for cluster services (got {name!r})"
+    if platform is PARALLELCLUSTER and len(name) > PARALLELCLUSTER_QUEUE_NAME_MAX:
         resource = f"{name}{PARALLELCLUSTER_COMPUTE_RESOURCE_SUFFIX}"
         return (
             f"must be at most {PARALLELCLUSTER_QUEUE_NAME_MAX} characters on parallelcluster, whose compute "
@@ -562,8 +541,9 @@ def _group(spec: ClusterSpec, index: int) -> Iterator[Problem]:
     group = spec.compute.groups[index]
     path = ("compute", "groups", index)
     backend = spec.compute.backend
+    hyperpod = backend == HYPERPOD.backend
     yield from _counts((*path, "min_count"), group.min_count, 0, INT32_MAX)
-    high, where = MAX_COUNT.get(backend, (INT32_MAX, ""))
+    high, where = _max_count(spec)
     yield from _counts((*path, "max_count"), group.max_count, 1, high, where)
     if group.max_count >= 1 and group.min_count >= 0 and group.max_count < group.min_count:
         yield _p(
@@ -587,7 +567,7 @@ def _group(spec: ClusterSpec, index: int) -> Iterator[Problem]:
         yield from _instance(spec, kind, group.instance_type)
         return
     yield from _instance(spec, kind, group.instance_type)
-    if backend == "hyperpod" and group.placement_group is not None:
+    if hyperpod and group.placement_group is not None:
         # AWS::SageMaker::Cluster's ClusterInstanceGroup has no placement setting (CloudFormation's template
         # reference, aws-properties-sagemaker-cluster-clusterinstancegroup), so kiln makes none there.
         yield _p(
@@ -604,7 +584,7 @@ def _group(spec: ClusterSpec, index: int) -> Iterator[Problem]:
         )
     static_block = group.min_count == group.max_count > 0
     counts = ((*path, "max_count"), BACKEND)
-    if backend == "parallelcluster" and group.capacity.type == "capacity-block" and not static_block:
+    if backend == PARALLELCLUSTER.backend and group.capacity.type == "capacity-block" and not static_block:
         yield _p(
             (*path, "min_count"),
             f"must equal max_count and be above 0 for a capacity block on parallelcluster "
@@ -612,30 +592,30 @@ def _group(spec: ClusterSpec, index: int) -> Iterator[Problem]:
             *counts,
             (*path, "capacity", "type"),
         )
-    if backend == "hyperpod" and group.min_count != group.max_count:
+    if hyperpod and group.min_count != group.max_count:
         yield _p(
             (*path, "min_count"),
             f"must equal max_count on hyperpod, whose instance groups have a fixed size "
             f"(got {group.min_count} and {group.max_count})",
             *counts,
         )
-    if backend == "hyperpod" and group.capacity.type != "on-demand":
+    if hyperpod and group.capacity.type != "on-demand":
         yield _p(
             (*path, "capacity", "type"),
             f"must be on-demand on hyperpod (got {group.capacity.type}): HyperPod buys its instances itself and "
             "takes no EC2 Spot, capacity reservation or capacity block",
             BACKEND,
         )
-    if backend == "hyperpod" and not facts.hyperpod:
+    if hyperpod and not facts.hyperpod:
         yield _p(kind, f"SageMaker HyperPod does not offer ml.{group.instance_type}", BACKEND)
-    if backend == "eks" and facts.accelerator_kind is None:
+    if backend == EKS.backend and facts.accelerator_kind is None:
         yield _p(
             kind,
             f"EKS node groups need NVIDIA GPUs or AWS Neuron devices (got {group.instance_type}, which has neither); "
             "cluster services run on kiln's system group",
             BACKEND,
         )
-    if backend == "eks" and EKS_NODE_ARCHITECTURE not in facts.architectures:
+    if backend == EKS.backend and EKS_NODE_ARCHITECTURE not in facts.architectures:
         yield _p(
             kind,
             f"EKS node groups boot x86_64 images (AL2023_x86_64_NVIDIA or AL2023_x86_64_NEURON); "
@@ -685,7 +665,7 @@ def architecture(spec: ClusterSpec) -> Iterator[Problem]:
 
 def hyperpod_nodes(spec: ClusterSpec) -> Iterator[Problem]:
     """HyperPod with Slurm must offer the controller and login types too."""
-    if spec.effective_orchestrator != "slurm":
+    if spec.platform is not HYPERPOD:
         return
     for role in ("head_node", "login_nodes"):
         name = getattr(spec.compute, role).instance_type
@@ -700,7 +680,7 @@ def hyperpod_nodes(spec: ClusterSpec) -> Iterator[Problem]:
 def kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
     """EKS's control plane needs subnets in two AZs, and runs a Kubernetes version its platform supports."""
     wanted = spec.compute.kubernetes_version
-    if spec.compute.backend != "eks" and spec.effective_orchestrator != "eks":
+    if not spec.platform.uses_kubernetes:
         if wanted is not None:
             yield _p(
                 ("compute", "kubernetes_version"),
@@ -712,7 +692,7 @@ def kubernetes(spec: ClusterSpec) -> Iterator[Problem]:
     backend = spec.compute.backend
     allowed = kubernetes_versions(backend)
     if wanted is not None and wanted not in allowed:
-        where = "HyperPod orchestrated by EKS" if backend == "hyperpod" else "EKS"
+        where = "HyperPod orchestrated by EKS" if spec.platform is HYPERPOD_EKS else "EKS"
         yield _p(
             ("compute", "kubernetes_version"),
             f"got {shown(wanted)}, allowed on {where}: {', '.join(allowed)} (the versions the platform supports, "
@@ -735,19 +715,12 @@ NO_BAKE_IN_CI = (
     "bake once from a long-lived spec (its <name>-image stack, `kiln ami build`), then set compute.image.ami_id "
     "to that AMI and bake: false"
 )
-# What a baked image starts from, per backend: the backend's own agent or cookbook must already be on it.
-BAKE_PARENTS = {
-    "pcs": "an AMI with the PCS agent and the cluster's Slurm (e.g. a PCS sample AMI), or with base: stock a stock "
-    "Ubuntu or Amazon Linux 2023 AMI",
-    "parallelcluster": "an official ParallelCluster AMI of the version kiln deploys (`pcluster list-official-images`)",
-    "hyperpod": "a SageMaker HyperPod base AMI",
-}
 
 
 def image(spec: ClusterSpec) -> Iterator[Problem]:
     """An AMI or a bake only where nodes boot it; a bake starts from the backend's own image and lasts."""
     image = spec.compute.image
-    if spec.compute.backend == "eks" or spec.effective_orchestrator == "eks":
+    if spec.platform.uses_kubernetes:
         if image.ami_id is not None:
             yield _p(
                 ("compute", "image", "ami_id"),
@@ -767,10 +740,9 @@ def image(spec: ClusterSpec) -> Iterator[Problem]:
     if not image.bake:
         return
     if image.ami_id is None:
-        parent = BAKE_PARENTS.get(spec.compute.backend, "the backend's own AMI")
         yield _p(
             ("compute", "image", "ami_id"),
-            f"is required with bake: the image kiln bakes on, {parent}",
+            f"is required with bake: the image kiln bakes on, {spec.platform.bake_parent}",
             ("compute", "image", "bake"),
             BACKEND,
         )
@@ -803,7 +775,7 @@ def software(spec: ClusterSpec) -> Iterator[Problem]:
             f"is not a Neuron SDK release kiln knows the packages of (got {shown(release)}; "
             f"allowed: {', '.join(known_neuron_releases())})",
         )
-    if spec.compute.backend == "eks" or spec.effective_orchestrator == "eks":
+    if spec.platform.uses_kubernetes:
         for field, why in EKS_POD_SOFTWARE.items():
             if getattr(spec.software, field) is not None:
                 yield _p(("software", field), f"has no effect on EKS nodes: {why}", BACKEND, ORCHESTRATOR)
@@ -823,7 +795,7 @@ def slurm(spec: ClusterSpec) -> Iterator[Problem]:
     pinned = spec.software.slurm
     if pinned is None:
         return
-    if spec.compute.backend != "pcs":
+    if spec.platform is not PCS:
         yield _p(path, f"has no effect on {spec.compute.backend}: its image brings its own Slurm (unset it)", BACKEND)
         return
     fact = service_fact("pcs", "slurm_versions")
@@ -842,7 +814,7 @@ def pcs_image(spec: ClusterSpec) -> Iterator[Problem]:
     """compute.image.base only on PCS, own with its AMI; a PCS sample AMI must exist for the OS."""
     image = spec.compute.image
     base = ("compute", "image", "base")
-    if image.base is not None and spec.compute.backend != "pcs":
+    if image.base is not None and spec.platform is not PCS:
         yield _p(base, f"is for pcs only: {spec.compute.backend}'s nodes boot its own image (unset it)", BACKEND)
         return
     if image.base == "own" and image.ami_id is None:
@@ -850,7 +822,7 @@ def pcs_image(spec: ClusterSpec) -> Iterator[Problem]:
     if image.base == "stock":
         yield from _stock_pcs_image(spec)
     for field in ("pcs_agent", "pcs_slurm"):
-        if spec.compute.backend != "pcs" and getattr(spec.software, field) is not None:
+        if spec.platform is not PCS and getattr(spec.software, field) is not None:
             yield _p(("software", field), f"has no effect on {spec.compute.backend}: PCS's nodes alone run it", BACKEND)
 
 
@@ -919,7 +891,7 @@ def image_ownership(spec: ClusterSpec) -> Iterator[Problem]:
             f"leave it unset, or replace it in a bake (software.replace: [{component}] with compute.image.bake)",
             BACKEND,
         )
-    if spec.storage.lustre is not None and spec.compute.backend == "parallelcluster" and "lustre_client" not in owned:
+    if spec.storage.lustre is not None and spec.platform is PARALLELCLUSTER and "lustre_client" not in owned:
         lustre = profile.owns["lustre_client"]
         yield _p(
             ("compute", "image", "os"),
@@ -989,7 +961,8 @@ def observability(spec: ClusterSpec) -> Iterator[Problem]:
             ("observability", "prometheus"),
         )
     login_nodes = spec.compute.login_nodes.count
-    if not _slurm_nodes(spec) and "slurm_exporter" in wanted.model_fields_set:
+    slurm = spec.platform.runs_slurm
+    if not slurm and "slurm_exporter" in wanted.model_fields_set:
         yield _p(
             ("observability", "slurm_exporter"),
             f"got {str(wanted.slurm_exporter).lower()}, but this cluster runs no Slurm (EKS): leave it out",
@@ -998,12 +971,12 @@ def observability(spec: ClusterSpec) -> Iterator[Problem]:
         )
     for field, value, what in (
         ("slurm_exporter", wanted.slurm_exporter is True, "the exporter"),
-        ("prometheus", wanted.prometheus and _slurm_nodes(spec), "the Prometheus agent"),
+        ("prometheus", wanted.prometheus and slurm, "the Prometheus agent"),
     ):
-        if not value or not _slurm_nodes(spec):
+        if not value or not slurm:
             continue
         path = ("observability", field)
-        if spec.compute.backend == "pcs" and not login_nodes:
+        if "controller" not in spec.platform.roles and not login_nodes:
             yield _p(
                 path,
                 f"got true, but PCS runs the Slurm controller itself and this cluster has no login node to run "
@@ -1042,29 +1015,14 @@ def tags(spec: ClusterSpec) -> Iterator[Problem]:
             yield _p(("tags", key_part(key)), why)
 
 
-# The roles a user step may name on each platform, and why a platform lacks the others.
-USER_STEP_ROLES = {
-    "pcs": ("login", "compute"),
-    "parallelcluster": ("controller", "login", "compute"),
-    "hyperpod": ("controller", "login", "compute"),
-    "hyperpod-eks": ("compute",),
-    "eks": ("compute",),
-}
-NO_USER_STEP_ROLE = {
-    "pcs": "PCS runs the Slurm controller itself, on no node kiln boots",
-    "hyperpod-eks": "HyperPod with EKS runs no Slurm, so kiln boots compute nodes only",
-    "eks": "EKS runs no Slurm, so kiln boots compute nodes only",
-}
-
-
 def bootstrap_steps(spec: ClusterSpec) -> Iterator[Problem]:
     """The user's steps: at most USER_STEPS_MAX, names unique, each role once and only roles the platform's nodes have;
     login only with login nodes. (Their files are read where the bundle is built: kiln.stacks.bootstrap_config.)"""
     steps = spec.bootstrap.steps
     if len(steps) > USER_STEPS_MAX:
         yield _p(("bootstrap", "steps"), f"at most {USER_STEPS_MAX} steps (got {len(steps)})")
-    platform = _platform(spec)
-    allowed = USER_STEP_ROLES[platform]
+    platform = spec.platform
+    allowed = platform.roles
     first: dict[str, int] = {}
     for index, step in enumerate(steps):
         path = ("bootstrap", "steps", index)
@@ -1083,7 +1041,7 @@ def bootstrap_steps(spec: ClusterSpec) -> Iterator[Problem]:
             elif role not in allowed:
                 yield _p(
                     where,
-                    f"got {role!r}, but {NO_USER_STEP_ROLE[platform]}; allowed on {_on(spec)}: {', '.join(allowed)}",
+                    f"got {role!r}, but {platform.why_fewer_roles}; allowed on {platform.label}: {', '.join(allowed)}",
                     BACKEND,
                     ORCHESTRATOR,
                 )
@@ -1100,13 +1058,13 @@ def code_server_pod(spec: ClusterSpec) -> Iterator[Problem]:
     """On EKS (and HyperPod with EKS) code-server is a pod with the FSx volume, its home on it, run by its image's own
     user (kiln.constructs.eks_code_server): it needs storage.lustre, and code_server.user would change nothing."""
     wanted = spec.code_server
-    if wanted is None or not _eks_nodes(spec):
+    if wanted is None or not spec.platform.uses_kubernetes:
         return
     if spec.storage.lustre is None:
         yield _p(
             ("code_server",),
-            f"needs storage.lustre on {_on(spec)}: code-server runs there as a pod with the FSx volume, its home on "
-            "it; add storage.lustre, or remove code_server",
+            f"needs storage.lustre on {spec.platform.label}: code-server runs there as a pod with the FSx volume, its "
+            "home on it; add storage.lustre, or remove code_server",
             ("storage", "lustre"),
             BACKEND,
             ORCHESTRATOR,
@@ -1114,7 +1072,7 @@ def code_server_pod(spec: ClusterSpec) -> Iterator[Problem]:
     if "user" in wanted.model_fields_set:
         yield _p(
             ("code_server", "user"),
-            f"has no effect on {_on(spec)}: the pod runs code-server as its image's own user "
+            f"has no effect on {spec.platform.label}: the pod runs code-server as its image's own user "
             f"({CODE_SERVER_IMAGE_USER}); remove code_server.user",
             BACKEND,
             ORCHESTRATOR,
@@ -1126,9 +1084,14 @@ def code_server_node(spec: ClusterSpec) -> Iterator[Problem]:
     (kiln.catalog.code_server.code_server_place): PCS without login nodes has no node for it. It runs as a user other
     than root: its terminals and extensions act as that user."""
     wanted = spec.code_server
-    if wanted is None or _eks_nodes(spec):
+    if wanted is None or spec.platform.uses_kubernetes:
         return
-    place = code_server_place(spec.compute.backend, spec.effective_orchestrator, spec.compute.login_nodes.count)
+    platform = spec.platform
+    place = code_server_place(
+        kubernetes=platform.uses_kubernetes,
+        controller="controller" in platform.roles,
+        login_nodes=spec.compute.login_nodes.count,
+    )
     if place is None:
         yield _p(
             ("code_server",),

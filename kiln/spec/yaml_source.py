@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from kiln.contracts.errors import InputError
 from kiln.spec.problems import Path, Problem, SpecError, shown
 
 # A spec is a few KB (the examples are under 1 KB); 1 MiB leaves a thousand times that, and with MAX_NODES
@@ -42,12 +43,12 @@ _TOO_MUCH_TEXT = (
 )
 
 
-class _DuplicateKey(Exception):
+class _DuplicateKey(InputError):
     def __init__(self, path: Path, line: int, key: str) -> None:
         self.path, self.line, self.key = path, line, key
 
 
-class _Refused(Exception):
+class _Refused(InputError):
     """A document past a reading limit, at the mark where the limit was crossed."""
 
     def __init__(self, message: str, mark: yaml.Mark | None) -> None:

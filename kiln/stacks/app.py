@@ -8,8 +8,10 @@ from dataclasses import dataclass
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from kiln.ami.names import IMAGE_PART, image_stack_name
-from kiln.ci.reaper_code.kiln_reaper.contract import REAPER_PART, TAG_CLUSTER, stack_name
+from kiln.contracts.environment import REAPER_PART, stack_name
+from kiln.contracts.errors import InputError
+from kiln.contracts.image import IMAGE_PART, image_stack_name
+from kiln.contracts.tags import TAG_CLUSTER
 from kiln.spec import ClusterSpec
 from kiln.spec.rules import NO_BAKE_IN_CI
 from kiln.stacks.ci_mode import CiEnvironment, environment_spec
@@ -34,7 +36,7 @@ NO_SPEC = (
 )
 
 
-class NoSpecGiven(ValueError):
+class NoSpecGiven(InputError):
     """The app was run without `-c spec=...` and there is no ./cluster.yaml to use."""
 
 

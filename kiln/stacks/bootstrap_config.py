@@ -19,16 +19,18 @@ from kiln.bootstrap.budget import (
     over_budget,
     parallelcluster_deadline,
 )
-from kiln.bootstrap.checks import check_choice
+from kiln.bootstrap.checks import BootstrapInputError, check_choice
 from kiln.bootstrap.config import ARCHITECTURES, TARGETS, BootstrapConfig, NodeGroup, SoftwarePins, UserStep
 from kiln.bootstrap.local_target import LocalCluster
 from kiln.bootstrap.lock import LockError, locked_digests, read_lock
+from kiln.bootstrap.profiles import NODE_ROLE_NAMES, PROFILES
 from kiln.bootstrap.readiness import BootReadiness, boot_readiness
 from kiln.catalog import instance_type
 from kiln.catalog.code_server import code_server_place, default_user
 from kiln.catalog.limits import USER_STEP_MAX_BYTES
 from kiln.catalog.names import ec2_type_name
 from kiln.catalog.platforms import KILN_INSTALLS, PIN_FIELDS, image_profile
+from kiln.contracts.backends import EKS, PARALLELCLUSTER, PCS
 from kiln.spec import ClusterSpec, Problem, SpecError, load_spec
 from kiln.spec.models import Observability
 from kiln.spec.problems import shown
@@ -39,7 +41,7 @@ def _architecture(instance_types: tuple[str, ...]) -> str:
     for arch in ARCHITECTURES:
         if all(arch in archs for archs in offered):
             return arch
-    raise ValueError(f"instance types {', '.join(instance_types)}: no one architecture all of them offer")
+    raise BootstrapInputError(f"instance types {', '.join(instance_types)}: no one architecture all of them offer")
 
 
 def config_from_spec(
@@ -48,9 +50,10 @@ def config_from_spec(
     """Translate a kiln.spec ClusterSpec into the BootstrapConfig of TARGET (default: its backend)."""
     compute = spec.compute
     # HyperPod nodes orchestrated by EKS are EKS workers: they run the eks target's steps.
-    hyperpod_on_eks = compute.backend == "hyperpod" and compute.orchestrator == "eks"
-    target = target or ("eks" if hyperpod_on_eks else compute.backend)
+    own_target = spec.platform.bootstrap_target.name
+    target = target or own_target
     check_choice("target", target, TARGETS)
+    profile = PROFILES[target]
     software = spec.software
     common = {
         "locked": spec_lock(spec),
@@ -59,28 +62,30 @@ def config_from_spec(
         "nccl_env": dict(spec.launcher.nccl_env),
         "checkpoint_dir": spec.launcher.checkpoint_dir,
     }
-    if target == "local":
+    if profile.local_cluster:
         if local is None:
-            raise ValueError("target 'local': needs local=LocalCluster(...) (the nodes are not in the spec)")
+            raise BootstrapInputError(
+                f"target {target!r}: needs local=LocalCluster(...) (the nodes are not in the spec)"
+            )
         exporters = local_exporters(spec.observability)
         return BootstrapConfig(
-            target="local",
+            target=target,
             os="debian12",
             local=local,
             exporters=exporters,
             prometheus_agent=local_prometheus(spec.observability, exporters),
             **common,
         )
-    allowed = ("eks",) if hyperpod_on_eks else (compute.backend,)
-    if target not in allowed:
-        choices = ", ".join(allowed)
-        raise ValueError(f"target: got {target!r} for this {compute.backend!r} spec, allowed: {choices}, local")
+    if target != own_target:
+        raise BootstrapInputError(
+            f"target: got {target!r} for this {compute.backend!r} spec, allowed: {own_target}, local"
+        )
     # Only ParallelCluster and HyperPod with Slurm boot a head node (PCS runs the controller itself), and login
     # nodes run wherever Slurm does: the bundle serves the nodes kiln boots, no others (kiln.spec.rules.service_nodes).
     service: tuple[str, ...] = ()
-    if target in ("parallelcluster", "hyperpod"):
+    if "controller" in spec.platform.roles:
         service = (compute.head_node.instance_type,)
-    if target != "eks" and compute.login_nodes.count:
+    if "login" in spec.platform.roles and compute.login_nodes.count:
         service += (compute.login_nodes.instance_type,)
     groups = tuple(
         NodeGroup(name=group.name, instance_type=group.instance_type, max_count=max(group.max_count, 1))
@@ -111,7 +116,8 @@ def config_from_spec(
         exporters=exporters,
         prometheus_agent=runs_prometheus_agent(spec, target, exporters),
         containers=software.containers,
-        container_runtime="containerd" if target == "eks" else "docker",
+        # Kubernetes nodes run containerd from the EKS image.
+        container_runtime="containerd" if profile.target.uses_kubernetes else "docker",
         lustre=spec.storage.lustre is not None,
         lustre_efa=spec.storage.lustre is not None and spec.storage.lustre.efa,
         **common,
@@ -131,12 +137,12 @@ def installed_pins(spec: ClusterSpec, image: str, os: str) -> dict[str, str | No
         pinned = getattr(spec.software, field)
         if (
             component in PCS_ONLY
-            and spec.compute.backend != "pcs"
+            and spec.platform is not PCS
             or component in owned
             and component not in spec.software.replace
         ):
             pins[field] = None
-        elif spec.compute.backend == "eks" and component == "nccl":
+        elif spec.platform is EKS and component == "nccl":
             # EKS pods bring their NCCL; the host has no use for one (the spec rules refuse a pin).
             pins[field] = None
         else:
@@ -161,9 +167,11 @@ def local_prometheus(wanted: Observability | None, exporters: tuple[str, ...]) -
 
 
 def slurm_exporter_node(spec: ClusterSpec, target: str) -> bool:
-    """Return whether TARGET has a node beside Slurm's controller for the Slurm exporter and the agent: not on EKS
-    (no Slurm), and on PCS (which runs the controller itself) only with login nodes."""
-    return target != "eks" and (target != "pcs" or bool(spec.compute.login_nodes.count))
+    """Return whether TARGET has a node beside Slurm's controller for the Slurm exporter and the agent: not without
+    Slurm (EKS), and where kiln boots no controller (PCS runs it itself) only with login nodes."""
+    profile = PROFILES[target]
+    login_nodes = bool(spec.compute.login_nodes.count)
+    return profile.target.runs_slurm and (profile.slurm_exporter_role != "login" or login_nodes)
 
 
 def runs_prometheus_agent(spec: ClusterSpec, target: str, exporters: tuple[str, ...]) -> bool:
@@ -173,27 +181,28 @@ def runs_prometheus_agent(spec: ClusterSpec, target: str, exporters: tuple[str, 
 
 
 def node_exporters(spec: ClusterSpec, target: str, instance_types: tuple[str, ...]) -> tuple[str, ...]:
-    """Return the exporters the bootstrap of TARGET installs for SPEC's nodes (on EKS, Helm charts run the rest)."""
+    """Return the exporters the bootstrap of TARGET installs for SPEC's nodes (where Kubernetes runs, Helm charts run
+    the rest)."""
     wanted = spec.observability
     if wanted is None:
         return ()
     facts = [instance_type(name) for name in instance_types]
+    kubernetes = PROFILES[target].target.uses_kubernetes
     exporters = []
-    if wanted.node_exporter and target != "eks":
+    if wanted.node_exporter and not kubernetes:
         exporters.append("node")
     if wanted.slurm_exporter is not False and slurm_exporter_node(spec, target):
         exporters.append("slurm")
-    if wanted.dcgm_exporter and target != "eks" and any(f.gpu_count for f in facts):
+    if wanted.dcgm_exporter and not kubernetes and any(f.gpu_count for f in facts):
         exporters.append("dcgm")
     if wanted.efa_exporter and any(f.efa_supported for f in facts):
         exporters.append("efa")
     return tuple(exporters)
 
 
-# The node role each spec role of a user step names; the local cluster's login is its controller host, where jobs are
-# submitted from (it has no login node of its own).
-NODE_ROLES = {"controller": "controller", "login": "login", "compute": "worker"}
-LOCAL_NODE_ROLES = {**NODE_ROLES, "login": "controller"}
+# The node role each spec role of a user step names on the local cluster: its login is its controller host, where jobs
+# are submitted from (it has no login node of its own).
+LOCAL_NODE_ROLES = {**NODE_ROLE_NAMES, "login": "controller"}
 
 
 def user_steps(spec: ClusterSpec, target: str) -> tuple[UserStep, ...]:
@@ -201,7 +210,7 @@ def user_steps(spec: ClusterSpec, target: str) -> tuple[UserStep, ...]:
     (the current directory for a spec built in code). A script that cannot be shipped is one problem line each: a
     SpecError naming the spec's file, as `kiln validate` reports the rules' problems."""
     directory = spec._source_dir or Path()
-    roles = LOCAL_NODE_ROLES if target == "local" else NODE_ROLES
+    roles = LOCAL_NODE_ROLES if PROFILES[target].local_cluster else NODE_ROLE_NAMES
     steps, problems = [], []
     for index, step in enumerate(spec.bootstrap.steps):
         script = _user_script(directory, step.path)
@@ -267,14 +276,20 @@ def _user_script(directory: Path, relative: str) -> bytes | str:
 def code_server_config(spec: ClusterSpec, target: str) -> dict[str, str]:
     """Return BootstrapConfig's code-server settings for SPEC's TARGET nodes: the role of the node it runs on and its
     user (code_server.user, else the image's default user; locally, whoever ran kiln: local_code_server_user), or
-    none where it is off, on EKS (a pod, not a node's bootstrap), or nowhere to run (PCS without login nodes: the spec
-    rules refuse that)."""
+    none where it is off, where Kubernetes runs it (a pod, not a node's bootstrap), or nowhere to run (PCS without
+    login nodes: the spec rules refuse that)."""
     wanted = spec.code_server
-    if wanted is None or target == "eks":
+    profile = PROFILES[target]
+    if wanted is None or profile.target.uses_kubernetes:
         return {}
-    if target == "local":
+    if profile.local_cluster:
         return {"code_server_role": "controller", "code_server_user": local_code_server_user()}
-    place = code_server_place(spec.compute.backend, spec.effective_orchestrator, spec.compute.login_nodes.count)
+    platform = spec.platform
+    place = code_server_place(
+        kubernetes=platform.uses_kubernetes,
+        controller="controller" in platform.roles,
+        login_nodes=spec.compute.login_nodes.count,
+    )
     if place not in ("login", "controller"):
         return {}
     return {"code_server_role": place, "code_server_user": wanted.user or default_user(spec.image_os)}
@@ -311,12 +326,12 @@ def lock_remedy(spec: ClusterSpec, path: str) -> str:
 
 def node_kinds(spec: ClusterSpec) -> dict[str, str]:
     """Return each kind of node SPEC's backend boots with kiln's bootstrap -> its instance type, in spec order."""
-    compute = spec.compute
+    compute, roles = spec.compute, spec.platform.roles
     kinds = {}
     # PCS runs the controller itself, and EKS has no Slurm head node.
-    if compute.backend in ("parallelcluster", "hyperpod") and spec.effective_orchestrator != "eks":
+    if "controller" in roles:
         kinds["head node"] = compute.head_node.instance_type
-    if compute.backend != "eks" and spec.effective_orchestrator != "eks" and compute.login_nodes.count:
+    if "login" in roles and compute.login_nodes.count:
         kinds["login"] = compute.login_nodes.instance_type
     for group in compute.groups:
         kinds[group.name] = group.instance_type
@@ -343,7 +358,7 @@ def boot_budget(spec: ClusterSpec, config: BootstrapConfig) -> tuple[tuple[str, 
         limit = deadline(config.target, role)
         # ParallelCluster's head and login nodes boot ami_id, not the bake (an update never changes their image).
         work = boot_work(
-            config, name, baked=baked and (role == "worker" or spec.compute.backend != "parallelcluster"), role=role
+            config, name, baked=baked and (role == "worker" or spec.platform is not PARALLELCLUSTER), role=role
         )
         lines.append(budget_line(kind, work, limit))
         if role == "worker" and kind in from_zero:

@@ -12,10 +12,11 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
-from kiln.ci.execution_policy import NamedPolicy, execution_policies, policy_name_base
-from kiln.constructs import nag_rules
-from kiln.constructs._checks import review_wildcards
+from kiln.constructs import acknowledgements
 from kiln.constructs.ci_identity import GithubDeployIdentity, GithubDeployIdentityProps
+from kiln.constructs.review import review_wildcards
+from kiln.contracts.execution_policy import ExecutionPolicyError, NamedPolicy, execution_policies, policy_name_base
+from kiln.contracts.tags import TAG_CI_IDENTITY
 from kiln.iam_wildcards import wildcard_pairs
 from kiln.safe_output import check_replaceable
 from kiln.stacks.app import new_app
@@ -24,7 +25,6 @@ from kiln.stacks.tidy import add_template_aspects
 STACK_PREFIX = "kiln-ci-identity-"
 # Where `kiln ci identity` writes the CloudFormation execution policies, inside its output directory.
 EXECUTION_POLICY_DIR = "execution-policies"
-IDENTITY_TAG = "kiln:ci-identity"
 # CloudFormation: a letter, then letters, digits and '-', 128 characters at most.
 _MAX_STACK_NAME = 128
 _NOT_IN_STACK_NAME = re.compile(r"[^A-Za-z0-9-]+")
@@ -53,7 +53,7 @@ class CiIdentityStack(cdk.Stack):
         kwargs.setdefault("description", f"kiln CI identity: the GitHub Actions deploy role of {props.repository}")
         super().__init__(scope, construct_id, **kwargs)
         self.identity = GithubDeployIdentity(self, "Identity", props)
-        cdk.Tags.of(self).add(IDENTITY_TAG, props.repository)
+        cdk.Tags.of(self).add(TAG_CI_IDENTITY, props.repository)
         add_template_aspects(self)
         cdk.CfnOutput(
             self,
@@ -92,8 +92,8 @@ def synthesize_identity(props: GithubDeployIdentityProps, outdir: Path) -> Path:
 def identity_execution_policies(props: GithubDeployIdentityProps, *, partition: str = "aws") -> list[NamedPolicy]:
     """Return the CloudFormation execution policies for PROPS' clusters, every wildcard pair reviewed.
 
-    Raises ValueError naming a wildcard (action, resource) pair that no nag_rules.CI_EXECUTION_GRANTS entry covers,
-    or when IAM's size limits cannot hold them.
+    Raises ExecutionPolicyError naming a wildcard (action, resource) pair that no
+    acknowledgements.CI_EXECUTION_GRANTS entry covers, or when IAM's size limits cannot hold them.
     """
     policies = execution_policies(
         props.cluster_names,
@@ -102,12 +102,12 @@ def identity_execution_policies(props: GithubDeployIdentityProps, *, partition: 
         partition=partition,
     )
     pairs = [pair for policy in policies for pair in wildcard_pairs(policy.document)]
-    review = review_wildcards(pairs, nag_rules.CI_EXECUTION_GRANTS, {"qualifier": props.cdk_qualifier})
+    review = review_wildcards(pairs, acknowledgements.CI_EXECUTION_GRANTS, {"qualifier": props.cdk_qualifier})
     if review.unreviewed:
         action, resource = review.unreviewed[0]
-        raise ValueError(
+        raise ExecutionPolicyError(
             f"unreviewed IAM wildcard in the execution policies: {action} on {resource}; add a WildcardGrant with its "
-            "reason to nag_rules.CI_EXECUTION_GRANTS, or narrow the grant"
+            "reason to acknowledgements.CI_EXECUTION_GRANTS, or narrow the grant"
         )
     return policies
 

@@ -8,13 +8,8 @@ from datetime import datetime, timedelta, timezone
 import aws_cdk as cdk
 
 from kiln.catalog.limits import ttl_problem
-from kiln.ci.reaper_code.kiln_reaper.contract import (
-    TAG_CLUSTER,
-    TAG_ENVIRONMENT,
-    TAG_PART,
-    TAG_TTL_HOURS,
-    environment_bucket_name,
-)
+from kiln.contracts.environment import environment_bucket_name
+from kiln.contracts.tags import TAG_CLUSTER, TAG_ENVIRONMENT, TAG_PART, TAG_TTL_HOURS
 from kiln.spec import ClusterSpec, Problem, SpecError
 
 

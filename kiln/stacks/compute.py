@@ -25,6 +25,7 @@ from kiln.constructs import (
     attachable_policy,
 )
 from kiln.constructs.eks_scheduling import CLUSTER_AUTOSCALER_FACTS
+from kiln.contracts.backends import BACKENDS, EKS, PARALLELCLUSTER, PCS
 from kiln.contracts.outputs import ComputeOutput
 from kiln.spec import ClusterSpec
 from kiln.stacks.bootstrap_config import config_from_spec, eks_node_provision_seconds, parallelcluster_timeouts
@@ -38,12 +39,10 @@ from kiln.stacks.parallelcluster import parallelcluster_props
 from kiln.stacks.pcs import pcs_ami, pcs_cluster_props
 from kiln.stacks.storage import StorageStack
 
-BACKENDS_WITH_COMPUTE = ("pcs", "parallelcluster", "hyperpod", "eks")
-
 
 def has_compute(spec: ClusterSpec) -> bool:
     """Return whether kiln builds a compute stack for SPEC."""
-    return spec.compute.backend in BACKENDS_WITH_COMPUTE
+    return spec.compute.backend in BACKENDS
 
 
 class ComputeStack(cdk.Stack):
@@ -65,9 +64,7 @@ class ComputeStack(cdk.Stack):
             scope, construct_id, description=f"kiln {spec.name}: compute ({spec.compute.backend})", **kwargs
         )
         if not has_compute(spec):
-            raise ValueError(
-                f"compute.backend: got {spec.compute.backend!r}; allowed here: {', '.join(BACKENDS_WITH_COMPUTE)}"
-            )
+            raise ValueError(f"compute.backend: got {spec.compute.backend!r}; allowed here: {', '.join(BACKENDS)}")
         config = config_from_spec(spec)
         context = ComputeContext(
             spec=spec,
@@ -87,11 +84,11 @@ class ComputeStack(cdk.Stack):
         # The one rendered bundle of this spec's nodes (HyperPod's lifecycle scripts included).
         self.bootstrap = BootstrapAssets(self, "Bootstrap", BootstrapAssetsProps(config=config))
         nodes: NodeBootstrap = self.bootstrap.node_bootstrap
-        backend = spec.compute.backend
-        if backend == "pcs":
+        platform = spec.platform
+        if platform is PCS:
             props = pcs_cluster_props(context, bootstrap=nodes, ami_id=pcs_ami(self, context))
             self.pcs = PcsCluster(self, "Pcs", props)
-        elif backend == "parallelcluster":
+        elif platform is PARALLELCLUSTER:
             self.parallelcluster = ParallelCluster(
                 self,
                 "ParallelCluster",
@@ -102,7 +99,7 @@ class ComputeStack(cdk.Stack):
                     head_node_policies=self._agent_policies(context),
                 ),
             )
-        elif backend == "eks":
+        elif platform is EKS:
             props = eks_props(
                 context,
                 bootstrap=nodes,
@@ -113,7 +110,7 @@ class ComputeStack(cdk.Stack):
             )
             self.eks = EksTrainingCluster(self, "Eks", props)
         else:
-            if spec.effective_orchestrator == "eks":
+            if platform.uses_kubernetes:
                 self.eks = EksTrainingCluster(
                     self, "Eks", eks_props(context, bootstrap=None, admin_role=self._ci_admin())
                 )

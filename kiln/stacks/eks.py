@@ -8,7 +8,6 @@ from aws_cdk import aws_iam as iam
 from kiln.catalog import instance_type
 from kiln.catalog.code_server import pod_home
 from kiln.catalog.exporters import EXPORTERS
-from kiln.ci.reaper_code.kiln_reaper.contract import TAG_ENVIRONMENT
 from kiln.constructs import (
     AcceleratedNodeGroup,
     CodeServerPod,
@@ -19,6 +18,7 @@ from kiln.constructs import (
     SystemNodeGroup,
 )
 from kiln.constructs.eks_observability import GPU_NODE_SELECTOR
+from kiln.contracts.tags import TAG_ENVIRONMENT
 from kiln.stacks.compute_context import MOUNT_POINT, ComputeContext
 
 

@@ -11,29 +11,29 @@ from kiln.constructs import HyperPodClusterProps, HyperPodInstanceGroup, NodeBoo
 from kiln.spec import ClusterSpec
 from kiln.stacks.compute_context import ComputeContext
 
-CONTROLLER_GROUP = "controller"
-LOGIN_GROUP = "login"
-
 
 def hyperpod_groups(spec: ClusterSpec) -> list[HyperPodInstanceGroup]:
     """Return the instance groups: controller and login (Slurm only), then one fixed-size group per spec group."""
-    compute = spec.compute
+    compute, platform = spec.compute, spec.platform
     groups = []
-    if spec.effective_orchestrator == "slurm":
+    if platform.controller_group is not None:
         groups.append(
             HyperPodInstanceGroup(
-                name=CONTROLLER_GROUP, instance_type=compute.head_node.instance_type, count=1, role="controller"
+                name=platform.controller_group,
+                instance_type=compute.head_node.instance_type,
+                count=1,
+                role="controller",
             )
         )
-        if compute.login_nodes.count:
-            groups.append(
-                HyperPodInstanceGroup(
-                    name=LOGIN_GROUP,
-                    instance_type=compute.login_nodes.instance_type,
-                    count=compute.login_nodes.count,
-                    role="login",
-                )
+    if platform.login_group is not None and compute.login_nodes.count:
+        groups.append(
+            HyperPodInstanceGroup(
+                name=platform.login_group,
+                instance_type=compute.login_nodes.instance_type,
+                count=compute.login_nodes.count,
+                role="login",
             )
+        )
     groups += [
         HyperPodInstanceGroup(
             name=g.name, instance_type=g.instance_type, count=g.max_count, storage_gib=g.root_volume_gib
@@ -45,16 +45,17 @@ def hyperpod_groups(spec: ClusterSpec) -> list[HyperPodInstanceGroup]:
 
 def provisioning_parameters(context: ComputeContext, groups: list[HyperPodInstanceGroup]) -> dict[str, Any]:
     """Return the Slurm layout in HyperPod's provisioning_parameters.json form."""
+    named = {g.role: g.name for g in groups if g.role != "worker"}
     parameters: dict[str, Any] = {
         "version": "1.0.0",
         "workload_manager": "slurm",
-        "controller_group": CONTROLLER_GROUP,
+        "controller_group": named["controller"],
         "worker_groups": [
             {"instance_group_name": g.name, "partition_name": g.name} for g in groups if g.role == "worker"
         ],
     }
-    if any(g.role == "login" for g in groups):
-        parameters["login_group"] = LOGIN_GROUP
+    if "login" in named:
+        parameters["login_group"] = named["login"]
     lustre = context.storage.lustre
     if lustre is not None:
         parameters |= {"fsx_dns_name": lustre.dns_name, "fsx_mountname": lustre.mount_name}
@@ -74,7 +75,7 @@ def hyperpod_props(
     """
     spec, network = context.spec, context.network
     groups = hyperpod_groups(spec)
-    slurm = spec.effective_orchestrator == "slurm"
+    slurm = spec.platform.runs_slurm
     return HyperPodClusterProps(
         cluster_name=spec.name,
         vpc=network.training_vpc.vpc,

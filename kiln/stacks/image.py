@@ -7,17 +7,15 @@ from typing import Any
 import aws_cdk as cdk
 from constructs import Construct
 
-from kiln.ami.names import (
-    OUTPUT_IMAGE_ID,
-    OUTPUT_IMAGE_PARAMETER,
-    OUTPUT_PIPELINE_ARN,
-    TAG_CLUSTER,
+from kiln.bootstrap.image_recipe import image_config, read_manifest
+from kiln.catalog.limits import MAX_TAGS_PER_RESOURCE
+from kiln.constructs import BootstrapAssets, BootstrapAssetsProps, TrainingImage, TrainingImageProps
+from kiln.contracts.image import (
     image_parameter_name,
     pipeline_name,
 )
-from kiln.ami.recipe import image_config, read_manifest
-from kiln.catalog.limits import MAX_TAGS_PER_RESOURCE
-from kiln.constructs import BootstrapAssets, BootstrapAssetsProps, TrainingImage, TrainingImageProps
+from kiln.contracts.outputs import ImageOutput
+from kiln.contracts.tags import TAG_CLUSTER
 from kiln.spec import ClusterSpec
 from kiln.spec.problems import Problem, SpecError
 from kiln.stacks.bootstrap_config import config_from_spec
@@ -83,6 +81,6 @@ class ImageStack(cdk.Stack):
                 tags={TAG_CLUSTER: spec.name, **spec.tags},
             ),
         )
-        cdk.CfnOutput(self, OUTPUT_PIPELINE_ARN, value=self.image.pipeline.attr_arn)
-        cdk.CfnOutput(self, OUTPUT_IMAGE_ID, value=self.image.image_id)
-        cdk.CfnOutput(self, OUTPUT_IMAGE_PARAMETER, value=self.parameter_name)
+        cdk.CfnOutput(self, ImageOutput.PIPELINE_ARN.value, value=self.image.pipeline.attr_arn)
+        cdk.CfnOutput(self, ImageOutput.IMAGE_ID.value, value=self.image.image_id)
+        cdk.CfnOutput(self, ImageOutput.IMAGE_PARAMETER.value, value=self.parameter_name)

@@ -21,15 +21,12 @@ from kiln.constructs import (
 )
 from kiln.constructs.ids import hashed_id
 from kiln.constructs.retention import retain_all
+from kiln.contracts.backends import HYPERPOD_EKS
 from kiln.spec import ClusterSpec, SpecError
 from kiln.spec.models import ComputeGroup
 from kiln.spec.problems import Problem
 from kiln.stacks.ci_mode import CiEnvironment
 from kiln.stacks.retention import retention
-
-# Backends whose node groups take a placement group kiln makes; ParallelCluster makes its own, and
-# HyperPod places its nodes itself.
-BACKENDS_WITH_KILN_PLACEMENT = ("pcs", "eks")
 
 
 def wants_placement_group(group: ComputeGroup) -> bool:
@@ -47,7 +44,7 @@ def needs_two_zones(spec: ClusterSpec) -> bool:
     HyperPod orchestrated by EKS, with the managed collector that needs two as well). Nothing else kiln builds uses
     the second AZ's subnets: compute, FSx, HyperPod's and PCS's interfaces and the image builds take the compute
     subnet, and the NAT gateway lies in the first AZ's public subnet."""
-    return spec.compute.backend == "eks" or spec.effective_orchestrator == "eks"
+    return spec.platform.uses_kubernetes
 
 
 def wants_zone_lookup(spec: ClusterSpec) -> bool:
@@ -90,7 +87,7 @@ def second_availability_zone(spec: ClusterSpec, zones: Sequence[str] | None) -> 
             return next(zone for zone in zones if zone != first)
     if not needs_two_zones(spec):
         return None
-    where = "HyperPod orchestrated by EKS" if spec.compute.backend == "hyperpod" else "eks"
+    where = "HyperPod orchestrated by EKS" if spec.platform is HYPERPOD_EKS else "eks"
     why = (
         f"the account lists no AZ of {region} besides {first}"
         if zones is not None
@@ -109,7 +106,7 @@ def endpoint_names(spec: ClusterSpec) -> tuple[tuple[str, ...], tuple[str, ...]]
     if not spec.network.interface_endpoints or spec.network.vpc_id is not None:
         return (), ()
     prometheus = spec.observability is not None and spec.observability.prometheus
-    wanted = node_endpoints(spec.compute.backend, orchestrator=spec.effective_orchestrator, prometheus=prometheus)
+    wanted = node_endpoints(spec.platform.name, prometheus_agent=prometheus and spec.platform.runs_slurm)
     interface = tuple(e.name for e in wanted if not e.gateway)
     gateway = tuple(e.name for e in wanted if e.gateway)
     return interface, gateway
@@ -160,7 +157,7 @@ class NetworkStack(cdk.Stack):
         self.placement_groups: dict[str, ClusterPlacementGroup] = {
             group.name: ClusterPlacementGroup(self, hashed_id("Placement", group.name))
             for group in spec.compute.groups
-            if spec.compute.backend in BACKENDS_WITH_KILN_PLACEMENT and wants_placement_group(group)
+            if spec.platform.kiln_launch_template and wants_placement_group(group)
         }
         cdk.CfnOutput(self, "VpcId", value=self.training_vpc.vpc.vpc_id)
         cdk.CfnOutput(self, "ComputeSubnetId", value=self.training_vpc.compute_subnet.subnet_id)

@@ -8,6 +8,7 @@ from constructs import Construct
 from kiln.catalog.limits import PCS_CLUSTER_SIZES
 from kiln.catalog.platforms import image_profile
 from kiln.constructs import NodeBootstrap, PcsClusterProps, PcsNodeGroup
+from kiln.contracts.backends import PCS_LOGIN_NODE_GROUP
 from kiln.spec import ClusterSpec
 from kiln.stacks.bootstrap_config import node_architecture
 from kiln.stacks.compute_context import ComputeContext
@@ -53,7 +54,7 @@ def pcs_cluster_props(context: ComputeContext, *, bootstrap: NodeBootstrap, ami_
         ami_id=ami_id,
         compute_groups=[PcsNodeGroup(**context.node_group_fields(g)) for g in spec.compute.groups],
         login=PcsNodeGroup(
-            name="login", instance_type=login.instance_type, min_count=login.count, max_count=login.count
+            name=PCS_LOGIN_NODE_GROUP, instance_type=login.instance_type, min_count=login.count, max_count=login.count
         )
         if login.count
         else None,

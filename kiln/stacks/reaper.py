@@ -8,8 +8,8 @@ from typing import Any
 import aws_cdk as cdk
 from constructs import Construct
 
-from kiln.ci.reaper_code.kiln_reaper.contract import BUCKET_PURPOSES
 from kiln.constructs.reaper import EnvironmentReaper, EnvironmentReaperProps
+from kiln.contracts.environment import BUCKET_PURPOSES
 from kiln.stacks.ci_mode import CiEnvironment
 
 

@@ -8,7 +8,7 @@ import aws_cdk as cdk
 import jsii
 from constructs import IConstruct
 
-from kiln.constructs._checks import ReviewHandlerManagedPolicies, SkipReviewedCheckovChecks
+from kiln.constructs.review import ReviewHandlerManagedPolicies, SkipReviewedCheckovChecks
 
 
 def _rendered_dependencies(node: cdk.CfnResource, stack: cdk.Stack) -> set[str]:

@@ -19,19 +19,13 @@ from botocore.stub import Stubber
 from moto import mock_aws
 from moto.backends import get_backend
 
-from kiln.ami.names import (
-    OUTPUT_IMAGE_ID,
-    OUTPUT_IMAGE_PARAMETER,
-    OUTPUT_PIPELINE_ARN,
-    TAG_ARCHITECTURE,
-    TAG_CLUSTER,
-    TAG_OS,
-    TAG_RECIPE,
-    TAG_TARGET,
+from kiln.contracts.image import (
     image_parameter_name,
     image_stack_name,
     pin_tag,
 )
+from kiln.contracts.outputs import ImageOutput
+from kiln.contracts.tags import TAG_ARCHITECTURE, TAG_CLUSTER, TAG_OS, TAG_RECIPE, TAG_TARGET
 from tests.ci.conftest import ACCOUNT, REGION, make_stack
 from tests.ci.conftest import aws_env as aws_env  # autouse: fake credentials, no user AWS config, a region
 from tests.conftest import MINIMAL_SPEC
@@ -82,9 +76,9 @@ def write_spec(directory: Path, *, bake: bool = True, region: str | None = REGIO
 def deploy_image_stack(session: boto3.Session, cluster: str = CLUSTER, **outputs: str) -> None:
     """Create CLUSTER's image stack in moto with the outputs the real one has (OUTPUTS replace them)."""
     values = {
-        OUTPUT_PIPELINE_ARN: PIPELINE_ARN,
-        OUTPUT_IMAGE_ID: PARENT_AMI,
-        OUTPUT_IMAGE_PARAMETER: image_parameter_name(cluster),
+        ImageOutput.PIPELINE_ARN.value: PIPELINE_ARN,
+        ImageOutput.IMAGE_ID.value: PARENT_AMI,
+        ImageOutput.IMAGE_PARAMETER.value: image_parameter_name(cluster),
         **outputs,
     }
     make_stack(session, image_stack_name(cluster), [{"Key": TAG_CLUSTER, "Value": cluster}], outputs=values)

@@ -15,7 +15,7 @@ from kiln.ami.build import (
     start_build,
     wait_for_image,
 )
-from kiln.ci.remote import RemoteError
+from kiln.aws_errors import AwsCallFailed
 from tests.ami.conftest import (
     BUILD_ARN,
     CLUSTER,
@@ -135,7 +135,7 @@ def test_logs_are_in_the_images_own_log_group_when_it_names_one_and_s3_only_when
 def test_polling_errors_are_one_line_naming_the_call() -> None:
     client, stub = stubbed("imagebuilder")
     stub.add_client_error("get_image", "ThrottlingException", "Rate exceeded", 400)
-    with stub, pytest.raises(RemoteError) as raised:
+    with stub, pytest.raises(AwsCallFailed) as raised:
         follow(client)
     assert str(raised.value) == (
         f"imagebuilder:GetImage {BUILD_ARN} was throttled by AWS (ThrottlingException) even after retries: "
@@ -157,7 +157,7 @@ def test_a_build_starts_with_a_client_token_and_returns_its_build_version() -> N
 def test_an_access_denied_start_is_one_line_naming_the_call() -> None:
     client, stub = stubbed("imagebuilder")
     stub.add_client_error("start_image_pipeline_execution", "AccessDeniedException", "not authorized", 403)
-    with stub, pytest.raises(RemoteError) as raised:
+    with stub, pytest.raises(AwsCallFailed) as raised:
         start_build(client, PIPELINE_ARN, client_token=IDEMPOTENCY_KEY)
     assert str(raised.value).startswith(
         f"imagebuilder:StartImagePipelineExecution {PIPELINE_ARN} was denied (AccessDeniedException): "
@@ -198,5 +198,5 @@ def test_an_image_stack_still_being_created_is_not_used() -> None:
 def test_a_throttled_describe_stacks_is_one_line_naming_the_call() -> None:
     client, stub = stubbed("cloudformation")
     stub.add_client_error("describe_stacks", "Throttling", "Rate exceeded", 400)
-    with stub, pytest.raises(RemoteError, match=r"^cloudformation:DescribeStacks t-image was throttled by AWS"):
+    with stub, pytest.raises(AwsCallFailed, match=r"^cloudformation:DescribeStacks t-image was throttled by AWS"):
         find_pipeline_arn(client, cluster=CLUSTER, region=REGION, spec_path="c.yaml")

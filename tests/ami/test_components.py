@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kiln.ami.components import BUILD_DIR, BUNDLE_DIR, component_documents
-from kiln.ami.recipe import step_groups
 from kiln.bootstrap.config import BootstrapConfig, NodeGroup, SoftwarePins
-from kiln.bootstrap.render import PROFILES, render_bundle
+from kiln.bootstrap.profiles import PROFILES
+from kiln.bootstrap.render import render_bundle
+from kiln.constructs.training_image import component_yaml
+from kiln.contracts.image_components import BUILD_DIR, BUNDLE_DIR, component_documents, step_groups
 
 URI = "s3://cdk-assets-123456789012-us-east-1/0123abcd.zip"
 CLOUD = [target for target in sorted(PROFILES) if target != "local"]
@@ -20,7 +21,10 @@ CLOUD = [target for target in sorted(PROFILES) if target != "local"]
 
 def documents(target: str) -> list[dict]:
     steps = PROFILES[target].install_steps
-    return [yaml.safe_load(document.text) for document in component_documents(bundle_uri=URI, install_steps=steps)]
+    return [
+        yaml.safe_load(component_yaml(document))
+        for document in component_documents(bundle_uri=URI, install_steps=steps)
+    ]
 
 
 def commands(document: dict, phase: str | None = None) -> list[str]:
@@ -109,5 +113,5 @@ def test_the_bundle_comes_from_the_given_uri_and_every_build_cleans_up() -> None
 
 def test_token_uris_stay_on_one_line() -> None:
     long_uri = "s3://${Token[TOKEN.123]}/" + "a" * 300 + ".zip"
-    text = component_documents(bundle_uri=long_uri, install_steps=("install_launcher",))[0].text
+    text = component_yaml(component_documents(bundle_uri=long_uri, install_steps=("install_launcher",))[0])
     assert long_uri in text

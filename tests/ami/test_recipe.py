@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from kiln.ami.names import TAG_ARCHITECTURE, TAG_OS, TAG_TARGET, pin_tag
-from kiln.ami.recipe import STEP_GROUPS, image_config, read_manifest, step_groups
 from kiln.bootstrap.config import BootstrapConfig, ClusterUser, NodeGroup
-from kiln.bootstrap.render import PROFILES, render_bundle
+from kiln.bootstrap.image_recipe import image_config, read_manifest
+from kiln.bootstrap.profiles import PROFILES
+from kiln.bootstrap.render import render_bundle
 from kiln.bootstrap.steps import STEPS
+from kiln.contracts.image import pin_tag
+from kiln.contracts.image_components import STEP_GROUPS, step_groups
+from kiln.contracts.tags import TAG_ARCHITECTURE, TAG_OS, TAG_TARGET
 from tests.bootstrap.conftest import PINS
 
 

@@ -11,11 +11,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kiln.ami.components import component_documents
-from kiln.ami.names import TAG_PIN_PREFIX
-from kiln.ami.recipe import USER_STEP_GROUP, image_config, read_manifest, step_groups
 from kiln.bootstrap.config import UserStep
-from kiln.bootstrap.render import PROFILES, render_bundle
+from kiln.bootstrap.image_recipe import image_config, read_manifest
+from kiln.bootstrap.profiles import PROFILES
+from kiln.bootstrap.render import render_bundle
+from kiln.constructs.training_image import component_yaml
+from kiln.contracts.image_components import USER_STEP_GROUP, component_documents, step_groups
+from kiln.contracts.tags import TAG_PIN_PREFIX
 from tests.ami.test_recipe import files, pcs
 
 URI = "s3://cdk-assets-123456789012-us-east-1/0123abcd.zip"
@@ -80,7 +82,7 @@ def test_the_manifest_holds_them_and_their_component_installs_and_verifies_them(
     # Not as AMI tags: EC2 allows 50 per AMI, and kiln:recipe, a digest of the whole bundle, tells images apart.
     assert not [key for key in manifest.tags() if key.startswith(f"{TAG_PIN_PREFIX}user_step")]
     documents = {
-        document.name: yaml.safe_load(document.text)
+        document.name: yaml.safe_load(component_yaml(document))
         for document in component_documents(bundle_uri=URI, install_steps=manifest.install_steps)
     }
     assert list(documents)[-3:] == [USER_STEP_GROUP, "seal", "test"]

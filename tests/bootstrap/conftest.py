@@ -8,6 +8,7 @@ import gzip
 import hashlib
 import io
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -18,7 +19,7 @@ import pytest
 
 from kiln.bootstrap.artifacts import bundle_artifacts, repository_table
 from kiln.bootstrap.config import BootstrapConfig, ClusterUser, NodeGroup, SoftwarePins
-from kiln.bootstrap.render import render_bundle
+from kiln.bootstrap.render import SCRIPTS_DIR, render_bundle
 from kiln.catalog.envfile import parse_env_file
 from kiln.catalog.platforms import DEFAULT_IMAGES, PIN_FIELDS, image_profile, image_profile_for, service_fact
 
@@ -103,6 +104,32 @@ PINS = SoftwarePins(
     prometheus="3.4.0",
     dcgm_exporter="4.6.0-4.8.3",
 )
+
+
+# A function definition written the house way (NAME() {), which the text checks of the scripts look for.
+DEFINITION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\(\) \{$", re.MULTILINE)
+LIB_DIR = SCRIPTS_DIR / "lib"
+# The package manager's parts of the library: they define the same functions, and detect_os sources one of them.
+PACKAGE_PARTS = (LIB_DIR / "pkg-apt.sh", LIB_DIR / "pkg-dnf.sh")
+_LOADED_PART = re.compile(r'^source "\$\{KILN_LIB_DIR\}/([a-z-]+\.sh)"$', re.MULTILINE)
+
+
+def defined_functions(path: Path) -> list[str]:
+    """Return the functions bash defines when it sources PATH alone, in a clean environment."""
+    result = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-c", 'source "$1" && declare -F', "bash", str(path)],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, f"{path}: {result.stderr}"
+    return [line.split()[-1] for line in result.stdout.splitlines()]
+
+
+def library_parts() -> list[Path]:
+    """Return the parts of kiln's library that lib.sh sources, in its order."""
+    return [LIB_DIR / name for name in _LOADED_PART.findall((SCRIPTS_DIR / "lib.sh").read_text())]
 
 
 def _tar_gz(members: dict[str, tuple[str, int]]) -> bytes:

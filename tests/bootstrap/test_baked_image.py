@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from kiln.ami.recipe import step_groups
 from kiln.bootstrap.config import NodeGroup
-from kiln.bootstrap.render import PROFILES, SCRIPTS_DIR, render_bundle
+from kiln.bootstrap.profiles import PROFILES
+from kiln.bootstrap.render import SCRIPTS_DIR, render_bundle
 from kiln.catalog.envfile import parse_env_file
+from kiln.contracts.image_components import step_groups
 from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, simulate_image, stub_network
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.

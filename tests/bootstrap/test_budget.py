@@ -18,7 +18,7 @@ from kiln.bootstrap.budget import (
     deadline,
     over_budget,
 )
-from kiln.bootstrap.render import PROFILES
+from kiln.bootstrap.profiles import PROFILES
 from kiln.bootstrap.steps import STEPS, Step
 from kiln.catalog.platforms import COMPONENTS, service_fact
 from tests.bootstrap.conftest import pcs_config, pins_beside

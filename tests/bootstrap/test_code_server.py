@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from kiln.ami.recipe import image_config
 from kiln.bootstrap.artifacts import bundle_artifacts, npm_table
 from kiln.bootstrap.budget import boot_work
 from kiln.bootstrap.config import NodeGroup
-from kiln.bootstrap.render import PROFILES, render_bundle
+from kiln.bootstrap.image_recipe import image_config
+from kiln.bootstrap.profiles import PROFILES
+from kiln.bootstrap.render import render_bundle
 from kiln.catalog.envfile import parse_env_file
 from kiln.catalog.platforms import image_profile
 from tests.bootstrap.conftest import CLUSTER_ENV, PINS, Node, _tar_gz, make_node, pcs_config, simulate_image

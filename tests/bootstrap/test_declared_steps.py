@@ -3,29 +3,16 @@
 from __future__ import annotations
 
 import re
-import subprocess
-from pathlib import Path
 
 import pytest
 
-from kiln.bootstrap.render import PROFILES, SCRIPTS_DIR, TargetProfile
+from kiln.bootstrap.profiles import PROFILES, TargetProfile
+from kiln.bootstrap.render import SCRIPTS_DIR
 from kiln.bootstrap.steps import NODE_CONTEXT, STEPS, Step, declared_steps
+from kiln.contracts.backends import EKS_TARGET
+from tests.bootstrap.conftest import DEFINITION, PACKAGE_PARTS, defined_functions, library_parts
 
 DECLARED = (NODE_CONTEXT, *STEPS.values())
-_DEFINITION = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)\(\) \{$", re.MULTILINE)
-
-
-def defined_functions(path: Path) -> list[str]:
-    """Return the functions bash defines when it sources PATH alone, in a clean environment."""
-    result = subprocess.run(
-        ["bash", "--noprofile", "--norc", "-c", 'source "$1" && declare -F', "bash", str(path)],
-        env={"PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, f"{path}: {result.stderr}"
-    return [line.split()[-1] for line in result.stdout.splitlines()]
 
 
 def test_every_step_file_is_declared():
@@ -38,19 +25,21 @@ def test_declared_file_defines_exactly_its_step(step):
     path = SCRIPTS_DIR / step.file
     assert path.name == f"{step.name}.sh"
     text = path.read_text()
-    assert _DEFINITION.findall(text).count(step.name) == 1, f"{step.file} must define `{step.name}() {{` once"
+    assert DEFINITION.findall(text).count(step.name) == 1, f"{step.file} must define `{step.name}() {{` once"
     functions = defined_functions(path)
     assert step.name in functions
     others = sorted(set(functions) & {s.name for s in DECLARED} - {step.name})
     assert others == [], f"{step.file} also defines the steps {others}: one file per step"
     # Every function bash finds is written the house way, so the text check above sees them all.
-    assert sorted(functions) == sorted(_DEFINITION.findall(text))
+    assert sorted(functions) == sorted(DEFINITION.findall(text))
 
 
-def test_no_function_is_defined_in_two_files():
-    # Bundles source every step file into one shell: a helper defined twice would silently replace the other.
+@pytest.mark.parametrize("package", PACKAGE_PARTS, ids=lambda path: path.name)
+def test_no_function_is_defined_in_two_files(package):
+    # Bundles source every library part, the package manager's part of the node's OS and every step file into one
+    # shell: a helper defined twice would silently replace the other.
     owners: dict[str, list[str]] = {}
-    for path in [SCRIPTS_DIR / "lib.sh", *(SCRIPTS_DIR / step.file for step in DECLARED)]:
+    for path in [*library_parts(), package, *(SCRIPTS_DIR / step.file for step in DECLARED)]:
         for name in defined_functions(path):
             owners.setdefault(name, []).append(path.name)
     assert {name: files for name, files in owners.items() if len(files) > 1} == {}
@@ -78,6 +67,7 @@ def test_profiles_name_only_declared_steps_of_their_phase(target):
 def test_a_profile_with_an_undeclared_step_is_refused(install, configure, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         TargetProfile(
+            target=EKS_TARGET,
             entry_point="x.sh",
             how_it_runs="test",
             default_role="worker",

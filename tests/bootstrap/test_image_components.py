@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kiln.ami.components import BUILD_DIR, component_documents
-from kiln.ami.recipe import image_config, read_manifest
+from kiln.bootstrap.image_recipe import image_config, read_manifest
 from kiln.bootstrap.render import render_bundle
+from kiln.constructs.training_image import component_yaml
+from kiln.contracts.image_components import BUILD_DIR, component_documents
 from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, stub_network
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
@@ -56,7 +57,7 @@ def baked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Node, Path, list[di
     bundle = render_bundle(image_config(pcs_config()), base / "bundle").directory
     bundle_zip = zipped(bundle, base / "bundle.zip")
     documents = [
-        yaml.safe_load(d.text)
+        yaml.safe_load(component_yaml(d))
         for d in component_documents(bundle_uri=URI, install_steps=read_manifest(bundle).install_steps)
     ]
     # An image build belongs to no cluster: no cluster.env.

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from kiln.bootstrap.config import NodeGroup
-from kiln.bootstrap.render import PROFILES, render_bundle
+from kiln.bootstrap.profiles import PROFILES
+from kiln.bootstrap.render import render_bundle
 from kiln.catalog.platforms import image_profile
 from tests.bootstrap.conftest import CLUSTER_ENV, PINS, Node, make_node, pcs_config, simulate_image
 

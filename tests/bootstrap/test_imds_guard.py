@@ -154,7 +154,7 @@ def test_the_prometheus_agent_gets_a_fixed_user_that_the_rules_allow(tmp_path, a
 
 def test_the_agent_user_comes_before_the_agent_starts():
     # configure_exporters starts the agent as its user: that user must already be the fixed one.
-    from kiln.bootstrap.render import PROFILES
+    from kiln.bootstrap.profiles import PROFILES
 
     for target in ("pcs", "parallelcluster", "hyperpod"):
         steps = PROFILES[target].configure_steps

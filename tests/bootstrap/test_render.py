@@ -10,7 +10,8 @@ import pytest
 
 from kiln.bootstrap.config import BootstrapConfig, NodeGroup
 from kiln.bootstrap.local_target import LocalCluster, LocalNode
-from kiln.bootstrap.render import PROFILES, SCRIPTS_DIR, render_bundle
+from kiln.bootstrap.profiles import PROFILES
+from kiln.bootstrap.render import SCRIPTS_DIR, library_files, render_bundle
 from kiln.bootstrap.steps import STEPS
 from kiln.bootstrap_cli import register
 from kiln.catalog import SoftwareVersions, instance_type, preset_environment
@@ -59,7 +60,7 @@ def every_target(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_scripts_are_shellcheck_clean():
-    files = [SCRIPTS_DIR / "lib.sh", SCRIPTS_DIR / "kiln-step", *sorted((SCRIPTS_DIR / "steps").glob("*.sh"))]
+    files = [*(SCRIPTS_DIR / name for name in library_files()), *sorted((SCRIPTS_DIR / "steps").glob("*.sh"))]
     result = subprocess.run([str(SHELLCHECK), "-x", *map(str, files)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout
 
@@ -379,11 +380,13 @@ def test_render_tells_what_each_hyperpod_role_runs(tmp_path, capsys):
 
 def _rendered_bytes(bundle: Path) -> int:
     """Return the bytes of BUNDLE's rendered files: all but kiln's scripts, the node wheel and the marker."""
-    copied = {"lib.sh", "kiln-step", ".kiln-output"}
+    copied = {*library_files(), ".kiln-output"}
     return sum(
         p.stat().st_size
         for p in bundle.rglob("*")
-        if p.is_file() and p.name not in copied and p.parts[len(bundle.parts)] not in ("steps", "launcher")
+        if p.is_file()
+        and p.relative_to(bundle).as_posix() not in copied
+        and p.parts[len(bundle.parts)] not in ("steps", "launcher")
     )
 
 

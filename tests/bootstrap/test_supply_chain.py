@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from kiln.bootstrap.config import NodeGroup
-from kiln.bootstrap.render import PROFILES, render_bundle
+from kiln.bootstrap.profiles import PROFILES
+from kiln.bootstrap.render import render_bundle
 from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, pins_beside, simulate_image
 from tests.conftest import stop_gnupg_daemons
 

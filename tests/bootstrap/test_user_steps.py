@@ -16,7 +16,8 @@ import pytest
 from kiln.bootstrap.adoption import plan_lines
 from kiln.bootstrap.budget import BAKED_SECONDS, USER_CONFIGURE_SECONDS, USER_INSTALL_SECONDS, boot_work
 from kiln.bootstrap.config import NodeGroup, UserStep
-from kiln.bootstrap.render import MAX_RENDERED_BYTES, PROFILES, BundleTooLarge, render_bundle
+from kiln.bootstrap.profiles import PROFILES
+from kiln.bootstrap.render import MAX_RENDERED_BYTES, BundleTooLarge, render_bundle
 from kiln.catalog.envfile import parse_env_file
 from kiln.launcher.image import scan_image
 from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, simulate_image

@@ -12,7 +12,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from kiln.ci.reaper_code.kiln_reaper.contract import TAG_ENVIRONMENT, TAG_PART, TAG_TTL_HOURS
+from kiln.contracts.tags import TAG_ENVIRONMENT, TAG_PART, TAG_TTL_HOURS
 
 REGION = "us-east-1"
 FAKE_AMI = "ami-12345678"  # moto runs any image id; listing its catalog takes seconds

@@ -15,8 +15,8 @@ import pytest
 from botocore.stub import ANY, Stubber
 from moto.server import ThreadedMotoServer
 
-from kiln.ci.reaper_code.kiln_reaper.teardown import parse_at_expression
 from kiln.cli import main
+from kiln.contracts.environment import parse_at_expression
 from kiln.preflight.run import all_checks as every_check
 from tests.ci.conftest import ACCOUNT, REGION, launch, live_stacks, make_environment, make_stack, put_versions, tags
 

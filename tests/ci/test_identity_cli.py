@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from kiln.ci.execution_policy import MANAGED_POLICY_MAX_CHARS, policy_size
 from kiln.ci.identity_cli import BRANCH_TRUST, props_from_args, register_identity
+from kiln.contracts.execution_policy import MANAGED_POLICY_MAX_CHARS, policy_size
 from kiln.safe_output import MARKER
 from kiln.synth import lint_template
 
@@ -119,20 +119,24 @@ def test_refuses_a_non_empty_directory_kiln_did_not_make(tmp_path: Path) -> None
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
 
 
+# A refused prop names the props class first.
+REFUSED = "kiln ci identity: GithubDeployIdentityProps."
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--repository", "octo-org"], "kiln ci identity: repository: got 'octo-org'; allowed: OWNER/NAME"),
-        (["--repository", "o/r", "--cluster", "Bad_Name"], "kiln ci identity: cluster_names: got 'Bad_Name'"),
+        (["--repository", "octo-org"], f"{REFUSED}repository: got 'octo-org'; allowed: OWNER/NAME"),
+        (["--repository", "o/r", "--cluster", "Bad_Name"], f"{REFUSED}cluster_names: got 'Bad_Name'"),
         (
             ["--repository", "o/r", "--allow-branch-trust", "--branch", "refs/heads/x"],
-            "kiln ci identity: branches: got 'refs/heads/x'",
+            f"{REFUSED}branches: got 'refs/heads/x'",
         ),
         (["--repository", "o/r", "--branch", "main"], f"kiln ci identity: {BRANCH_TRUST}"),
         (["--repository", "o/r", "--pull-requests"], f"kiln ci identity: {BRANCH_TRUST}"),
         (
             ["--repository", "o/r", "--cluster", "ci-x"],
-            "kiln ci identity: cluster_names: got ['ci', 'ci-x']; allowed: names none of which starts with another's",
+            f"{REFUSED}cluster_names: got ['ci', 'ci-x']; allowed: names none of which starts with another's",
         ),
     ],
 )

@@ -9,9 +9,9 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from kiln.ci import remote
 from kiln.ci.ready import NotReady, ReadyReport, SlurmNode, check_verdict, parse_sinfo, wait_until_ready
-from kiln.ci.remote import ClusterHandle
+from kiln.ci.remote import nodes
+from kiln.ci.remote.cluster import ClusterHandle
 from tests.ci.conftest import ACCOUNT, REGION, Clock, CommandWith, FakeSession, launch
 
 COMMAND_ID = "99999999-8888-7777-6666-555555555555"
@@ -34,7 +34,7 @@ CHECK_FAILED = {
 @pytest.fixture
 def slurm(moto: boto3.Session) -> ClusterHandle:
     """A ParallelCluster environment whose head node runs in moto."""
-    launch({remote.PARALLELCLUSTER_NAME_TAG: "ci-42", remote.PARALLELCLUSTER_NODE_TYPE_TAG: "HeadNode"})
+    launch({nodes.PARALLELCLUSTER_NAME_TAG: "ci-42", nodes.PARALLELCLUSTER_NODE_TYPE_TAG: "HeadNode"})
     return ClusterHandle(
         environment="ci-42",
         region=REGION,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import ast
+import inspect
 import io
 import json
 import os
 import shlex
 import subprocess
 import sys
+import typing
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -17,9 +18,16 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from kiln.catalog import names
-from kiln.ci import remote
-from kiln.ci.remote import ClusterHandle, RemoteError, Target, Unreachable, find_head, run_command
+from kiln.ci.remote import nodes
+from kiln.ci.remote.cluster import ClusterHandle, RemoteError, Unreachable
+from kiln.ci.remote.exit_codes import EXIT_CANCELLED, EXIT_TIMED_OUT
+from kiln.ci.remote.kubectl import KubectlTransport
+from kiln.ci.remote.nodes import Target, find_head
+from kiln.ci.remote.session import SessionManagerTransport
+from kiln.ci.remote.ssm_run_command import RUN_COMMAND_OUTPUT_LIMIT, RunCommandTransport, node_script
+from kiln.ci.remote.transport import Transport, run_command, transport_for
+from kiln.contracts import backends
+from kiln.spec import parse_spec
 from tests.ci.conftest import (
     ACCOUNT,
     REGION,
@@ -113,9 +121,9 @@ def test_a_missing_output_names_the_stack_and_the_output() -> None:
 
 
 def test_pcs_runs_on_a_running_login_node_of_the_login_group(moto: boto3.Session) -> None:
-    launch({remote.PCS_NODE_GROUP_TAG: "pcs_login"}, state="stopped")
-    launch({remote.PCS_NODE_GROUP_TAG: "pcs_gpu"})
-    login = launch({remote.PCS_NODE_GROUP_TAG: "pcs_login"})
+    launch({nodes.PCS_NODE_GROUP_TAG: "pcs_login"}, state="stopped")
+    launch({nodes.PCS_NODE_GROUP_TAG: "pcs_gpu"})
+    login = launch({nodes.PCS_NODE_GROUP_TAG: "pcs_login"})
     cluster = handle(Backend="pcs", Orchestrator="slurm", PcsClusterId="pcs_c", PcsLoginNodeGroupId="pcs_login")
     assert find_head(moto, cluster) == Target("ec2", login, REGION, f"PCS login node {login}")
 
@@ -135,9 +143,9 @@ def test_a_login_group_without_running_nodes_is_unreachable_for_now(moto: boto3.
 
 
 def test_parallelcluster_runs_on_its_head_node(moto: boto3.Session) -> None:
-    launch({remote.PARALLELCLUSTER_NAME_TAG: "ci-42", remote.PARALLELCLUSTER_NODE_TYPE_TAG: "Compute"})
-    launch({remote.PARALLELCLUSTER_NAME_TAG: "other", remote.PARALLELCLUSTER_NODE_TYPE_TAG: "HeadNode"})
-    head = launch({remote.PARALLELCLUSTER_NAME_TAG: "ci-42", remote.PARALLELCLUSTER_NODE_TYPE_TAG: "HeadNode"})
+    launch({nodes.PARALLELCLUSTER_NAME_TAG: "ci-42", nodes.PARALLELCLUSTER_NODE_TYPE_TAG: "Compute"})
+    launch({nodes.PARALLELCLUSTER_NAME_TAG: "other", nodes.PARALLELCLUSTER_NODE_TYPE_TAG: "HeadNode"})
+    head = launch({nodes.PARALLELCLUSTER_NAME_TAG: "ci-42", nodes.PARALLELCLUSTER_NODE_TYPE_TAG: "HeadNode"})
     cluster = handle(Backend="parallelcluster", Orchestrator="slurm", ClusterName="ci-42")
     assert find_head(moto, cluster).address == head
 
@@ -183,22 +191,31 @@ def test_access_denied_is_one_line_naming_the_call() -> None:
 
 
 def test_the_kiln_names_match_the_stacks_that_create_them() -> None:
-    # remote.py and ready.py must not import the CDK, so they repeat these names; keep them equal.
-    def constant(path: Path, name: str) -> str:
-        for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == name for t in node.targets):
-                return ast.literal_eval(node.value)
-        raise AssertionError(f"{name} not in {path}")
+    # kiln.ci.remote and ready.py must not import the CDK: the group names they look for are the backend table's,
+    # which the stacks build from too. The group a HyperPod command runs in by default is the controller group the
+    # stack makes.
+    from kiln.stacks.hyperpod import hyperpod_groups
 
-    assert constant(ROOT / "kiln/stacks/hyperpod.py", "CONTROLLER_GROUP") == remote.HYPERPOD_CONTROLLER_GROUP
-    # The system node group is found by the catalog's tags; its name is the EKS construct's.
-    from kiln.constructs import eks
+    spec = parse_spec(
+        {
+            "name": "ci",
+            "compute": {
+                "backend": "hyperpod",
+                "groups": [{"name": "gpu", "instance_type": "g6.12xlarge", "min_count": 1, "max_count": 1}],
+            },
+        }
+    )
+    controller = next(group.name for group in hyperpod_groups(spec) if group.role == "controller")
+    assert inspect.signature(nodes.hyperpod_node).parameters["group"].default == controller
+    # The system node group is found by kiln's tags; its name is the EKS construct's.
+    from kiln.constructs import eks_node_groups
 
-    assert eks.SYSTEM_NODE_GROUP == names.EKS_SYSTEM_NODE_GROUP
+    assert eks_node_groups.SYSTEM_NODE_GROUP == backends.EKS_SYSTEM_NODE_GROUP
     assert "/usr/local/bin/kiln-launch" in (ROOT / "kiln/bootstrap/scripts/steps/install_launcher.sh").read_text()
 
 
-# kiln modules of boto3, botocore and the standard library only (and the catalog, standard library only).
+# kiln modules of boto3, botocore and the standard library only (and the catalog, standard library only); the
+# remote package's own modules are held to the same rule, each of them below.
 LIGHT_KILN_MODULES = ("kiln.ci.remote", "kiln.aws_errors")
 
 
@@ -208,15 +225,17 @@ def test_remote_and_ready_import_neither_the_cdk_nor_pydantic() -> None:
     from tests.test_layers import imports_of
 
     heavy = ("aws_cdk", "constructs", "cdk_nag", "jsii", "pydantic", "yaml", "jinja2")
+    sources = [*sorted((ROOT / "kiln/ci/remote").glob("*.py")), ROOT / "kiln/ci/ready.py"]
+    assert ROOT / "kiln/ci/remote/transport.py" in sources
     found = {
-        f"{name}: {module}"
-        for name in ("remote.py", "ready.py")
-        for module in imports_of(ROOT / "kiln" / "ci" / name)
+        f"{path.relative_to(ROOT)}: {module}"
+        for path in sources
+        for module in imports_of(path)
         if module.split(".")[0] in heavy
         or (
             module.startswith("kiln.")
             and module not in LIGHT_KILN_MODULES
-            and not module.startswith(("kiln.ci.reaper_code.", "kiln.catalog.", "kiln.contracts."))
+            and not module.startswith(("kiln.ci.remote.", "kiln.ci.reaper_code.", "kiln.catalog.", "kiln.contracts."))
         )
     }
     assert found == set()
@@ -261,9 +280,7 @@ def test_a_failing_command_returns_its_exit_code() -> None:
     assert (code, err.getvalue()) == (3, "no such file\n")
 
 
-@pytest.mark.parametrize(
-    ("status", "code"), [("TimedOut", remote.EXIT_TIMED_OUT), ("Cancelled", remote.EXIT_CANCELLED)]
-)
+@pytest.mark.parametrize(("status", "code"), [("TimedOut", EXIT_TIMED_OUT), ("Cancelled", EXIT_CANCELLED)])
 def test_run_command_endings_map_to_documented_codes(status: str, code: int) -> None:
     client, stub = stubbed("ssm")
     expect_send(stub)
@@ -312,7 +329,7 @@ def test_the_timeout_cancels_the_command_and_returns_124() -> None:
 def test_output_cut_by_run_command_gets_a_notice() -> None:
     client, stub = stubbed("ssm")
     expect_send(stub)
-    expect_invocation(stub, "Success", "x" * remote.RUN_COMMAND_OUTPUT_LIMIT, code=0)
+    expect_invocation(stub, "Success", "x" * RUN_COMMAND_OUTPUT_LIMIT, code=0)
     err, clock = io.StringIO(), Clock()
     with stub:
         run_command(
@@ -337,7 +354,7 @@ def test_an_instance_unknown_to_systems_manager_is_unreachable() -> None:
 
 def test_the_node_script_runs_the_command_in_bash_and_keeps_its_exit_code() -> None:
     command = "set -u; printf '%s\\n' \"it's $((6 * 7))\"; exit 4"
-    done = subprocess.run(["sh", "-c", remote.node_script(command)], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(["sh", "-c", node_script(command)], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stdout.splitlines()[-1]) == (4, "it's 42")
 
 
@@ -747,3 +764,33 @@ def test_a_forward_that_never_listens_is_stopped_after_a_minute(
     stub.assert_no_pending_responses()
     assert not marker.exists()
     assert running(json.loads(record.read_text())["pids"]) == []
+
+
+# One transport protocol, a class per kind of Target.
+
+TRANSPORTS = [
+    (EC2_TARGET, RunCommandTransport),
+    (HYPERPOD_TARGET, SessionManagerTransport),
+    (EKS_TARGET, KubectlTransport),
+]
+
+
+@pytest.mark.parametrize("transport", [transport for _, transport in TRANSPORTS])
+def test_each_transport_follows_the_protocol(transport: type) -> None:
+    assert issubclass(transport, Transport)
+    assert inspect.signature(transport.run) == inspect.signature(Transport.run)
+
+
+@pytest.mark.parametrize(("target", "transport"), TRANSPORTS)
+def test_each_kind_of_target_gets_its_transport(target: Target, transport: type) -> None:
+    session, clock = FakeSession(), Clock()
+    chosen = transport_for(session, target, poll_s=0.5, clock=clock, sleep=clock.sleep)
+    assert type(chosen) is transport and isinstance(chosen, Transport)
+    assert (chosen.session, chosen.target, chosen.poll_s, chosen.clock) == (session, target, 0.5, clock)
+    if transport is RunCommandTransport:
+        assert chosen.sleep == clock.sleep
+
+
+def test_every_kind_of_target_has_a_transport() -> None:
+    kinds = typing.get_args(typing.get_type_hints(Target)["kind"])
+    assert sorted(target.kind for target, _ in TRANSPORTS) == sorted(kinds)

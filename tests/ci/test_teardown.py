@@ -15,11 +15,10 @@ from kiln.ci.reaper_code.kiln_reaper.teardown import (
     Teardown,
     TeardownFailed,
     advance,
-    at_expression,
-    parse_at_expression,
     reschedule,
     teardown,
 )
+from kiln.contracts.environment import at_expression, parse_at_expression
 from tests.ci.conftest import (
     ACCOUNT,
     REGION,

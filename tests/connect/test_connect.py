@@ -20,10 +20,11 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from kiln.ci import remote
-from kiln.ci.remote import RemoteError
+from kiln.ci.remote.cluster import RemoteError
+from kiln.ci.remote.nodes import PARALLELCLUSTER_NAME_TAG, PARALLELCLUSTER_NODE_TYPE_TAG, PCS_NODE_GROUP_TAG
 from kiln.cli import main
 from kiln.connect.run import Request, connect, prepare
+from kiln.contracts.backends import HYPERPOD_CONTROLLER_GROUP, HYPERPOD_LOGIN_GROUP
 from kiln.spec import load_spec
 from tests.conftest import ROOT
 from tests.connect.conftest import (
@@ -96,9 +97,9 @@ def test_pcs_opens_a_shell_on_a_running_login_node_and_returns_its_exit_code(
     moto: boto3.Session, tools: Tools, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pcs_cluster(moto)
-    node({remote.PCS_NODE_GROUP_TAG: "pcs_login"}, state="stopped")
-    node({remote.PCS_NODE_GROUP_TAG: "pcs_gpu"})
-    login = node({remote.PCS_NODE_GROUP_TAG: "pcs_login"})
+    node({PCS_NODE_GROUP_TAG: "pcs_login"}, state="stopped")
+    node({PCS_NODE_GROUP_TAG: "pcs_gpu"})
+    login = node({PCS_NODE_GROUP_TAG: "pcs_login"})
     monkeypatch.setenv("FAKE_SHELL", "exit:7")
     code, out, err = run_connect(moto, write_spec(tmp_path, "pcs"))
     assert code == 7
@@ -142,7 +143,7 @@ def test_parallelcluster_opens_a_shell_on_a_login_node_or_else_the_head_node(
     moto: boto3.Session, tools: Tools, tmp_path: Path, login: int, node_type: str, kind: str
 ) -> None:
     compute_stack(moto, {"Backend": "parallelcluster", "Orchestrator": "none", "ClusterName": "lab"})
-    name, kind_tag = remote.PARALLELCLUSTER_NAME_TAG, remote.PARALLELCLUSTER_NODE_TYPE_TAG
+    name, kind_tag = PARALLELCLUSTER_NAME_TAG, PARALLELCLUSTER_NODE_TYPE_TAG
     pool = "parallelcluster:login-nodes-pool-name"
     nodes = {
         "LoginNode": node({name: "lab", kind_tag: "LoginNode", pool: "login"}),
@@ -170,8 +171,8 @@ def test_hyperpod_opens_a_shell_on_the_login_group_or_else_the_controller(
 
 def test_node_picks_one_of_the_running_candidates(moto: boto3.Session, tools: Tools, tmp_path: Path) -> None:
     pcs_cluster(moto)
-    node({remote.PCS_NODE_GROUP_TAG: "pcs_login"})
-    second = node({remote.PCS_NODE_GROUP_TAG: "pcs_login"})
+    node({PCS_NODE_GROUP_TAG: "pcs_login"})
+    second = node({PCS_NODE_GROUP_TAG: "pcs_login"})
     code, _, _ = run_connect(moto, write_spec(tmp_path, "pcs"), node=second)
     assert code == 0
     assert tools.argvs() == [start_session(second)]
@@ -188,8 +189,8 @@ def test_a_node_that_is_not_a_running_candidate_is_refused_in_one_line(
     moto: boto3.Session, tools: Tools, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pcs_cluster(moto)
-    login = node({remote.PCS_NODE_GROUP_TAG: "pcs_login"})
-    stopped = node({remote.PCS_NODE_GROUP_TAG: "pcs_login"}, state="stopped")
+    login = node({PCS_NODE_GROUP_TAG: "pcs_login"})
+    stopped = node({PCS_NODE_GROUP_TAG: "pcs_login"}, state="stopped")
     spec = write_spec(tmp_path, "pcs")
     code, out, err = cli("connect", "--spec", str(spec), "--node", stopped, capsys=capsys)
     assert (code, out) == (2, "")
@@ -206,7 +207,7 @@ def test_vscode_forwards_a_local_port_to_code_server_until_ctrl_c_and_leaves_not
     moto: boto3.Session, tools: Tools, tmp_path: Path
 ) -> None:
     pcs_cluster(moto)
-    login = node({remote.PCS_NODE_GROUP_TAG: "pcs_login"})
+    login = node({PCS_NODE_GROUP_TAG: "pcs_login"})
     port = free_port()
     client, stub = stubbed_ssm()
     spec = write_spec(tmp_path, "pcs")
@@ -256,7 +257,7 @@ def test_vscode_on_hyperpod_forwards_to_the_login_node_and_names_the_spec_s_user
 
 def test_the_code_server_url_answers_while_the_forward_runs(moto: boto3.Session, tools: Tools, tmp_path: Path) -> None:
     compute_stack(moto, {"Backend": "parallelcluster", "Orchestrator": "none", "ClusterName": "lab"})
-    head = node({remote.PARALLELCLUSTER_NAME_TAG: "lab", remote.PARALLELCLUSTER_NODE_TYPE_TAG: "HeadNode"})
+    head = node({PARALLELCLUSTER_NAME_TAG: "lab", PARALLELCLUSTER_NODE_TYPE_TAG: "HeadNode"})
     client, stub = stubbed_ssm()
     spec = write_spec(tmp_path, "parallelcluster", login=0)
     session = StubbedSession(moto, ssm=client)
@@ -275,7 +276,7 @@ def test_a_forward_whose_session_ends_on_its_own_is_one_line(
     moto: boto3.Session, tools: Tools, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pcs_cluster(moto)
-    login = node({remote.PCS_NODE_GROUP_TAG: "pcs_login"})
+    login = node({PCS_NODE_GROUP_TAG: "pcs_login"})
     monkeypatch.setenv("FAKE_FORWARD", "end")
     client, stub = stubbed_ssm()
     spec = load_spec(write_spec(tmp_path, "pcs"))
@@ -293,7 +294,7 @@ def test_a_forward_the_aws_cli_refuses_is_one_line(
     moto: boto3.Session, tools: Tools, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pcs_cluster(moto)
-    login = node({remote.PCS_NODE_GROUP_TAG: "pcs_login"})
+    login = node({PCS_NODE_GROUP_TAG: "pcs_login"})
     said = (
         "An error occurred (AccessDeniedException) when calling the StartSession operation: User: x is not "
         "authorized to perform: ssm:StartSession on resource: "
@@ -518,7 +519,7 @@ def test_no_running_login_node_yet_is_one_line(
     moto: boto3.Session, tools: Tools, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pcs_cluster(moto)
-    node({remote.PCS_NODE_GROUP_TAG: "pcs_login"}, state="stopped")
+    node({PCS_NODE_GROUP_TAG: "pcs_login"}, state="stopped")
     spec = str(write_spec(tmp_path, "pcs"))
     assert cli("connect", "--spec", spec, capsys=capsys) == (
         1,
@@ -573,7 +574,7 @@ def test_a_profile_is_what_the_aws_cli_uses_too(
     config = Path(os.environ["AWS_CONFIG_FILE"])
     config.write_text("[profile lab]\naws_access_key_id = lab-key\naws_secret_access_key = lab-secret\n")
     pcs_cluster(moto)
-    login = node({remote.PCS_NODE_GROUP_TAG: "pcs_login"})
+    login = node({PCS_NODE_GROUP_TAG: "pcs_login"})
     spec = str(write_spec(tmp_path, "pcs"))
     code, _, _ = cli("connect", "--spec", spec, "--profile", "lab", capsys=capsys)
     [call] = tools.calls()
@@ -585,13 +586,13 @@ def test_a_profile_is_what_the_aws_cli_uses_too(
 # The names kiln repeats from the stacks that create them.
 
 
-def test_the_hyperpod_group_names_are_the_stacks() -> None:
+def test_the_hyperpod_group_names_are_the_stacks(tmp_path: Path) -> None:
+    # kiln connect looks for HyperPod's nodes in the backend table's groups; the stack makes its groups from it too.
     from kiln.stacks import hyperpod
 
-    assert (remote.HYPERPOD_CONTROLLER_GROUP, remote.HYPERPOD_LOGIN_GROUP) == (
-        hyperpod.CONTROLLER_GROUP,
-        hyperpod.LOGIN_GROUP,
-    )
+    spec = load_spec(write_spec(tmp_path, "hyperpod"))
+    built = {group.role: group.name for group in hyperpod.hyperpod_groups(spec)}
+    assert (built["controller"], built["login"]) == (HYPERPOD_CONTROLLER_GROUP, HYPERPOD_LOGIN_GROUP)
 
 
 # The whole command in its own process, on a terminal.
@@ -646,9 +647,7 @@ def test_the_shell_runs_on_this_terminal_and_ctrl_c_goes_to_the_session(
         ImageId="ami-12345678",
         MinCount=1,
         MaxCount=1,
-        TagSpecifications=[
-            {"ResourceType": "instance", "Tags": [{"Key": remote.PCS_NODE_GROUP_TAG, "Value": "pcs_login"}]}
-        ],
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": PCS_NODE_GROUP_TAG, "Value": "pcs_login"}]}],
     )["Instances"][0]["InstanceId"]
     monkeypatch.setenv("FAKE_SHELL", "interactive")
     monkeypatch.setenv("FAKE_SHELL_EXIT", "3")
@@ -680,9 +679,7 @@ def test_the_command_ends_a_forward_on_ctrl_c_and_exits_0(
         ImageId="ami-12345678",
         MinCount=1,
         MaxCount=1,
-        TagSpecifications=[
-            {"ResourceType": "instance", "Tags": [{"Key": remote.PCS_NODE_GROUP_TAG, "Value": "pcs_login"}]}
-        ],
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": PCS_NODE_GROUP_TAG, "Value": "pcs_login"}]}],
     )
     port = free_port()
     monkeypatch.setenv("PYTHONPATH", str(ROOT))

@@ -15,7 +15,7 @@ import pytest
 from moto import mock_aws
 from moto.moto_api._internal import moto_api_backend
 
-from kiln.ci import remote
+from kiln.ci.remote.nodes import PARALLELCLUSTER_NAME_TAG, PARALLELCLUSTER_NODE_TYPE_TAG, PCS_NODE_GROUP_TAG
 from kiln.connect import iam
 from kiln.connect.run import Request, connect, prepare
 from kiln.spec import load_spec
@@ -92,7 +92,7 @@ Scenario = Callable[[Recorded, Path], dict[str, str]]
 def pcs(recorded: Recorded, directory: Path) -> dict[str, str]:
     session, client, stub = recording_session(recorded)
     pcs_cluster(session)
-    node({remote.PCS_NODE_GROUP_TAG: "pcs_login"})
+    node({PCS_NODE_GROUP_TAG: "pcs_login"})
     spec = write_spec(directory, "pcs")
     run(session, spec, recorded)
     with stub:
@@ -104,7 +104,7 @@ def parallelcluster(recorded: Recorded, directory: Path) -> dict[str, str]:
     session, client, stub = recording_session(recorded)
     compute_stack(session, {"Backend": "parallelcluster", "Orchestrator": "none", "ClusterName": "lab"})
     for kind in ("HeadNode", "LoginNode"):
-        node({remote.PARALLELCLUSTER_NAME_TAG: "lab", remote.PARALLELCLUSTER_NODE_TYPE_TAG: kind})
+        node({PARALLELCLUSTER_NAME_TAG: "lab", PARALLELCLUSTER_NODE_TYPE_TAG: kind})
     run(session, write_spec(directory, "parallelcluster", login=1), recorded)
     with stub:
         spec = write_spec(directory, "parallelcluster", login=0)

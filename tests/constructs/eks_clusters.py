@@ -17,14 +17,9 @@ from kiln.constructs import (
     TrainingVpc,
     TrainingVpcProps,
 )
-from kiln.constructs.eks import (
-    AcceleratedNodeGroup,
-    CodeServerPod,
-    EksTrainingCluster,
-    EksTrainingClusterProps,
-    LustreVolume,
-    SystemNodeGroup,
-)
+from kiln.constructs.eks import EksTrainingCluster, EksTrainingClusterProps, LustreVolume
+from kiln.constructs.eks_code_server import CodeServerPod
+from kiln.constructs.eks_node_groups import AcceleratedNodeGroup, SystemNodeGroup
 from kiln.stacks import new_app
 from tests.constructs.conftest import ENV, efa_network, logical_id, plain_bootstrap, synth_as_kiln
 
@@ -47,52 +42,49 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
     lustre.allow_from(clients)
     admin = iam.Role(st, "Admin", assumed_by=iam.AccountRootPrincipal())
     bootstrap = plain_bootstrap(st, "eks-user-data.sh")
-    cluster = EksTrainingCluster(
-        st,
-        "Cluster",
-        EksTrainingClusterProps(
-            vpc=net.vpc,
-            node_subnet=net.compute_subnet,
-            efa_security_group=efa.security_group,
-            accelerated_groups=[
-                AcceleratedNodeGroup(
-                    name="p5",
-                    instance_type="p5.48xlarge",
-                    max_count=4,
-                    root_volume_gib=512,
-                    capacity=CapacityOption(type="capacity-block", reservation_id=RESERVATION),
-                    placement_group=placement.placement_group,
-                ),
-                AcceleratedNodeGroup(
-                    name="spot",
-                    instance_type="g5.48xlarge",
-                    min_count=1,
-                    max_count=2,
-                    capacity=CapacityOption(type="spot"),
-                    placement_group=placement.placement_group,
-                ),
-                AcceleratedNodeGroup(
-                    name="odcr",
-                    instance_type="p4d.24xlarge",
-                    max_count=2,
-                    capacity=CapacityOption(type="reservation", reservation_id=RESERVATION),
-                    labels={"team": "ml"},
-                ),
-            ],
-            system_nodes=SystemNodeGroup(instance_type="m5.2xlarge", count=3),
-            cluster_name="llm-eks",
-            admin_role=admin,
-            lustre=LustreVolume(
-                file_system=lustre,
-                client_security_group=clients,
-                storage_gib=1200,
-                namespace="training",
+    props = EksTrainingClusterProps(
+        vpc=net.vpc,
+        node_subnet=net.compute_subnet,
+        efa_security_group=efa.security_group,
+        accelerated_groups=[
+            AcceleratedNodeGroup(
+                name="p5",
+                instance_type="p5.48xlarge",
+                max_count=4,
+                root_volume_gib=512,
+                capacity=CapacityOption(type="capacity-block", reservation_id=RESERVATION),
+                placement_group=placement.placement_group,
             ),
-            code_server=CodeServerPod(home="code-server/llm-eks"),
-            bootstrap=bootstrap,
-            cluster_env={"KILN_CLUSTER_NAME": "llm-eks", "KILN_REGION": REGION},
+            AcceleratedNodeGroup(
+                name="spot",
+                instance_type="g5.48xlarge",
+                min_count=1,
+                max_count=2,
+                capacity=CapacityOption(type="spot"),
+                placement_group=placement.placement_group,
+            ),
+            AcceleratedNodeGroup(
+                name="odcr",
+                instance_type="p4d.24xlarge",
+                max_count=2,
+                capacity=CapacityOption(type="reservation", reservation_id=RESERVATION),
+                labels={"team": "ml"},
+            ),
+        ],
+        system_nodes=SystemNodeGroup(instance_type="m5.2xlarge", count=3),
+        cluster_name="llm-eks",
+        admin_role=admin,
+        lustre=LustreVolume(
+            file_system=lustre,
+            client_security_group=clients,
+            storage_gib=1200,
+            namespace="training",
         ),
+        code_server=CodeServerPod(home="code-server/llm-eks"),
+        bootstrap=bootstrap,
+        cluster_env={"KILN_CLUSTER_NAME": "llm-eks", "KILN_REGION": REGION},
     )
+    cluster = EksTrainingCluster(st, "Cluster", props)
     hp_stack = cdk.Stack(app, "HyperPodEks", env=ENV)
     hp_net = TrainingVpc(hp_stack, "Vpc", TrainingVpcProps(availability_zone=AZ, second_availability_zone="us-east-1b"))
     orchestrator = EksTrainingCluster(
@@ -121,6 +113,7 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "clients": clients,
         "admin": admin,
         "bootstrap": bootstrap,
+        "props": props,
         "cluster": cluster,
         "orchestrator": orchestrator,
         "template": templates["Eks"],
@@ -175,5 +168,5 @@ def _managed_policy_names(template: Template, role) -> list[str]:
 
 
 def _base_props(eks: dict) -> dict:
-    base = eks["cluster"].props
+    base = eks["props"]
     return {f: getattr(base, f) for f in base.__dataclass_fields__}

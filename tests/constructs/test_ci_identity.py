@@ -12,7 +12,7 @@ import pytest
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
-from kiln.constructs import GithubDeployIdentityProps, nag_rules
+from kiln.constructs import GithubDeployIdentityProps, acknowledgements
 from kiln.stacks import new_app
 from kiln.stacks.ci_identity import CiIdentityStack, build_identity, identity_stack_name
 from kiln.synth import nag_report
@@ -367,7 +367,7 @@ def test_the_stack_is_tagged_and_outputs_the_role_arn(built: Built) -> None:
 def test_cdk_nag_has_no_open_finding_and_every_acknowledgement_is_a_reviewed_grant(built: Built) -> None:
     report = nag_report(built.outdir)
     assert report.violations == []
-    reasons = {grant.reason for grant in nag_rules.CI_IDENTITY_GRANTS}
+    reasons = {grant.reason for grant in acknowledgements.CI_IDENTITY_GRANTS}
     assert report.acknowledged
     for rule, reason in report.acknowledged:
         assert rule.startswith("AwsSolutions::AwsSolutions-IAM5[")
@@ -386,7 +386,7 @@ def _split_reasons(text: str, reasons: set[str]) -> list[str]:
 
 
 def test_every_ci_grant_has_a_reason_and_exact_actions() -> None:
-    grants = nag_rules.CI_IDENTITY_GRANTS
+    grants = acknowledgements.CI_IDENTITY_GRANTS
     assert all(g.reason.strip() and g.actions for g in grants)
     assert not any("*" in action for g in grants for action in g.actions)
 

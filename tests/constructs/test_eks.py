@@ -18,16 +18,9 @@ from aws_cdk.assertions import Template
 from kiln.catalog.platforms import service_fact
 from kiln.constructs import (
     LustreFileSystemAttributes,
-    nag_rules,
+    acknowledgements,
 )
-from kiln.constructs.eks import (
-    KUBECTL_ECR_POLICIES,
-    AcceleratedNodeGroup,
-    EksTrainingCluster,
-    EksTrainingClusterProps,
-    LustreVolume,
-    SystemNodeGroup,
-)
+from kiln.constructs.eks import KUBECTL_ECR_POLICIES, EksTrainingCluster, EksTrainingClusterProps, LustreVolume
 from kiln.constructs.eks_addons import (
     HELM_ADDONS,
     HYPERPOD_DEPENDENCIES,
@@ -37,6 +30,7 @@ from kiln.constructs.eks_addons import (
     TRAINING_OPERATOR,
     kustomize_job_manifests,
 )
+from kiln.constructs.eks_node_groups import AcceleratedNodeGroup, SystemNodeGroup
 from kiln.constructs.neuron_addons import NEURON_DEVICE_PLUGIN, NEURON_SCHEDULER
 from kiln.stacks import new_app
 from kiln.synth import lint_template, nag_report
@@ -232,7 +226,7 @@ def test_node_role_holds_only_what_nodes_need(eks) -> None:
             for document in role_policies(template, cluster.node_role.node.default_child)
             for row in policy_rows(document)
         }
-        assert set(nag_rules.NODE_SSM_HEARTBEAT) | set(nag_rules.NODE_SSM_CHANNELS) <= granted
+        assert set(acknowledgements.NODE_SSM_HEARTBEAT) | set(acknowledgements.NODE_SSM_CHANNELS) <= granted
         assert not any(action.startswith("ssm:GetParameter") for action in granted)
 
 
@@ -243,7 +237,7 @@ def test_vpc_cni_has_its_own_pod_identity_with_only_the_cni_policy(eks) -> None:
             for a in template.find_resources("AWS::EKS::PodIdentityAssociation").values()
         }
         # Only what calls AWS: the CNI, and the autoscaler where the cluster has node groups to scale.
-        autoscaler = {("kube-system", "cluster-autoscaler")} if cluster.props.accelerated_groups else set()
+        autoscaler = {("kube-system", "cluster-autoscaler")} if cluster.node_groups else set()
         assert set(associations) == {("kube-system", "aws-node")} | autoscaler
         props = associations["kube-system", "aws-node"]
         assert props == _props(template, cluster.cni_identity)
@@ -324,7 +318,7 @@ def test_each_helm_addon_is_installed_at_its_pinned_chart_version(eks, key: str)
 
 def test_gpu_clusters_run_the_nvidia_plugin_and_no_neuron_components(eks) -> None:
     for template, cluster in _both(eks):
-        assert cluster.props.accelerator_kinds == {"gpu"}
+        assert cluster.accelerator_kinds == {"gpu"}
         assert {"nvidia-device-plugin", "efa-device-plugin"} <= set(cluster.addons)
         assert not {NEURON_DEVICE_PLUGIN, NEURON_SCHEDULER} & set(cluster.addons)
         assert cluster.neuron_scheduler_name is None
@@ -636,7 +630,7 @@ def validate_manifests(clusters: list[tuple[Template, EksTrainingCluster]]) -> s
 
     kinds = set()
     for template, cluster in clusters:
-        version = cluster.props.kubernetes_version
+        version = cluster.kubernetes_version
         kueue = []
         for resource in template.find_resources("Custom::AWSCDK-EKS-KubernetesResource").values():
             for manifest in json.loads(_text(resource["Properties"]["Manifest"])):

@@ -15,8 +15,9 @@ from kiln.constructs import (
     TrainingVpc,
     TrainingVpcProps,
 )
-from kiln.constructs.eks import AcceleratedNodeGroup, EksTrainingCluster, EksTrainingClusterProps
+from kiln.constructs.eks import EksTrainingCluster, EksTrainingClusterProps
 from kiln.constructs.eks_addons import HELM_ADDONS, KUBERNETES_RELEASES
+from kiln.constructs.eks_node_groups import AcceleratedNodeGroup
 from kiln.constructs.neuron_addons import (
     NEURON_DEVICE_PLUGIN,
     NEURON_RESOURCES,
@@ -140,7 +141,7 @@ def test_trn1_nodes_carry_every_efa_in_the_placement_group_with_imds_kept_to_the
 
 def test_neuron_clusters_install_no_nvidia_plugin_and_keep_efa(neuron) -> None:
     for template, cluster in _both(neuron):
-        assert cluster.props.accelerator_kinds == {"neuron"}
+        assert cluster.accelerator_kinds == {"neuron"}
         charts = {c["Properties"]["Chart"] for c in template.find_resources("Custom::AWSCDK-EKS-HelmChart").values()}
         assert "nvidia-device-plugin" not in charts
         assert {HELM_ADDONS["efa-device-plugin"].chart, HELM_ADDONS["fsx-csi-driver"].chart} <= charts
@@ -269,7 +270,7 @@ def test_neuron_pods_get_no_aws_identity(neuron) -> None:
             a["Properties"]["ServiceAccount"]
             for a in template.find_resources("AWS::EKS::PodIdentityAssociation").values()
         }
-        assert accounts == {"aws-node"} | ({"cluster-autoscaler"} if cluster.props.accelerated_groups else set())
+        assert accounts == {"aws-node"} | ({"cluster-autoscaler"} if cluster.node_groups else set())
         # Off the host network, behind IMDS hop limit 1, the pods cannot reach the node role either.
         for key in (NEURON_DEVICE_PLUGIN, NEURON_SCHEDULER):
             for o in _manifest(template, cluster.addons[key]):

@@ -24,7 +24,7 @@ from kiln.constructs import (
     SystemNodeGroup,
     TrainingVpc,
     TrainingVpcProps,
-    nag_rules,
+    acknowledgements,
 )
 from kiln.constructs.eks_observability import (
     DCGM_EXPORTER,
@@ -311,7 +311,7 @@ def test_templates_lint_clean_and_pass_cdk_nag_and_checkov(observed) -> None:
     report = nag_report(outdir)
     assert report.violations == []
     assert all(reason.strip() for _, reason in report.acknowledged)
-    reviewed = {(skip.check, skip.reason) for skip in nag_rules.CHECKOV_SKIPS}
+    reviewed = {(skip.check, skip.reason) for skip in acknowledgements.CHECKOV_SKIPS}
     for path, result in run_checkov(paths).items():
         assert [f"{f.check_id} on {f.resource}" for f in result.failed] == [], path.name
         assert {(f.check_id, f.reason) for f in result.skipped} <= reviewed, path.name

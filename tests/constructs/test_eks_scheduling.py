@@ -17,9 +17,9 @@ from kiln.catalog.kubernetes import (
     NODE_GROUP_LABEL,
     node_resources,
 )
-from kiln.catalog.names import EKS_SYSTEM_NODE_GROUP, TAG_EKS_CLUSTER, TAG_NODE_GROUP
-from kiln.constructs.eks import AcceleratedNodeGroup, EksTrainingClusterProps
+from kiln.constructs.eks import EksTrainingClusterProps
 from kiln.constructs.eks_addons import INSTALL_NAMESPACE
+from kiln.constructs.eks_node_groups import AcceleratedNodeGroup
 from kiln.constructs.eks_scheduling import (
     AUTOSCALER_SERVICE_ACCOUNT,
     CLUSTER_AUTOSCALER_FACTS,
@@ -28,6 +28,8 @@ from kiln.constructs.eks_scheduling import (
     QueuedGroup,
     queue_manifests,
 )
+from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
+from kiln.contracts.tags import TAG_EKS_CLUSTER, TAG_NODE_GROUP
 from tests.constructs.conftest import get_att, logical_id, policy_rows, ref
 from tests.constructs.eks_clusters import _base_props, _gpu_group, _manifest, _props, _text
 
@@ -53,10 +55,10 @@ def test_the_autoscaler_chart_discovers_this_cluster_with_the_ca_of_its_minor(ek
     values = json.loads(_text(chart["Values"]).replace(f"<Ref {logical_id(cluster.cluster.node.default_child)}>", "C"))
     assert values["autoDiscovery"] == {"clusterName": "C"}
     assert values["awsRegion"] == "us-east-1"
-    assert values["image"]["tag"] == CLUSTER_AUTOSCALER_FACTS["images"][cluster.props.kubernetes_version]
+    assert values["image"]["tag"] == CLUSTER_AUTOSCALER_FACTS["images"][cluster.kubernetes_version]
     assert values["rbac"]["serviceAccount"]["name"] == AUTOSCALER_SERVICE_ACCOUNT
     assert values["nodeSelector"] == {NODE_GROUP_LABEL: EKS_SYSTEM_NODE_GROUP}
-    assert values["extraArgs"]["max-node-provision-time"] == f"{cluster.props.node_provision_seconds}s"
+    assert values["extraArgs"]["max-node-provision-time"] == f"{eks['props'].node_provision_seconds}s"
     # Every minor kiln runs has a CA release of its own.
     from kiln.constructs.eks_addons import KUBERNETES_RELEASES
 
@@ -143,7 +145,7 @@ def test_kueue_installs_from_its_pinned_commit_with_the_release_image_and_pytorc
     assert config["apiVersion"] == KUEUE_FACTS["config_api_version"]
     assert "kubeflow.org/pytorchjob" in config["integrations"]["frameworks"]
     ready = config["waitForPodsReady"]
-    assert ready["timeout"] == f"{eks['cluster'].props.node_provision_seconds + IMAGE_PULL_SECONDS}s"
+    assert ready["timeout"] == f"{eks['props'].node_provision_seconds + IMAGE_PULL_SECONDS}s"
     assert ready["blockAdmission"] is True
 
 
@@ -160,7 +162,7 @@ def test_the_queues_apply_only_after_kueue_is_installed(eks) -> None:
 
 def test_the_queue_holds_each_group_at_its_largest(eks) -> None:
     objects = {(o["kind"], o["metadata"]["name"]): o for o in _manifest(eks["template"], eks["cluster"].queues)}
-    groups = eks["cluster"].props.accelerated_groups
+    groups = eks["props"].accelerated_groups
     assert {name for kind, name in objects if kind == "ResourceFlavor"} == {g.name for g in groups}
     [resource_group] = objects["ClusterQueue", JOB_QUEUE]["spec"]["resourceGroups"]
     flavors = {f["name"]: {r["name"]: r["nominalQuota"] for r in f["resources"]} for f in resource_group["flavors"]}

@@ -25,7 +25,7 @@ from aws_cdk.assertions import Template
 from botocore.stub import ANY, Stubber
 
 from kiln.catalog.exporters import SCRAPE_INTERVAL_S
-from kiln.constructs import GrafanaWorkspace, GrafanaWorkspaceProps, nag_rules
+from kiln.constructs import GrafanaWorkspace, GrafanaWorkspaceProps, acknowledgements
 from kiln.constructs import grafana as grafana_module
 from kiln.constructs.grafana import (
     GRAFANA_CODE,
@@ -340,7 +340,7 @@ def test_cfn_lint_finds_no_error_or_warning(built: Built) -> None:
 
 GRAFANA_SKIPS = {
     (skip.resource_type, skip.check): skip.reason
-    for skip in nag_rules.CHECKOV_SKIPS
+    for skip in acknowledgements.CHECKOV_SKIPS
     if any("DashboardProvisioner" in path for path in skip.paths)
 }
 
@@ -377,22 +377,34 @@ def test_checkov_fails_nothing_and_skips_exactly_the_reviewed_checks(built: Buil
 
 # --- props ---------------------------------------------------------------------------------------------------
 
+# A refused prop names the props class first.
+PROPS = r"^GrafanaWorkspaceProps\."
+
 
 @pytest.mark.parametrize(
     ("props", "message"),
     [
-        ({"name": "llm dashboards"}, r"^name: got 'llm dashboards'; allowed: 1 to 255 letters"),
-        ({"name": ""}, r"^name: got ''"),
-        ({"prometheus_workspace_arn": "ws-123"}, r"^prometheus_workspace_arn: got 'ws-123'; allowed: arn:"),
-        ({"prometheus_endpoint": "http://aps.example/"}, r"^prometheus_endpoint: got 'http://aps.example/'"),
-        ({"prometheus_region": "Oregon"}, r"^prometheus_region: got 'Oregon'; allowed: a region name"),
-        ({"prometheus_key_arn": "alias/amp"}, r"^prometheus_key_arn: got 'alias/amp'; allowed: arn:"),
-        ({"authentication_providers": ()}, r"^authentication_providers: got \(\); allowed: one or both of AWS_SSO"),
-        ({"authentication_providers": ("OIDC",)}, r"^authentication_providers: got 'OIDC'; allowed: AWS_SSO, SAML$"),
-        ({"dashboards": ()}, r"^dashboards: got \(\); allowed: one or more of cluster, efa, gpu, slurm, each once$"),
-        ({"dashboards": ("gpu", "gpu")}, r"^dashboards: got \('gpu', 'gpu'\)"),
-        ({"dashboards": ("gpus",)}, r"^dashboards: got 'gpus'; allowed: cluster, efa, gpu, slurm$"),
-        ({"grafana_version": "8.4"}, r"^grafana_version: got '8.4'; allowed: 9.4, 10.4$"),
+        ({"name": "llm dashboards"}, PROPS + r"name: got 'llm dashboards'; allowed: 1 to 255 letters"),
+        ({"name": ""}, PROPS + r"name: got ''"),
+        ({"prometheus_workspace_arn": "ws-123"}, PROPS + r"prometheus_workspace_arn: got 'ws-123'; allowed: arn:"),
+        ({"prometheus_endpoint": "http://aps.example/"}, PROPS + r"prometheus_endpoint: got 'http://aps.example/'"),
+        ({"prometheus_region": "Oregon"}, PROPS + r"prometheus_region: got 'Oregon'; allowed: a region name"),
+        ({"prometheus_key_arn": "alias/amp"}, PROPS + r"prometheus_key_arn: got 'alias/amp'; allowed: arn:"),
+        (
+            {"authentication_providers": ()},
+            PROPS + r"authentication_providers: got \(\); allowed: one or both of AWS_SSO",
+        ),
+        (
+            {"authentication_providers": ("OIDC",)},
+            PROPS + r"authentication_providers: got 'OIDC'; allowed: AWS_SSO, SAML$",
+        ),
+        (
+            {"dashboards": ()},
+            PROPS + r"dashboards: got \(\); allowed: one or more of cluster, efa, gpu, slurm, each once$",
+        ),
+        ({"dashboards": ("gpu", "gpu")}, PROPS + r"dashboards: got \('gpu', 'gpu'\)"),
+        ({"dashboards": ("gpus",)}, PROPS + r"dashboards: got 'gpus'; allowed: cluster, efa, gpu, slurm$"),
+        ({"grafana_version": "8.4"}, PROPS + r"grafana_version: got '8.4'; allowed: 9.4, 10.4$"),
     ],
 )
 def test_bad_props_are_refused_naming_what_is_allowed(props: dict, message: str) -> None:

@@ -19,25 +19,22 @@ def slurm():
     st = stack("HyperPodSlurm")
     vpc = imported_vpc(st)
     efa = ec2.SecurityGroup(st, "Efa", vpc=vpc)
-    cluster = HyperPodCluster(
-        st,
-        "Cluster",
-        HyperPodClusterProps(
-            cluster_name="llm-hp-slurm",
-            vpc=vpc,
-            subnet=vpc.private_subnets[0],
-            security_groups=[efa],
-            instance_groups=[
-                HyperPodInstanceGroup(name="controller", instance_type="m5.8xlarge", count=1, role="controller"),
-                HyperPodInstanceGroup(name="login", instance_type="m5.2xlarge", count=1, role="login"),
-                HyperPodInstanceGroup(name="p5", instance_type="p5.48xlarge", count=2, storage_gib=1000),
-            ],
-            lifecycle=plain_bootstrap(st, "on_create.sh"),
-            cluster_env={"KILN_CLUSTER_NAME": "llm-hp-slurm", "KILN_REGION": "us-east-1"},
-            provisioning_parameters={"version": "1.0.0", "workload_manager": "slurm", "controller_group": "controller"},
-        ),
+    props = HyperPodClusterProps(
+        cluster_name="llm-hp-slurm",
+        vpc=vpc,
+        subnet=vpc.private_subnets[0],
+        security_groups=[efa],
+        instance_groups=[
+            HyperPodInstanceGroup(name="controller", instance_type="m5.8xlarge", count=1, role="controller"),
+            HyperPodInstanceGroup(name="login", instance_type="m5.2xlarge", count=1, role="login"),
+            HyperPodInstanceGroup(name="p5", instance_type="p5.48xlarge", count=2, storage_gib=1000),
+        ],
+        lifecycle=plain_bootstrap(st, "on_create.sh"),
+        cluster_env={"KILN_CLUSTER_NAME": "llm-hp-slurm", "KILN_REGION": "us-east-1"},
+        provisioning_parameters={"version": "1.0.0", "workload_manager": "slurm", "controller_group": "controller"},
     )
-    return {"cluster": cluster, "efa": efa, "template": Template.from_stack(st)}
+    cluster = HyperPodCluster(st, "Cluster", props)
+    return {"props": props, "cluster": cluster, "efa": efa, "template": Template.from_stack(st)}
 
 
 def _groups(fixture) -> dict[str, dict]:
@@ -207,7 +204,7 @@ def test_an_imported_eks_cluster_without_its_security_group_is_refused() -> None
     ],
 )
 def test_invalid_props_are_refused(slurm, change: dict, message: str) -> None:
-    base = slurm["cluster"].props
+    base = slurm["props"]
     kwargs = {f: getattr(base, f) for f in base.__dataclass_fields__} | change
     with pytest.raises(ValueError, match=message):
         HyperPodClusterProps(**kwargs)

@@ -165,16 +165,16 @@ def test_a_type_whose_first_card_is_ena_only_puts_every_efa_on_the_other_cards()
     [
         (
             {"type": "capacity-block"},
-            "capacity.reservation_id: got None; allowed: cr- and 17 hex digits for capacity-block",
+            "CapacityOption.reservation_id: got None; allowed: cr- and 17 hex digits for capacity-block",
         ),
-        ({"type": "reservation", "reservation_id": "cr-1"}, "capacity.reservation_id: got 'cr-1'"),
+        ({"type": "reservation", "reservation_id": "cr-1"}, "CapacityOption.reservation_id: got 'cr-1'"),
         (
             {"type": "spot", "reservation_id": "cr-0123456789abcdef0"},
-            "capacity.reservation_id: got 'cr-0123456789abcdef0'; allowed: unset for spot",
+            "CapacityOption.reservation_id: got 'cr-0123456789abcdef0'; allowed: unset for spot",
         ),
         (
             {"type": "dedicated"},
-            "capacity.type: got 'dedicated'; allowed: on-demand, spot, capacity-block, reservation",
+            "CapacityOption.type: got 'dedicated'; allowed: on-demand, spot, capacity-block, reservation",
         ),
     ],
 )

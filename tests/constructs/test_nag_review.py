@@ -12,10 +12,10 @@ from aws_cdk import aws_s3 as s3
 from cdk_nag import AwsSolutionsChecks
 from constructs import Construct
 
-from kiln.constructs import nag_rules
-from kiln.constructs._checks import SkipReviewedCheckovChecks, review_wildcards
+from kiln.constructs import acknowledgements
+from kiln.constructs.acknowledgements import CheckovSkip, WildcardGrant
 from kiln.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
-from kiln.constructs.nag_rules import CheckovSkip, WildcardGrant
+from kiln.constructs.review import SkipReviewedCheckovChecks, review_wildcards
 from kiln.iam_wildcards import wildcard_pairs
 from kiln.stacks import new_app
 from kiln.synth import nag_report
@@ -72,7 +72,7 @@ def test_a_grant_for_another_bucket_or_prefix_does_not_cover() -> None:
 
 
 def test_every_reviewed_grant_has_a_reason_and_exact_actions() -> None:
-    grants = [*nag_rules.HYPERPOD_ROLE_GRANTS, *nag_rules.LIFECYCLE_HANDLER_GRANTS]
+    grants = [*acknowledgements.HYPERPOD_ROLE_GRANTS, *acknowledgements.LIFECYCLE_HANDLER_GRANTS]
     assert all(g.reason.strip() and g.actions for g in grants)
     assert not any(a in ("*", "ec2:*", "s3:*", "iam:*") for g in grants for a in g.actions)
 
@@ -154,6 +154,6 @@ def test_a_checkov_exception_without_a_reason_is_refused() -> None:
 
 
 def test_every_listed_checkov_exception_names_a_type_and_valid_whole_path_patterns() -> None:
-    for skip in nag_rules.CHECKOV_SKIPS:
+    for skip in acknowledgements.CHECKOV_SKIPS:
         assert re.fullmatch(r"CKV_AWS_\d+", skip.check) and re.fullmatch(r"AWS::\w+::\w+", skip.resource_type)
         assert skip.paths and all(re.compile(path) for path in skip.paths)

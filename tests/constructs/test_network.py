@@ -17,7 +17,7 @@ from kiln.constructs import (
     ExistingNetwork,
     TrainingVpc,
     TrainingVpcProps,
-    nag_rules,
+    acknowledgements,
 )
 from tests.constructs.conftest import get_att, logical_id, stack
 
@@ -84,7 +84,7 @@ def test_flow_logs_are_encrypted_with_their_own_rotating_key_kept_as_long_as_the
     assert (keys[logical_id(key)]["DeletionPolicy"], group["DeletionPolicy"]) == ("Retain", "Retain")
     (logs_use,) = [s for s in _key_statements(template, vpc.flow_log_key) if "Service" in s["Principal"]]
     assert logs_use["Principal"] == {"Service": "logs.us-east-1.amazonaws.com"}
-    assert sorted(logs_use["Action"]) == sorted(nag_rules.LOGS_KEY_USE.actions)
+    assert sorted(logs_use["Action"]) == sorted(acknowledgements.LOGS_KEY_USE.actions)
     # Only CloudWatch Logs of this account and region, for log groups, may use the key.
     assert logs_use["Condition"] == {
         "ArnLike": {"kms:EncryptionContext:aws:logs:arn": "arn:aws:logs:us-east-1:111111111111:log-group:*"}

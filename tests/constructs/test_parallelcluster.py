@@ -14,7 +14,7 @@ from aws_cdk.assertions import Template
 
 from kiln.bootstrap.fetch import FETCH_SCRIPT, file_sha256
 from kiln.catalog.platforms import service_fact
-from kiln.constructs import CapacityOption, LustreFileSystem, LustreFileSystemAttributes, nag_rules
+from kiln.constructs import CapacityOption, LustreFileSystem, LustreFileSystemAttributes, acknowledgements
 from kiln.constructs.parallelcluster import (
     PARALLELCLUSTER_VERSION,
     ParallelCluster,
@@ -38,50 +38,53 @@ CAPACITIES = {
 STORAGE = {"fsx": "fs-0123456789abcdef0", "no-fsx": None}
 
 
-def build(capacity: str, fsx: str | None, login_count: int = 1):
+def build_props(capacity: str, fsx: str | None, login_count: int = 1) -> tuple[Stack, ParallelClusterProps]:
+    """Return a new stack and the props of a cluster of CAPACITY, with FSX (an id) or none, and LOGIN_COUNT login
+    nodes."""
     st = stack(f"Pc{capacity.title().replace('-', '')}{'Fsx' if fsx else 'NoFsx'}{login_count}")
     vpc = imported_vpc(st)
     clients = ec2.SecurityGroup(st, "LustreClients", vpc=vpc)
     bootstrap = plain_bootstrap(st, "on-node-configured.sh")
     count = 2 if capacity == "capacity-block" else 0
-    cluster = ParallelCluster(
-        st,
-        "Cluster",
-        ParallelClusterProps(
-            cluster_name="llm-pcluster",
-            subnet=vpc.private_subnets[0],
-            bootstrap=bootstrap,
-            cluster_env={"KILN_CLUSTER_NAME": "llm-pcluster", "KILN_REGION": st.region},
-            queues=[
-                SlurmQueue(
-                    name="p5",
-                    instance_type="p5.48xlarge",
-                    min_count=count,
-                    max_count=count or 4,
-                    capacity=CAPACITIES[capacity],
-                    placement_group=capacity in ("on-demand", "spot"),
-                    root_volume_gib=512,
-                ),
-                SlurmQueue(name="cpu", instance_type="c5.4xlarge", max_count=2, placement_group=False),
-            ],
-            file_system=LustreFileSystem.from_lustre_attributes(
-                st,
-                "Fsx",
-                LustreFileSystemAttributes(
-                    file_system_id=fsx,
-                    dns_name=f"{fsx}.fsx.us-east-1.amazonaws.com",
-                    mount_name="abcdefgh",
-                    security_group=clients,
-                ),
-            )
-            if fsx
-            else None,
-            security_groups=[clients],
-            login_count=login_count,
-            ssh_allowed_ips=vpc.vpc_cidr_block,
-        ),
+    return st, ParallelClusterProps(
+        cluster_name="llm-pcluster",
+        subnet=vpc.private_subnets[0],
+        bootstrap=bootstrap,
+        cluster_env={"KILN_CLUSTER_NAME": "llm-pcluster", "KILN_REGION": st.region},
+        queues=[
+            SlurmQueue(
+                name="p5",
+                instance_type="p5.48xlarge",
+                min_count=count,
+                max_count=count or 4,
+                capacity=CAPACITIES[capacity],
+                placement_group=capacity in ("on-demand", "spot"),
+                root_volume_gib=512,
+            ),
+            SlurmQueue(name="cpu", instance_type="c5.4xlarge", max_count=2, placement_group=False),
+        ],
+        file_system=LustreFileSystem.from_lustre_attributes(
+            st,
+            "Fsx",
+            LustreFileSystemAttributes(
+                file_system_id=fsx,
+                dns_name=f"{fsx}.fsx.us-east-1.amazonaws.com",
+                mount_name="abcdefgh",
+                security_group=clients,
+            ),
+        )
+        if fsx
+        else None,
+        security_groups=[clients],
+        login_count=login_count,
+        ssh_allowed_ips=vpc.vpc_cidr_block,
     )
-    return cluster
+
+
+def build(capacity: str, fsx: str | None, login_count: int = 1) -> ParallelCluster:
+    """Return a cluster of CAPACITY, with FSX (an id) or none, and LOGIN_COUNT login nodes, in a stack of its own."""
+    st, props = build_props(capacity, fsx, login_count)
+    return ParallelCluster(st, "Cluster", props)
 
 
 @pytest.mark.parametrize("storage", STORAGE)
@@ -312,10 +315,10 @@ def test_cdk_nag_has_no_open_finding_and_the_ssm_wildcard_is_reviewed(tmp_path) 
     template = synth_as_kiln(app, tmp_path, [st])["PcNag"]
     policy = logical_id(cluster.ssm_agent_policy.node.default_child)
     uses = [u for u in template_wildcards(template.to_json()) if u.logical_id == policy]
-    assert {(u.action, u.resource) for u in uses} == {(action, "*") for action in nag_rules.NODE_SSM_CHANNELS} | {
-        ("ssm:UpdateInstanceInformation", "arn:aws:ec2:us-east-1:111111111111:instance/*")
-    }
-    assert {u.reason for u in uses} == {grant.reason for grant in nag_rules.NODE_SSM_GRANTS}
+    assert {(u.action, u.resource) for u in uses} == {
+        (action, "*") for action in acknowledgements.NODE_SSM_CHANNELS
+    } | {("ssm:UpdateInstanceInformation", "arn:aws:ec2:us-east-1:111111111111:instance/*")}
+    assert {u.reason for u in uses} == {grant.reason for grant in acknowledgements.NODE_SSM_GRANTS}
     assert nag_report(tmp_path).violations == []
 
 
@@ -371,13 +374,14 @@ def test_bad_queues_are_refused(kwargs: dict, message: str) -> None:
 
 
 def test_a_longer_setup_stretches_the_timeouts_and_an_unknown_one_is_refused() -> None:
-    cluster = build("on-demand", None, login_count=0)
+    st, props = build_props("on-demand", None, login_count=0)
+    cluster = ParallelCluster(st, "Cluster", props)
     assert "DevSettings" not in Stack.of(cluster).resolve(cluster.config)
-    timed = dataclasses.replace(cluster.props, bootstrap_timeouts={"ComputeNodeBootstrapTimeout": 4500})
+    timed = dataclasses.replace(props, bootstrap_timeouts={"ComputeNodeBootstrapTimeout": 4500})
     stretched = ParallelCluster(Stack.of(cluster), "Timed", timed)
     config = load_with_official_schema(concrete(Stack.of(cluster).resolve(stretched.config)), "llm-pcluster")
     assert config.dev_settings.timeouts.compute_node_bootstrap_timeout == 4500
     with pytest.raises(ValueError, match="bootstrap_timeouts: got 'ResumeTimeout'; allowed: HeadNodeBootstrapTimeout"):
-        dataclasses.replace(cluster.props, bootstrap_timeouts={"ResumeTimeout": 60})
+        dataclasses.replace(props, bootstrap_timeouts={"ResumeTimeout": 60})
     with pytest.raises(ValueError, match="bootstrap_timeouts ComputeNodeBootstrapTimeout: got 0"):
-        dataclasses.replace(cluster.props, bootstrap_timeouts={"ComputeNodeBootstrapTimeout": 0})
+        dataclasses.replace(props, bootstrap_timeouts={"ComputeNodeBootstrapTimeout": 0})

@@ -24,7 +24,7 @@ from kiln.constructs.parallelcluster import (
     update_refusals,
     update_verdicts,
 )
-from tests.constructs.test_parallelcluster import CAPACITIES, build
+from tests.constructs.test_parallelcluster import CAPACITIES, build, build_props
 
 # ---- The table: each setting kiln writes, with the update policy the installed schema declares for it. ----
 
@@ -65,13 +65,12 @@ def written() -> dict[str, str]:
     timeouts, a custom AMI and the queues' own), with its policy from the installed schema."""
     paths: dict[str, str] = {}
     for capacity in CAPACITIES:
-        cluster = build(capacity, "fs-0123456789abcdef0", login_count=1)
-        st = Stack.of(cluster)
+        st, base = build_props(capacity, "fs-0123456789abcdef0", login_count=1)
         extra = attachable_policy(
             st, "Extra", statements=[iam.PolicyStatement(actions=["s3:ListBucket"], resources=["*"])]
         )
         props = dataclasses.replace(
-            cluster.props,
+            base,
             head_node_policies=[extra],
             bootstrap_timeouts={"HeadNodeBootstrapTimeout": 3000, "ComputeNodeBootstrapTimeout": 3000},
             custom_ami="ami-0123456789abcdef0",
@@ -140,13 +139,13 @@ def test_each_place_an_ami_is_set_has_the_update_policy_parallelclusters_schema_
 
 def test_a_custom_ami_read_at_deploy_is_refused() -> None:
     """Image/CustomAmi is UNSUPPORTED: a value that may change between deploys belongs in compute_ami."""
-    cluster = build("on-demand", None, login_count=0)
-    image = CfnParameter(Stack.of(cluster), "Image", type="AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>")
+    st, props = build_props("on-demand", None, login_count=0)
+    image = CfnParameter(st, "Image", type="AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>")
     with pytest.raises(
         ValueError, match=r"custom_ami: got .*allowed: a literal AMI id: .*\(UNSUPPORTED\).*compute_ami"
     ):
-        dataclasses.replace(cluster.props, custom_ami=image.value_as_string)
-    assert dataclasses.replace(cluster.props, compute_ami=image.value_as_string).compute_ami == image.value_as_string
+        dataclasses.replace(props, custom_ami=image.value_as_string)
+    assert dataclasses.replace(props, compute_ami=image.value_as_string).compute_ami == image.value_as_string
 
 
 def test_every_policy_in_the_table_is_one_parallelcluster_defines_and_kiln_judges() -> None:

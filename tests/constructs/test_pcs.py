@@ -10,7 +10,7 @@ from aws_cdk import aws_ec2 as ec2
 
 from kiln.catalog.platforms import service_fact
 from kiln.constructs import CapacityOption
-from kiln.constructs.nag_rules import NODE_SSM_CHANNELS, NODE_SSM_GRANTS
+from kiln.constructs.acknowledgements import NODE_SSM_CHANNELS, NODE_SSM_GRANTS
 from kiln.constructs.pcs import NAME_DIGEST_LENGTH, PcsCluster, PcsClusterProps, PcsNodeGroup, node_group_name
 from kiln.iam_wildcards import template_wildcards
 from kiln.stacks import new_app
@@ -29,42 +29,40 @@ def pcs(tmp_path_factory):
     efa = ec2.SecurityGroup(st, "Efa", vpc=vpc)
     clients = ec2.SecurityGroup(st, "LustreClients", vpc=vpc)
     bootstrap = plain_bootstrap(st)
-    cluster = PcsCluster(
-        st,
-        "Cluster",
-        PcsClusterProps(
-            vpc=vpc,
-            subnet=vpc.private_subnets[0],
-            efa_security_group=efa,
-            ami_id="ami-0123456789abcdef0",
-            compute_groups=[
-                PcsNodeGroup(
-                    name="p5cb",
-                    instance_type="p5.48xlarge",
-                    min_count=4,
-                    max_count=4,
-                    root_volume_gib=512,
-                    capacity=CapacityOption(type="capacity-block", reservation_id="cr-0123456789abcdef0"),
-                ),
-                PcsNodeGroup(
-                    name="spot",
-                    instance_type="g5.12xlarge",
-                    max_count=2,
-                    capacity=CapacityOption(type="spot"),
-                    placement_group=ec2.PlacementGroup.from_placement_group_name(st, "Placement", "pg-kiln"),
-                ),
-            ],
-            login=PcsNodeGroup(name="login", instance_type="m5.2xlarge", min_count=1, max_count=1),
-            bootstrap=bootstrap,
-            cluster_env={"KILN_CLUSTER_NAME": "llm-pcs", "KILN_REGION": "us-east-1", "KILN_FSX_DNS": "fs.example"},
-            slurm_version="25.11",
-            size="MEDIUM",
-            scale_down_idle_seconds=900,
-            slurm_custom_settings={"SuspendTime": "900"},
-            security_groups=[clients],
-        ),
+    props = PcsClusterProps(
+        vpc=vpc,
+        subnet=vpc.private_subnets[0],
+        efa_security_group=efa,
+        ami_id="ami-0123456789abcdef0",
+        compute_groups=[
+            PcsNodeGroup(
+                name="p5cb",
+                instance_type="p5.48xlarge",
+                min_count=4,
+                max_count=4,
+                root_volume_gib=512,
+                capacity=CapacityOption(type="capacity-block", reservation_id="cr-0123456789abcdef0"),
+            ),
+            PcsNodeGroup(
+                name="spot",
+                instance_type="g5.12xlarge",
+                max_count=2,
+                capacity=CapacityOption(type="spot"),
+                placement_group=ec2.PlacementGroup.from_placement_group_name(st, "Placement", "pg-kiln"),
+            ),
+        ],
+        login=PcsNodeGroup(name="login", instance_type="m5.2xlarge", min_count=1, max_count=1),
+        bootstrap=bootstrap,
+        cluster_env={"KILN_CLUSTER_NAME": "llm-pcs", "KILN_REGION": "us-east-1", "KILN_FSX_DNS": "fs.example"},
+        slurm_version="25.11",
+        size="MEDIUM",
+        scale_down_idle_seconds=900,
+        slurm_custom_settings={"SuspendTime": "900"},
+        security_groups=[clients],
     )
+    cluster = PcsCluster(st, "Cluster", props)
     return {
+        "props": props,
         "cluster": cluster,
         "efa": efa,
         "clients": clients,
@@ -258,7 +256,7 @@ def test_outputs_cluster_id_and_login_group(pcs) -> None:
     ],
 )
 def test_invalid_props_are_refused(pcs, change: dict, message: str) -> None:
-    base = pcs["cluster"].props
+    base = pcs["props"]
     kwargs = {f: getattr(base, f) for f in base.__dataclass_fields__} | change
     with pytest.raises(ValueError, match=message):
         PcsClusterProps(**kwargs)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from aws_cdk.assertions import Template
 
-from kiln.constructs import nag_rules
+from kiln.constructs import acknowledgements
 from kiln.constructs import reaper as reaper_module
 from kiln.constructs.reaper import HANDLER, REAPER_CODE, EnvironmentReaper, EnvironmentReaperProps
 from kiln.stacks import new_app
@@ -143,7 +143,9 @@ def test_the_reaper_role_may_delete_only_its_environment(built: Built) -> None:
     arn = f"arn:aws:cloudformation:us-east-1:{ACCOUNT}:stack"
     passed = json.dumps({"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}}, sort_keys=True)
     expected = {
-        (action, f"{arn}/{ENVIRONMENT}-{part}/*", None) for action in nag_rules.REAPER_STACK_ACTIONS for part in PARTS
+        (action, f"{arn}/{ENVIRONMENT}-{part}/*", None)
+        for action in acknowledgements.REAPER_STACK_ACTIONS
+        for part in PARTS
     }
     for bucket in BUCKETS:
         expected |= {
@@ -162,7 +164,7 @@ def test_the_reaper_role_may_delete_only_its_environment(built: Built) -> None:
     # Its alarm topic, and no other.
     expected.add(("sns:Publish", json.dumps(ref(reaper.alarm_topic.node.default_child)), None))
     assert policy_rows(document) == expected
-    assert nag_rules.REAPER_STACK_ACTIONS == (
+    assert acknowledgements.REAPER_STACK_ACTIONS == (
         "cloudformation:DeleteStack",
         "cloudformation:DescribeStackEvents",
         "cloudformation:DescribeStacks",
@@ -242,7 +244,9 @@ def _checkov_skips(resource: dict) -> list[tuple[str, str]]:
 def test_checkov_skips_are_recorded_with_their_reasons(built: Built) -> None:
     function = built.resource(built.reaper.function.node.default_child)
     logs = built.resource(built.reaper.log_group.node.default_child)
-    listed = {(s.resource_type, s.check): s.reason for s in nag_rules.CHECKOV_SKIPS if "Reaper/" in " ".join(s.paths)}
+    listed = {
+        (s.resource_type, s.check): s.reason for s in acknowledgements.CHECKOV_SKIPS if "Reaper/" in " ".join(s.paths)
+    }
     assert _checkov_skips(function) == [(c, listed["AWS::Lambda::Function", c]) for c, _ in _checkov_skips(function)]
     assert _checkov_skips(logs) == [("CKV_AWS_158", listed["AWS::Logs::LogGroup", "CKV_AWS_158"])]
     assert [c for c, _ in _checkov_skips(function)] == ["CKV_AWS_115", "CKV_AWS_117", "CKV_AWS_116", "CKV_AWS_173"]
@@ -253,7 +257,7 @@ def test_checkov_skips_are_recorded_with_their_reasons(built: Built) -> None:
 def test_cdk_nag_is_clean_and_every_acknowledgement_is_a_reviewed_grant(built: Built) -> None:
     report = nag_report(built.outdir)
     assert report.violations == []
-    reviewed = {grant.reason for grant in nag_rules.REAPER_GRANTS}
+    reviewed = {grant.reason for grant in acknowledgements.REAPER_GRANTS}
     assert {reason for _, reason in report.acknowledged} <= reviewed
     stacks = f"arn:aws:cloudformation:us-east-1:{ACCOUNT}:stack"
     assert sorted(rule for rule, _ in report.acknowledged) == sorted(
@@ -267,14 +271,18 @@ def test_cdk_nag_is_clean_and_every_acknowledgement_is_a_reviewed_grant(built: B
 
 @pytest.mark.parametrize("name", ["Llm-pr7", "llm_pr7", "7llm", "", "a" * 32])
 def test_a_bad_environment_name_is_refused(name: str) -> None:
-    with pytest.raises(ValueError, match=r"^environment: got .*; allowed: a lowercase letter, then up to 30 "):
+    with pytest.raises(
+        ValueError, match=r"^EnvironmentReaperProps\.environment: got .*; allowed: a lowercase letter, then up to 30 "
+    ):
         EnvironmentReaperProps(environment=name, delete_at=DELETE_AT)
 
 
 def test_a_naive_delete_at_is_refused() -> None:
     naive = datetime(2030, 1, 2, 3, 4, 5)
     with pytest.raises(
-        ValueError, match=r"^delete_at: got datetime\.datetime\(2030, 1, 2, 3, 4, 5\); allowed: a timezone-aware time$"
+        ValueError,
+        match=r"^EnvironmentReaperProps\.delete_at: got datetime\.datetime\(2030, 1, 2, 3, 4, 5\); "
+        r"allowed: a timezone-aware time$",
     ):
         EnvironmentReaperProps(environment=ENVIRONMENT, delete_at=naive)
 

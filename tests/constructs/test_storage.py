@@ -61,6 +61,7 @@ def storage():
         ),
     )
     return {
+        "net": net,
         "bucket": bucket,
         "role": role,
         "persistent": persistent,
@@ -266,7 +267,7 @@ def test_attributes_resolve_to_the_file_system(storage) -> None:
     ],
 )
 def test_invalid_lustre_props_name_value_and_allowed(storage, change: dict, message: str) -> None:
-    vpc = storage["persistent"].props.vpc
+    vpc = storage["net"].vpc
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         LustreFileSystemProps(vpc=vpc, subnet=vpc.private_subnets[0], **change)
 

@@ -12,10 +12,10 @@ import pytest
 import yaml
 from aws_cdk.assertions import Match, Template
 
-from kiln.ami.names import TAG_CLUSTER, TAG_RECIPE, pin_tag
-from kiln.ami.recipe import ImageManifest
 from kiln.catalog.platforms import service_fact
 from kiln.constructs import TrainingImage, TrainingImageProps
+from kiln.contracts.image import ImageManifest, pin_tag
+from kiln.contracts.tags import TAG_CLUSTER, TAG_RECIPE
 from kiln.stacks import new_app
 from tests.constructs.conftest import efa_network, get_att, logical_id, plain_bootstrap, ref, stack, synth_as_kiln
 
@@ -69,7 +69,7 @@ def test_components_run_the_bundle_steps_in_groups_and_the_recipe_lists_them_in_
         for c in components.values()
         if isinstance(c["Properties"]["Data"], str)
     }
-    digest = image.props.recipe_digest[:10]
+    digest = image.recipe_digest[:10]
     assert f"llm-image-accelerators-{digest}" in documents
     accelerators = documents[f"llm-image-accelerators-{digest}"]
     assert "install_nvidia_driver install_efa install_nccl" in str(accelerators)
@@ -141,7 +141,7 @@ def test_every_ami_is_tagged_with_its_versions_and_published(built) -> None:
     tags = entry["AmiDistributionConfiguration"]["AmiTags"]
     assert tags[pin_tag("KILN_NVIDIA_DRIVER_VERSION")] == "570.172.08"
     assert tags[pin_tag("KILN_EFA_INSTALLER_VERSION")] == "1.43.2"
-    assert tags[TAG_CLUSTER] == "llm" and tags[TAG_RECIPE] == image.props.recipe_digest[:16]
+    assert tags[TAG_CLUSTER] == "llm" and tags[TAG_RECIPE] == image.recipe_digest[:16]
     assert entry["AmiDistributionConfiguration"]["Name"] == "llm-image-{{ imagebuilder:buildDate }}"
     assert entry["SsmParameterConfigurations"] == [{"ParameterName": "/kiln/llm/image-id", "DataType": "aws:ec2:image"}]
 

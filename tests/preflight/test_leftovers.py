@@ -15,8 +15,8 @@ import boto3
 import pytest
 import yaml
 
-from kiln.ci.reaper_code.kiln_reaper.contract import TAG_CLUSTER, TAG_ENVIRONMENT
 from kiln.cli import main
+from kiln.contracts.tags import TAG_CLUSTER, TAG_ENVIRONMENT
 from kiln.preflight.checks import leftovers
 from kiln.preflight.run import run_check
 from tests.preflight.conftest import BASE_SPEC, REGION, client_error, make_plan, merged, stubbed

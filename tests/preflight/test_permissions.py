@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from kiln.preflight import permissions
+from kiln.contracts import permissions
 from tests.conftest import ROOT
 
 CHECKS = sorted((ROOT / "kiln" / "preflight" / "checks").glob("*.py"))

@@ -9,6 +9,7 @@ import pytest
 from botocore.exceptions import EndpointConnectionError, NoCredentialsError
 
 from kiln.aws_errors import NoCredentials as NoCredentialsFound
+from kiln.contracts.errors import InputError
 from kiln.preflight import run
 from kiln.preflight.findings import Finding, Report
 from kiln.preflight.run import Check, preflight, run_preflight
@@ -123,7 +124,7 @@ def test_preflight_refuses_unknown_skips_and_reports_missing_credentials(monkeyp
     import boto3
 
     spec = parse_spec(dict(BASE_SPEC), source="spec.yaml")
-    with pytest.raises(ValueError, match="--skip nope: no such check; the checks are services, offerings"):
+    with pytest.raises(InputError, match="--skip nope: no such check; the checks are services, offerings"):
         preflight(spec, spec_path="spec.yaml", session=boto3.Session(region_name=REGION), region=REGION, skip=["nope"])
 
     class NoCredentials:

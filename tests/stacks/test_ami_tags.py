@@ -7,8 +7,8 @@ import pytest
 import yaml
 from aws_cdk.assertions import Template
 
-from kiln.ami.names import TAG_PIN_PREFIX
 from kiln.catalog.limits import MAX_TAGS_PER_RESOURCE
+from kiln.contracts.tags import TAG_PIN_PREFIX
 from kiln.spec import SpecError
 from kiln.spec.load import load_spec, parse_spec
 from kiln.stacks import build_cluster, new_app

@@ -13,9 +13,10 @@ import pytest
 import yaml
 from aws_cdk.assertions import Template
 
-from kiln.catalog.names import EKS_SYSTEM_NODE_GROUP, TAG_EKS_CLUSTER, TAG_NODE_GROUP
-from kiln.ci.reaper_code.kiln_reaper.contract import BUCKET_PURPOSES, TAG_ENVIRONMENT
-from kiln.constructs import nag_rules
+from kiln.constructs import acknowledgements
+from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
+from kiln.contracts.environment import BUCKET_PURPOSES
+from kiln.contracts.tags import TAG_EKS_CLUSTER, TAG_ENVIRONMENT, TAG_NODE_GROUP
 from kiln.spec import ClusterSpec, SpecError, load_spec, parse_spec
 from kiln.stacks import build_cluster, new_app
 from kiln.stacks.ci_mode import CiEnvironment, ci_environment, environment_spec, retains_data
@@ -450,7 +451,7 @@ def test_the_environment_has_no_open_cdk_nag_findings_and_the_reaper_is_reviewed
     assert all(reason.strip() for _, reason in report.acknowledged)
     raw = json.loads((pcs.outdir / "validation-report.json").read_text())
     (plugin,) = [p for p in raw["pluginReports"] if p["pluginName"] == "AwsSolutions"]
-    reviewed = {grant.reason for grant in nag_rules.REAPER_GRANTS}
+    reviewed = {grant.reason for grant in acknowledgements.REAPER_GRANTS}
     in_reaper = [
         item["reason"]
         for item in plugin["suppressedViolations"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kiln.ci.reaper_code.kiln_reaper.contract import TAG_CLUSTER, TAG_ENVIRONMENT
+from kiln.contracts.tags import TAG_CLUSTER, TAG_ENVIRONMENT
 from kiln.stacks import FEATURE_FLAGS
 from tests.conftest import EXAMPLES, ROOT
 from tests.stacks.day_two import assembly, changed, deploy_plan, example, templates

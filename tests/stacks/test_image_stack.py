@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kiln.ami.names import OUTPUT_IMAGE_ID, OUTPUT_IMAGE_PARAMETER, OUTPUT_PIPELINE_ARN, image_parameter_name
 from kiln.catalog.platforms import service_fact
+from kiln.contracts.image import image_parameter_name
+from kiln.contracts.outputs import ImageOutput
 from kiln.spec import parse_spec
 from kiln.stacks import build_cluster, new_app
 from kiln.stacks.ci_mode import ci_environment
@@ -29,8 +30,8 @@ def test_baked_example_has_an_image_stack_the_compute_stack_depends_on(example_a
     assembly = example_assemblies[BAKED]
     templates = assembly.templates()
     image, compute = templates["llm-baked-image"], templates["llm-baked-compute"]
-    assert set(image["Outputs"]) >= {OUTPUT_PIPELINE_ARN, OUTPUT_IMAGE_ID, OUTPUT_IMAGE_PARAMETER}
-    assert image["Outputs"][OUTPUT_IMAGE_PARAMETER]["Value"] == image_parameter_name("llm-baked")
+    assert set(image["Outputs"]) >= {key.value for key in ImageOutput}
+    assert image["Outputs"][ImageOutput.IMAGE_PARAMETER.value]["Value"] == image_parameter_name("llm-baked")
     (parameter,) = [p for p in compute["Parameters"].values() if p["Type"] == PARAMETER_TYPE]
     assert parameter["Default"] == "/kiln/llm-baked/image-id"
     name = next(key for key, p in compute["Parameters"].items() if p is parameter)

@@ -7,8 +7,8 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from cdk_nag import AwsSolutionsChecks
 
-from kiln.constructs._checks import acknowledge
-from kiln.constructs.nag_rules import Finding
+from kiln.constructs.acknowledgements import Finding
+from kiln.constructs.review import acknowledge
 from kiln.stacks import new_app
 from kiln.synth import nag_report
 

@@ -18,6 +18,7 @@ from cdk_nag import AwsSolutionsChecks
 
 from kiln.catalog.network import eks_refused_zone_ids, endpoint, node_endpoints, second_zone
 from kiln.catalog.platforms import service_fact
+from kiln.contracts.backends import platform_of
 from kiln.spec import SpecError
 from kiln.spec.load import parse_spec
 from kiln.stacks import new_app
@@ -199,7 +200,8 @@ def test_each_backend_gets_the_endpoints_its_nodes_call(compute, prometheus, int
 
 def test_no_node_role_calls_sagemakers_api_so_no_backend_gets_its_endpoint() -> None:
     for backend, orchestrator in (("hyperpod", "slurm"), ("hyperpod", "eks"), ("eks", None), ("pcs", None)):
-        names = {e.name for e in node_endpoints(backend, orchestrator=orchestrator, prometheus=True)}
+        platform = platform_of(backend, orchestrator)
+        names = {e.name for e in node_endpoints(platform.name, prometheus_agent=platform.runs_slurm)}
         assert not any(name.startswith("sagemaker") for name in names)
 
 

@@ -233,7 +233,7 @@ def test_an_unreviewed_iam_wildcard_fails_the_report_and_says_how_to_fix_it(
     assert summary_line(out) == "1 spec: problems found; 1 of 1 spec boot-ready"
     assert (
         f"{QUICKSTART}: unreviewed IAM wildcard in quickstart-compute Open: s3:* on *; narrow it or add a "
-        "WildcardGrant with its reason to kiln/constructs/nag_rules.py"
+        "WildcardGrant with its reason to kiln/constructs/acknowledgements.py"
     ) in captured.err.splitlines()
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from kiln.constructs import nag_rules
+from kiln.constructs import acknowledgements
+from kiln.constructs.acknowledgements import CheckovSkip, WildcardGrant
 from kiln.constructs.ci_identity import GithubDeployIdentityProps
-from kiln.constructs.nag_rules import CheckovSkip, WildcardGrant
 from kiln.iam_wildcards import template_wildcards
 from kiln.scan import CheckovFinding, CheckovResult, run_checkov
 from kiln.spec import load_spec
@@ -130,7 +130,7 @@ def _reviewed(skip: CheckovSkip) -> tuple[str, str]:
 
 
 def test_every_skip_is_a_reviewed_exception_with_its_reason(scanned: Scanned) -> None:
-    reviewed = {_reviewed(skip) for skip in nag_rules.CHECKOV_SKIPS}
+    reviewed = {_reviewed(skip) for skip in acknowledgements.CHECKOV_SKIPS}
     skipped = {(f.check_id, f.reason) for result in scanned.as_made.values() for f in result.skipped}
     assert skipped <= reviewed
     assert all(reason and reason.strip() for _, reason in skipped)
@@ -147,13 +147,13 @@ def test_without_its_skips_exactly_the_skipped_checks_fail(scanned: Scanned) -> 
 
 def test_every_listed_exception_applies_somewhere(scanned: Scanned) -> None:
     skipped = {(f.check_id, f.reason) for result in scanned.as_made.values() for f in result.skipped}
-    unused = [skip for skip in nag_rules.CHECKOV_SKIPS if _reviewed(skip) not in skipped]
+    unused = [skip for skip in acknowledgements.CHECKOV_SKIPS if _reviewed(skip) not in skipped]
     assert unused == []
 
 
 def _reviewed_grants() -> list[WildcardGrant]:
     grants = []
-    for value in vars(nag_rules).values():
+    for value in vars(acknowledgements).values():
         values = value if isinstance(value, tuple) else (value,)
         grants += [grant for grant in values if isinstance(grant, WildcardGrant)]
     return grants

@@ -40,7 +40,7 @@ def test_hyperpod_groups_put_controller_and_login_first(hyperpod_slurm) -> None:
 def test_hyperpod_lifecycle_is_the_one_rendered_bundle(hyperpod_slurm) -> None:
     _, stacks = hyperpod_slurm
     compute = stacks.compute
-    assert compute.hyperpod.props.lifecycle is compute.bootstrap.node_bootstrap
+    assert compute.hyperpod.lifecycle_bundle is compute.bootstrap.node_bootstrap
     assert compute.bootstrap.node_bootstrap.entry_point == "on_create.sh"
 
 

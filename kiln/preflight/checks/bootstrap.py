@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kiln.aws_errors import ACCESS_DENIED, one_line
-from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
+from kiln.aws_errors import ACCESS_DENIED, error_code, one_line
+from kiln.contracts.permissions import DEFAULT_CDK_QUALIFIER
 from kiln.preflight.aws import AwsClients
 from kiln.preflight.check import Check
 from kiln.preflight.findings import Finding
-from kiln.preflight.permissions import DEFAULT_CDK_QUALIFIER
 from kiln.preflight.plan import Plan
 
 NAME = "bootstrap"

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 from botocore.exceptions import ClientError
 
-from kiln.ami.names import image_stack_name
-from kiln.ci.reaper_code.kiln_reaper.contract import DELETE_ORDER, TAG_CLUSTER, TAG_ENVIRONMENT, stack_name
-from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
+from kiln.aws_errors import error_code
+from kiln.contracts.environment import DELETE_ORDER, stack_name
+from kiln.contracts.image import image_stack_name
+from kiln.contracts.tags import TAG_CLUSTER, TAG_ENVIRONMENT
 from kiln.preflight.aws import AWS_ERRORS, AwsClients, unchecked
 from kiln.preflight.check import Check
 from kiln.preflight.checks.bucket import stack_alive

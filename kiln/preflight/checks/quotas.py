@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
+from kiln.aws_errors import error_code
 from kiln.catalog import UnknownInstanceType, instance_type
 from kiln.catalog.names import hyperpod_type_name
-from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
 from kiln.preflight.aws import AwsClients
 from kiln.preflight.check import Check
 from kiln.preflight.findings import Finding

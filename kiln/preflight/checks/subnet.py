@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from botocore.exceptions import ClientError
 
+from kiln.aws_errors import error_code
 from kiln.catalog.limits import PRIVATE_SUBNET_EXTRA_BITS, SUBNET_RESERVED_ADDRESSES, VPC_PREFIX_MAX, VPC_PREFIX_MIN
-from kiln.ci.reaper_code.kiln_reaper.teardown import error_code
 from kiln.preflight.aws import AwsClients
 from kiln.preflight.check import Check
 from kiln.preflight.findings import Finding, Status

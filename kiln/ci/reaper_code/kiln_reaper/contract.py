@@ -1,24 +1,17 @@
-"""Names and tags an environment's stacks carry: the one place the stacks, the reaper and `kiln ci` agree on."""
+"""What the reaper's Lambda code shares with the rest of kiln: a copy of the names, tags and schedule expression it
+uses from kiln.contracts (environment.py, tags.py), because the Lambda has no kiln to import.
+tests/contracts/test_environment.py holds every name here equal to the contract's; change the contract, then this
+copy."""
 
 from __future__ import annotations
 
-TAG_CLUSTER = "kiln:cluster"
+from datetime import datetime, timezone
+
 TAG_ENVIRONMENT = "kiln:environment"
-TAG_TTL_HOURS = "kiln:ttl-hours"
-TAG_PART = "kiln:part"
 
 # Dependents first: compute uses storage and network, storage uses network; the reaper goes last.
 DELETE_ORDER = ("compute", "storage", "network", "reaper")
-REAPER_PART = "reaper"
 SCHEDULE_GROUP = "default"
-# What each bucket kiln owns is for; an environment's buckets are <environment>-<purpose>-<account>, so grants
-# can name them before they exist.
-BUCKET_PURPOSES = ("data", "data-logs", "lifecycle", "lifecycle-logs")
-# An environment name is a cluster name (31 characters at most): <cluster>-<run slug of at most 12>. A cluster
-# name this long or shorter is never cut, so grants on <cluster>-* cover all its environments.
-MAX_ENVIRONMENT_NAME = 31
-MAX_RUN_SLUG = 12
-MAX_WHOLE_CLUSTER_NAME = MAX_ENVIRONMENT_NAME - MAX_RUN_SLUG - 1
 
 
 def stack_name(cluster: str, part: str) -> str:
@@ -26,28 +19,6 @@ def stack_name(cluster: str, part: str) -> str:
     return f"{cluster}-{part}"
 
 
-def environment_bucket_name(environment: str, purpose: str, account: str) -> str:
-    """Return the name of ENVIRONMENT's PURPOSE bucket (one of BUCKET_PURPOSES) in ACCOUNT: unique per account."""
-    if purpose not in BUCKET_PURPOSES:
-        raise ValueError(f"purpose: got {purpose!r}; allowed: {', '.join(BUCKET_PURPOSES)}")
-    return f"{environment}-{purpose}-{account}"
-
-
-def reaper_role_name(environment: str) -> str:
-    """Return the name of the role ENVIRONMENT's reaper function runs as."""
-    return f"{environment}-reaper"
-
-
-def invoke_role_name(environment: str) -> str:
-    """Return the name of the role EventBridge Scheduler invokes ENVIRONMENT's reaper with."""
-    return f"{environment}-reaper-invoke"
-
-
-def schedule_name(environment: str) -> str:
-    """Return the name of ENVIRONMENT's one-time reaper schedule."""
-    return f"{environment}-reaper"
-
-
-def alarm_topic_name(environment: str) -> str:
-    """Return the name of the SNS topic ENVIRONMENT's reaper publishes to when its teardown keeps failing."""
-    return f"{environment}-reaper-alarm"
+def at_expression(when: datetime) -> str:
+    """Return EventBridge Scheduler's one-time expression for WHEN (UTC, whole seconds)."""
+    return f"at({when.astimezone(timezone.utc):%Y-%m-%dT%H:%M:%S})"

@@ -11,12 +11,12 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from .contract import DELETE_ORDER, SCHEDULE_GROUP, TAG_ENVIRONMENT, stack_name
+from .contract import DELETE_ORDER, SCHEDULE_GROUP, TAG_ENVIRONMENT, at_expression, stack_name
 
 # CloudFormation keeps resources with these policies; a bucket with any other is deleted with its stack.
 RETAINING_POLICIES = ("Retain", "RetainExceptOnCreate", "Snapshot")
@@ -212,21 +212,6 @@ def teardown(
         if budget_s is not None and clock() - started + poll_s > budget_s:
             return None
         sleep(poll_s)
-
-
-def at_expression(when: datetime) -> str:
-    """Return EventBridge Scheduler's one-time expression for WHEN (UTC, whole seconds)."""
-    return f"at({when.astimezone(timezone.utc):%Y-%m-%dT%H:%M:%S})"
-
-
-def parse_at_expression(expression: str) -> datetime | None:
-    """Return the UTC time of an at(...) expression, or None when EXPRESSION is not one."""
-    if not (expression.startswith("at(") and expression.endswith(")")):
-        return None
-    try:
-        return datetime.strptime(expression[3:-1], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc)
-    except ValueError:
-        return None
 
 
 _KEPT_SCHEDULE_FIELDS = ("Target", "FlexibleTimeWindow", "State", "Description", "ActionAfterCompletion", "KmsKeyArn")

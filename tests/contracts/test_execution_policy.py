@@ -13,16 +13,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kiln.ci import execution_policy
-from kiln.ci.execution_policy import (
+from kiln.constructs import GithubDeployIdentityProps, acknowledgements
+from kiln.constructs.review import review_wildcards
+from kiln.contracts import execution_policy
+from kiln.contracts.execution_policy import (
     MANAGED_POLICY_MAX_CHARS,
     MAX_POLICIES,
     NOT_GRANTED,
+    ExecutionPolicyError,
     execution_policies,
     execution_statements,
 )
-from kiln.constructs import GithubDeployIdentityProps, nag_rules
-from kiln.constructs._checks import review_wildcards
 from kiln.iam_wildcards import nag_text, wildcard_pairs
 from kiln.spec import parse_spec
 from kiln.stacks.ci_identity import identity_execution_policies
@@ -210,10 +211,11 @@ def test_every_wildcard_is_reviewed_and_every_review_is_used() -> None:
     props = GithubDeployIdentityProps(repository="octo-org/kiln", cluster_names=LONGEST, cdk_qualifier="abc")
     policies = identity_execution_policies(props, partition="aws-us-gov")
     pairs = [pair for policy in policies for pair in wildcard_pairs(policy.document)]
-    review = review_wildcards(pairs, nag_rules.CI_EXECUTION_GRANTS, {"qualifier": "abc"})
+    review = review_wildcards(pairs, acknowledgements.CI_EXECUTION_GRANTS, {"qualifier": "abc"})
     assert review.unreviewed == []
-    assert len(review.reviewed) == len(nag_rules.CI_EXECUTION_GRANTS)
-    assert all(grant.reason.strip() and "*" not in "".join(grant.actions) for grant in nag_rules.CI_EXECUTION_GRANTS)
+    assert len(review.reviewed) == len(acknowledgements.CI_EXECUTION_GRANTS)
+    grants = acknowledgements.CI_EXECUTION_GRANTS
+    assert all(grant.reason.strip() and "*" not in "".join(grant.actions) for grant in grants)
 
 
 def test_a_new_wildcard_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -224,7 +226,8 @@ def test_a_new_wildcard_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(execution_policy, "execution_statements", with_admin)
     props = GithubDeployIdentityProps(repository="o/r", cluster_names=("ci",))
-    with pytest.raises(ValueError, match=r"^unreviewed IAM wildcard in the execution policies: iam:PassRole on \*;"):
+    refused = r"^unreviewed IAM wildcard in the execution policies: iam:PassRole on \*;"
+    with pytest.raises(ExecutionPolicyError, match=refused):
         identity_execution_policies(props)
 
 

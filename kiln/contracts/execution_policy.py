@@ -11,7 +11,7 @@ less the mutating ones of features kiln never sets (NOT_GRANTED, each with its r
 kiln's names where the ARN holds a name kiln chooses: <cluster>-* for stacks, roles, policies, buckets, functions,
 log groups, EKS clusters and schedules. Services whose ARNs hold only service-assigned ids (EC2, PCS, HyperPod, FSx,
 Managed Prometheus, Managed Grafana) are granted on their id wildcards; every wildcard pair has a reviewed reason in
-kiln.constructs.nag_rules.CI_EXECUTION_GRANTS. Standard library only.
+kiln.constructs.acknowledgements.CI_EXECUTION_GRANTS. Standard library only.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kiln.preflight.permissions import DEFAULT_CDK_QUALIFIER
+from kiln.contracts.errors import Failure
+from kiln.contracts.permissions import DEFAULT_CDK_QUALIFIER
+from kiln.contracts.tags import TAG_ENVIRONMENT
 
 # IAM counts a managed policy's characters without white space; 6,144 at most
 # (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_iam-quotas.html).
@@ -34,7 +36,6 @@ MAX_POLICIES = 10
 # Resource and Condition values (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_variables.html),
 # so the documents need no account id.
 ACCOUNT = "${aws:PrincipalAccount}"
-ENVIRONMENT_TAG = "kiln:environment"
 # ParallelCluster's cluster provider template (its nested stacks) names these itself, from its stack id, not from
 # kiln's stack: its function pcluster-cfn-<id>, its policies stack's role ParallelClusterLambdaRole-<id> and policies
 # ParallelClusterClusterPolicy1-<id>, DefaultParallelClusterIamAdminPolicy-<id> and the like (aws-parallelcluster:
@@ -610,7 +611,7 @@ def execution_statements(
     roles = iam("role", [*prefixes, *(f"aws-pcs/{env}" for env in prefixes), PCLUSTER_ROLE])
     policies = iam("policy", [*prefixes, *(f"parallelcluster/{env}" for env in prefixes), *PCLUSTER_POLICIES])
     attachable = [f"{arn}:iam::aws:policy/{name}" for name in AWS_MANAGED_POLICIES] + policies
-    environments = {"StringLike": {f"aws:ResourceTag/{ENVIRONMENT_TAG}": prefixes}}
+    environments = {"StringLike": {f"aws:ResourceTag/{TAG_ENVIRONMENT}": prefixes}}
     return [
         _statement("Stacks", STACK_ACTIONS, each(f"{arn}:cloudformation:*:{account}:stack/{{env}}/*")),
         _statement("Transform", TRANSFORM_ACTIONS, [f"{arn}:cloudformation:*:aws:{SERVERLESS_TRANSFORM}"]),
@@ -678,23 +679,29 @@ def policy_name_base(identity_stack: str) -> str:
     return stem[:120].rstrip("-")
 
 
+class ExecutionPolicyError(Failure):
+    """The execution policies cannot be written as IAM takes them (too large, too many, a wildcard unreviewed)."""
+
+
 def execution_policies(
     cluster_names: Sequence[str], *, qualifier: str, name_base: str, partition: str = "aws"
 ) -> list[NamedPolicy]:
     """Return the statements packed, in order, into as few managed policies as IAM's size limit allows.
 
-    Raises ValueError when one statement alone exceeds the limit or more than MAX_POLICIES are needed.
+    Raises ExecutionPolicyError when one statement alone exceeds the limit or more than MAX_POLICIES are needed.
     """
     statements = execution_statements(cluster_names, qualifier=qualifier, partition=partition)
     documents: list[list[dict]] = [[]]
     for statement in statements:
         if policy_size(_document([statement])) > MANAGED_POLICY_MAX_CHARS:
-            raise ValueError(f"statement {statement['Sid']} alone exceeds IAM's {MANAGED_POLICY_MAX_CHARS} characters")
+            raise ExecutionPolicyError(
+                f"statement {statement['Sid']} alone exceeds IAM's {MANAGED_POLICY_MAX_CHARS} characters"
+            )
         if policy_size(_document([*documents[-1], statement])) > MANAGED_POLICY_MAX_CHARS:
             documents.append([])
         documents[-1].append(statement)
     if len(documents) > MAX_POLICIES:
-        raise ValueError(
+        raise ExecutionPolicyError(
             f"the execution policies need {len(documents)} managed policies; a role holds {MAX_POLICIES} by default"
         )
     return [NamedPolicy(f"{name_base}-{n}", _document(found)) for n, found in enumerate(documents, start=1)]

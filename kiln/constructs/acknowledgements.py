@@ -2,16 +2,20 @@
 
 cdk-nag AwsSolutions acknowledgements, the IAM wildcard grants (IAM, bucket and key policies), and the
 checkov checks skipped on named resources all live here, so a reviewer reads every exception in one file.
-Constructs acknowledge only entries from here; the stacks' checkov aspect applies CHECKOV_SKIPS.
+Constructs acknowledge only entries from here, through kiln.constructs.review (which also holds the aspects that
+apply CHECKOV_SKIPS and MANAGED_POLICY_REVIEWS). The actions of a reviewed grant are written here once, and the
+construct that grants them takes them from here.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import kiln.ci.execution_policy as _exec
+import kiln.contracts.execution_policy as _exec
 from kiln.catalog.platforms import service_fact
-from kiln.preflight.permissions import LEFTOVER_READS, PARAMETER_READS, UNSCOPED_READS
+from kiln.constructs._checks import ARN_PARTITION
+from kiln.contracts.environment import BUCKET_PURPOSES, DELETE_ORDER
+from kiln.contracts.permissions import BOOTSTRAP_READS, LEFTOVER_READS, PARAMETER_READS, UNSCOPED_READS
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,32 @@ def wildcard_resource(resource: str) -> str:
     return f"AwsSolutions-IAM5[Resource::{resource}]"
 
 
+# The parts of an ARN as cdk-nag names them in a finding: a pseudo parameter as <AWS::Partition>, or the value.
+# WildcardGrant resources are str.format templates, so a regular expression's count is written {{12}}.
+PARTITION = rf"(<AWS::Partition>|{ARN_PARTITION})"
+REGION = r"(<AWS::Region>|[a-z0-9-]+)"
+ACCOUNT = r"(<AWS::AccountId>|[0-9]{{12}})"
+# A region or account part that is a wildcard in the grant itself, and the empty part of a global service's ARN.
+ANY = r"\*"
+NONE = ""
+
+
+def arn_pattern(
+    service: str, resource: str, *, region: str = REGION, account: str = ACCOUNT, partition: str = PARTITION
+) -> str:
+    """Return the pattern of SERVICE's ARNs whose resource part matches RESOURCE (a pattern itself).
+
+    The partition, region and account match what cdk-nag names unless given: ANY for a grant's own wildcard, NONE
+    for a part the ARN leaves empty (IAM's and S3's region, S3's account).
+    """
+    return f"arn:{partition}:{service}:{region}:{account}:{resource}"
+
+
+def one_of(names: tuple[str, ...]) -> str:
+    """Return a group matching any of NAMES (plain names: letters, digits and '-')."""
+    return f"({'|'.join(names)})"
+
+
 # Nodes of every backend.
 SSM_CORE = Finding(
     managed_policy("AmazonSSMManagedInstanceCore"),
@@ -78,7 +108,7 @@ NODE_SSM_GRANTS = (
     ),
     WildcardGrant(
         NODE_SSM_HEARTBEAT,
-        r"arn:(<AWS::Partition>|aws[a-z-]*):ec2:(<AWS::Region>|[a-z0-9-]+):(<AWS::AccountId>|[0-9]{{12}}):instance/\*",
+        arn_pattern("ec2", r"instance/\*"),
         "SSM Agent's heartbeat, which keeps the node a managed node: on this account's instances in this region only; "
         "instance ids are EC2's, unknown at synthesis.",
     ),
@@ -131,33 +161,25 @@ KUBECTL_HANDLER_GRANTS = (
     ),
 )
 
-# The cluster-autoscaler's Pod Identity role (kiln.constructs.eks_scheduling; actions from the AWS provider's README).
-_EKS_ARN = r"arn:(<AWS::Partition>|aws[a-z-]*):eks:(<AWS::Region>|[a-z0-9-]+):(<AWS::AccountId>|[0-9]{{12}})"
+# The cluster-autoscaler's Pod Identity role (kiln.constructs.eks_scheduling; its actions are platforms.json's
+# eks.cluster_autoscaler, from the AWS provider's README).
+_AUTOSCALER = service_fact("eks", "cluster_autoscaler").value
 CLUSTER_AUTOSCALER_GRANTS = (
     WildcardGrant(
-        (
-            "autoscaling:DescribeAutoScalingGroups",
-            "autoscaling:DescribeAutoScalingInstances",
-            "autoscaling:DescribeLaunchConfigurations",
-            "autoscaling:DescribeScalingActivities",
-            "ec2:DescribeImages",
-            "ec2:DescribeInstanceTypes",
-            "ec2:DescribeLaunchTemplateVersions",
-            "ec2:GetInstanceTypesFromInstanceRequirements",
-        ),
+        tuple(_AUTOSCALER["describe_actions"]),
         r"\*",
         "Auto Scaling and EC2 Describe calls take no resource scope; the autoscaler reads the groups it discovers by "
         "their tags, their launch templates and instance types, to know what a new node would offer.",
     ),
     WildcardGrant(
-        ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"),
+        tuple(_AUTOSCALER["scale_actions"]),
         r"\*",
         "Only on Auto Scaling groups tagged k8s.io/cluster-autoscaler/<this cluster>=owned (the condition beside it), "
         "which EKS puts on this cluster's managed node groups; Auto Scaling names groups with ids unknown before.",
     ),
     WildcardGrant(
-        ("eks:DescribeNodegroup",),
-        _EKS_ARN + r":nodegroup/{cluster}/\*/\*",
+        tuple(_AUTOSCALER["nodegroup_actions"]),
+        arn_pattern("eks", r"nodegroup/{cluster}/\*/\*"),
         "Read-only, on this cluster's node groups (their names and ids are EKS's): labels, taints and the node "
         "template tags of a group with no nodes yet.",
     ),
@@ -181,7 +203,10 @@ HYPERPOD_INTERFACE_ACTIONS = tuple(service_fact("hyperpod", "execution_role_eks_
 # Pulling images from ECR (HyperPod on EKS: the add-ons' and HyperPod's own images).
 HYPERPOD_ECR_ACTIONS = tuple(service_fact("hyperpod", "execution_role_eks_actions").value["ecr"])
 HYPERPOD_ECR_TOKEN = ("ecr:GetAuthorizationToken",)
-_EC2_ARN = r"arn:(<AWS::Partition>|aws[a-z-]*):ec2:(<AWS::Region>|[a-z0-9-]+):(<AWS::AccountId>|[0-9]{{12}})"
+# Creating its nodes' interfaces, tagging them as they are created, and the nodes' reading of their lifecycle scripts.
+HYPERPOD_INTERFACE_CREATE = ("ec2:CreateNetworkInterface",)
+HYPERPOD_INTERFACE_TAGS = ("ec2:CreateTags",)
+HYPERPOD_LIFECYCLE_READS = ("s3:GetObject",)
 HYPERPOD_ROLE_GRANTS = (
     WildcardGrant(
         HYPERPOD_DESCRIBE_ACTIONS,
@@ -190,24 +215,24 @@ HYPERPOD_ROLE_GRANTS = (
         "options and interfaces of its nodes.",
     ),
     WildcardGrant(
-        ("ec2:CreateNetworkInterface",),
-        _EC2_ARN + r":(network-interface|security-group)/\*",
+        HYPERPOD_INTERFACE_CREATE,
+        arn_pattern("ec2", r"(network-interface|security-group)/\*"),
         "HyperPod creates its nodes' interfaces: the ec2:Vpc condition keeps the interfaces and the security "
         "groups they join in the cluster's VPC (the subnet is named exactly).",
     ),
     WildcardGrant(
         HYPERPOD_INTERFACE_ACTIONS,
-        _EC2_ARN + r":network-interface/\*",
+        arn_pattern("ec2", r"network-interface/\*"),
         "HyperPod attaches, addresses and removes its nodes' interfaces: the ec2:Subnet condition limits this to "
         "interfaces in the cluster's compute subnet.",
     ),
     WildcardGrant(
-        ("ec2:CreateTags",),
-        _EC2_ARN + r":network-interface/\*",
+        HYPERPOD_INTERFACE_TAGS,
+        arn_pattern("ec2", r"network-interface/\*"),
         "Tags only while an interface is created (ec2:CreateAction condition); existing interfaces cannot be retagged.",
     ),
     WildcardGrant(
-        ("s3:GetObject",),
+        HYPERPOD_LIFECYCLE_READS,
         r"{lifecycle_bucket}/{prefix}\*",
         "Nodes read their lifecycle scripts: the objects under one prefix of the lifecycle bucket.",
     ),
@@ -218,7 +243,7 @@ HYPERPOD_ROLE_GRANTS = (
     ),
     WildcardGrant(
         tuple(a for a in HYPERPOD_ECR_ACTIONS if a not in HYPERPOD_ECR_TOKEN),
-        r"arn:(<AWS::Partition>|aws[a-z-]*):ecr:(<AWS::Region>|[a-z0-9-]+):\*:repository/\*",
+        arn_pattern("ecr", r"repository/\*", account=ANY),
         "HyperPod's EKS nodes pull the EKS add-ons' images and HyperPod's own (its health agent) from AWS's ECR "
         "registries, whose account differs by region and image: image reads only, in the cluster's region.",
     ),
@@ -232,7 +257,7 @@ LIFECYCLE_HANDLER_GRANTS = (
     ),
     WildcardGrant(
         _HANDLER_READS,
-        r"arn:(<AWS::Partition>|aws[a-z-]*):s3:::cdk-[a-z0-9]+-assets-[^/]+(/\*)?",
+        arn_pattern("s3", r"cdk-[a-z0-9]+-assets-[^/]+(/\*)?", region=NONE, account=NONE),
         "CDK's BucketDeployment handler reads cluster.env and provisioning_parameters.json, which CDK stages in "
         "its asset bucket under content-hash keys, so CDK grants read on that bucket.",
     ),
@@ -262,59 +287,94 @@ LIFECYCLE_HANDLER_RUNTIME = Finding(
 )
 
 
-# The TTL reaper of a short-lived environment.
-_CFN_ARN = r"arn:(<AWS::Partition>|aws[a-z-]*):cloudformation:(<AWS::Region>|[a-z0-9-]+):(<AWS::AccountId>|[0-9]{{12}})"
-_S3_ARN = r"arn:(<AWS::Partition>|aws[a-z-]*):s3:::"
-REAPER_STACK_ACTIONS = (
-    "cloudformation:DeleteStack",
+# Tearing an environment down, as the TTL reaper and `kiln ci down` both do: delete its stacks while reading their
+# state, events and resources; empty its buckets first (their tags say whose they are).
+STACK_DELETE = ("cloudformation:DeleteStack",)
+TEARDOWN_STACK_READS = (
     "cloudformation:DescribeStackEvents",
     "cloudformation:DescribeStacks",
     "cloudformation:GetTemplate",
     "cloudformation:ListStackResources",
 )
+TEARDOWN_BUCKET_READS = ("s3:GetBucketTagging", "s3:ListBucket", "s3:ListBucketVersions")
+OBJECT_DELETES = ("s3:DeleteObject", "s3:DeleteObjectVersion")
+# Reading and moving an environment's reaper schedule: the reaper reschedules itself; `kiln ci extend` and `down`
+# move it.
+RESCHEDULE_ACTIONS = ("scheduler:GetSchedule", "scheduler:UpdateSchedule")
+# UpdateSchedule hands the schedule its invoke role again (to EventBridge Scheduler only).
+PASS_ROLE = ("iam:PassRole",)
+
+# The TTL reaper of a short-lived environment.
+REAPER_STACK_ACTIONS = (*STACK_DELETE, *TEARDOWN_STACK_READS)
 REAPER_GRANTS = (
     WildcardGrant(
         REAPER_STACK_ACTIONS,
-        _CFN_ARN + r":stack/{environment}-(compute|storage|network|reaper)/\*",
+        arn_pattern("cloudformation", rf"stack/{{environment}}-{one_of(DELETE_ORDER)}/\*"),
         "The reaper deletes its environment's stacks, named exactly; the trailing * is the stack id CloudFormation "
         "adds at creation, unknown at synthesis.",
     ),
     WildcardGrant(
-        ("s3:DeleteObject", "s3:DeleteObjectVersion"),
-        _S3_ARN + r"{environment}-(data|data-logs|lifecycle|lifecycle-logs)-(<AWS::AccountId>|[0-9]{{12}})/\*",
+        OBJECT_DELETES,
+        arn_pattern("s3", rf"{{environment}}-{one_of(BUCKET_PURPOSES)}-{ACCOUNT}/\*", region=NONE, account=NONE),
         "The reaper empties its environment's non-retained buckets (named exactly) so their stacks can delete them; "
         "emptying a bucket means deleting every object in it.",
     ),
 )
 
 
-# The CI identity: the role GitHub Actions assumes for `kiln ci` (kiln/constructs/ci_identity.py).
-from kiln.preflight.permissions import BOOTSTRAP_READS  # noqa: E402
-
-_CI_PARTITION = r"(<AWS::Partition>|aws[a-z-]*)"
-_CI_ACCOUNT = r"(<AWS::AccountId>|[0-9]{{12}})"
+# The CI identity: the role GitHub Actions assumes for `kiln ci` (kiln/constructs/ci_identity.py), whose actions
+# are these and the teardown's above.
+ASSUME_ROLE = ("sts:AssumeRole",)
+# Read-only calls that IAM cannot scope to a resource: granted on *.
+LIST_STACKS = ("cloudformation:ListStacks",)
+COMMAND_RESULTS = ("ssm:GetCommandInvocation", "ssm:ListCommandInvocations")
+# The Service Authorization Reference lists no resource type (and no condition key) for ssm:CancelCommand, so IAM can
+# grant it only on "*" (https://docs.aws.amazon.com/service-authorization/latest/reference/list_awssystemsmanager.html).
+CANCEL_COMMAND = ("ssm:CancelCommand",)
+SEND_COMMAND = ("ssm:SendCommand",)
+START_SESSION = ("ssm:StartSession",)
+TERMINATE_SESSION = ("ssm:TerminateSession",)
+PCS_READS = ("pcs:GetCluster", "pcs:ListComputeNodeGroups")
+HYPERPOD_READS = ("sagemaker:DescribeCluster", "sagemaker:ListClusterNodes")
+EKS_CLUSTER_READS = ("eks:DescribeCluster", "eks:ListNodegroups")
+NODEGROUP_READS = ("eks:DescribeNodegroup",)
+# The kiln-owned buckets of an environment: <env>-<kind>-<account>, each kind a family (data, lifecycle) with or
+# without -logs. One pattern per family, <env>-<family>*-<account>, keeps six clusters in one inline policy.
+BUCKET_FAMILIES = tuple(kind for kind in BUCKET_PURPOSES if not kind.endswith("-logs"))
 # An environment of one of the role's cluster names (at most 18 characters): <cluster>-<run>, the run a wildcard.
 _CI_ENVIRONMENT = r"[a-z][a-z0-9-]{{0,17}}-\*"
+_CI_INSTANCES = arn_pattern("ec2", r"instance/\*", region=ANY)
+_CI_HYPERPOD_CLUSTERS = arn_pattern("sagemaker", r"cluster/\*", region=ANY)
+
+
+def _ci_document(name: str) -> str:
+    """Return the pattern of AWS's own SSM document NAME, in any region."""
+    return arn_pattern("ssm", f"document/{name}", region=ANY, account=NONE)
+
+
 CI_IDENTITY_GRANTS = (
     WildcardGrant(
-        ("sts:AssumeRole",),
-        rf"arn:{_CI_PARTITION}:iam::{_CI_ACCOUNT}:role/cdk-{{qualifier}}-"
-        rf"(deploy|file-publishing|image-publishing|lookup)-role-{_CI_ACCOUNT}-\*",
+        ASSUME_ROLE,
+        arn_pattern(
+            "iam",
+            rf"role/cdk-{{qualifier}}-(deploy|file-publishing|image-publishing|lookup)-role-{ACCOUNT}-\*",
+            region=NONE,
+        ),
         "The CDK CLI deploys an environment through this account's CDK bootstrap roles of the one qualifier; their "
         "names end in the environment's region, which is not known when the role is made.",
     ),
     WildcardGrant(
-        ("cloudformation:ListStacks",),
+        LIST_STACKS,
         r"\*",
         "ListStacks takes no resource scope; kiln ci sweep lists stacks to find expired environments.",
     ),
     WildcardGrant(
-        ("ssm:GetCommandInvocation", "ssm:ListCommandInvocations"),
+        COMMAND_RESULTS,
         r"\*",
         "Read-only: Run Command results take no resource scope; kiln reads the output of the commands it sent.",
     ),
     WildcardGrant(
-        ("ssm:CancelCommand",),
+        CANCEL_COMMAND,
         r"\*",
         "kiln ci run cancels a command that outlives its timeout. The Service Authorization Reference lists no "
         "resource type and no condition key for ssm:CancelCommand, so IAM can grant it only on *: the role could "
@@ -337,121 +397,114 @@ CI_IDENTITY_GRANTS = (
     ),
     WildcardGrant(
         PARAMETER_READS,
-        rf"arn:{_CI_PARTITION}:ssm:\*::parameter/aws/service/global-infrastructure/\*",
+        arn_pattern("ssm", r"parameter/aws/service/global-infrastructure/\*", region=ANY, account=NONE),
         "kiln preflight reads AWS's public parameters of the services each region offers, in any region.",
     ),
     WildcardGrant(
         BOOTSTRAP_READS,
-        rf"arn:{_CI_PARTITION}:iam::{_CI_ACCOUNT}:role/cdk-{{qualifier}}-cfn-exec-role-{_CI_ACCOUNT}-\*",
+        arn_pattern("iam", rf"role/cdk-{{qualifier}}-cfn-exec-role-{ACCOUNT}-\*", region=NONE),
         "Read-only: kiln preflight lists the policies attached to the CDK bootstrap's CloudFormation execution role "
         "of the one qualifier (warning when it is AdministratorAccess); its name ends in the environment's region.",
     ),
     WildcardGrant(
-        (
-            "cloudformation:DeleteStack",
-            "cloudformation:DescribeStackEvents",
-            "cloudformation:DescribeStacks",
-            "cloudformation:GetTemplate",
-            "cloudformation:ListStackResources",
-        ),
-        rf"arn:{_CI_PARTITION}:cloudformation:\*:{_CI_ACCOUNT}:stack/{_CI_ENVIRONMENT}/\*",
+        (*STACK_DELETE, *TEARDOWN_STACK_READS),
+        arn_pattern("cloudformation", rf"stack/{_CI_ENVIRONMENT}/\*", region=ANY),
         "Stacks of the role's environments only (<cluster>-<run>, in the environment's region; CloudFormation "
         "appends the stack id); DeleteStack also needs the stack's kiln:environment tag to name an environment of the "
         "same cluster.",
     ),
     WildcardGrant(
-        ("s3:GetBucketTagging", "s3:ListBucket", "s3:ListBucketVersions", "s3:DeleteObject", "s3:DeleteObjectVersion"),
-        rf"arn:{_CI_PARTITION}:s3:::{_CI_ENVIRONMENT}-(data|lifecycle)\*-{_CI_ACCOUNT}(/\*)?",
+        (*TEARDOWN_BUCKET_READS, *OBJECT_DELETES),
+        arn_pattern("s3", rf"{_CI_ENVIRONMENT}-{one_of(BUCKET_FAMILIES)}\*-{ACCOUNT}(/\*)?", region=NONE, account=NONE),
         "kiln ci down empties an environment's own four buckets (<env>-data, -data-logs, -lifecycle, -lifecycle-logs, "
         "each ending in the account id) before deleting its stacks: <env>-data*-<account> and "
         "<env>-lifecycle*-<account> (one pattern per pair keeps six clusters in one inline policy). A long-lived "
         "cluster's <cluster>-data-<account> does not match (the run part is missing).",
     ),
     WildcardGrant(
-        ("scheduler:GetSchedule", "scheduler:UpdateSchedule"),
-        rf"arn:{_CI_PARTITION}:scheduler:\*:{_CI_ACCOUNT}:schedule/default/{_CI_ENVIRONMENT}-reaper",
+        RESCHEDULE_ACTIONS,
+        arn_pattern("scheduler", rf"schedule/default/{_CI_ENVIRONMENT}-reaper", region=ANY),
         "kiln ci extend and down read and move the reaper schedule of the role's environments (<env>-reaper in the "
         "default group), in the environment's region.",
     ),
     WildcardGrant(
-        ("iam:PassRole",),
-        rf"arn:{_CI_PARTITION}:iam::{_CI_ACCOUNT}:role/{_CI_ENVIRONMENT}-reaper-invoke",
+        PASS_ROLE,
+        arn_pattern("iam", rf"role/{_CI_ENVIRONMENT}-reaper-invoke", region=NONE),
         "UpdateSchedule passes the schedule's own invoke role (<env>-reaper-invoke) again, and only to EventBridge "
         "Scheduler (iam:PassedToService).",
     ),
     WildcardGrant(
-        ("ssm:SendCommand",),
-        rf"arn:{_CI_PARTITION}:ec2:\*:{_CI_ACCOUNT}:instance/\*",
+        SEND_COMMAND,
+        _CI_INSTANCES,
         "Instance ids are unknown in advance: Run Command reaches only instances whose kiln:environment tag names one "
         "of the role's environments and that also carry a tag no user can set (aws: prefix): a ParallelCluster head "
         "node's aws:cloudformation:stack-name naming one of the role's environments, or a PCS node's "
         "aws:pcs:compute-node-group-id.",
     ),
     WildcardGrant(
-        ("ssm:SendCommand",),
-        rf"arn:{_CI_PARTITION}:ssm:\*::document/AWS-RunShellScript",
+        SEND_COMMAND,
+        _ci_document("AWS-RunShellScript"),
         "AWS's own shell document, the only Run Command document the role may use, in the environment's region.",
     ),
     WildcardGrant(
-        ("ssm:StartSession",),
-        rf"arn:{_CI_PARTITION}:ssm:\*::document/AWS-StartNonInteractiveCommand",
+        START_SESSION,
+        _ci_document("AWS-StartNonInteractiveCommand"),
         "AWS's own non-interactive session document (kiln ci run on HyperPod), in the environment's region; beside "
         "the port-forwarding one, the only session documents the role may use.",
     ),
     WildcardGrant(
-        ("ssm:StartSession",),
-        rf"arn:{_CI_PARTITION}:ec2:\*:{_CI_ACCOUNT}:instance/\*",
+        START_SESSION,
+        _CI_INSTANCES,
         "Instance ids are unknown in advance: kiln ci run forwards a port to a private EKS API endpoint through a "
         "system node, and may start sessions only on instances whose kiln:environment tag names one of the role's "
         "environments (ssm:resourceTag condition) and that an Auto Scaling group launched (its "
         "aws:autoscaling:groupName tag, which no user can set), as EKS managed node groups' instances are.",
     ),
     WildcardGrant(
-        ("ssm:StartSession",),
-        rf"arn:{_CI_PARTITION}:ssm:\*::document/AWS-StartPortForwardingSessionToRemoteHost",
+        START_SESSION,
+        _ci_document("AWS-StartPortForwardingSessionToRemoteHost"),
         "AWS's own document for forwarding a port to a host the node reaches (kiln ci run on a private EKS endpoint), "
         "in the environment's region.",
     ),
     WildcardGrant(
-        ("ssm:TerminateSession",),
+        TERMINATE_SESSION,
         r"\*",
         "kiln ci run ends a HyperPod session that outlives its timeout and an EKS port forward once the command is "
         "done; session ids are Session Manager's, and the condition on the session's aws:ssmmessages:session-id tag "
         "(its starter's aws:userid) limits this to the role's own sessions.",
     ),
     WildcardGrant(
-        ("ssm:StartSession",),
-        rf"arn:{_CI_PARTITION}:sagemaker:\*:{_CI_ACCOUNT}:cluster/\*",
+        START_SESSION,
+        _CI_HYPERPOD_CLUSTERS,
         "Session Manager names a HyperPod node by its cluster's ARN, which holds a service-assigned id, not the "
         "cluster's name: no pattern can narrow it to the role's environments, so this allows sessions on any HyperPod "
         "cluster of this account.",
     ),
     WildcardGrant(
-        ("pcs:GetCluster", "pcs:ListComputeNodeGroups"),
-        rf"arn:{_CI_PARTITION}:pcs:\*:{_CI_ACCOUNT}:cluster/\*",
+        PCS_READS,
+        arn_pattern("pcs", r"cluster/\*", region=ANY),
         "Read-only: PCS cluster ARNs hold a service-assigned id, not the name, so any PCS cluster of this account.",
     ),
     WildcardGrant(
-        ("sagemaker:DescribeCluster", "sagemaker:ListClusterNodes"),
-        rf"arn:{_CI_PARTITION}:sagemaker:\*:{_CI_ACCOUNT}:cluster/\*",
+        HYPERPOD_READS,
+        _CI_HYPERPOD_CLUSTERS,
         "Read-only: HyperPod cluster ARNs hold a service-assigned id, not the name, so any HyperPod cluster of this "
         "account.",
     ),
     WildcardGrant(
-        ("eks:DescribeCluster", "eks:ListNodegroups"),
-        rf"arn:{_CI_PARTITION}:eks:\*:{_CI_ACCOUNT}:cluster/{_CI_ENVIRONMENT}",
+        EKS_CLUSTER_READS,
+        arn_pattern("eks", f"cluster/{_CI_ENVIRONMENT}", region=ANY),
         "Read-only, on the EKS clusters of the role's environments (named after the environment), in its region.",
     ),
     WildcardGrant(
-        ("eks:DescribeNodegroup",),
-        rf"arn:{_CI_PARTITION}:eks:\*:{_CI_ACCOUNT}:nodegroup/{_CI_ENVIRONMENT}/\*/\*",
+        NODEGROUP_READS,
+        arn_pattern("eks", rf"nodegroup/{_CI_ENVIRONMENT}/\*/\*", region=ANY),
         "Read-only, on the node groups of the role's environments' EKS clusters (group names and ids are EKS's).",
     ),
 )
 
-# The CloudFormation execution policies `kiln ci identity` writes for `cdk bootstrap` (kiln/ci/execution_policy.py):
+# The CloudFormation execution policies `kiln ci identity` writes for `cdk bootstrap` (kiln.contracts.execution_policy):
 # JSON documents, not template resources, reviewed pair by pair all the same (execution_policy_review).
-_X_ARN = r"arn:aws[a-z-]*"
 _X_ACCOUNT = r"<aws:PrincipalAccount>"
 _X_ENV = _CI_ENVIRONMENT
 _X_IN_REGIONS = "in any region (the environment's is not known when the policy is written)"
@@ -459,22 +512,30 @@ _X_BY_ID = (
     "Its ARNs hold service-assigned ids, not names kiln chooses, so no pattern can narrow them to kiln's environments: "
     "this reaches every such resource of the account (the residual risk kiln's docs name)."
 )
+
+
+def _x_arn(service: str, resource: str, *, region: str = ANY, account: str = _X_ACCOUNT) -> str:
+    """Return the pattern of SERVICE's ARNs in an execution policy: a JSON document, so the partition is a pattern and
+    the account the policy variable, in any region unless given."""
+    return arn_pattern(service, resource, region=region, account=account, partition=ARN_PARTITION)
+
+
 CI_EXECUTION_GRANTS = (
     WildcardGrant(
         _exec.STACK_ACTIONS,
-        rf"{_X_ARN}:cloudformation:\*:{_X_ACCOUNT}:stack/{_X_ENV}/\*",
+        _x_arn("cloudformation", rf"stack/{_X_ENV}/\*"),
         "Nested stacks of the environments' stacks (named <parent>-<id>-<suffix>, so <cluster>-*); CloudFormation "
         f"appends the stack id; {_X_IN_REGIONS}.",
     ),
     WildcardGrant(
         _exec.TRANSFORM_ACTIONS,
-        rf"{_X_ARN}:cloudformation:\*:aws:transform/Serverless-2016-10-31",
+        _x_arn("cloudformation", "transform/Serverless-2016-10-31", account="aws"),
         "ParallelCluster's cluster provider template uses AWS's Serverless transform, which CloudFormation runs with "
         f"the execution role's CreateChangeSet on the transform itself; {_X_IN_REGIONS}.",
     ),
     WildcardGrant(
         (*_exec.ROLE_ACTIONS, *_exec.ATTACH_ACTIONS),
-        rf"{_X_ARN}:iam::{_X_ACCOUNT}:role/((aws-pcs/)?{_X_ENV}|ParallelClusterLambdaRole-\*)",
+        _x_arn("iam", rf"role/((aws-pcs/)?{_X_ENV}|ParallelClusterLambdaRole-\*)", region=NONE),
         "Roles of the environments' stacks only: CloudFormation names them <stack>-<id>-<suffix> (<cluster>-*, under "
         "/aws-pcs/ for PCS nodes), ParallelCluster's provider names its own ParallelClusterLambdaRole-<stack id>. "
         "AttachRolePolicy only of kiln's AWS managed policies and of policies of these names (iam:PolicyARN). "
@@ -483,63 +544,68 @@ CI_EXECUTION_GRANTS = (
     ),
     WildcardGrant(
         _exec.POLICY_ACTIONS,
-        rf"{_X_ARN}:iam::{_X_ACCOUNT}:policy/((parallelcluster/)?{_X_ENV}|ParallelCluster\*"
-        r"|DefaultParallelClusterIamAdminPolicy-\*)",
+        _x_arn(
+            "iam",
+            rf"policy/((parallelcluster/)?{_X_ENV}|ParallelCluster\*|DefaultParallelClusterIamAdminPolicy-\*)",
+            region=NONE,
+        ),
         "Managed policies of the environments' stacks (<cluster>-*, under /parallelcluster/ for ParallelCluster's "
         "nodes) and those ParallelCluster's provider names after its stack id; no other policy of the account.",
     ),
     WildcardGrant(
         _exec.INSTANCE_PROFILE_ACTIONS,
-        rf"{_X_ARN}:iam::{_X_ACCOUNT}:instance-profile/(aws-pcs/)?{_X_ENV}",
+        _x_arn("iam", f"instance-profile/(aws-pcs/)?{_X_ENV}", region=NONE),
         "Instance profiles of the environments' stacks (<cluster>-*, under /aws-pcs/ for PCS nodes) only.",
     ),
     WildcardGrant(
         _exec.LINKED_ROLE_ACTIONS,
-        rf"{_X_ARN}:iam::{_X_ACCOUNT}:role/aws-service-role/\*",
+        _x_arn("iam", r"role/aws-service-role/\*", region=NONE),
         "EKS, PCS, FSx, HyperPod, Grafana and Managed Prometheus create their service-linked roles on first use; such "
         "a role holds only its service's AWS-defined policy and only that service assumes it.",
     ),
     WildcardGrant(
         _exec.FSX_LINKED_ROLE_ACTIONS,
-        rf"{_X_ARN}:iam::{_X_ACCOUNT}:role/aws-service-role/s3\.data-source\.lustre\.fsx\.amazonaws\.com/\*",
+        _x_arn("iam", r"role/aws-service-role/s3\.data-source\.lustre\.fsx\.amazonaws\.com/\*", region=NONE),
         "FSx for Lustre writes the policy of its S3 data-repository service-linked role with the caller's "
         "permissions; that role only.",
     ),
     WildcardGrant(
         _exec.BUCKET_ACTIONS,
-        rf"{_X_ARN}:s3:::{_X_ENV}",
+        _x_arn("s3", _X_ENV, region=NONE, account=NONE),
         "Buckets of the environments' stacks only: kiln names them <env>-<purpose>-<account>, CloudFormation names "
         "the rest after the stack (<cluster>-*).",
     ),
     WildcardGrant(
         _exec.OBJECT_ACTIONS,
-        rf"{_X_ARN}:s3:::{_X_ENV}/\*",
+        _x_arn("s3", rf"{_X_ENV}/\*", region=NONE, account=NONE),
         "Objects of the environments' buckets only (CloudFormation empties nothing; the handler's delete and ACL "
         "calls).",
     ),
     WildcardGrant(
         _exec.CODE_READS,
-        rf"{_X_ARN}:s3:::(cdk-{{qualifier}}-assets-{_X_ACCOUNT}-\*|\*-aws-parallelcluster)/\*",
+        _x_arn(
+            "s3", rf"(cdk-{{qualifier}}-assets-{_X_ACCOUNT}-\*|\*-aws-parallelcluster)/\*", region=NONE, account=NONE
+        ),
         "Read-only: Lambda reads function and layer code with the caller's permissions, from the CDK bootstrap's "
         "asset bucket of the one qualifier (its name ends in the region) and ParallelCluster's public regional "
         "buckets.",
     ),
     WildcardGrant(
         _exec.FUNCTION_ACTIONS,
-        rf"{_X_ARN}:lambda:\*:{_X_ACCOUNT}:function:({_X_ENV}|pcluster-cfn-\*)",
+        _x_arn("lambda", rf"function:({_X_ENV}|pcluster-cfn-\*)"),
         "Functions of the environments' stacks (<stack>-<id>-<suffix>, so <cluster>-*) and ParallelCluster's "
         "provider function (pcluster-cfn-<stack id>); InvokeFunction is how CloudFormation calls a custom "
         f"resource's provider; {_X_IN_REGIONS}.",
     ),
     WildcardGrant(
         _exec.LAYER_ACTIONS,
-        rf"{_X_ARN}:lambda:\*:{_X_ACCOUNT}:layer:\*",
+        _x_arn("lambda", r"layer:\*"),
         "CDK's kubectl and AWS CLI layers and ParallelCluster's (PCLayer-<stack id>) are not named after the stack. "
         "A layer is code a function opts into; publishing one grants nothing.",
     ),
     WildcardGrant(
         _exec.LOG_GROUP_ACTIONS,
-        rf"{_X_ARN}:logs:\*:{_X_ACCOUNT}:log-group:({_X_ENV}|/aws/lambda/pcluster-cfn-\*)",
+        _x_arn("logs", rf"log-group:({_X_ENV}|/aws/lambda/pcluster-cfn-\*)"),
         "Log groups of the environments' stacks (<cluster>-*) and of ParallelCluster's provider function only; "
         f"{_X_IN_REGIONS}.",
     ),
@@ -556,7 +622,7 @@ CI_EXECUTION_GRANTS = (
     ),
     WildcardGrant(
         _exec.KEY_ACTIONS,
-        rf"{_X_ARN}:kms:\*:{_X_ACCOUNT}:key/\*",
+        _x_arn("kms", r"key/\*"),
         "Key ids are KMS's: only keys tagged kiln:environment with one of the environments (aws:ResourceTag), as "
         "CloudFormation tags kiln's keys at creation; no other key's policy, grants or deletion.",
     ),
@@ -574,24 +640,24 @@ CI_EXECUTION_GRANTS = (
     ),
     WildcardGrant(
         _exec.EKS_ACTIONS,
-        rf"{_X_ARN}:eks:\*:{_X_ACCOUNT}:(cluster|nodegroup|addon|access-entry|podidentityassociation)/{_X_ENV}",
+        _x_arn("eks", f"(cluster|nodegroup|addon|access-entry|podidentityassociation)/{_X_ENV}"),
         "EKS clusters of the environments (named after the environment) and what is inside them (their ARNs start "
         f"with the cluster's name); {_X_IN_REGIONS}.",
     ),
     WildcardGrant(
         _exec.PCS_ACTIONS,
-        rf"{_X_ARN}:pcs:\*:{_X_ACCOUNT}:cluster/\*",
+        _x_arn("pcs", r"cluster/\*"),
         f"PCS clusters, their node groups and queues. {_X_BY_ID}",
     ),
     WildcardGrant(
         _exec.PCS_SECRET_ACTIONS,
-        rf"{_X_ARN}:secretsmanager:\*:{_X_ACCOUNT}:secret:\*",
+        _x_arn("secretsmanager", r"secret:\*"),
         "PCS creates each cluster's Slurm key as a secret with the caller's permissions. Create and tag only: no "
         "secret can be read or changed.",
     ),
     WildcardGrant(
         _exec.HYPERPOD_ACTIONS,
-        rf"{_X_ARN}:sagemaker:\*:{_X_ACCOUNT}:cluster/\*",
+        _x_arn("sagemaker", r"cluster/\*"),
         f"HyperPod clusters. {_X_BY_ID}",
     ),
     WildcardGrant(
@@ -601,12 +667,12 @@ CI_EXECUTION_GRANTS = (
     ),
     WildcardGrant(
         _exec.PROMETHEUS_ACTIONS,
-        rf"{_X_ARN}:aps:\*:{_X_ACCOUNT}:\*",
+        _x_arn("aps", r"\*"),
         f"Managed Prometheus workspaces and scrapers. {_X_BY_ID}",
     ),
     WildcardGrant(
         _exec.GRAFANA_ACTIONS,
-        rf"{_X_ARN}:grafana:\*:{_X_ACCOUNT}:/workspaces/\*",
+        _x_arn("grafana", r"/workspaces/\*"),
         f"Managed Grafana workspaces. {_X_BY_ID}",
     ),
     WildcardGrant(
@@ -617,18 +683,18 @@ CI_EXECUTION_GRANTS = (
     ),
     WildcardGrant(
         _exec.PARAMETER_ACTIONS,
-        rf"{_X_ARN}:ssm:\*:{_X_ACCOUNT}:parameter/CFN-\*",
+        _x_arn("ssm", r"parameter/CFN-\*"),
         "CDK's EKS construct keeps a parameter without a name; CloudFormation names such parameters CFN-<id>-<suffix>. "
         "No other parameter of the account.",
     ),
     WildcardGrant(
         _exec.SCHEDULE_ACTIONS,
-        rf"{_X_ARN}:scheduler:\*:{_X_ACCOUNT}:schedule/default/{_X_ENV}",
+        _x_arn("scheduler", f"schedule/default/{_X_ENV}"),
         f"The reapers' schedules (<env>-reaper in the default group); {_X_IN_REGIONS}.",
     ),
     WildcardGrant(
         _exec.TOPIC_ACTIONS,
-        rf"{_X_ARN}:sns:\*:{_X_ACCOUNT}:{_X_ENV}",
+        _x_arn("sns", _X_ENV),
         f"The reapers' alarm topics (<env>-reaper-alarm); {_X_IN_REGIONS}.",
     ),
 )

@@ -1,4 +1,5 @@
-"""EC2 Image Builder component documents that bake a rendered bundle's install steps into an image.
+"""EC2 Image Builder component documents that bake a rendered bundle's install steps into an image, as data: the
+TrainingImage construct writes each as YAML (kiln.constructs.training_image.component_yaml).
 
 Every document runs the bundle's own scripts (kiln-step): there is no second copy of install logic. The
 first component fetches the bundle, one component per step group installs and verifies its steps, the seal
@@ -11,15 +12,42 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import yaml
+from kiln.contracts.bundle import USER_STEP_PREFIX
 
-from kiln.ami.recipe import step_groups
+# One Image Builder component per group, in bootstrap order: a failed build names the group that broke.
+STEP_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("accelerators", ("install_nvidia_driver", "install_neuron", "install_efa", "install_nccl")),
+    ("storage", ("install_lustre_client",)),
+    ("scheduler", ("install_pcs_agent", "install_pcs_slurm", "install_slurm", "install_munge")),
+    ("containers", ("install_enroot", "install_pyxis", "install_container_runtime")),
+    ("launcher", ("install_launcher",)),
+    ("exporters", ("install_exporters",)),
+    ("code-server", ("install_code_server",)),
+)
+# The user's install steps (user_NAME, spec bootstrap.steps) come after kiln's, in one component of their own.
+USER_STEP_GROUP = "user-steps"
 
 # Where a build unpacks the bundle: under /var/tmp, so it survives between components, and removed at the end.
 BUILD_DIR = "/var/tmp/kiln-image"
 BUNDLE_ZIP = f"{BUILD_DIR}/bundle.zip"
 BUNDLE_DIR = f"{BUILD_DIR}/bundle"
 SCHEMA_VERSION = 1.0
+
+
+def step_groups(install_steps: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Return the groups of INSTALL_STEPS (a profile's, in its order), leaving out empty groups.
+
+    Refuses a step in no group, or an order the groups would change: the image must install in bootstrap order.
+    """
+    grouped = [(name, tuple(step for step in install_steps if step in members)) for name, members in STEP_GROUPS]
+    grouped.append((USER_STEP_GROUP, tuple(step for step in install_steps if step.startswith(USER_STEP_PREFIX))))
+    grouped = [(name, steps) for name, steps in grouped if steps]
+    flattened = tuple(step for _, steps in grouped for step in steps)
+    if flattened != tuple(install_steps):
+        raise ValueError(
+            f"install steps {' '.join(install_steps)}: the image groups would run them as {' '.join(flattened)}"
+        )
+    return tuple(grouped)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,15 +59,14 @@ class ComponentDocument:
     phases: tuple[dict[str, Any], ...]
 
     @property
-    def text(self) -> str:
-        """Return the YAML document Image Builder runs (one line per command: tokens stay whole)."""
-        document = {
+    def document(self) -> dict[str, Any]:
+        """Return the document Image Builder runs, in its key order."""
+        return {
             "name": self.name,
             "description": self.description,
             "schemaVersion": SCHEMA_VERSION,
             "phases": list(self.phases),
         }
-        return yaml.safe_dump(document, sort_keys=False, width=1_000_000)
 
     @property
     def phase_names(self) -> tuple[str, ...]:

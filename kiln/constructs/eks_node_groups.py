@@ -1,0 +1,307 @@
+"""The node groups of an EksTrainingCluster: EFA GPU and Neuron groups, the CPU system group, their launch templates.
+
+EksTrainingCluster adds them with add_accelerated_node_group and add_system_node_group: each launch template is a
+child of the cluster construct and each node group a child of its eks.Cluster, so their construct ids (and logical
+ids) are the cluster's own.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from aws_cdk import CfnTag
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from kiln.catalog import instance_type as catalog_instance_type
+from kiln.catalog.facts import ACCELERATOR_KINDS, UnknownInstanceType
+from kiln.catalog.kubernetes import NODE_GROUP_LABEL
+from kiln.catalog.limits import EBS_GP3_MAX_GIB, EKS_SYSTEM_NODE_COUNT, EKS_SYSTEM_NODE_TYPE
+from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
+from kiln.constructs._checks import field_name, require, require_in
+from kiln.constructs.eks_addons import GPU_PRESENT_LABEL, AcceleratorKind
+from kiln.constructs.eks_scheduling import node_template_tags
+from kiln.constructs.ids import hashed_id
+from kiln.constructs.launch_template import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
+from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
+from kiln.contracts.tags import TAG_EKS_CLUSTER, TAG_NODE_GROUP
+
+AcceleratedAmiType = Literal["AL2023_x86_64_NVIDIA", "AL2023_ARM_64_NVIDIA", "AL2023_x86_64_NEURON"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceleratedImage:
+    """An EKS-optimized AL2023 accelerated image: its node group AMI type, the accelerators it drives, its CPU."""
+
+    ami_type: eks.NodegroupAmiType
+    accelerator: AcceleratorKind
+    architecture: str
+
+
+# The images whose accelerator driver and EFA host software come preinstalled, by EKS API name: NVIDIA's for the
+# G and P types, Neuron's for inf1, inf2, trn1 and trn2 (EKS User Guide, "Use EKS-optimized accelerated AMIs for GPU
+# instances"). A group's instance type decides among them (kiln's catalog: accelerator kind and architectures).
+ACCELERATED_AMI_TYPES: dict[str, AcceleratedImage] = {
+    "AL2023_x86_64_NVIDIA": AcceleratedImage(
+        ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA, accelerator="gpu", architecture="x86_64"
+    ),
+    "AL2023_ARM_64_NVIDIA": AcceleratedImage(
+        ami_type=eks.NodegroupAmiType.AL2023_ARM_64_NVIDIA, accelerator="gpu", architecture="arm64"
+    ),
+    "AL2023_x86_64_NEURON": AcceleratedImage(
+        ami_type=eks.NodegroupAmiType.AL2023_X86_64_NEURON, accelerator="neuron", architecture="x86_64"
+    ),
+}
+ACCELERATOR_NAMES = {"gpu": "GPUs", "neuron": "Neuron devices"}
+# Node labels by accelerator: the NVIDIA device plugin's chart selects its nodes by label; kiln's Neuron device plugin
+# selects by instance type (kiln.constructs.neuron_addons), so Neuron nodes need none.
+ACCELERATOR_LABELS: dict[str, Mapping[str, str]] = {"gpu": GPU_PRESENT_LABEL, "neuron": {}}
+# Spot is asked on the node group: EKS refuses launch templates that request spot themselves.
+NODEGROUP_CAPACITY = {
+    "ONDEMAND": eks.CapacityType.ON_DEMAND,
+    "SPOT": eks.CapacityType.SPOT,
+    "CAPACITY_BLOCK": eks.CapacityType.CAPACITY_BLOCK,
+}
+INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
+# EKS-optimized AL2023 images boot from /dev/xvda.
+AL2023_ROOT_DEVICE = "/dev/xvda"
+# The system group's name and node label: the one `kiln ci` and `kiln connect` find it by.
+SYSTEM_NODE_GROUP = EKS_SYSTEM_NODE_GROUP
+# IMDS answers the node itself (and host-network pods such as aws-node and the Pod Identity agent), never a
+# pod behind another hop: pods cannot take the node role. What needs AWS gets its own identity (Pod Identity).
+NODE_HOP_LIMIT = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class AcceleratedNodeGroup:
+    """One EKS managed node group of NVIDIA GPU or AWS Neuron (Trainium, Inferentia) instances with EFA, in one AZ.
+
+    name: kiln's name for the group (lowercase, digits, '-'); nodes carry it as label kiln.io/node-group.
+    instance_type: one EC2 type with GPUs or Neuron devices; its accelerators, architectures and EFA interfaces come
+        from kiln's catalog.
+    min_count: the fewest nodes the group scales down to; default 0.
+    max_count: the most nodes the group scales up to; default 1.
+    desired_count: nodes at creation; default min_count.
+    capacity: on-demand (default), spot, capacity-block or reservation.
+    root_volume_gib: encrypted gp3 root volume; default 200.
+    placement_group: a cluster placement group for EFA (ec2.IPlacementGroup); default none.
+    ami_type: an EKS-optimized AL2023 accelerated image; default the one for the instance type's accelerators and
+        architecture (NVIDIA x86_64 or ARM_64, or Neuron x86_64). One for other accelerators is refused.
+    labels: further Kubernetes node labels; default none.
+    """
+
+    name: str
+    instance_type: str
+    min_count: int = 0
+    max_count: int = 1
+    desired_count: int | None = None
+    capacity: CapacityOption = field(default_factory=CapacityOption)
+    root_volume_gib: int = 200
+    placement_group: ec2.IPlacementGroup | None = None
+    ami_type: AcceleratedAmiType | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        require(self, is_node_group_name(self.name), "name", self.name, NODE_GROUP_NAME_RULE)
+        require(
+            self,
+            0 <= self.min_count <= self.effective_desired_count <= self.max_count and self.max_count >= 1,
+            "min_count/desired_count/max_count",
+            (self.min_count, self.desired_count, self.max_count),
+            "0 <= min_count <= desired_count <= max_count, max_count >= 1",
+        )
+        kind = self.accelerator_kind
+        require(
+            self,
+            kind in ACCELERATOR_KINDS,
+            "instance_type",
+            self.instance_type,
+            "a type with NVIDIA GPUs or AWS Neuron devices (Trainium, Inferentia)",
+        )
+        images = self.fitting_ami_types
+        require(self, bool(images), "instance_type", self.instance_type, "a type an EKS accelerated image supports")
+        if self.ami_type is not None:
+            require_in(self, "ami_type", self.ami_type, ACCELERATED_AMI_TYPES)
+            require(
+                self,
+                self.ami_type in images,
+                "ami_type",
+                self.ami_type,
+                f"an image for {self.instance_type}'s {ACCELERATOR_NAMES[kind]}: {', '.join(images)}",
+            )
+        require(
+            self,
+            NODE_GROUP_LABEL not in self.labels,
+            "labels",
+            dict(self.labels),
+            f"no {NODE_GROUP_LABEL} (kiln sets it)",
+        )
+
+    @property
+    def accelerator_kind(self) -> str | None:
+        """Return the instance type's accelerators as kiln's catalog names them: 'gpu', 'neuron' or None."""
+        try:
+            return catalog_instance_type(self.instance_type).accelerator_kind
+        except UnknownInstanceType as error:
+            close = f", such as {' or '.join(error.suggestions)}" if error.suggestions else ""
+            raise ValueError(
+                f"{field_name(self, 'instance_type')}: got {self.instance_type!r}; allowed: a type in kiln's "
+                f"catalog{close}"
+            ) from error
+
+    @property
+    def fitting_ami_types(self) -> list[str]:
+        """Return the accelerated images for the instance type's accelerators and architectures, the default first."""
+        architectures = catalog_instance_type(self.instance_type).architectures
+        return [
+            name
+            for name, image in ACCELERATED_AMI_TYPES.items()
+            if image.accelerator == self.accelerator_kind and image.architecture in architectures
+        ]
+
+    @property
+    def effective_ami_type(self) -> str:
+        return self.ami_type or self.fitting_ami_types[0]
+
+    @property
+    def effective_desired_count(self) -> int:
+        return self.min_count if self.desired_count is None else self.desired_count
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemNodeGroup:
+    """The CPU node group for cluster services (CoreDNS, the training operator, the FSx CSI controller).
+
+    instance_type: an EC2 type; default m5.xlarge.
+    count: fixed number of nodes; default 2 so a node loss leaves the services up.
+    root_volume_gib: encrypted gp3 root volume; default 50.
+    """
+
+    instance_type: str = EKS_SYSTEM_NODE_TYPE
+    count: int = EKS_SYSTEM_NODE_COUNT
+    root_volume_gib: int = 50
+
+    def __post_init__(self) -> None:
+        require(self, bool(INSTANCE_TYPE.match(self.instance_type)), "instance_type", self.instance_type, "an EC2 type")
+        require(self, 1 <= self.count <= 100, "count", self.count, "1 to 100")
+        require(
+            self, 20 <= self.root_volume_gib <= EBS_GP3_MAX_GIB, "root_volume_gib", self.root_volume_gib, "20 to 16384"
+        )
+
+
+def add_system_node_group(
+    scope: Construct,
+    cluster: eks.Cluster,
+    system: SystemNodeGroup,
+    *,
+    subnet: ec2.ISubnet,
+    node_role: iam.IRole,
+    security_groups: Sequence[ec2.ISecurityGroup],
+    instance_tags: Mapping[str, str],
+) -> eks.Nodegroup:
+    """Add SYSTEM to CLUSTER in SUBNET: its launch template in SCOPE (IMDSv2, the encrypted root volume, SECURITY_GROUPS
+    and INSTANCE_TAGS beside kiln's own), its managed node group in CLUSTER, labelled as the system group."""
+    template = ec2.CfnLaunchTemplate(
+        scope,
+        "SystemLaunchTemplate",
+        launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+            security_group_ids=[g.security_group_id for g in security_groups],
+            # `kiln ci run` finds a system node by these and reaches the private endpoint through it.
+            tag_specifications=[
+                ec2.CfnLaunchTemplate.TagSpecificationProperty(
+                    resource_type="instance",
+                    tags=[
+                        CfnTag(key=key, value=value)
+                        for key, value in {
+                            **instance_tags,
+                            TAG_EKS_CLUSTER: cluster.cluster_name,
+                            TAG_NODE_GROUP: EKS_SYSTEM_NODE_GROUP,
+                        }.items()
+                    ],
+                )
+            ],
+            metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
+                http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=NODE_HOP_LIMIT
+            ),
+            block_device_mappings=[
+                ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+                    device_name=AL2023_ROOT_DEVICE,
+                    ebs=ec2.CfnLaunchTemplate.EbsProperty(
+                        volume_size=system.root_volume_gib,
+                        volume_type="gp3",
+                        encrypted=True,
+                        delete_on_termination=True,
+                    ),
+                )
+            ],
+        ),
+    )
+    return cluster.add_nodegroup_capacity(
+        "SystemNodeGroup",
+        instance_types=[ec2.InstanceType(system.instance_type)],
+        ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+        min_size=system.count,
+        max_size=system.count,
+        desired_size=system.count,
+        subnets=ec2.SubnetSelection(subnets=[subnet]),
+        node_role=node_role,
+        launch_template_spec=eks.LaunchTemplateSpec(id=template.ref, version=template.attr_latest_version_number),
+        labels={NODE_GROUP_LABEL: SYSTEM_NODE_GROUP},
+    )
+
+
+def add_accelerated_node_group(
+    scope: Construct,
+    cluster: eks.Cluster,
+    group: AcceleratedNodeGroup,
+    *,
+    subnet: ec2.ISubnet,
+    node_role: iam.IRole,
+    security_groups: Sequence[ec2.ISecurityGroup],
+    efa_security_group: ec2.ISecurityGroup,
+    user_data_parts: Sequence[str],
+    autoscaled: bool,
+) -> tuple[EfaLaunchTemplate, eks.Nodegroup]:
+    """Add GROUP to CLUSTER in SUBNET: its EFA launch template in SCOPE (every interface in EFA_SECURITY_GROUP, the
+    primary one in SECURITY_GROUPS too, USER_DATA_PARTS at boot) and its managed node group in CLUSTER, which carries
+    the tags the cluster-autoscaler reads when AUTOSCALED. Return both."""
+    template = EfaLaunchTemplate(
+        scope,
+        hashed_id("LaunchTemplate", group.name),
+        EfaLaunchTemplateProps(
+            instance_type=group.instance_type,
+            efa_security_group=efa_security_group,
+            security_groups=security_groups,
+            root_volume_gib=group.root_volume_gib,
+            root_device_name=AL2023_ROOT_DEVICE,
+            capacity=CapacityOption() if group.capacity.type == "spot" else group.capacity,
+            user_data_parts=user_data_parts,
+            placement_group=group.placement_group,
+            hop_limit=NODE_HOP_LIMIT,
+        ),
+    )
+    # The template names the instance type, so the node group must name none.
+    nodegroup = cluster.add_nodegroup_capacity(
+        hashed_id("NodeGroup", group.name),
+        ami_type=ACCELERATED_AMI_TYPES[group.effective_ami_type].ami_type,
+        capacity_type=NODEGROUP_CAPACITY[group.capacity.purchase_option],
+        min_size=group.min_count,
+        max_size=group.max_count,
+        desired_size=group.effective_desired_count,
+        subnets=ec2.SubnetSelection(subnets=[subnet]),
+        node_role=node_role,
+        launch_template_spec=eks.LaunchTemplateSpec(id=template.launch_template_id, version=template.latest_version),
+        labels={**ACCELERATOR_LABELS[group.accelerator_kind], **group.labels, NODE_GROUP_LABEL: group.name},
+        # An update drains nodes as their pods' disruption budgets allow, or fails (and rolls back) rather than
+        # evicting a training job: CloudFormation's default, which CDK's node groups turn around
+        # (AWS::EKS::Nodegroup ForceUpdateEnabled).
+        force_update=False,
+        # What a node offers before one exists: the autoscaler reads these from the node group (scale from zero).
+        tags=node_template_tags(group.instance_type) if autoscaled else None,
+    )
+    return template, nodegroup
