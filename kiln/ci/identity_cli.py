@@ -49,7 +49,8 @@ def props_from_args(args: argparse.Namespace) -> GithubDeployIdentityProps:
     from kiln.node_runtime import require_node
 
     require_node()  # the constructs load the CDK
-    from kiln.constructs.ci_identity import DEFAULT_CDK_QUALIFIER, DEFAULT_ENVIRONMENT, GithubDeployIdentityProps
+    from kiln.constructs.ci_identity import DEFAULT_ENVIRONMENT, GithubDeployIdentityProps
+    from kiln.contracts.cdk_bootstrap import DEFAULT_CDK_QUALIFIER
 
     branch_runs = bool(args.branches or args.pull_requests)
     if branch_runs and not args.allow_branch_trust:

@@ -45,7 +45,6 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kiln.ci.remote.forward import LOCAL_PORT_FORWARD_DOCUMENT, PORT_FORWARD_DOCUMENT
 from kiln.ci.remote.nodes import (
     PARALLELCLUSTER_HEAD_NODE,
     PARALLELCLUSTER_LOGIN_NODE,
@@ -54,6 +53,7 @@ from kiln.ci.remote.nodes import (
     PCS_NODE_GROUP_TAG,
 )
 from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
+from kiln.contracts.ssm_documents import DEFAULT_SHELL_DOCUMENT, LOCAL_PORT_FORWARD_DOCUMENT, PORT_FORWARD_DOCUMENT
 from kiln.contracts.tags import TAG_EKS_CLUSTER, TAG_NODE_GROUP
 
 # The platforms kiln connect tells apart; Kubernetes covers EKS and HyperPod orchestrated by EKS (both reach
@@ -64,8 +64,6 @@ Caller = Literal["kiln", "aws ssm start-session", "session-manager-plugin"]
 KILN: Caller = "kiln"
 CLI: Caller = "aws ssm start-session"
 PLUGIN: Caller = "session-manager-plugin"
-# The document a session without --document-name uses: the account's own, which holds its Session Manager preferences.
-DEFAULT_SHELL_DOCUMENT = "SSM-SessionManagerRunShell"
 EC2_NODES = "arn:aws:ec2:REGION:ACCOUNT:instance/*"
 
 

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 import kiln.contracts.execution_policy as _exec
 from kiln.catalog.platforms import service_fact
 from kiln.constructs._checks import ARN_PARTITION
+from kiln.contracts.cdk_bootstrap import CDK_BOOTSTRAP_ROLES, CFN_EXECUTION_ROLE
 from kiln.contracts.environment import BUCKET_PURPOSES, DELETE_ORDER
 from kiln.contracts.permissions import BOOTSTRAP_READS, LEFTOVER_READS, PARAMETER_READS, UNSCOPED_READS
+from kiln.contracts.ssm_documents import NON_INTERACTIVE_COMMAND_DOCUMENT, PORT_FORWARD_DOCUMENT, RUN_SHELL_DOCUMENT
 
 
 @dataclass(frozen=True)
@@ -357,7 +359,7 @@ CI_IDENTITY_GRANTS = (
         ASSUME_ROLE,
         arn_pattern(
             "iam",
-            rf"role/cdk-{{qualifier}}-(deploy|file-publishing|image-publishing|lookup)-role-{ACCOUNT}-\*",
+            rf"role/cdk-{{qualifier}}-({'|'.join(CDK_BOOTSTRAP_ROLES)})-{ACCOUNT}-\*",
             region=NONE,
         ),
         "The CDK CLI deploys an environment through this account's CDK bootstrap roles of the one qualifier; their "
@@ -402,7 +404,7 @@ CI_IDENTITY_GRANTS = (
     ),
     WildcardGrant(
         BOOTSTRAP_READS,
-        arn_pattern("iam", rf"role/cdk-{{qualifier}}-cfn-exec-role-{ACCOUNT}-\*", region=NONE),
+        arn_pattern("iam", rf"role/cdk-{{qualifier}}-{CFN_EXECUTION_ROLE}-{ACCOUNT}-\*", region=NONE),
         "Read-only: kiln preflight lists the policies attached to the CDK bootstrap's CloudFormation execution role "
         "of the one qualifier (warning when it is AdministratorAccess); its name ends in the environment's region.",
     ),
@@ -443,12 +445,12 @@ CI_IDENTITY_GRANTS = (
     ),
     WildcardGrant(
         SEND_COMMAND,
-        _ci_document("AWS-RunShellScript"),
+        _ci_document(RUN_SHELL_DOCUMENT),
         "AWS's own shell document, the only Run Command document the role may use, in the environment's region.",
     ),
     WildcardGrant(
         START_SESSION,
-        _ci_document("AWS-StartNonInteractiveCommand"),
+        _ci_document(NON_INTERACTIVE_COMMAND_DOCUMENT),
         "AWS's own non-interactive session document (kiln ci run on HyperPod), in the environment's region; beside "
         "the port-forwarding one, the only session documents the role may use.",
     ),
@@ -462,7 +464,7 @@ CI_IDENTITY_GRANTS = (
     ),
     WildcardGrant(
         START_SESSION,
-        _ci_document("AWS-StartPortForwardingSessionToRemoteHost"),
+        _ci_document(PORT_FORWARD_DOCUMENT),
         "AWS's own document for forwarding a port to a host the node reaches (kiln ci run on a private EKS endpoint), "
         "in the environment's region.",
     ),

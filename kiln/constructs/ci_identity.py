@@ -34,6 +34,12 @@ from kiln.constructs.acknowledgements import (
     TERMINATE_SESSION,
 )
 from kiln.constructs.review import acknowledge_wildcards
+from kiln.contracts.cdk_bootstrap import (
+    CDK_BOOTSTRAP_ROLES,
+    CFN_EXECUTION_ROLE,
+    DEFAULT_CDK_QUALIFIER,
+    bootstrap_role_name,
+)
 from kiln.contracts.environment import (
     MAX_WHOLE_CLUSTER_NAME,
     SCHEDULE_GROUP,
@@ -42,12 +48,12 @@ from kiln.contracts.environment import (
 )
 from kiln.contracts.permissions import (
     BOOTSTRAP_READS,
-    DEFAULT_CDK_QUALIFIER,
     GLOBAL_INFRASTRUCTURE_PARAMETERS,
     LEFTOVER_READS,
     PARAMETER_READS,
     UNSCOPED_READS,
 )
+from kiln.contracts.ssm_documents import NON_INTERACTIVE_COMMAND_DOCUMENT, PORT_FORWARD_DOCUMENT, RUN_SHELL_DOCUMENT
 from kiln.contracts.tags import TAG_CLUSTER, TAG_ENVIRONMENT
 
 GITHUB_OIDC_HOST = "token.actions.githubusercontent.com"
@@ -57,14 +63,6 @@ GITHUB_OIDC_AUDIENCE = "sts.amazonaws.com"
 # (required reviewers, deployment branches) decide which runs get that far
 # (https://docs.github.com/en/actions/reference/security/oidc, "Filtering for a specific environment").
 DEFAULT_ENVIRONMENT = "kiln-ci"
-# The CDK bootstrap's CloudFormation execution role (kiln preflight reads its attached policies).
-CFN_EXECUTION_ROLE = "cfn-exec-role"
-# The CDK CLI's modern bootstrap roles: cdk-<qualifier>-<kind>-<account>-<region> in CDK's bootstrap template.
-CDK_BOOTSTRAP_ROLES = ("deploy-role", "file-publishing-role", "image-publishing-role", "lookup-role")
-RUN_SHELL_DOCUMENT = "AWS-RunShellScript"
-SESSION_DOCUMENT = "AWS-StartNonInteractiveCommand"
-# `kiln ci run` reaches a private EKS API endpoint through a system node with this document (kiln.ci.remote.forward).
-PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSessionToRemoteHost"
 # Session Manager's own condition key for a target instance's tags, as AWS's sample policies spell it:
 # https://docs.aws.amazon.com/systems-manager/latest/userguide/getting-started-restrict-access-examples.html
 SESSION_TARGET_TAG = f"ssm:resourceTag/{TAG_ENVIRONMENT}"
@@ -344,7 +342,8 @@ class GithubDeployIdentity(Construct):
             iam.PolicyStatement(
                 actions=list(ASSUME_ROLE),
                 resources=[
-                    f"{arn}:iam::{account}:role/cdk-{qualifier}-{kind}-{account}-*" for kind in CDK_BOOTSTRAP_ROLES
+                    f"{arn}:iam::{account}:role/{bootstrap_role_name(kind, account, '*', qualifier)}"
+                    for kind in CDK_BOOTSTRAP_ROLES
                 ],
             ),
             # These take no resource scope.
@@ -363,7 +362,9 @@ class GithubDeployIdentity(Construct):
             # `kiln preflight` warns when the bootstrap still hands CloudFormation AdministratorAccess.
             iam.PolicyStatement(
                 actions=list(BOOTSTRAP_READS),
-                resources=[f"{arn}:iam::{account}:role/cdk-{qualifier}-{CFN_EXECUTION_ROLE}-{account}-*"],
+                resources=[
+                    f"{arn}:iam::{account}:role/{bootstrap_role_name(CFN_EXECUTION_ROLE, account, '*', qualifier)}"
+                ],
             ),
             iam.PolicyStatement(actions=list(TEARDOWN_STACK_READS), resources=each(stacks)),
             iam.PolicyStatement(
@@ -409,7 +410,11 @@ class GithubDeployIdentity(Construct):
             # checks a session's target and document each on its own, so the two documents share one statement.
             iam.PolicyStatement(
                 actions=list(START_SESSION),
-                resources=[hyperpod_clusters, document(SESSION_DOCUMENT), document(PORT_FORWARD_DOCUMENT)],
+                resources=[
+                    hyperpod_clusters,
+                    document(NON_INTERACTIVE_COMMAND_DOCUMENT),
+                    document(PORT_FORWARD_DOCUMENT),
+                ],
             ),
             # A private EKS endpoint: port forwarding through a system node of the role's environments (its tag), which
             # an Auto Scaling group (the managed node group's) launched.

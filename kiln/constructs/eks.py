@@ -40,7 +40,6 @@ from kiln.constructs.eks_addons import (
 )
 from kiln.constructs.eks_code_server import CodeServerPod, code_server_manifests
 from kiln.constructs.eks_node_groups import (
-    SYSTEM_NODE_GROUP,
     AcceleratedNodeGroup,
     SystemNodeGroup,
     add_accelerated_node_group,
@@ -71,6 +70,7 @@ from kiln.constructs.neuron_addons import (
 from kiln.constructs.node_access import ssm_agent_statements
 from kiln.constructs.node_bootstrap import NodeBootstrap
 from kiln.constructs.review import acknowledge, acknowledge_wildcards
+from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
 
 Endpoint = Literal["private", "public-and-private"]
 ENDPOINTS: tuple[str, ...] = get_args(Endpoint)
@@ -230,10 +230,10 @@ class EksTrainingClusterProps:
         require(self, len(set(names)) == len(names), "accelerated_groups names", names, "unique names")
         require(
             self,
-            SYSTEM_NODE_GROUP not in names,
+            EKS_SYSTEM_NODE_GROUP not in names,
             "accelerated_groups names",
             names,
-            f"not {SYSTEM_NODE_GROUP!r} (the CPU group's)",
+            f"not {EKS_SYSTEM_NODE_GROUP!r} (the CPU group's)",
         )
         for kind in self.external_accelerators:
             require_in(self, "external_accelerators", kind, ACCELERATOR_KINDS)
@@ -568,7 +568,7 @@ class EksTrainingCluster(Construct):
         )
 
     def _system_selector(self) -> dict[str, str]:
-        return {NODE_GROUP_LABEL: SYSTEM_NODE_GROUP} if self.system_node_group is not None else {}
+        return {NODE_GROUP_LABEL: EKS_SYSTEM_NODE_GROUP} if self.system_node_group is not None else {}
 
     def _lustre_volume(self, lustre: LustreVolume) -> eks.KubernetesManifest:
         names = LustreVolumeNames(

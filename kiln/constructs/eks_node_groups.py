@@ -70,8 +70,6 @@ NODEGROUP_CAPACITY = {
 INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
 # EKS-optimized AL2023 images boot from /dev/xvda.
 AL2023_ROOT_DEVICE = "/dev/xvda"
-# The system group's name and node label: the one `kiln ci` and `kiln connect` find it by.
-SYSTEM_NODE_GROUP = EKS_SYSTEM_NODE_GROUP
 # IMDS answers the node itself (and host-network pods such as aws-node and the Pod Identity agent), never a
 # pod behind another hop: pods cannot take the node role. What needs AWS gets its own identity (Pod Identity).
 NODE_HOP_LIMIT = 1
@@ -251,7 +249,7 @@ def add_system_node_group(
         subnets=ec2.SubnetSelection(subnets=[subnet]),
         node_role=node_role,
         launch_template_spec=eks.LaunchTemplateSpec(id=template.ref, version=template.attr_latest_version_number),
-        labels={NODE_GROUP_LABEL: SYSTEM_NODE_GROUP},
+        labels={NODE_GROUP_LABEL: EKS_SYSTEM_NODE_GROUP},
     )
 
 

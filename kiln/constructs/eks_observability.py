@@ -19,8 +19,8 @@ from kiln.catalog.exporters import EXPORTERS, SCRAPE_INTERVAL_S
 from kiln.catalog.kubernetes import NODE_GROUP_LABEL
 from kiln.constructs._checks import require
 from kiln.constructs.eks_addons import GPU_PRESENT_LABEL, TOLERATE_EVERYTHING, HelmAddon, kiln_labels
-from kiln.constructs.eks_node_groups import SYSTEM_NODE_GROUP
 from kiln.constructs.prometheus import IPrometheusWorkspace
+from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
 
 MONITORING_NAMESPACE = "kiln-monitoring"
 # The labels kiln's GPU node groups carry (EksTrainingCluster: the NVIDIA device plugin selects them by it too); they
@@ -197,7 +197,7 @@ def _efa_job(port: int) -> dict[str, Any]:
         "relabel_configs": [
             {
                 "source_labels": [f"__meta_kubernetes_node_label_{prometheus_label(NODE_GROUP_LABEL)}"],
-                "regex": SYSTEM_NODE_GROUP,
+                "regex": EKS_SYSTEM_NODE_GROUP,
                 "action": "drop",
             },
             {

@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kiln.contracts.cdk_bootstrap import DEFAULT_CDK_QUALIFIER
 from kiln.contracts.errors import Failure
-from kiln.contracts.permissions import DEFAULT_CDK_QUALIFIER
 from kiln.contracts.tags import TAG_ENVIRONMENT
 
 # IAM counts a managed policy's characters without white space; 6,144 at most

@@ -40,5 +40,3 @@ LEFTOVER_READS = (
 )
 # The bootstrap check lists the policies attached to the CDK bootstrap's CloudFormation execution role.
 BOOTSTRAP_READS = ("iam:ListAttachedRolePolicies",)
-# The qualifier `cdk bootstrap` uses unless given --qualifier; its roles are cdk-<qualifier>-<kind>-<account>-<region>.
-DEFAULT_CDK_QUALIFIER = "hnb659fds"

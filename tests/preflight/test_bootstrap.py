@@ -9,6 +9,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from kiln.contracts.cdk_bootstrap import CFN_EXECUTION_ROLE, bootstrap_role_name
 from kiln.preflight.aws import AwsClients
 from kiln.preflight.checks import bootstrap
 from kiln.preflight.findings import BLOCKING
@@ -51,10 +52,13 @@ def _scoped_policy(aws, name: str) -> str:
 
 def test_the_role_name_is_cdks() -> None:
     assert (
-        bootstrap.execution_role_name("111111111111", "eu-west-1")
+        bootstrap_role_name(CFN_EXECUTION_ROLE, "111111111111", "eu-west-1")
         == "cdk-hnb659fds-cfn-exec-role-111111111111-eu-west-1"
     )
-    assert bootstrap.execution_role_name("1", "r", "abc") == "cdk-abc-cfn-exec-role-1-r"
+    assert bootstrap_role_name(CFN_EXECUTION_ROLE, "1", "r", "abc") == "cdk-abc-cfn-exec-role-1-r"
+    assert bootstrap_role_name("lookup-role", "1", "*") == "cdk-hnb659fds-lookup-role-1-*"
+    with pytest.raises(ValueError, match="^kind: got 'admin-role'; allowed: cfn-exec-role, deploy-role"):
+        bootstrap_role_name("admin-role", "1", "r")
 
 
 def test_a_default_bootstrap_with_administrator_access_is_a_warning(managed: AwsClients) -> None:

@@ -16,14 +16,8 @@ from kiln.aws_errors import one_line
 from kiln.ci.remote.cluster import RemoteError, Unreachable
 from kiln.ci.remote.processes import spawn, stop
 from kiln.ci.remote.session import SESSION_BANNER, terminate_session
+from kiln.contracts.ssm_documents import LOCAL_PORT_FORWARD_DOCUMENT, PORT_FORWARD_DOCUMENT
 
-# Session Manager's port forwarding to a host the node reaches (here the EKS API's private endpoint); its parameters
-# are host, portNumber and localPortNumber:
-# https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-working-with-sessions-start.html
-PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSessionToRemoteHost"
-# Port forwarding to a port of the node itself; its parameters are portNumber and localPortNumber (same page, and
-# https://docs.aws.amazon.com/systems-manager/latest/userguide/getting-started-specify-session-document.html).
-LOCAL_PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSession"
 # How long the session-manager-plugin may take to listen on the local port.
 PORT_FORWARD_READY_S = 60.0
 # What the plugin prints once the local port listens (multiplexed forwarding, then the older one-connection kind).

@@ -20,6 +20,7 @@ from kiln.ci.remote.cluster import RemoteError, Unreachable
 from kiln.ci.remote.exit_codes import EXIT_NO_STATUS, EXIT_TIMED_OUT
 from kiln.ci.remote.nodes import NODE_PREAMBLE, Target
 from kiln.ci.remote.processes import cli_environment, stream
+from kiln.contracts.ssm_documents import NON_INTERACTIVE_COMMAND_DOCUMENT
 
 # The session-manager-plugin's first and last lines, with the session's id.
 SESSION_BANNER = re.compile(r"^\s*(Starting|Exiting) session with [Ss]essionId: (\S+?)\.?\s*$")
@@ -95,7 +96,7 @@ class SessionManagerTransport:
             "--target",
             self.target.address,
             "--document-name",
-            "AWS-StartNonInteractiveCommand",
+            NON_INTERACTIVE_COMMAND_DOCUMENT,
             "--parameters",
             parameters,
             "--region",

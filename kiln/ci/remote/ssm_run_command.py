@@ -26,6 +26,7 @@ from kiln.aws_errors import (
 from kiln.ci.remote.cluster import RemoteError, Unreachable
 from kiln.ci.remote.exit_codes import EXIT_CANCELLED, EXIT_TIMED_OUT
 from kiln.ci.remote.nodes import NODE_PREAMBLE, Target
+from kiln.contracts.ssm_documents import RUN_SHELL_DOCUMENT
 
 RUN_COMMAND_OUTPUT_LIMIT = 24_000
 RUN_COMMAND_ERROR_LIMIT = 8_000
@@ -79,7 +80,7 @@ class RunCommandTransport:
         try:
             sent = ssm.send_command(
                 InstanceIds=[self.target.address],
-                DocumentName="AWS-RunShellScript",
+                DocumentName=RUN_SHELL_DOCUMENT,
                 Comment="kiln ci run",
                 Parameters={"commands": [node_script(command)], "executionTimeout": [str(execution_timeout)]},
             )

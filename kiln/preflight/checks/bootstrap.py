@@ -11,7 +11,7 @@ from __future__ import annotations
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kiln.aws_errors import ACCESS_DENIED, error_code, one_line
-from kiln.contracts.permissions import DEFAULT_CDK_QUALIFIER
+from kiln.contracts.cdk_bootstrap import CFN_EXECUTION_ROLE, DEFAULT_CDK_QUALIFIER, bootstrap_role_name
 from kiln.preflight.aws import AwsClients
 from kiln.preflight.check import Check
 from kiln.preflight.findings import Finding
@@ -26,18 +26,13 @@ SCOPE = (
 )
 
 
-def execution_role_name(account: str, region: str, qualifier: str = DEFAULT_CDK_QUALIFIER) -> str:
-    """Return the name CDK's bootstrap template gives its CloudFormation execution role."""
-    return f"cdk-{qualifier}-cfn-exec-role-{account}-{region}"
-
-
 def _is_admin(policy: dict) -> bool:
     """AWS's own AdministratorAccess (arn:PARTITION:iam::aws:policy/AdministratorAccess), not a namesake."""
     return policy.get("PolicyArn", "").endswith(f":iam::aws:policy/{ADMIN_POLICY}")
 
 
 def check(plan: Plan, aws: AwsClients) -> list[Finding]:
-    role = execution_role_name(aws.account, aws.region)
+    role = bootstrap_role_name(CFN_EXECUTION_ROLE, aws.account, aws.region)
     subject = f"CDK bootstrap execution role {role}"
     try:
         pages = aws.iam.get_paginator("list_attached_role_policies").paginate(RoleName=role)
