@@ -1,8 +1,9 @@
 """What `cdk bootstrap` creates, as kiln's CI role, its execution policies and preflight name it: the qualifier, and
-the roles cdk-<qualifier>-<kind>-<account>-<region> of CDK's bootstrap template
-(https://docs.aws.amazon.com/cdk/v2/guide/bootstrapping-env.html, "Bootstrap resources";
-https://docs.aws.amazon.com/cdk/v2/guide/ref-cli-cmd-bootstrap.html for --qualifier and
---cloudformation-execution-policies)."""
+the roles cdk-<qualifier>-<kind>-<account>-<region> of CDK's bootstrap template, which aws-cdk-lib's
+DefaultStackSynthesizer assumes (its DEFAULT_QUALIFIER and DEFAULT_*_ROLE_ARN,
+https://docs.aws.amazon.com/cdk/api/v2/python/aws_cdk/DefaultStackSynthesizer.html; tests/contracts holds these names
+to the installed library's). --qualifier and --cloudformation-execution-policies:
+https://docs.aws.amazon.com/cdk/v2/guide/ref-cli-cmd-bootstrap.html."""
 
 from __future__ import annotations
 

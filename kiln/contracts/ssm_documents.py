@@ -5,7 +5,7 @@ shell document, which each account holds with its Session Manager preferences.""
 from __future__ import annotations
 
 # Run Command's shell document: `kiln ci run` on EC2 nodes (PCS login node, ParallelCluster head node).
-# https://docs.aws.amazon.com/systems-manager/latest/userguide/documents-command-ssm-plugin-reference.html
+# https://docs.aws.amazon.com/systems-manager/latest/userguide/run-command-version.html
 RUN_SHELL_DOCUMENT = "AWS-RunShellScript"
 # A session that runs one command and ends: `kiln ci run` on HyperPod nodes.
 # https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-working-with-sessions-start.html
