@@ -232,6 +232,9 @@ _PROFILES = (
         configure_steps=_cloud_configure(HYPERPOD_TARGET),
         slurm_config="backend",
         slurm_daemons="lifecycle",
+        # HyperPod leaves its nodes' IMDS open to every user; its documented work needs only root's (platforms.json,
+        # hyperpod.imds_guard_roles).
+        imds_guard="all",
     ),
     TargetProfile(
         target=EKS_TARGET,

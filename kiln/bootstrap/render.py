@@ -284,11 +284,10 @@ def user_steps_env(config: BootstrapConfig) -> dict[str, str]:
 def imds_guard_roles(target: str) -> tuple[str, ...]:
     """Return the node roles of TARGET on which configure_imds lets only root and kiln's services reach IMDS.
 
-    PCS leaves its nodes' IMDS open to every user. ParallelCluster restricts it on head and login nodes itself
-    (platforms.json, parallelcluster.imds_secured_roles), so kiln takes only the rest. HyperPod runs its own agents on
-    its nodes, and AWS documents neither their users nor their use of IMDS: kiln leaves HyperPod's nodes as HyperPod
-    sets them rather than risk cutting its health checks and node recovery off. EKS nodes keep the token on the host
-    (hop limit 1) and give pods their own identities; the local cluster has no IMDS.
+    PCS and HyperPod leave their nodes' IMDS open to every user; HyperPod's agents do root's work (platforms.json,
+    hyperpod.imds_guard_roles: what is documented and what is not). ParallelCluster restricts it on head and login
+    nodes itself (parallelcluster.imds_secured_roles), so kiln takes only the rest. EKS nodes keep the token on the
+    host (hop limit 1) and give pods their own identities; the local cluster has no IMDS.
     """
     guard = PROFILES[target].imds_guard
     if guard == "all":

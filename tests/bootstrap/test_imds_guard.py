@@ -12,6 +12,7 @@ from kiln.bootstrap.render import imds_guard_roles, render_bundle
 from kiln.catalog.envfile import parse_env_file
 from kiln.catalog.platforms import service_fact
 from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config
+from tests.bootstrap.test_targets import hyperpod_node
 
 JUMP = "-d 169.254.169.254/32 -p tcp -m comment --comment kiln-imds-guard -j KILN-IMDS"
 ROOT_ONLY = ["-m owner --uid-owner 0 -j RETURN", "-j REJECT"]
@@ -184,7 +185,10 @@ def test_each_target_restricts_imds_where_no_platform_does(parallelcluster_bundl
     assert set(imds_guard_roles("parallelcluster")).isdisjoint(
         service_fact("parallelcluster", "imds_secured_roles").value
     )
-    assert imds_guard_roles("hyperpod") == imds_guard_roles("eks") == imds_guard_roles("local") == ()
+    # HyperPod leaves IMDS open to every user of its Slurm nodes: kiln keeps it to root there, as on PCS.
+    assert imds_guard_roles("hyperpod") == tuple(service_fact("hyperpod", "imds_guard_roles").value)
+    assert imds_guard_roles("hyperpod") == ("controller", "login", "worker")
+    assert imds_guard_roles("eks") == imds_guard_roles("local") == ()
     for bundle, roles in ((pcs_bundle, "controller login worker"), (parallelcluster_bundle, "worker")):
         assert parse_env_file((bundle / "bundle.env").read_text())["KILN_IMDS_GUARD_ROLES"] == roles
 
@@ -204,3 +208,15 @@ def test_a_user_s_kiln_launch_finds_the_instance_type_without_imds(node):
     assert node.run("configure_training_env").returncode == 0
     record = node.root / "etc/kiln/instance-type"
     assert record.read_text() == "p5.48xlarge\n" and oct(record.stat().st_mode)[-3:] == "644"
+
+
+
+@pytest.mark.parametrize("address", ["10.1.0.9", "10.1.0.7", "10.1.0.5"], ids=["controller", "login", "worker"])
+def test_every_hyperpod_slurm_node_lets_only_root_reach_imds(tmp_path, address):
+    node = hyperpod_node(tmp_path, address)
+    result = node.run("configure_imds")
+    assert result.returncode == 0, result.stderr
+    assert rules(node, "KILN-IMDS") == ROOT_ONLY and rules(node, "OUTPUT") == [JUMP]
+    # The unit that applies the rules again at every boot, before anyone may log in.
+    assert "ExecStart=/bin/bash " in (node.root / UNIT).read_text()
+    assert "IMDS stays as the platform sets it" not in node.log.read_text()
