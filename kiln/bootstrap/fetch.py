@@ -1,10 +1,12 @@
 """How a cloud node gets its bundle: fetch.sh, with deploy-time values passed as arguments or in a manifest.
 
-PCS and EKS nodes run fetch.sh from their user data with the values as arguments. A ParallelCluster node's
+A node runs only a bundle it has checked: fetch.sh refuses to run without the bundle's digest (bundle_digest, which
+kiln computes when it renders the bundle) and unpacks nothing from a zip whose content does not match it. PCS and
+EKS nodes run fetch.sh from their user data with the values and the digest as arguments. A ParallelCluster node's
 OnNodeConfigured action, which ParallelCluster never updates on a head node, is resolve-bootstrap.sh with only
-stable arguments: it reads the manifest (node_manifest) from an SSM parameter the compute stack rewrites at each
-deploy, checks fetch.sh against its digest and runs it with the manifest, and fetch.sh checks the bundle's digest
-(bundle_digest) before it unpacks it.
+stable arguments, read from a bucket of the cluster's own that only its deploy writes: it reads the manifest
+(node_manifest) from an SSM parameter the compute stack rewrites at each deploy, checks fetch.sh against its digest
+and runs it with the manifest, and fetch.sh checks the bundle against the manifest's digest before it unpacks it.
 """
 
 from __future__ import annotations
@@ -54,29 +56,32 @@ def node_manifest(
     bundle_url: str,
     entry_point: str,
     values: Mapping[str, str],
-    bundle_sha256: str | None = None,
+    bundle_sha256: str,
 ) -> dict[str, Any]:
     """Return the manifest resolve-bootstrap.sh and fetch.sh read (values may be CDK tokens).
 
-    fetch: fetch.sh's S3 URL and sha256; bundle: the zip's S3 URL, entry point and, when known, its bundle_digest;
-    env: the KILN_NAME values for cluster.env.
+    fetch: fetch.sh's S3 URL and sha256; bundle: the zip's S3 URL, entry point and bundle_digest (fetch.sh refuses a
+    manifest without it); env: the KILN_NAME values for cluster.env.
     """
     check_cluster_env(values)
-    bundle: dict[str, str] = {"url": bundle_url, "entry_point": entry_point}
-    if bundle_sha256 is not None:
-        bundle["sha256"] = bundle_sha256
     return {
         "fetch": {"url": fetch_url, "sha256": fetch_sha256},
-        "bundle": bundle,
+        "bundle": {"url": bundle_url, "entry_point": entry_point, "sha256": bundle_sha256},
         "env": {name: values[name] for name in sorted(values)},
     }
 
 
-def fetch_arguments(bundle_url: str, entry_point: str, values: Mapping[str, str], role: str | None = None) -> list[str]:
-    """Return fetch.sh's arguments: bundle URL, entry point, role, then KILN_NAME=VALUE pairs (tokens allowed)."""
+def fetch_arguments(
+    bundle_url: str, entry_point: str, values: Mapping[str, str], role: str | None = None, *, bundle_sha256: str
+) -> list[str]:
+    """Return fetch.sh's arguments: bundle URL, entry point, the bundle's digest (bundle_digest), role, then
+    KILN_NAME=VALUE pairs (tokens allowed)."""
     check_cluster_env(values)
+    if not bundle_sha256:
+        raise BootstrapInputError(f"{bundle_url}: no bundle digest: fetch.sh runs only a bundle it can check")
     role_args = ["--role", role] if role else []
-    return [bundle_url, entry_point, *role_args, *(f"{name}={values[name]}" for name in sorted(values))]
+    pairs = (f"{name}={values[name]}" for name in sorted(values))
+    return [bundle_url, entry_point, "--sha256", bundle_sha256, *role_args, *pairs]
 
 
 def _quoted(argument: str) -> str:
@@ -84,13 +89,18 @@ def _quoted(argument: str) -> str:
     return "'" + argument + "'"
 
 
-def fetch_user_data(bundle_url: str, entry_point: str, values: Mapping[str, str], role: str | None = None) -> str:
-    """Return a bash user-data script that installs fetch.sh and runs it with these values."""
+def fetch_user_data(
+    bundle_url: str, entry_point: str, values: Mapping[str, str], role: str | None = None, *, bundle_sha256: str
+) -> str:
+    """Return a bash user-data script that installs fetch.sh and runs it with these values; fetch.sh checks the zip
+    against BUNDLE_SHA256 (bundle_digest) before it unpacks or runs anything from it."""
     script = FETCH_SCRIPT.read_text()
     marker = "KILN_FETCH_SCRIPT"
     if marker in script:
         raise BootstrapInputError(f"fetch.sh must not contain the heredoc marker {marker}")
-    arguments = " ".join(_quoted(a) for a in fetch_arguments(bundle_url, entry_point, values, role))
+    arguments = " ".join(
+        _quoted(a) for a in fetch_arguments(bundle_url, entry_point, values, role, bundle_sha256=bundle_sha256)
+    )
     return (
         "#!/bin/bash\n"
         "set -euo pipefail\n"

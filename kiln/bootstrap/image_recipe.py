@@ -9,7 +9,7 @@ from pathlib import Path
 from kiln.bootstrap.checks import BootstrapInputError
 from kiln.bootstrap.config import BootstrapConfig, NodeGroup
 from kiln.bootstrap.steps import STEPS
-from kiln.catalog.code_server import default_user
+from kiln.catalog.code_server import CODE_SERVER_NODE_USER
 from kiln.catalog.envfile import parse_env_file
 from kiln.contracts.bundle import USER_STEP_PREFIX
 from kiln.contracts.image import ImageManifest
@@ -48,7 +48,7 @@ def image_config(config: BootstrapConfig) -> BootstrapConfig:
         # A bake installs code-server whatever node runs it (an image serves every role), and whom it runs as is
         # configure's business: the image keeps only whether it is on.
         code_server_role=_IMAGE_CODE_SERVER_ROLE if code_server else "",
-        code_server_user=default_user(config.os) if code_server else "",
+        code_server_user=CODE_SERVER_NODE_USER if code_server else "",
     )
 
 

@@ -19,7 +19,7 @@ from kiln.bootstrap.readiness import BootReadiness, boot_readiness
 from kiln.bootstrap.steps import declared_steps
 from kiln.bootstrap.wheel import WHEEL_NAME, wheel_bytes
 from kiln.catalog import InstanceType, SoftwareVersions, instance_type, preset_environment
-from kiln.catalog.code_server import CODE_SERVER_CONFIG, CODE_SERVER_HOST, CODE_SERVER_PORT
+from kiln.catalog.code_server import CODE_SERVER_CONFIG, CODE_SERVER_HOST, CODE_SERVER_PORT, root_equivalent_groups
 from kiln.catalog.exporters import EXPORTERS, PROMETHEUS_PORT
 from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE, ENV_VALUE, ENV_VALUE_RULE
 from kiln.catalog.neuron import neuron_packages
@@ -389,7 +389,8 @@ def _exporters_env(config: BootstrapConfig) -> dict[str, str]:
 
 def _code_server_env(config: BootstrapConfig) -> dict[str, str]:
     """Return what install_code_server and configure_code_server read: the versions (empty when code-server is off),
-    the role and user it runs as, where it listens, and who starts it (systemd; the local cluster starts its own)."""
+    the role and user it runs as, the groups that user may not be in, where it listens, and who starts it (systemd;
+    the local cluster starts its own)."""
     on = bool(config.code_server_role)
     return {
         "KILN_CODE_SERVER_VERSION": npm_version("code-server") if on else "",
@@ -400,6 +401,8 @@ def _code_server_env(config: BootstrapConfig) -> dict[str, str]:
         "KILN_CODE_SERVER_PREFIX": CODE_SERVER_PREFIX,
         "KILN_CODE_SERVER_BIND": f"{CODE_SERVER_HOST}:{CODE_SERVER_PORT}",
         "KILN_CODE_SERVER_CONFIG": CODE_SERVER_CONFIG,
+        # A user in one of these is root by another name: configure_code_server refuses it.
+        "KILN_CODE_SERVER_ROOT_GROUPS": " ".join(root_equivalent_groups()) if on else "",
         "KILN_CODE_SERVER_DAEMONS": config.profile.daemons,
     }
 

@@ -27,6 +27,16 @@ CODE_SERVER_DEPLOYMENT = "code-server"
 CODE_SERVER_IMAGE_USER = "coder"
 CODE_SERVER_IMAGE_UID = 1000
 
+# Whom it runs as on a Slurm node unless code_server.user names another: a user kiln creates on every node with the
+# same uid (configure_users, so the jobs its terminal submits run as it on the compute nodes too), with a home and a
+# login shell, in no group but its own: no sudo, no group that is root by another name (services.ec2
+# root_equivalent_groups), and outside the IMDS guard's allowed users. The name is the EKS pod's user's. The uid is
+# high in the range useradd gives login users (UID_MIN 1000 to UID_MAX 60000 in both images' /etc/login.defs) and far
+# from where it hands them out (upward from 1000: the image's default user is 1000, SSM Agent's ssm-user the next
+# free one), so no account the image or SSM Agent creates takes it first.
+CODE_SERVER_NODE_USER = CODE_SERVER_IMAGE_USER
+CODE_SERVER_NODE_UID = 59000
+
 # Where it runs: a login node, the Slurm controller (ParallelCluster's head node, HyperPod's controller) when there
 # is no login node, or a pod on Kubernetes.
 CodeServerPlace = Literal["login", "controller", "pod"]
@@ -45,13 +55,31 @@ def code_server_place(*, kubernetes: bool, controller: bool, login_nodes: int) -
     return "controller"
 
 
-def default_user(os: str) -> str:
-    """Return the default user of an image running OS (EC2's documented default user names)."""
-    users = service_fact("ec2", "default_users").value
-    try:
-        return users[os]
-    except KeyError:
-        raise ValueError(f"code_server.user: no default user known for {os}; set code_server.user") from None
+def node_user(wanted: str | None) -> str:
+    """Return whom code-server runs as on a Slurm node: code_server.user (WANTED), else kiln's own user."""
+    return wanted or CODE_SERVER_NODE_USER
+
+
+def root_equivalent_groups() -> tuple[str, ...]:
+    """Return the groups whose members can become root on the images (services.ec2 root_equivalent_groups):
+    configure_code_server refuses a user in one."""
+    return tuple(service_fact("ec2", "root_equivalent_groups").value)
+
+
+def refused_user(user: str) -> str | None:
+    """Return why code_server.user may not be USER, known before any node boots (services.ec2
+    login_accounts_refused), or None: root and the system accounts have no home and login shell to give a terminal,
+    and the AMIs' default users and ssm-user are passwordless sudoers, so its terminal would be root."""
+    accounts = service_fact("ec2", "login_accounts_refused").value
+    sudoers = {*service_fact("ec2", "default_users").value.values(), *accounts["sudoers"]}
+    if user in sudoers:
+        return (
+            f"{user} is a passwordless sudoer on the images (their default user, or SSM Agent's ssm-user), so "
+            "code-server's terminal would be root"
+        )
+    if user in accounts["no_login"]:
+        return f"{user} is a system account without a home and login shell for code-server's terminal"
+    return None
 
 
 def home_directory(user: str) -> str:

@@ -3,13 +3,28 @@ can drive, that is for which kiln ships the kubectl/helm Lambda layer CDK's kube
 
 from __future__ import annotations
 
+import json
+from functools import cache
+from pathlib import Path
+
 from kiln.catalog.facts import instance_type
-from kiln.catalog.platforms import image_profile, service_fact, version_key
+from kiln.catalog.platforms import Fact, image_profile, service_fact, version_key
+
+# What kiln runs from upstream Kubernetes projects rather than AWS (the training operator's bundle, the tools of
+# install Jobs), with the upstream repository or page each fact comes from.
+KUBERNETES_PATH = Path(__file__).parent / "data" / "kubernetes.json"
 
 # The minors kiln has a kubectl layer for (pyproject.toml: aws-cdk.lambda-layer-kubectl-vNN) and the kubectl patch
 # release each layer carries (KUBECTL_VERSION in the layer package's layer/Dockerfile): install Jobs and the second
 # kube-scheduler run that release, so they match the control plane.
 KUBECTL_RELEASES = {"1.35": "1.35.2", "1.36": "1.36.3"}
+
+
+@cache
+def kubernetes_fact(key: str) -> Fact:
+    """Return fact KEY of kubernetes.json (KeyError for one it does not hold)."""
+    raw = json.loads(KUBERNETES_PATH.read_text())[key]
+    return Fact(value=raw["value"], source=raw["source"], note=raw.get("note", ""))
 
 
 def platform_kubernetes_versions(backend: str) -> tuple[str, ...]:

@@ -38,11 +38,10 @@ PARALLELCLUSTER_COMPUTE_RESOURCE_SUFFIX = "-nodes"
 PARALLELCLUSTER_QUEUE_NAME_MAX = PARALLELCLUSTER_NAME_MAX - len(PARALLELCLUSTER_COMPUTE_RESOURCE_SUFFIX)
 
 # Tags (AWS tagging rules, shared by every service kiln tags): 50 user tags per resource, keys 1-128 and
-# values 0-256 Unicode characters, the aws: prefix reserved.
+# values 0-256 Unicode characters; the reserved key prefixes are data (services.ec2 reserved_tag_prefixes).
 MAX_TAGS_PER_RESOURCE = 50
 TAG_KEY_MAX = 128
 TAG_VALUE_MAX = 256
-RESERVED_TAG_PREFIX = "aws:"
 # The most tags (outside aws:, which AWS does not count) kiln's stacks add to one resource: a subnet carries
 # kiln:cluster, Name, aws-cdk:subnet-name, aws-cdk:subnet-type and, with EKS, kubernetes.io/role/(internal-)elb.
 KILN_ADDED_TAGS_MAX = 5

@@ -28,11 +28,13 @@ DESCRIPTION = (
     "kiln-ci), whose protection rules then decide which runs get the role. Trusting branches (--branch) or pull\n"
     "requests (--pull-requests) skips those rules and needs --allow-branch-trust. It deploys through the account's\n"
     "CDK bootstrap roles; otherwise it may only read and delete the stacks, buckets and reaper schedules of\n"
-    "<cluster>-<run> environments and run commands on their nodes (Session Manager cannot tell HyperPod clusters\n"
-    "apart by name: sessions reach any in the account).\n\n"
+    "<cluster>-<run> environments and run commands on their nodes (HyperPod sessions only on clusters tagged as\n"
+    "one of those environments).\n\n"
     "A default `cdk bootstrap` gives CloudFormation AdministratorAccess, so the role could deploy anything. The\n"
     "assembly also holds execution-policies/*.json: customer managed policies covering kiln's stacks only; the\n"
-    "command prints how to create them and re-bootstrap with --cloudformation-execution-policies."
+    "command prints how to create them and re-bootstrap with --cloudformation-execution-policies. They let\n"
+    "CloudFormation create and change roles only with kiln's permissions boundary (kiln-permissions-boundary, which\n"
+    "the stack creates unless --existing-boundary names one), which no role inside it can shed or exceed."
 )
 BRANCH_TRUST = (
     "--branch and --pull-requests trust runs that pass no GitHub environment's protection rules (anyone who can push "
@@ -66,6 +68,7 @@ def props_from_args(args: argparse.Namespace) -> GithubDeployIdentityProps:
         pull_requests=args.pull_requests,
         existing_provider_arn=args.existing_provider,
         cdk_qualifier=args.cdk_qualifier or DEFAULT_CDK_QUALIFIER,
+        permissions_boundary=args.existing_boundary,
     )
 
 
@@ -164,6 +167,12 @@ def register_identity(commands: argparse._SubParsersAction) -> None:
         "--existing-provider",
         metavar="ARN",
         help="reuse the account's OIDC provider for token.actions.githubusercontent.com (default: create it)",
+    )
+    identity.add_argument(
+        "--existing-boundary",
+        metavar="POLICY",
+        help="the permissions boundary every CI role carries, a managed policy (name or ARN) that already exists "
+        "(default: create kiln-permissions-boundary; one per account, so pass it for a second repository)",
     )
     identity.add_argument(
         "--cdk-qualifier", metavar="Q", help="the qualifier of the account's CDK bootstrap (default: hnb659fds)"

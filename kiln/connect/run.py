@@ -45,7 +45,7 @@ from kiln.catalog.code_server import (
     CodeServerPlace,
     code_server_place,
     config_path,
-    default_user,
+    node_user,
 )
 from kiln.ci.remote.cluster import ClusterHandle, NotRunning, RemoteError
 from kiln.ci.remote.forward import port_forward
@@ -62,6 +62,7 @@ from kiln.ci.remote.transport import run_command
 from kiln.contracts.backends import HYPERPOD_CONTROLLER_GROUP, HYPERPOD_LOGIN_GROUP, PARALLELCLUSTER, PCS
 from kiln.contracts.errors import Failure, InputError
 from kiln.contracts.outputs import ComputeOutput
+from kiln.contracts.ssm_documents import session_document
 from kiln.spec import ClusterSpec
 from kiln.spec.problems import printable
 
@@ -227,9 +228,11 @@ def connect(
         ) from None
     if request.vscode:
         assert spec.code_server is not None  # place_of refused --vscode without it
-        user = spec.code_server.user or default_user(spec.image_os)
+        user = node_user(spec.code_server.user)
         return forward_code_server(session, found, user, request, out=out, err=err, poll_s=poll_s, clock=clock)
-    return open_shell(session, found.target, err=err)
+    # With spec session_logs, the shell takes the cluster's own Session document, which logs it; else the account's.
+    document = session_document(spec.name) if spec.session_logs is not None else None
+    return open_shell(session, found.target, err=err, document=document)
 
 
 def find_node(session: Any, cluster: ClusterHandle, place: CodeServerPlace, node: str | None) -> Node:
@@ -254,13 +257,16 @@ def find_node(session: Any, cluster: ClusterHandle, place: CodeServerPlace, node
     return Node(target, target.address.rsplit(f"_{group}-", 1)[-1])
 
 
-def open_shell(session: Any, target: Target, *, err: TextIO) -> int:
-    """Run a Session Manager shell on TARGET in the foreground, on this terminal; return its exit code.
+def open_shell(session: Any, target: Target, *, err: TextIO, document: str | None = None) -> int:
+    """Run a Session Manager shell on TARGET in the foreground, on this terminal, with Session document DOCUMENT (the
+    cluster's own, which logs it), else the account's default; return its exit code.
 
     Ctrl-C belongs to the session (the plugin sends it to the node's shell), so kiln ignores it meanwhile.
     """
-    argv = [AWS_CLI, "ssm", "start-session", "--target", target.address, "--region", target.region]
-    err.write(f"kiln connect: a Session Manager shell on {target.label}; `exit` ends it\n")
+    named = ["--document-name", document] if document is not None else []
+    argv = [AWS_CLI, "ssm", "start-session", "--target", target.address, *named, "--region", target.region]
+    logged = f", logged by {document}" if document is not None else ""
+    err.write(f"kiln connect: a Session Manager shell on {target.label}{logged}; `exit` ends it\n")
     err.flush()
     try:
         process = subprocess.Popen(argv, env=cli_environment(session))

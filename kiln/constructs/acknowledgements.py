@@ -17,6 +17,7 @@ from kiln.constructs._checks import ARN_PARTITION
 from kiln.contracts.cdk_bootstrap import CDK_BOOTSTRAP_ROLES, CFN_EXECUTION_ROLE
 from kiln.contracts.environment import BUCKET_PURPOSES, DELETE_ORDER
 from kiln.contracts.permissions import BOOTSTRAP_READS, LEFTOVER_READS, PARAMETER_READS, UNSCOPED_READS
+from kiln.contracts.permissions_boundary import SERVICES as BOUNDARY_SERVICES
 from kiln.contracts.ssm_documents import NON_INTERACTIVE_COMMAND_DOCUMENT, PORT_FORWARD_DOCUMENT, RUN_SHELL_DOCUMENT
 
 
@@ -187,6 +188,31 @@ CLUSTER_AUTOSCALER_GRANTS = (
     ),
 )
 
+# ParallelCluster's provider run as kiln's own role (a permissions boundary applies): what the provider template's own
+# PclusterLambdaRole holds (platforms.json, parallelcluster.provider_custom_role).
+_PCLUSTER_PROVIDER_ROLE = service_fact("parallelcluster", "provider_custom_role").value
+PCLUSTER_PROVIDER_LOGS = Finding(
+    managed_policy("service-role/AWSLambdaBasicExecutionRole"),
+    "ParallelCluster's provider functions write their CloudWatch logs with the basic Lambda execution policy (logs "
+    "only), as the provider template's own role does.",
+)
+PCLUSTER_PROVIDER_GRANTS = (
+    WildcardGrant(
+        tuple(_PCLUSTER_PROVIDER_ROLE["events_actions"]),
+        arn_pattern("events", r"rule/\*"),
+        "ParallelCluster's API manages the EventBridge rules of the clusters it runs, whose names it chooses; the "
+        "provider template's own role holds exactly this grant (its EventsPolicy). This region and account only.",
+    ),
+    WildcardGrant(
+        tuple(_PCLUSTER_PROVIDER_ROLE["bucket_actions"]),
+        arn_pattern("s3", r"{stack}-\*(/\*)?", region=NONE, account=NONE),
+        "The provider's own bucket (its PclusterCustomResourceBucket, where it keeps each request's event), named by "
+        "CloudFormation after the provider's nested stack, whose name begins with this stack's: the template's own "
+        "S3Policy names that bucket exactly, which kiln cannot (no output gives it). Objects and listing only, in "
+        "this stack's buckets; the role that holds it already runs this cluster.",
+    ),
+)
+
 # SageMaker HyperPod.
 HYPERPOD_INSTANCE_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"
 HYPERPOD_INSTANCE_ROLE = Finding(
@@ -260,8 +286,9 @@ LIFECYCLE_HANDLER_GRANTS = (
     WildcardGrant(
         _HANDLER_READS,
         arn_pattern("s3", r"cdk-[a-z0-9]+-assets-[^/]+(/\*)?", region=NONE, account=NONE),
-        "CDK's BucketDeployment handler reads cluster.env and provisioning_parameters.json, which CDK stages in "
-        "its asset bucket under content-hash keys, so CDK grants read on that bucket.",
+        "CDK's BucketDeployment handler reads cluster.env and provisioning_parameters.json (HyperPod) or "
+        "resolve-bootstrap.sh (ParallelCluster), which CDK stages in its asset bucket under content-hash keys, so CDK "
+        "grants read on that bucket.",
     ),
     WildcardGrant(
         (
@@ -275,9 +302,10 @@ LIFECYCLE_HANDLER_GRANTS = (
             "s3:Abort*",
         ),
         r"{lifecycle_bucket}(/\*)?",
-        "CDK's BucketDeployment handler writes and prunes the lifecycle scripts and gets read-write on the whole "
-        "destination bucket; kiln's default lifecycle bucket holds nothing else (a lifecycle_bucket you pass "
-        "shares this grant).",
+        "CDK's BucketDeployment handler writes and prunes the node scripts (HyperPod's lifecycle scripts, "
+        "ParallelCluster's OnNodeConfigured script) and gets read-write on the whole destination bucket; kiln's "
+        "default bucket for them holds nothing else (a lifecycle_bucket or bootstrap_bucket you pass shares this "
+        "grant). It is the one writer of that bucket kiln creates.",
     ),
 )
 LIFECYCLE_HANDLER_LOGS = Finding(
@@ -340,8 +368,8 @@ PCS_READS = ("pcs:GetCluster", "pcs:ListComputeNodeGroups")
 HYPERPOD_READS = ("sagemaker:DescribeCluster", "sagemaker:ListClusterNodes")
 EKS_CLUSTER_READS = ("eks:DescribeCluster", "eks:ListNodegroups")
 NODEGROUP_READS = ("eks:DescribeNodegroup",)
-# The kiln-owned buckets of an environment: <env>-<kind>-<account>, each kind a family (data, lifecycle) with or
-# without -logs. One pattern per family, <env>-<family>*-<account>, keeps six clusters in one inline policy.
+# The kiln-owned buckets of an environment, by family (data, lifecycle; each with its -logs bucket): what kiln ci down
+# reads by one pattern per family.
 BUCKET_FAMILIES = tuple(kind for kind in BUCKET_PURPOSES if not kind.endswith("-logs"))
 # An environment of one of the role's cluster names (at most 18 characters): <cluster>-<run>, the run a wildcard.
 _CI_ENVIRONMENT = r"[a-z][a-z0-9-]{{0,17}}-\*"
@@ -353,6 +381,18 @@ def _ci_document(name: str) -> str:
     """Return the pattern of AWS's own SSM document NAME, in any region."""
     return arn_pattern("ssm", f"document/{name}", region=ANY, account=NONE)
 
+
+# kiln's permissions boundary (kiln.contracts.permissions_boundary), which the CI identity stack creates.
+BOUNDARY_GRANTS = (
+    WildcardGrant(
+        tuple(f"{service}:*" for service in BOUNDARY_SERVICES),
+        r"\*",
+        "A permissions boundary grants nothing: it caps what the roles carrying it may do at the services kiln's roles "
+        "use, whatever their own policies say, and its Deny statements keep every such role from making or changing "
+        "a role or user without this boundary, removing a boundary, editing this policy, or minting users, keys and "
+        "trust policies. Each role's own policy grants its narrow permissions.",
+    ),
+)
 
 CI_IDENTITY_GRANTS = (
     WildcardGrant(
@@ -416,12 +456,19 @@ CI_IDENTITY_GRANTS = (
         "same cluster.",
     ),
     WildcardGrant(
-        (*TEARDOWN_BUCKET_READS, *OBJECT_DELETES),
-        arn_pattern("s3", rf"{_CI_ENVIRONMENT}-{one_of(BUCKET_FAMILIES)}\*-{ACCOUNT}(/\*)?", region=NONE, account=NONE),
+        TEARDOWN_BUCKET_READS,
+        arn_pattern("s3", rf"{_CI_ENVIRONMENT}-{one_of(BUCKET_FAMILIES)}\*-{ACCOUNT}", region=NONE, account=NONE),
+        "Read-only: kiln ci down lists and reads the tags of an environment's buckets (<env>-data*-<account> and "
+        "<env>-lifecycle*-<account>, one pattern per pair keeps six clusters in one inline policy) before emptying "
+        "them. A long-lived cluster's <cluster>-data-<account> does not match (the run part is missing).",
+    ),
+    WildcardGrant(
+        OBJECT_DELETES,
+        arn_pattern("s3", rf"{_CI_ENVIRONMENT}-{one_of(BUCKET_PURPOSES)}-{ACCOUNT}/\*", region=NONE, account=NONE),
         "kiln ci down empties an environment's own four buckets (<env>-data, -data-logs, -lifecycle, -lifecycle-logs, "
-        "each ending in the account id) before deleting its stacks: <env>-data*-<account> and "
-        "<env>-lifecycle*-<account> (one pattern per pair keeps six clusters in one inline policy). A long-lived "
-        "cluster's <cluster>-data-<account> does not match (the run part is missing).",
+        "each ending in the account id) before deleting its stacks, each purpose by its exact name "
+        "(environment_bucket_name): no other bucket that merely starts with <env>-data, and not a long-lived "
+        "cluster's <cluster>-data-<account> (the run part is missing).",
     ),
     WildcardGrant(
         RESCHEDULE_ACTIONS,
@@ -440,7 +487,8 @@ CI_IDENTITY_GRANTS = (
         _CI_INSTANCES,
         "Instance ids are unknown in advance: Run Command reaches only instances whose kiln:environment tag names one "
         "of the role's environments and that also carry a tag no user can set (aws: prefix): a ParallelCluster head "
-        "node's aws:cloudformation:stack-name naming one of the role's environments, or a PCS node's "
+        "node's aws:cloudformation:stack-name naming one of the role's environments (so a long-lived cluster whose "
+        "stack is named like one, without kiln:environment, is out of reach), or a PCS node's "
         "aws:pcs:compute-node-group-id.",
     ),
     WildcardGrant(
@@ -479,8 +527,8 @@ CI_IDENTITY_GRANTS = (
         START_SESSION,
         _CI_HYPERPOD_CLUSTERS,
         "Session Manager names a HyperPod node by its cluster's ARN, which holds a service-assigned id, not the "
-        "cluster's name: no pattern can narrow it to the role's environments, so this allows sessions on any HyperPod "
-        "cluster of this account.",
+        "cluster's name: sessions only on clusters tagged kiln:environment with one of the role's environments "
+        "(aws:ResourceTag), as CloudFormation tags the environments' clusters.",
     ),
     WildcardGrant(
         PCS_READS,
@@ -540,9 +588,12 @@ CI_EXECUTION_GRANTS = (
         _x_arn("iam", rf"role/((aws-pcs/)?{_X_ENV}|ParallelClusterLambdaRole-\*)", region=NONE),
         "Roles of the environments' stacks only: CloudFormation names them <stack>-<id>-<suffix> (<cluster>-*, under "
         "/aws-pcs/ for PCS nodes), ParallelCluster's provider names its own ParallelClusterLambdaRole-<stack id>. "
-        "AttachRolePolicy only of kiln's AWS managed policies and of policies of these names (iam:PolicyARN). "
-        "A role of these names can still be given any inline policy: this bounds which roles CI touches, not what "
-        "a role it makes may do (no permissions boundary; kiln's docs name this).",
+        "Created only with kiln's permissions boundary (iam:PermissionsBoundary) and a kiln:environment tag of the "
+        "environments (aws:RequestTag); inline and attached policies and the boundary change only on roles so tagged "
+        "that carry that boundary; trust, tags and deletion only on roles so tagged; passed only when so tagged, to "
+        "the services kiln's stacks hand roles to (iam:PassedToService). AttachRolePolicy only of kiln's AWS managed "
+        "policies and of policies of these names (iam:PolicyARN). The boundary denies every role inside it making or "
+        "changing a role without it, so no role made this way exceeds it.",
     ),
     WildcardGrant(
         _exec.POLICY_ACTIONS,
@@ -635,6 +686,21 @@ CI_EXECUTION_GRANTS = (
         f"templates, and the instances EKS and PCS launch. {_X_BY_ID}",
     ),
     WildcardGrant(
+        _exec.EC2_TAGGING,
+        r"\*",
+        "EC2 tags only as a resource is created (ec2:CreateAction set by the creating call) or on resources already "
+        "tagged kiln:environment with one of the environments: CI cannot put an environment's tag on someone else's "
+        "resource.",
+    ),
+    WildcardGrant(
+        _exec.DESTRUCTIVE_ACTIONS,
+        r"\*",
+        "Terminating instances, deleting file systems, their data repository associations and HyperPod clusters or "
+        "nodes: ids are the services', so only resources tagged kiln:environment with one of the environments and "
+        "aws:cloudformation:stack-name with a stack of theirs (a tag of AWS's no caller can set): what the "
+        "environments' own stacks created.",
+    ),
+    WildcardGrant(
         _exec.UNSCOPED_READS,
         r"\*",
         "Read-only calls the handlers make beside their own service's (Lambda's, Grafana's, the scraper's, flow "
@@ -690,6 +756,12 @@ CI_EXECUTION_GRANTS = (
         "No other parameter of the account.",
     ),
     WildcardGrant(
+        _exec.DOCUMENT_ACTIONS,
+        _x_arn("ssm", f"document/kiln-{_X_ENV}-session"),
+        "The environments' own Session documents (spec session_logs: kiln-<env>-session), which log their sessions; "
+        f"no other document of the account; {_X_IN_REGIONS}.",
+    ),
+    WildcardGrant(
         _exec.SCHEDULE_ACTIONS,
         _x_arn("scheduler", f"schedule/default/{_X_ENV}"),
         f"The reapers' schedules (<env>-reaper in the default group); {_X_IN_REGIONS}.",
@@ -706,14 +778,29 @@ BUCKET_AUTO_DELETE = WildcardGrant(
     ("s3:PutBucketPolicy", "s3:GetBucket*", "s3:List*", "s3:DeleteObject*"),
     r"{bucket}(/\*)?",
     "CDK's auto-delete handler empties a bucket that is not retained (CI environments, the HyperPod lifecycle "
-    "bucket) when its stack is deleted; the bucket policy lets that handler's role alone list and delete in this "
-    "bucket.",
+    "bucket, ParallelCluster's bootstrap bucket) when its stack is deleted; the bucket policy lets that handler's "
+    "role alone list and delete in this bucket.",
 )
 ACCESS_LOG_DELIVERY = WildcardGrant(
     ("s3:PutObject",),
     r"{bucket}/{prefix}\*",
     "S3's logging service writes the access logs of the one source bucket (aws:SourceArn condition) under one "
     "prefix; the * is the key of each log object.",
+)
+
+# Session logs (kiln/constructs/session_logs.py): the nodes' policy, one grant per destination.
+SESSION_LOG_GROUPS = WildcardGrant(
+    ("logs:DescribeLogGroups",),
+    arn_pattern("logs", r"log-group:\*"),
+    "SSM Agent lists log groups to check that the session log group exists and is encrypted before it streams a "
+    "session there (platforms.json, systems_manager.session_logging); a read of this account's groups in this region, "
+    "no log data. Writing is granted on the cluster's group alone.",
+)
+SESSION_LOG_OBJECTS = WildcardGrant(
+    ("s3:PutObject",),
+    r"{bucket}/session-logs/\*",
+    "SSM Agent writes each session's log as an object under session-logs/ in the cluster's bucket; the * is the key "
+    "of each log object, named by the session. No read, list or delete.",
 )
 
 # KMS keys (kiln/constructs/keys.py): their key policies, where a Resource of * is the key itself.
@@ -899,5 +986,24 @@ CHECKOV_SKIPS = (
         (r"(.+/)?Image/BuildLogs/Resource",),
         "Image build logs hold package-manager and installer output, no data or secrets; CloudWatch Logs encrypts "
         "every log group at rest.",
+    ),
+    # kiln's permissions boundary (kiln/contracts/permissions_boundary.py), which the CI identity stack creates.
+    *(
+        CheckovSkip(
+            check,
+            "AWS::IAM::ManagedPolicy",
+            (r"Identity/PermissionsBoundary/Resource",),
+            f"kiln's permissions boundary ({what} is what checkov sees in its service-wide Allow): a boundary grants "
+            "nothing, it caps the roles that carry it at the services kiln's roles use, and its Deny statements forbid "
+            "making or changing a role or user without it, removing a boundary, editing it, and minting users, keys "
+            "or trust policies. Each role's own policy grants its narrow permissions.",
+        )
+        for check, what in (
+            ("CKV_AWS_107", "credentials exposure"),
+            ("CKV_AWS_108", "data exfiltration"),
+            ("CKV_AWS_109", "permissions management without constraints"),
+            ("CKV_AWS_110", "privilege escalation"),
+            ("CKV_AWS_111", "write access without constraints"),
+        )
     ),
 )

@@ -6,7 +6,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from aws_cdk import Duration, Stack
+from aws_cdk import Aws, Duration, Stack
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
@@ -14,6 +14,7 @@ from kiln.catalog.names import CLUSTER_NAME, CLUSTER_NAME_RULE
 from kiln.constructs._checks import ARN_PARTITION, require, unresolved
 from kiln.constructs.acknowledgements import (
     ASSUME_ROLE,
+    BOUNDARY_GRANTS,
     BUCKET_FAMILIES,
     CANCEL_COMMAND,
     CI_IDENTITY_GRANTS,
@@ -41,8 +42,10 @@ from kiln.contracts.cdk_bootstrap import (
     bootstrap_role_name,
 )
 from kiln.contracts.environment import (
+    BUCKET_PURPOSES,
     MAX_WHOLE_CLUSTER_NAME,
     SCHEDULE_GROUP,
+    environment_bucket_name,
     invoke_role_name,
     schedule_name,
 )
@@ -53,6 +56,7 @@ from kiln.contracts.permissions import (
     PARAMETER_READS,
     UNSCOPED_READS,
 )
+from kiln.contracts.permissions_boundary import BOUNDARY_NAME, boundary_arn, boundary_document, boundary_problem
 from kiln.contracts.ssm_documents import NON_INTERACTIVE_COMMAND_DOCUMENT, PORT_FORWARD_DOCUMENT, RUN_SHELL_DOCUMENT
 from kiln.contracts.tags import TAG_CLUSTER, TAG_ENVIRONMENT
 
@@ -66,6 +70,13 @@ DEFAULT_ENVIRONMENT = "kiln-ci"
 # Session Manager's own condition key for a target instance's tags, as AWS's sample policies spell it:
 # https://docs.aws.amazon.com/systems-manager/latest/userguide/getting-started-restrict-access-examples.html
 SESSION_TARGET_TAG = f"ssm:resourceTag/{TAG_ENVIRONMENT}"
+# A HyperPod node's session target is its cluster (arn:...:sagemaker:...:cluster/<id>), a SageMaker resource, whose tags
+# IAM reads as aws:ResourceTag/<key>: SageMaker's cluster resource lists that key
+# (https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonsagemaker.html) and so does
+# ssm:StartSession (https://docs.aws.amazon.com/service-authorization/latest/reference/list_awssystemsmanager.html).
+# Neither page says outright that Session Manager resolves a HyperPod cluster's tags for it: should it not, sessions are
+# refused (the safe side) rather than reaching every HyperPod cluster of the account.
+HYPERPOD_SESSION_TAG = f"aws:ResourceTag/{TAG_ENVIRONMENT}"
 # Tags with the aws: prefix are AWS's: no user can set, change or delete them
 # (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-resource-tags.html), unlike
 # kiln:environment, which anyone allowed ec2:CreateTags could put on any instance. So each instance grant also needs
@@ -149,6 +160,9 @@ class GithubDeployIdentityProps:
     max_session_duration_hours: the longest session the role grants, 1 to 12; default 1. Sessions chained into
         the CDK bootstrap roles last at most 1 hour whatever this says.
     role_name: the role's name; default None: CloudFormation generates one (see the DeployRoleArn output).
+    permissions_boundary: the permissions boundary every role of the CI environments (and this role) carries, a
+        customer managed policy's name or ARN that already exists; default None: the stack creates kiln's own,
+        kiln-permissions-boundary (kiln.contracts.permissions_boundary), once per account.
     """
 
     repository: str
@@ -161,6 +175,7 @@ class GithubDeployIdentityProps:
     cdk_qualifier: str = DEFAULT_CDK_QUALIFIER
     max_session_duration_hours: int = 1
     role_name: str | None = None
+    permissions_boundary: str | None = None
 
     def __post_init__(self) -> None:
         require(
@@ -254,6 +269,9 @@ class GithubDeployIdentityProps:
                 self.role_name,
                 ROLE_NAME_RULE,
             )
+        if self.permissions_boundary is not None:
+            why = boundary_problem(self.permissions_boundary)
+            require(self, why is None, "permissions_boundary", self.permissions_boundary, str(why))
         # Frozen: store the checked, de-duplicated tuples.
         object.__setattr__(self, "cluster_names", clusters)
         object.__setattr__(self, "branches", branches)
@@ -277,8 +295,8 @@ class GithubDeployIdentity(Construct):
     branches and pull requests (token audience sts.amazonaws.com). It deploys by assuming CDK's bootstrap roles;
     otherwise it only reads and deletes the <cluster>-<run> stacks, buckets and reaper schedules `kiln ci` names, and
     runs commands on their nodes (Run Command on instances tagged with one of those environments that ParallelCluster's
-    stack or PCS launched; Session Manager on HyperPod nodes, which IAM names only by cluster id, so on any HyperPod
-    cluster of the account) or reaches their private EKS API endpoint (Session Manager port forwarding through an
+    stack or PCS launched; Session Manager on the nodes of HyperPod clusters tagged with one of those environments)
+    or reaches their private EKS API endpoint (Session Manager port forwarding through an
     instance tagged with one of those environments that an Auto Scaling group launched).
     """
 
@@ -308,6 +326,8 @@ class GithubDeployIdentity(Construct):
             max_session_duration=Duration.hours(props.max_session_duration_hours),
             description=f"kiln CI for {props.repository}: deploy, inspect and delete kiln CI environments",
         )
+        self.boundary = self._boundary()
+        iam.PermissionsBoundary.of(self.role).apply(self.boundary)
         for statement in self._statements():
             self.role.add_to_policy(statement)
         acknowledge_wildcards(self.role, CI_IDENTITY_GRANTS, qualifier=props.cdk_qualifier)
@@ -315,6 +335,25 @@ class GithubDeployIdentity(Construct):
     @property
     def role_arn(self) -> str:
         return self.role.role_arn
+
+    def _boundary(self) -> iam.IManagedPolicy:
+        """Return the permissions boundary the props name, or create kiln's (named BOUNDARY_NAME, in this account)."""
+        given = self._props.permissions_boundary
+        if given is not None:
+            if given.startswith("arn:"):
+                return iam.ManagedPolicy.from_managed_policy_arn(self, "PermissionsBoundary", given)
+            return iam.ManagedPolicy.from_managed_policy_name(self, "PermissionsBoundary", given)
+        arn = boundary_arn(BOUNDARY_NAME, partition=Aws.PARTITION, account=Aws.ACCOUNT_ID)
+        policy = iam.ManagedPolicy(
+            self,
+            "PermissionsBoundary",
+            managed_policy_name=BOUNDARY_NAME,
+            description="kiln's permissions boundary: every role of kiln's stacks carries it; no role inside it can "
+            "make or change a role without it",
+            document=iam.PolicyDocument.from_json(boundary_document(arn)),
+        )
+        acknowledge_wildcards(policy, BOUNDARY_GRANTS)
+        return policy
 
     def _statements(self) -> list[iam.PolicyStatement]:
         """Every permission of the role, each on the narrowest resources IAM lets it name."""
@@ -324,6 +363,9 @@ class GithubDeployIdentity(Construct):
         arn = f"arn:{partition}"
         environments = [f"{cluster}-*" for cluster in clusters]
         instances = f"{arn}:ec2:*:{account}:instance/*"
+        buckets = [
+            environment_bucket_name(env, purpose, account) for env in environments for purpose in BUCKET_PURPOSES
+        ]
         hyperpod_clusters = f"{arn}:sagemaker:*:{account}:cluster/*"
 
         def each(arn_of: Callable[[str], str]) -> list[str]:
@@ -367,14 +409,15 @@ class GithubDeployIdentity(Construct):
                 ],
             ),
             iam.PolicyStatement(actions=list(TEARDOWN_STACK_READS), resources=each(stacks)),
+            # Reading an environment's buckets: one pattern per family (<env>-data*, <env>-lifecycle*) keeps six
+            # clusters in one inline policy.
             iam.PolicyStatement(
                 actions=list(TEARDOWN_BUCKET_READS),
                 resources=[f"{arn}:s3:::{env}-{kind}*-{account}" for env in environments for kind in BUCKET_FAMILIES],
             ),
-            iam.PolicyStatement(
-                actions=list(OBJECT_DELETES),
-                resources=[f"{arn}:s3:::{env}-{kind}*-{account}/*" for env in environments for kind in BUCKET_FAMILIES],
-            ),
+            # Deleting objects: only in the environment's own four buckets, by the names kiln gives them
+            # (environment_bucket_name), each purpose exactly, not any bucket that merely starts with <env>-data.
+            iam.PolicyStatement(actions=list(OBJECT_DELETES), resources=[f"{arn}:s3:::{b}/*" for b in buckets]),
             iam.PolicyStatement(
                 actions=list(RESCHEDULE_ACTIONS),
                 resources=each(
@@ -390,12 +433,18 @@ class GithubDeployIdentity(Construct):
             # Run Command: AWS's shell document, on instances of the role's environments only: their kiln:environment
             # tag, and a tag of AWS's that no tagger can forge (STACK_NAME_TAG, PCS_NODE_GROUP_TAG).
             iam.PolicyStatement(actions=list(SEND_COMMAND), resources=[document(RUN_SHELL_DOCUMENT)]),
-            # A ParallelCluster head node: an instance of the stack named after the environment (a tag of AWS's that
-            # names the environment itself, so kiln:environment adds nothing).
+            # A ParallelCluster head node: an instance of the stack named after the environment (a tag of AWS's), and
+            # tagged as one of the environments: a long-lived cluster named like <cluster>-* (llm-prod) carries no
+            # kiln:environment, whatever its stack is called.
             iam.PolicyStatement(
                 actions=list(SEND_COMMAND),
                 resources=[instances],
-                conditions={"StringLike": {f"aws:ResourceTag/{STACK_NAME_TAG}": environments}},
+                conditions={
+                    "StringLike": {
+                        f"aws:ResourceTag/{STACK_NAME_TAG}": environments,
+                        f"aws:ResourceTag/{TAG_ENVIRONMENT}": environments,
+                    }
+                },
             ),
             # A PCS login node: launched by PCS (its node group's id, which only PCS sets).
             iam.PolicyStatement(
@@ -406,15 +455,17 @@ class GithubDeployIdentity(Construct):
                     "Null": {f"aws:ResourceTag/{PCS_NODE_GROUP_TAG}": "false"},
                 },
             ),
-            # HyperPod nodes are session targets named by their cluster's ARN, which holds an id, not the name. IAM
-            # checks a session's target and document each on its own, so the two documents share one statement.
+            # IAM checks a session's target and its document each on its own: AWS's two documents, on their own.
             iam.PolicyStatement(
                 actions=list(START_SESSION),
-                resources=[
-                    hyperpod_clusters,
-                    document(NON_INTERACTIVE_COMMAND_DOCUMENT),
-                    document(PORT_FORWARD_DOCUMENT),
-                ],
+                resources=[document(NON_INTERACTIVE_COMMAND_DOCUMENT), document(PORT_FORWARD_DOCUMENT)],
+            ),
+            # HyperPod nodes are session targets named by their cluster's ARN, which holds an id, not the name: only
+            # clusters tagged as one of the role's environments (HYPERPOD_SESSION_TAG).
+            iam.PolicyStatement(
+                actions=list(START_SESSION),
+                resources=[hyperpod_clusters],
+                conditions={"StringLike": {HYPERPOD_SESSION_TAG: environments}},
             ),
             # A private EKS endpoint: port forwarding through a system node of the role's environments (its tag), which
             # an Auto Scaling group (the managed node group's) launched.

@@ -18,14 +18,13 @@ from constructs import Construct
 
 from kiln.bootstrap.fetch import fetch_user_data
 from kiln.catalog.facts import ACCELERATOR_KINDS
-from kiln.catalog.kubernetes import NODE_GROUP_LABEL
+from kiln.catalog.kubernetes import JOB_NAMESPACE, NODE_GROUP_LABEL
 from kiln.constructs import acknowledgements
 from kiln.constructs._checks import require, require_in, unresolved
 from kiln.constructs.eks_addons import (
     DEFAULT_KUBERNETES_VERSION,
     HELM_ADDONS,
     HYPERPOD_DEPENDENCIES,
-    INSTALL_WAIT_MINUTES,
     KUBERNETES_RELEASES,
     TRAINING_OPERATOR,
     VPC_CNI_IDENTITY,
@@ -34,11 +33,20 @@ from kiln.constructs.eks_addons import (
     HelmAddon,
     LustreVolumeNames,
     PodIdentity,
-    git_helm_job_manifests,
-    kustomize_job_manifests,
     lustre_volume_manifests,
+    pod_security_patch,
 )
 from kiln.constructs.eks_code_server import CodeServerPod, code_server_manifests
+from kiln.constructs.eks_install import (
+    INSTALL_WAIT_MINUTES,
+    JOB_FINISHED_PATH,
+    SUCCEEDED_WAIT_MINUTES,
+    git_helm_job_manifests,
+    install_grant,
+    install_tools,
+    kustomize_job_manifests,
+    revoked_binding_patch,
+)
 from kiln.constructs.eks_node_groups import (
     AcceleratedNodeGroup,
     SystemNodeGroup,
@@ -146,8 +154,8 @@ class EksTrainingClusterProps:
     code_server: code-server (VS Code in a browser) as one pod on the system nodes, with the lustre volume mounted
         and its home on it, reached with `kubectl port-forward` only (kiln.constructs.eks_code_server); default none.
         Needs lustre and system_nodes.
-    bootstrap: the bundle accelerated nodes run at boot (BootstrapAssets.node_bootstrap for kiln's `eks` bundle);
-        default none (the EKS image's own boot only).
+    bootstrap: the bundle accelerated nodes run at boot (BootstrapAssets.node_bootstrap for kiln's `eks` bundle),
+        checked against its digest, which the user data carries; default none (the EKS image's own boot only).
     cluster_env: the bundle's deploy-time values; default none.
     security_groups: further groups for every node's primary interface; default none.
     secrets_key: the KMS key for envelope encryption of Kubernetes secrets; default: a new key of the cluster's
@@ -319,6 +327,10 @@ class EksTrainingCluster(Construct):
             # The private endpoint is always on, so CDK runs the kubectl handler in the private subnets.
             kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=self.kubectl_layer),
             secrets_encryption_key=self.secrets_key,
+            # No hidden cluster-admin access entry for whoever creates the cluster (CloudFormation's execution role):
+            # every principal with Kubernetes rights has an entry of its own in the template (CDK's kubectl
+            # handler role, admin_role; EKS adds the node groups' role itself). platforms.json, eks.access_entries.
+            bootstrap_cluster_creator_admin_permissions=False,
         )
         if props.admin_role is not None:
             self.cluster.grant_access(
@@ -351,7 +363,12 @@ class EksTrainingCluster(Construct):
             )
         user_data = []
         if props.bootstrap is not None:
-            user_data.append(fetch_user_data(props.bootstrap.s3_url, props.bootstrap.entry_point, props.cluster_env))
+            bootstrap = props.bootstrap
+            user_data.append(
+                fetch_user_data(
+                    bootstrap.s3_url, bootstrap.entry_point, props.cluster_env, bundle_sha256=bootstrap.content_sha256
+                )
+            )
         self.launch_templates: dict[str, EfaLaunchTemplate] = {}
         self.node_groups: dict[str, eks.Nodegroup] = {}
         for group in props.accelerated_groups:
@@ -377,8 +394,22 @@ class EksTrainingCluster(Construct):
             for key, addon in HELM_ADDONS.items()
             if addon.accelerator is None or addon.accelerator in kinds
         }
-        self.addons[TRAINING_OPERATOR.name] = self.cluster.add_manifest(
-            _pascal(TRAINING_OPERATOR.name), *kustomize_job_manifests(TRAINING_OPERATOR)
+        self.install_tools = install_tools(props.kubernetes_version)
+        self.training_operator_ready = self._install(
+            TRAINING_OPERATOR.name,
+            kustomize_job_manifests(TRAINING_OPERATOR, self.install_tools),
+            "TrainingOperatorReady",
+        )
+        # The namespace `kiln job submit` uses admits no pod that Pod Security's baseline refuses (privileged,
+        # host namespaces, host paths: a way to the node and its credentials).
+        self.job_pod_security = eks.KubernetesPatch(
+            self,
+            "JobNamespacePodSecurity",
+            cluster=self.cluster,
+            resource_name=f"namespace/{JOB_NAMESPACE}",
+            apply_patch=pod_security_patch(props.kubernetes_version),
+            restore_patch=pod_security_patch(props.kubernetes_version),
+            patch_type=eks.PatchType.MERGE,
         )
         # The schedulerName of Neuron-aware placement (whole devices, contiguous cores); None without Neuron nodes.
         self.neuron_scheduler_name: str | None = None
@@ -480,25 +511,62 @@ class EksTrainingCluster(Construct):
     def _install_and_wait(self, addon: GitHelmAddon, wait_id: str) -> eks.KubernetesObjectValue:
         """Install ADDON's chart at its pinned commit (a Job, on the system nodes while no other node exists), and
         return the wait for that Job's success."""
-        objects = git_helm_job_manifests(addon, Stack.of(self).region)
-        install = self.cluster.add_manifest(_pascal(addon.name), *objects)
-        self.addons[addon.name] = install
-        [job] = [o for o in objects if o["kind"] == "Job"]
-        ready = eks.KubernetesObjectValue(
+        return self._install(
+            addon.name, git_helm_job_manifests(addon, Stack.of(self).region, self.install_tools), wait_id
+        )
+
+    def _install(self, key: str, objects: list[dict], wait_id: str) -> eks.KubernetesObjectValue:
+        """Apply an install's OBJECTS (install_job_manifests) as addons[KEY] and take its cluster-admin grant back
+        from outside the Job, whether the install succeeds or fails; return the wait for the Job's success.
+
+        In order: the manifest; Finished, a wait (INSTALL_WAIT_MINUTES) for the Job to end either way, which it does
+        within its activeDeadlineSeconds; Revoke, a patch that empties the binding's subjects (and names the Job,
+        so a new Job that re-grants it is followed by a new patch); then WAIT_ID, which fails the deployment unless
+        the Job succeeded. A failed deployment rolls back: on create CloudFormation deletes the manifest (binding and
+        all); on update it re-applies the previous objects, whose Job revokes at its end, and the previous Revoke is
+        applied again; on delete, Revoke's restore is the same empty-subjects patch."""
+        name = _pascal(key)
+        install = self.cluster.add_manifest(name, *objects)
+        self.addons[key] = install
+        binding, job = install_grant(objects)
+        job_name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+        finished = eks.KubernetesObjectValue(
+            self,
+            f"{name}Finished",
+            cluster=self.cluster,
+            object_type="job",
+            object_name=job_name,
+            object_namespace=namespace,
+            json_path=JOB_FINISHED_PATH,
+            timeout=Duration.minutes(INSTALL_WAIT_MINUTES),
+        )
+        finished.node.add_dependency(install)
+        if self.system_node_group is not None:
+            # The Job runs on the system nodes: waiting starts once they exist.
+            finished.node.add_dependency(self.system_node_group)
+        revoked = revoked_binding_patch(job_name)
+        revoke = eks.KubernetesPatch(
+            self,
+            f"{name}Revoke",
+            cluster=self.cluster,
+            resource_name=f"clusterrolebinding/{binding['metadata']['name']}",
+            apply_patch=revoked,
+            restore_patch=revoked,
+            patch_type=eks.PatchType.MERGE,
+        )
+        revoke.node.add_dependency(finished)
+        succeeded = eks.KubernetesObjectValue(
             self,
             wait_id,
             cluster=self.cluster,
             object_type="job",
-            object_name=job["metadata"]["name"],
-            object_namespace=job["metadata"]["namespace"],
+            object_name=job_name,
+            object_namespace=namespace,
             json_path=".status.succeeded",
-            timeout=Duration.minutes(INSTALL_WAIT_MINUTES),
+            timeout=Duration.minutes(SUCCEEDED_WAIT_MINUTES),
         )
-        ready.node.add_dependency(install)
-        if self.system_node_group is not None:
-            # The Job runs on the system nodes: waiting starts once they exist.
-            ready.node.add_dependency(self.system_node_group)
-        return ready
+        succeeded.node.add_dependency(revoke)
+        return succeeded
 
     def _cluster_autoscaler(self, *, release_version: str) -> iam.Role:
         """Run the cluster-autoscaler on the system nodes with a Pod Identity role of exactly its actions: reads

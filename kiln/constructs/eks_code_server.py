@@ -43,8 +43,8 @@ from kiln.constructs.eks_addons import LustreVolumeNames, kiln_labels, lustre_cl
 from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
 
 # The official image (Docker Hub, codercom/code-server) of the release the nodes install from npm: one pin for both,
-# artifacts.json's npm package code-server. Pinned by tag, not digest, for the reason given at TRAINING_OPERATOR:
-# Coder publishes no digest kiln can cite. (Third-party projects that pin 4.139.1 record
+# artifacts.json's npm package code-server. Pinned by tag, not digest: kiln pins a digest only where it can cite
+# its publisher's, and Coder publishes none. (Third-party projects that pin 4.139.1 record
 # sha256:0c067c3cf09ed1830ce282387826be8feefef8a5828f462791c2df3f1007ee17 for it; a digest not from its publisher is
 # no better a pin than the tag, and a wrong one would stop the pod from ever starting.)
 CODE_SERVER_IMAGE = f"docker.io/codercom/code-server:{npm_version('code-server')}"

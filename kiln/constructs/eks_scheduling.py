@@ -26,7 +26,7 @@ from kiln.catalog.kubernetes import (
     node_resources,
 )
 from kiln.catalog.platforms import service_fact
-from kiln.constructs.eks_addons import HELM_IMAGE, TRAINING_OPERATOR, GitHelmAddon, HelmAddon, kiln_labels
+from kiln.constructs.eks_addons import GitHelmAddon, HelmAddon, kiln_labels
 
 CLUSTER_AUTOSCALER_FACTS: Mapping[str, Any] = service_fact("eks", "cluster_autoscaler").value
 KUEUE_FACTS: Mapping[str, Any] = service_fact("eks", "kueue").value
@@ -132,9 +132,6 @@ def kueue_addon(*, pods_ready_seconds: int, node_selector: Mapping[str, str]) ->
             "controllerManager.nodeSelector": dict(node_selector),
             "managerConfig.controllerManagerConfigYaml": json.dumps(config, sort_keys=True),
         },
-        git_image=TRAINING_OPERATOR.git_image,
-        helm_image=HELM_IMAGE,
-        kubectl_image=TRAINING_OPERATOR.kubectl_image,
     )
 
 

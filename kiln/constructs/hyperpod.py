@@ -28,6 +28,7 @@ from kiln.constructs._checks import field_name, require, require_in
 from kiln.constructs.bucket import DataBucket, DataBucketProps
 from kiln.constructs.eks_addons import GPU_PRESENT_LABEL
 from kiln.constructs.node_bootstrap import NodeBootstrap
+from kiln.constructs.node_scripts import deploy_node_scripts
 from kiln.constructs.review import acknowledge, acknowledge_wildcards
 
 NodeRole = Literal["controller", "login", "worker"]
@@ -250,23 +251,15 @@ class HyperPodCluster(Construct):
             sources.append(
                 s3_deployment.Source.json_data("provisioning_parameters.json", dict(props.provisioning_parameters))
             )
-        deployment = s3_deployment.BucketDeployment(
+        # HyperPod runs them unchecked: only this deployment may write them (kiln.constructs.node_scripts).
+        return deploy_node_scripts(
             self,
             "LifecycleScripts",
-            destination_bucket=self.lifecycle_bucket,
-            destination_key_prefix=props.prefix,
+            bucket=self.lifecycle_bucket,
+            prefix=props.prefix,
             sources=sources,
-            retain_on_delete=False,
+            source_bucket=props.lifecycle.bucket,
         )
-        handler = deployment.handler_role.node.scope
-        acknowledge(handler, acknowledgements.LIFECYCLE_HANDLER_LOGS, acknowledgements.LIFECYCLE_HANDLER_RUNTIME)
-        acknowledge_wildcards(
-            handler,
-            acknowledgements.LIFECYCLE_HANDLER_GRANTS,
-            source_bucket=props.lifecycle.bucket.bucket_arn,
-            lifecycle_bucket=self.lifecycle_bucket.bucket_arn,
-        )
-        return deployment
 
     def _execution_role(self) -> iam.Role:
         props = self._props

@@ -18,18 +18,19 @@ class NodeBootstrap:
         yourself works the same way).
     object_key: the zip's key in that bucket.
     entry_point: the script inside the zip a node runs, as a relative path (e.g. pcs.sh).
+    content_sha256: the digest of the files the zip holds (kiln.bootstrap.fetch.bundle_digest of the directory
+        zipped; BootstrapAssets gives it). Required: a PCS, ParallelCluster or EKS node checks the zip against it
+        and refuses to unpack or run a zip that does not match, so whoever may write the zip's bucket cannot change
+        what nodes run (HyperPod's nodes read the scripts the deploy copied into the cluster's own bucket instead).
     object_url: s3://bucket/key as one value, when its maker has one (an S3 asset does); default: built
         from bucket and object_key.
-    content_sha256: the digest of the files the zip holds (kiln.bootstrap.fetch.bundle_digest), when its maker
-        knows it (BootstrapAssets does); a node that is given it checks the zip against it before unpacking. Default
-        none: no digest to check against.
     """
 
     bucket: s3.IBucket
     object_key: str
     entry_point: str
+    content_sha256: str
     object_url: str | None = None
-    content_sha256: str | None = None
 
     def __post_init__(self) -> None:
         require(self, bool(self.object_key), "object_key", self.object_key, "the key of the zipped bundle")
@@ -38,11 +39,16 @@ class NodeBootstrap:
             require(
                 self, relative, "entry_point", self.entry_point, "a relative path inside the bundle, such as pcs.sh"
             )
-        if self.content_sha256 is not None and not unresolved(self.content_sha256):
-            digest = self.content_sha256
-            hex_digest = len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
+        digest = self.content_sha256
+        if not unresolved(digest):
+            hex_digest = isinstance(digest, str) and len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
             require(
-                self, hex_digest, "content_sha256", digest, "64 lowercase hex digits (bootstrap.fetch.bundle_digest)"
+                self,
+                hex_digest,
+                "content_sha256",
+                digest,
+                "64 lowercase hex digits (kiln.bootstrap.fetch.bundle_digest of the zipped directory): nodes run only "
+                "a bundle they can check",
             )
 
     @property

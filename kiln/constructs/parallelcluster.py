@@ -4,9 +4,12 @@ ParallelCluster takes a changed configuration as an update only where each chang
 it (platforms.json, parallelcluster.update_policies). So that a changed bundle, pin or kiln release is no change
 at all, every node's OnNodeConfigured action is the frozen resolve-bootstrap.sh with stable arguments (the region,
 an SSM parameter's name and the node's role): the parameter, which the stack rewrites at each deploy, names the
-current fetch.sh and bundle with their digests. Likewise the head node and login pools boot an image that never
-changes (custom_ami, or ParallelCluster's official one), and an image that may change between deploys, such as the
-newest bake, goes to the queues alone (compute_ami), whose nodes an update replaces as their jobs finish.
+current fetch.sh and bundle with their digests. ParallelCluster runs that script as root without a check of its own,
+so it lives in a bucket of the cluster's own that only the stack's deployment writes, under a key named by its
+digest; fetch.sh and the bundle, which are checked against the parameter's digests before they run, stay in CDK's
+asset bucket. Likewise the head node and login pools boot an image that never changes (custom_ami, or
+ParallelCluster's official one), and an image that may change between deploys, such as the newest bake, goes to the
+queues alone (compute_ami), whose nodes an update replaces as their jobs finish.
 update_refusals says which changes an update would refuse.
 """
 
@@ -19,11 +22,13 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from aws_cdk import AssetHashType, Aws, CfnOutput, CustomResource, Fn, Stack
+from aws_cdk import Aws, CfnOutput, CustomResource, Fn, Stack
 from aws_cdk import aws_cloudformation as cfn
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_assets as s3_assets
+from aws_cdk import aws_s3_deployment as s3_deployment
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
@@ -33,11 +38,13 @@ from kiln.catalog.limits import SERVICE_NODE_ROOT_VOLUME_GIB
 from kiln.catalog.platforms import service_fact
 from kiln.constructs import acknowledgements
 from kiln.constructs._checks import require, require_in, require_node_group, unresolved
+from kiln.constructs.bucket import DataBucket, DataBucketProps
 from kiln.constructs.launch_template import CapacityOption
 from kiln.constructs.lustre import ILustreFileSystem
 from kiln.constructs.node_access import ssm_agent_statements
 from kiln.constructs.node_bootstrap import NodeBootstrap
-from kiln.constructs.review import acknowledge_wildcards
+from kiln.constructs.node_scripts import deploy_node_scripts
+from kiln.constructs.review import acknowledge, acknowledge_wildcards
 
 # The one place the ParallelCluster version is pinned: provider template, schema in tests, Makefile.
 PARALLELCLUSTER_VERSION = "3.16.1"
@@ -45,13 +52,21 @@ PROVIDER_TEMPLATE = (
     "https://${AWS::Region}-aws-parallelcluster.s3.${AWS::Region}.${AWS::URLSuffix}"
     "/parallelcluster/{version}/templates/custom_resource/cluster.yaml"
 )
+# With a permissions boundary the provider runs as a role of kiln's (its CustomLambdaRole parameter, documented at
+# https://docs.aws.amazon.com/parallelcluster/latest/ug/cfn-provider-stack.html): what its own PclusterLambdaRole holds,
+# which it then does not create, with the policies from ParallelCluster's policies template (platforms.json,
+# parallelcluster.provider_custom_role), deployed by kiln with the boundary.
+PROVIDER_ROLE: dict[str, Any] = dict(service_fact("parallelcluster", "provider_custom_role").value)
+POLICIES_TEMPLATE = PROVIDER_TEMPLATE.split("/parallelcluster/", 1)[0] + "/" + PROVIDER_ROLE["policies_template"]
 OperatingSystem = Literal["ubuntu2204", "ubuntu2404", "al2023"]
 # kiln's OS names in ParallelCluster's Image.Os words.
 OPERATING_SYSTEMS: dict[str, str] = {"ubuntu2204": "ubuntu2204", "ubuntu2404": "ubuntu2404", "al2023": "alinux2023"}
 CLUSTER_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9-]{0,59}$")
 OPEN_TO_ALL = ("0.0.0.0/0", "::/0")
-# The provider's default Lambda role attaches a cluster's AdditionalIamPolicies only when their ARN is like these
-# (besides ten AWS managed policies): kiln's own policies take the path below instead of widening that role.
+# The provider's Lambda role attaches a cluster's AdditionalIamPolicies only when their ARN is like these (besides ten
+# AWS managed policies): kiln's own policies take the path below instead of widening that role. Its default role and
+# kiln's bounded one (ParallelCluster._provider_role) hold the same DefaultParallelClusterIamAdminPolicy, which with a
+# boundary also requires it on the role attached to: every cluster role carries it (Iam/PermissionsBoundary).
 ATTACHABLE_POLICIES: tuple[str, ...] = tuple(service_fact("parallelcluster", "provider_attachable_policies").value)
 ATTACHABLE_PATH = "/parallelcluster/"
 # The DevSettings/Timeouts a cluster may set (platforms.json): how long a node's setup may take.
@@ -68,6 +83,15 @@ DEFAULT_QUEUE_UPDATE_STRATEGY: str = service_fact("parallelcluster", "queue_upda
 UPDATE_POLICIES: dict[str, str] = dict(service_fact("parallelcluster", "update_policies").value)
 # Where an AMI may be set and its update policy: only the queues' image can change on a running cluster.
 AMI_SETTINGS: dict[str, str] = dict(service_fact("parallelcluster", "ami_settings").value)
+# Where the stack deploys every node's OnNodeConfigured Script in the cluster's bootstrap bucket: named by the script's
+# digest, so the Script URL stays the same from deploy to deploy while the script does (it is frozen).
+BOOTSTRAP_PREFIX = "kiln-bootstrap/"
+RESOLVE_SCRIPT_NAME = f"resolve-bootstrap-{file_sha256(RESOLVE_SCRIPT)}.sh"
+
+
+def _template_url(template: str) -> str:
+    """Return TEMPLATE's URL (PROVIDER_TEMPLATE or POLICIES_TEMPLATE) for the pinned ParallelCluster version."""
+    return Fn.sub(template.replace("{version}", PARALLELCLUSTER_VERSION))
 
 
 def attachable_policy(scope: Construct, construct_id: str, **kwargs: Any) -> iam.ManagedPolicy:
@@ -133,8 +157,9 @@ class ParallelClusterProps:
     subnet: private subnet of the head node, queues and login nodes.
     queues: the Slurm queues.
     bootstrap: the bundle every node runs as its OnNodeConfigured action (BootstrapAssets.node_bootstrap for
-        kiln's `parallelcluster` bundle). It and cluster_env go into the bootstrap parameter a node reads when it
-        boots: running nodes keep the bundle they booted with, nodes that boot after a deploy get that deploy's.
+        kiln's `parallelcluster` bundle). It, its digest and cluster_env go into the bootstrap parameter a node reads
+        when it boots: running nodes keep the bundle they booted with, nodes that boot after a deploy get that
+        deploy's; a node refuses a zip whose content does not match the digest.
     cluster_env: the bundle's deploy-time values.
     head_node_instance_type: the head node's EC2 type; default m5.8xlarge.
     login_instance_type: the login pool's EC2 type; default m5.2xlarge.
@@ -157,6 +182,8 @@ class ParallelClusterProps:
     head_node_policies: managed policies for the head node alone (e.g. writing to a Prometheus workspace). The
         provider's Lambda role attaches only policies ParallelCluster's own policy lets it (ATTACHABLE_POLICIES):
         make them with attachable_policy (path /parallelcluster/). Default none.
+    node_policies: managed policies for every node, head, login pools and queues alike (e.g. Session Manager's
+        session logging, which any node a session reaches needs); attachable as head_node_policies. Default none.
     scaledown_idle_minutes: idle time before dynamic nodes stop; default 10.
     queue_update_strategy: how an update replaces the nodes of queues whose settings changed: DRAIN (default:
         running jobs finish, then the nodes are replaced), TERMINATE (running jobs are killed) or
@@ -165,6 +192,11 @@ class ParallelClusterProps:
     bootstrap_timeouts: DevSettings/Timeouts in seconds (HeadNodeBootstrapTimeout, ComputeNodeBootstrapTimeout),
         long enough for the nodes' setup; unset: ParallelCluster's defaults.
     delete_with_stack: delete the cluster with the stack (default True; data lives in FSx and S3).
+    bootstrap_bucket: where the stack deploys resolve-bootstrap.sh, every node's OnNodeConfigured Script, which
+        ParallelCluster runs as root unchecked: give a bucket only this stack writes (kiln's CI environments pass
+        one named for their reaper). Default a bucket of its own, emptied and deleted with the stack.
+    permissions_boundary: the ARN of the managed policy every role ParallelCluster creates for the cluster carries
+        (its cluster configuration's Iam/PermissionsBoundary); default none.
     """
 
     cluster_name: str
@@ -183,11 +215,14 @@ class ParallelClusterProps:
     fsx_mount_dir: str = "/fsx"
     security_groups: Sequence[ec2.ISecurityGroup] = ()
     head_node_policies: Sequence[iam.IManagedPolicy] = ()
+    node_policies: Sequence[iam.IManagedPolicy] = ()
     scaledown_idle_minutes: int = 10
     queue_update_strategy: str = DEFAULT_QUEUE_UPDATE_STRATEGY
     slurm_settings: Mapping[str, Any] = field(default_factory=dict)
     bootstrap_timeouts: Mapping[str, int] = field(default_factory=dict)
     delete_with_stack: bool = True
+    bootstrap_bucket: s3.IBucket | None = None
+    permissions_boundary: str | None = None
 
     def __post_init__(self) -> None:
         require(
@@ -232,11 +267,13 @@ class ParallelClusterProps:
         for name, seconds in self.bootstrap_timeouts.items():
             require_in(self, "bootstrap_timeouts", name, BOOTSTRAP_TIMEOUTS)
             require(self, seconds > 0, f"bootstrap_timeouts {name}", seconds, "a positive number of seconds")
-        for policy in self.head_node_policies:
+        for name, policy in [("head_node_policies", p) for p in self.head_node_policies] + [
+            ("node_policies", p) for p in self.node_policies
+        ]:
             require(
                 self,
                 is_attachable(policy),
-                "head_node_policies",
+                name,
                 policy.node.path if isinstance(policy, Construct) else policy.managed_policy_arn,
                 "a policy the provider may attach: made with attachable_policy (path "
                 f"{ATTACHABLE_PATH}), or an ARN matching {' or '.join(ATTACHABLE_POLICIES)}",
@@ -256,21 +293,25 @@ class ParallelCluster(Construct):
             props.cluster_name,
             "a name other than the stack's",
         )
-        # Named by its digest, which never changes: every node's OnNodeConfigured Script.
-        self.resolve_script = s3_assets.Asset(
-            self,
-            "ResolveBootstrap",
-            path=str(RESOLVE_SCRIPT),
-            asset_hash=file_sha256(RESOLVE_SCRIPT),
-            asset_hash_type=AssetHashType.CUSTOM,
+        self.bootstrap_bucket = (
+            props.bootstrap_bucket
+            or DataBucket(
+                self, "BootstrapBucket", DataBucketProps(retain=False, access_log_prefix="bootstrap-bucket/")
+            ).bucket
         )
+        self.bootstrap_scripts = self._deploy_bootstrap_scripts()
         self.fetch_script = s3_assets.Asset(self, "FetchScript", path=str(FETCH_SCRIPT))
         self.bootstrap_parameter = self._bootstrap_parameter()
         self.bootstrap_read_policy = self._bootstrap_read_policy()
         self.ssm_agent_policy = self._ssm_agent_policy()
         self.config = self._configuration()
+        # With a boundary, CloudFormation may create no role without it: the provider then runs as kiln's own role.
+        self.provider_role = self._provider_role() if props.permissions_boundary is not None else None
         self.provider = cfn.CfnStack(
-            self, "Provider", template_url=Fn.sub(PROVIDER_TEMPLATE.replace("{version}", PARALLELCLUSTER_VERSION))
+            self,
+            "Provider",
+            template_url=_template_url(PROVIDER_TEMPLATE),
+            parameters={"CustomLambdaRole": self.provider_role.role_arn} if self.provider_role is not None else None,
         )
         self.cluster = CustomResource(
             self,
@@ -283,11 +324,91 @@ class ParallelCluster(Construct):
                 "DeletionPolicy": "Delete" if props.delete_with_stack else "Retain",
             },
         )
+        # The OnNodeConfigured Script must be in the bucket before ParallelCluster boots the first node.
+        self.cluster.node.add_dependency(self.bootstrap_scripts)
         CfnOutput(self, "HeadNodePrivateIp", value=self.head_node_private_ip, description="Slurm head node")
 
     @property
     def head_node_private_ip(self) -> str:
         return self.cluster.get_att_string("headNode.privateIpAddress")
+
+    @property
+    def resolve_script_url(self) -> str:
+        """s3://bucket/key of resolve-bootstrap.sh in the cluster's bootstrap bucket: every node's OnNodeConfigured
+        Script."""
+        return f"s3://{self.bootstrap_bucket.bucket_name}/{BOOTSTRAP_PREFIX}{RESOLVE_SCRIPT_NAME}"
+
+    def _provider_role(self) -> iam.Role:
+        """The provider's Lambda role when a permissions boundary applies (its CustomLambdaRole).
+
+        The provider template's own PclusterLambdaRole, and the role of the policies stack it nests, carry no
+        boundary, so CloudFormation under kiln's execution policies may create neither. kiln deploys ParallelCluster's
+        policies template itself, with the boundary (its PermissionsBoundaryPolicy: its own role carries it, and its
+        IAM-admin policy lets the API make, change and attach policies to only roles that carry it), and gives the
+        provider a role of kiln's (the stack's aspect gives it the boundary and tags) holding what PclusterLambdaRole
+        holds. Attaching policies to cluster roles stays as ATTACHABLE_POLICIES says: the same
+        DefaultParallelClusterIamAdminPolicy grants it, now only on roles carrying the boundary, which every cluster
+        role does (Iam/PermissionsBoundary)."""
+        stack = Stack.of(self)
+        self.provider_policies = cfn.CfnStack(
+            self,
+            "ProviderPolicies",
+            template_url=_template_url(POLICIES_TEMPLATE),
+            parameters={
+                **PROVIDER_ROLE["policies_parameters"],
+                PROVIDER_ROLE["boundary_parameter"]: self._props.permissions_boundary,
+            },
+        )
+        # The provider's own bucket: CloudFormation names it after the provider's nested stack, <this stack>-...
+        bucket = f"arn:{Aws.PARTITION}:s3:::{stack.stack_name.lower()}-*"
+        role = iam.Role(
+            self,
+            "ProviderRole",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description="kiln: ParallelCluster's cluster provider, within the permissions boundary",
+            managed_policies=[
+                *map(iam.ManagedPolicy.from_aws_managed_policy_name, PROVIDER_ROLE["aws_managed_policies"]),
+                *(
+                    iam.ManagedPolicy.from_managed_policy_arn(
+                        self, f"Provider{output}", self.provider_policies.get_att(f"Outputs.{output}").to_string()
+                    )
+                    for output in PROVIDER_ROLE["policy_outputs"]
+                ),
+            ],
+            inline_policies={
+                "ProviderEventsAndBucket": iam.PolicyDocument(
+                    statements=[
+                        iam.PolicyStatement(
+                            actions=list(PROVIDER_ROLE["events_actions"]),
+                            resources=[
+                                f"arn:{Aws.PARTITION}:events:{Aws.REGION}:{Aws.ACCOUNT_ID}:"
+                                f"{PROVIDER_ROLE['events_resource']}"
+                            ],
+                        ),
+                        iam.PolicyStatement(
+                            actions=list(PROVIDER_ROLE["bucket_actions"]), resources=[bucket, f"{bucket}/*"]
+                        ),
+                    ]
+                )
+            },
+        )
+        acknowledge(role, acknowledgements.PCLUSTER_PROVIDER_LOGS)
+        acknowledge_wildcards(role, acknowledgements.PCLUSTER_PROVIDER_GRANTS, stack=stack.stack_name.lower())
+        return role
+
+    def _deploy_bootstrap_scripts(self) -> s3_deployment.BucketDeployment:
+        """Copy resolve-bootstrap.sh into the bootstrap bucket at each deploy, as HyperPod's lifecycle scripts are.
+
+        CDK's asset bucket is shared by every stack of the account and region, and whoever may publish assets may
+        overwrite its objects; this bucket is written by this stack's deployment alone
+        (kiln.constructs.node_scripts)."""
+        return deploy_node_scripts(
+            self,
+            "BootstrapScripts",
+            bucket=self.bootstrap_bucket,
+            prefix=BOOTSTRAP_PREFIX,
+            sources=[s3_deployment.Source.data(RESOLVE_SCRIPT_NAME, RESOLVE_SCRIPT.read_text())],
+        )
 
     def _on_node_configured(self, role: str) -> dict[str, Any]:
         """Run resolve-bootstrap.sh as ParallelCluster's OnNodeConfigured action, telling the node its role outright.
@@ -296,7 +417,7 @@ class ParallelCluster(Construct):
         OnNodeConfigured is UNSUPPORTED for updates): the parameter they name holds what changes."""
         # The parameter's name is a Ref: CloudFormation writes this deploy's manifest before it updates the cluster.
         args = [Stack.of(self).region, self.bootstrap_parameter.parameter_name, "--role", role]
-        return {"OnNodeConfigured": {"Script": self.resolve_script.s3_object_url, "Args": args}}
+        return {"OnNodeConfigured": {"Script": self.resolve_script_url, "Args": args}}
 
     def _bootstrap_parameter(self) -> ssm.StringParameter:
         """The manifest of this deploy's bootstrap: fetch.sh and the bundle with their digests, and cluster.env."""
@@ -322,8 +443,8 @@ class ParallelCluster(Construct):
         """Every node reads exactly the parameter, resolve-bootstrap.sh, fetch.sh and the bundle."""
         props = self._props
         objects = [
-            f"arn:{Aws.PARTITION}:s3:::{asset.s3_bucket_name}/{asset.s3_object_key}"
-            for asset in (self.resolve_script, self.fetch_script)
+            self.bootstrap_bucket.arn_for_objects(f"{BOOTSTRAP_PREFIX}{RESOLVE_SCRIPT_NAME}"),
+            f"arn:{Aws.PARTITION}:s3:::{self.fetch_script.s3_bucket_name}/{self.fetch_script.s3_object_key}",
         ]
         return attachable_policy(
             self,
@@ -349,7 +470,7 @@ class ParallelCluster(Construct):
 
     def _iam(self, policies: Sequence[iam.IManagedPolicy] = ()) -> dict[str, Any]:
         # Attached by ARN: editing the policies' statements changes no setting of the cluster.
-        attached = [self.ssm_agent_policy, self.bootstrap_read_policy, *policies]
+        attached = [self.ssm_agent_policy, self.bootstrap_read_policy, *self._props.node_policies, *policies]
         return {"AdditionalIamPolicies": [{"Policy": policy.managed_policy_arn} for policy in attached]}
 
     def _root_volume(self, size: int) -> dict[str, Any]:
@@ -421,6 +542,11 @@ class ParallelCluster(Construct):
             },
             "Imds": {"ImdsSupport": "v2.0"},
         }
+        if props.permissions_boundary is not None:
+            # Every role ParallelCluster makes for the cluster (head, compute and login nodes, its cleanup functions):
+            # Iam/PermissionsBoundary (https://docs.aws.amazon.com/parallelcluster/latest/ug/Iam-v3.html; 3.16.1's
+            # ClusterIamSchema.permissions_boundary, an ARN matching ^arn:.*:policy/, update policy SUPPORTED).
+            config["Iam"] = {"PermissionsBoundary": props.permissions_boundary}
         if props.bootstrap_timeouts:
             config["DevSettings"] = {"Timeouts": dict(props.bootstrap_timeouts)}
         if props.file_system is not None:
@@ -477,6 +603,18 @@ _LOGIN_STOP = (
     "count back"
 )
 _UNKNOWN = "kiln knows no update policy for this setting: keep it, or delete the cluster and deploy anew"
+# Clusters made by kiln releases before issue 44 ran an OnNodeConfigured Script from CDK's file-asset bucket,
+# cdk-<qualifier>-assets-<account>-<region> (DefaultStackSynthesizer's DEFAULT_FILE_ASSETS_BUCKET_NAME,
+# https://docs.aws.amazon.com/cdk/api/v2/python/aws_cdk/DefaultStackSynthesizer.html), which whoever may publish
+# assets may overwrite; kiln now deploys it into the cluster's own bucket, a Script change ParallelCluster takes only
+# on a new cluster.
+_CDK_ASSET_BUCKET = re.compile(r"cdk-[a-z0-9]+-assets-")
+_BOOTSTRAP_MOVED = (
+    "this kiln release moves every node's OnNodeConfigured script out of CDK's shared asset bucket, where whoever may "
+    "publish CDK assets could rewrite it, into the cluster's own bucket; ParallelCluster takes that only on a new "
+    "cluster, once: destroy the compute stack (data in FSx and S3 stays) and deploy anew, or keep deploying this "
+    "cluster with the earlier kiln release until you can"
+)
 
 
 @dataclass(frozen=True)
@@ -541,6 +679,14 @@ def config_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[
     return list(_changes(before, after, (), ""))
 
 
+def _section(value: Any) -> bool:
+    """Return whether VALUE is a section of the configuration, not a value: a CloudFormation intrinsic (a template's
+    {"Ref": ...} or {"Fn::...": ...}) is one value, compared whole."""
+    if not isinstance(value, dict):
+        return False
+    return not (len(value) == 1 and (next(iter(value)) == "Ref" or next(iter(value)).startswith("Fn::")))
+
+
 def _item_name(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
 
@@ -564,9 +710,9 @@ def _changes(
                     yield from _changes(olds[name], news[name], where, f"{shape}[{item}]")
                 else:
                     yield ConfigChange(where, f"{shape}[{item}]", olds.get(name), news.get(name))
-        elif isinstance(before, dict) and isinstance(after, dict):
+        elif _section(before) and _section(after):
             yield from _changes(before, after, (*at, key), shape)
-        elif UPDATE_POLICIES.get(shape) == "IGNORED" and isinstance(before or after, dict):
+        elif UPDATE_POLICIES.get(shape) == "IGNORED" and _section(before or after):
             # ParallelCluster looks into a section that is not analyzed for what was added or removed in it.
             yield from _changes(before, after, (*at, key), shape)
         else:
@@ -587,6 +733,8 @@ def update_verdicts(
     verdicts: list[tuple[ConfigChange, str | None]] = []
     for change in changes:
         remedy = _refusal(change, changes, before, after)
+        if remedy == _NEW_CLUSTER and _moves_script_out_of_cdk_assets(change):
+            remedy = _BOOTSTRAP_MOVED
         line = None
         if remedy is not None:
             what = "added" if change.old is None else "removed" if change.new is None else "changed"
@@ -604,6 +752,15 @@ def update_refusals(before: Mapping[str, Any], after: Mapping[str, Any], cluster
     """Return one line for each change from BEFORE to AFTER that ParallelCluster's update of a cluster in use
     refuses, with what to do instead (none: the update goes through); see update_verdicts."""
     return [line for _, line in update_verdicts(before, after, cluster_name) if line is not None]
+
+
+def _moves_script_out_of_cdk_assets(change: ConfigChange) -> bool:
+    """Return whether CHANGE moves an OnNodeConfigured Script from CDK's asset bucket to another place (kiln's move
+    of resolve-bootstrap.sh into the cluster's own bucket)."""
+    if not change.pattern.endswith("OnNodeConfigured/Script"):
+        return False
+    old, new = (json.dumps(value) for value in (change.old, change.new))
+    return bool(_CDK_ASSET_BUCKET.search(old)) and not _CDK_ASSET_BUCKET.search(new)
 
 
 def _brief(value: Any) -> str:

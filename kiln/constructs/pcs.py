@@ -91,7 +91,8 @@ class PcsClusterProps:
     ami_id: an image with the PCS agent and Slurm for slurm_version (AMI id or a CfnParameter's value).
     compute_groups: compute node groups, each with its own queue.
     login: the login node group (static); default none.
-    bootstrap: the bundle nodes fetch and run at boot (BootstrapAssets.node_bootstrap for kiln's `pcs` bundle).
+    bootstrap: the bundle nodes fetch and run at boot (BootstrapAssets.node_bootstrap for kiln's `pcs` bundle); the
+        launch template's user data carries its digest, and a node refuses a zip that does not match it.
     cluster_env: the bundle's deploy-time values.
     slurm_version: PCS Slurm version; default the newest PCS runs (kiln.catalog.platforms).
     size: controller size, SMALL (default), MEDIUM or LARGE.
@@ -229,7 +230,14 @@ class PcsCluster(Construct):
 
     def _node_group(self, group: PcsNodeGroup, role: str) -> pcs.CfnComputeNodeGroup:
         props = self._props
-        user_data = fetch_user_data(props.bootstrap.s3_url, props.bootstrap.entry_point, props.cluster_env, role=role)
+        bootstrap = props.bootstrap
+        user_data = fetch_user_data(
+            bootstrap.s3_url,
+            bootstrap.entry_point,
+            props.cluster_env,
+            role=role,
+            bundle_sha256=bootstrap.content_sha256,
+        )
         template = EfaLaunchTemplate(
             self,
             hashed_id("LaunchTemplate", group.name),

@@ -140,7 +140,9 @@ class TrainingImageProps:
             self.root_volume_gib,
             [
                 component_yaml(document)
-                for document in component_documents(bundle_uri="s3://bundle", install_steps=self._steps)
+                for document in component_documents(
+                    bundle_uri="s3://bundle", bundle_sha256=self.bundle.content_sha256, install_steps=self._steps
+                )
             ],
         ]
         return hashlib.sha256(json.dumps(inputs).encode()).hexdigest()
@@ -296,7 +298,12 @@ class TrainingImage(Construct):
     def _components(self, digest: str) -> list[imagebuilder.CfnComponent]:
         props = self._props
         components = []
-        for document in component_documents(bundle_uri=props.bundle.s3_url, install_steps=props.manifest.install_steps):
+        documents = component_documents(
+            bundle_uri=props.bundle.s3_url,
+            bundle_sha256=props.bundle.content_sha256,
+            install_steps=props.manifest.install_steps,
+        )
+        for document in documents:
             component = imagebuilder.CfnComponent(
                 self,
                 f"Component{document.name.capitalize()}",

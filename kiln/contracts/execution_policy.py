@@ -24,6 +24,13 @@ from typing import Any
 
 from kiln.contracts.cdk_bootstrap import DEFAULT_CDK_QUALIFIER
 from kiln.contracts.errors import Failure
+from kiln.contracts.permissions_boundary import (
+    BOUNDARY_NAME,
+    BOUNDARY_REMOVAL,
+    PERMISSIONS_BOUNDARY_KEY,
+    POLICY_EDITS,
+    boundary_arn,
+)
 from kiln.contracts.tags import TAG_ENVIRONMENT
 
 # IAM counts a managed policy's characters without white space; 6,144 at most
@@ -73,24 +80,75 @@ STACK_ACTIONS = (
     "cloudformation:UpdateStack",
     "cloudformation:UpdateTerminationProtection",
 )
-ROLE_ACTIONS = (
-    "iam:CreateRole",
-    "iam:DeleteRole",
+# Roles: reads on kiln's names; creation only with kiln's boundary and a kiln:environment tag of the environments;
+# policy and boundary changes only of such roles, with the boundary (iam:PermissionsBoundary: the Service Authorization
+# Reference lists it for CreateRole, PutRolePolicy, DeleteRolePolicy, AttachRolePolicy, DetachRolePolicy and
+# PutRolePermissionsBoundary, https://docs.aws.amazon.com/service-authorization/latest/reference/
+# list_awsidentityandaccessmanagementiam.html); the rest only of roles tagged with one of the environments.
+ROLE_READS = ("iam:GetRole", "iam:GetRolePolicy", "iam:ListAttachedRolePolicies", "iam:ListRolePolicies")
+ROLE_CREATE = ("iam:CreateRole",)
+BOUNDED_ROLE_CHANGES = (
     "iam:DeleteRolePolicy",
     "iam:DetachRolePolicy",
-    "iam:GetRole",
-    "iam:GetRolePolicy",
-    "iam:ListAttachedRolePolicies",
-    "iam:ListRolePolicies",
-    "iam:PassRole",
+    "iam:PutRolePermissionsBoundary",
     "iam:PutRolePolicy",
+)
+TAGGED_ROLE_CHANGES = (
+    "iam:DeleteRole",
     "iam:TagRole",
     "iam:UntagRole",
     "iam:UpdateAssumeRolePolicy",
     "iam:UpdateRole",
     "iam:UpdateRoleDescription",
 )
+PASS_ROLE = ("iam:PassRole",)
+ROLE_ACTIONS = (*ROLE_READS, *ROLE_CREATE, *BOUNDED_ROLE_CHANGES, *TAGGED_ROLE_CHANGES, *PASS_ROLE)
 ATTACH_ACTIONS = ("iam:AttachRolePolicy",)
+# The services CloudFormation hands kiln's roles to (iam:PassedToService, a condition key of iam:PassRole in the same
+# reference): the service each role trusts (tests/stacks/test_permissions_boundary.py holds every trusted service of
+# every CI template to this list) and the service that hands it on: Lambda (functions, ParallelCluster's provider),
+# EC2 (instance profiles and launch templates), EKS (clusters and node groups; pods.eks for Pod Identity
+# associations), PCS (node groups' instance profiles), SageMaker (HyperPod's execution role), EventBridge Scheduler (the
+# reaper's invoke role), VPC flow logs (their delivery role), Managed Grafana (its workspace role) and Managed
+# Prometheus's collector (a scraper's source role).
+PASSED_TO_SERVICES = (
+    "ec2.amazonaws.com",
+    "eks.amazonaws.com",
+    "grafana.amazonaws.com",
+    "lambda.amazonaws.com",
+    "pcs.amazonaws.com",
+    "pods.eks.amazonaws.com",
+    "sagemaker.amazonaws.com",
+    "scheduler.amazonaws.com",
+    "scraper.aps.amazonaws.com",
+    "vpc-flow-logs.amazonaws.com",
+)
+# A role's tags are aws:ResourceTag/<key> to IAM, and a tag a request sets is aws:RequestTag/<key>
+# (https://docs.aws.amazon.com/IAM/latest/UserGuide/access_iam-tags.html): CloudFormation passes a role's Tags, the
+# stacks' kiln:environment among them, in CreateRole.
+RESOURCE_TAG = f"aws:ResourceTag/{TAG_ENVIRONMENT}"
+REQUEST_TAG = f"aws:RequestTag/{TAG_ENVIRONMENT}"
+# Tags with the aws: prefix are AWS's: nobody can set them
+# (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-properties-resource-tags.html), and
+# CloudFormation tags what it creates with its stack's name. Destructive calls need both tags: kiln:environment (the
+# environment) and this one (created by a stack of the environments: <env>-<part>, or a nested stack of one), so a
+# kiln:environment tag put on someone else's instance, file system or cluster does not make it deletable.
+STACK_NAME_TAG = "aws:ResourceTag/aws:cloudformation:stack-name"
+# Destructive calls on resources whose ARNs hold service-assigned ids, limited to resources tagged with the
+# environments: EC2 (https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2.html: instance
+# supports aws:ResourceTag/${TagKey}), FSx (list_amazonfsx.html: file-system and association resources support
+# aws:ResourceTag/${TagKey}), SageMaker (list_amazonsagemaker.html: cluster supports aws:ResourceTag/${TagKey}).
+DESTRUCTIVE_ACTIONS = (
+    "ec2:TerminateInstances",
+    "fsx:DeleteDataRepositoryAssociation",
+    "fsx:DeleteFileSystem",
+    "sagemaker:BatchDeleteClusterNodes",
+    "sagemaker:DeleteCluster",
+)
+# EC2 tags only at creation (ec2:CreateAction names the creating call, list_amazonec2.html; "Grant permission to tag
+# resources during creation", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/supported-iam-actions-tagging.html)
+# or on resources already tagged with the environments: never kiln:environment onto another owner's resource.
+EC2_TAGGING = ("ec2:CreateTags", "ec2:DeleteTags")
 POLICY_ACTIONS = (
     "iam:CreatePolicy",
     "iam:CreatePolicyVersion",
@@ -200,6 +258,12 @@ FUNCTION_ACTIONS = (
     "lambda:UpdateFunctionCode",
     "lambda:UpdateFunctionConfiguration",
 )
+# ParallelCluster's provider function runs as its Lambda role: its code and configuration (layers, role) stay as the
+# provider template, pinned by version, made them. Its template's code is inline and fixed per ParallelCluster release,
+# so an update of kiln's stacks never changes it (a new release means a new environment).
+PCLUSTER_FUNCTION_ACTIONS = tuple(
+    a for a in FUNCTION_ACTIONS if a not in ("lambda:UpdateFunctionCode", "lambda:UpdateFunctionConfiguration")
+)
 LAYER_ACTIONS = (
     "lambda:DeleteLayerVersion",
     "lambda:GetLayerVersion",
@@ -276,7 +340,6 @@ EC2_ACTIONS = (
     "ec2:CreateRouteTable",
     "ec2:CreateSecurityGroup",
     "ec2:CreateSubnet",
-    "ec2:CreateTags",
     "ec2:CreateVpc",
     "ec2:CreateVpcEndpoint",
     "ec2:DeleteFlowLogs",
@@ -289,7 +352,6 @@ EC2_ACTIONS = (
     "ec2:DeleteRouteTable",
     "ec2:DeleteSecurityGroup",
     "ec2:DeleteSubnet",
-    "ec2:DeleteTags",
     "ec2:DeleteVpc",
     "ec2:DeleteVpcEndpoints",
     "ec2:DescribeAddresses",
@@ -338,7 +400,6 @@ EC2_ACTIONS = (
     "ec2:RevokeSecurityGroupEgress",
     "ec2:RevokeSecurityGroupIngress",
     "ec2:RunInstances",
-    "ec2:TerminateInstances",
     "ec2:UnassignPrivateNatGatewayAddress",
     "ec2:UpdateSecurityGroupRuleDescriptionsEgress",
     "ec2:UpdateSecurityGroupRuleDescriptionsIngress",
@@ -416,9 +477,7 @@ PCS_SECRET_ACTIONS = ("secretsmanager:CreateSecret", "secretsmanager:TagResource
 HYPERPOD_ACTIONS = (
     "sagemaker:AddTags",
     "sagemaker:BatchAddClusterNodes",
-    "sagemaker:BatchDeleteClusterNodes",
     "sagemaker:CreateCluster",
-    "sagemaker:DeleteCluster",
     "sagemaker:DeleteTags",
     "sagemaker:DescribeCluster",
     "sagemaker:ListTags",
@@ -429,8 +488,6 @@ HYPERPOD_ACTIONS = (
 FSX_ACTIONS = (
     "fsx:CreateDataRepositoryAssociation",
     "fsx:CreateFileSystem",
-    "fsx:DeleteDataRepositoryAssociation",
-    "fsx:DeleteFileSystem",
     "fsx:DescribeDataRepositoryAssociations",
     "fsx:DescribeFileSystems",
     "fsx:ListTagsForResource",
@@ -500,6 +557,20 @@ PARAMETER_ACTIONS = (
     "ssm:PutParameter",
     "ssm:RemoveTagsFromResource",
 )
+# The cluster's own Session document (spec session_logs: kiln.contracts.ssm_documents.session_document names it
+# kiln-<cluster>-session): the AWS::SSM::Document handlers' calls, less what only attachments from S3 and a role for
+# them need (kiln's document has neither).
+DOCUMENT_ACTIONS = (
+    "ssm:AddTagsToResource",
+    "ssm:CreateDocument",
+    "ssm:DeleteDocument",
+    "ssm:DescribeDocument",
+    "ssm:GetDocument",
+    "ssm:ListTagsForResource",
+    "ssm:RemoveTagsFromResource",
+    "ssm:UpdateDocument",
+    "ssm:UpdateDocumentDefaultVersion",
+)
 SCHEDULE_ACTIONS = (
     "scheduler:CreateSchedule",
     "scheduler:DeleteSchedule",
@@ -556,8 +627,7 @@ NOT_GRANTED = {
     "iam:DeleteUserPolicy": "kiln attaches policies to roles only: IAM users and groups stay out of CI's reach",
     "iam:GetGroupPolicy": "kiln attaches policies to roles only: IAM users and groups stay out of CI's reach",
     "iam:GetUserPolicy": "kiln attaches policies to roles only: IAM users and groups stay out of CI's reach",
-    "iam:PutRolePermissionsBoundary": "kiln's roles carry no permissions boundary, and CI must not change one",
-    "iam:DeleteRolePermissionsBoundary": "kiln's roles carry no permissions boundary, and CI must not remove one",
+    "iam:DeleteRolePermissionsBoundary": "every role kiln's stacks make keeps kiln's boundary: CI never removes one",
     "kms:Decrypt": "only for functions' environments or workspaces encrypted with a customer key; kiln's use AWS's",
     "kms:Encrypt": "only for functions' environments encrypted with a customer key; kiln's use AWS's",
     "kms:GenerateDataKey": "only for functions' environments or workspaces encrypted with a customer key; kiln's "
@@ -583,10 +653,12 @@ def policy_size(document: dict[str, Any]) -> int:
     return len(json.dumps(document, separators=(",", ":")))
 
 
-def _statement(sid: str, actions: Sequence[str], resources: Sequence[str], condition: dict | None = None) -> dict:
+def _statement(
+    sid: str, actions: Sequence[str], resources: Sequence[str], condition: dict | None = None, *, effect: str = "Allow"
+) -> dict:
     statement: dict[str, Any] = {
         "Sid": sid,
-        "Effect": "Allow",
+        "Effect": effect,
         "Action": sorted(actions),
         "Resource": list(resources) if len(resources) > 1 else resources[0],
     }
@@ -595,12 +667,19 @@ def _statement(sid: str, actions: Sequence[str], resources: Sequence[str], condi
     return statement
 
 
+def execution_boundary_arn(boundary: str = BOUNDARY_NAME, *, partition: str = "aws") -> str:
+    """Return the ARN the execution policies require as every role's permissions boundary (BOUNDARY: name or ARN)."""
+    return boundary_arn(boundary, partition=partition, account=ACCOUNT)
+
+
 def execution_statements(
-    cluster_names: Sequence[str], *, qualifier: str, partition: str = "aws"
+    cluster_names: Sequence[str], *, qualifier: str, partition: str = "aws", boundary: str = BOUNDARY_NAME
 ) -> list[dict[str, Any]]:
-    """Return the execution role's statements for the CI environments (<cluster>-<run>) of CLUSTER_NAMES."""
+    """Return the execution role's statements for the CI environments (<cluster>-<run>) of CLUSTER_NAMES, whose roles
+    all carry the permissions boundary BOUNDARY (a policy name in the account, or an ARN)."""
     arn, account = f"arn:{partition}", ACCOUNT
     prefixes = [f"{cluster}-*" for cluster in cluster_names]
+    boundary_policy = execution_boundary_arn(boundary, partition=partition)
 
     def each(template: str) -> list[str]:
         return [template.replace("{env}", env) for env in prefixes]
@@ -611,12 +690,31 @@ def execution_statements(
     roles = iam("role", [*prefixes, *(f"aws-pcs/{env}" for env in prefixes), PCLUSTER_ROLE])
     policies = iam("policy", [*prefixes, *(f"parallelcluster/{env}" for env in prefixes), *PCLUSTER_POLICIES])
     attachable = [f"{arn}:iam::aws:policy/{name}" for name in AWS_MANAGED_POLICIES] + policies
-    environments = {"StringLike": {f"aws:ResourceTag/{TAG_ENVIRONMENT}": prefixes}}
+    environments = {"StringLike": {RESOURCE_TAG: prefixes}}
+    bounded = {"StringEquals": {PERMISSIONS_BOUNDARY_KEY: boundary_policy}}
+    tagged_and_bounded = {"StringEquals": bounded["StringEquals"], "StringLike": {RESOURCE_TAG: prefixes}}
+    created_by_environments = {"StringLike": {RESOURCE_TAG: prefixes, STACK_NAME_TAG: prefixes}}
     return [
         _statement("Stacks", STACK_ACTIONS, each(f"{arn}:cloudformation:*:{account}:stack/{{env}}/*")),
         _statement("Transform", TRANSFORM_ACTIONS, [f"{arn}:cloudformation:*:aws:{SERVERLESS_TRANSFORM}"]),
-        _statement("Roles", ROLE_ACTIONS, roles),
-        _statement("AttachPolicies", ATTACH_ACTIONS, roles, {"ArnLike": {"iam:PolicyARN": attachable}}),
+        _statement("RoleReads", ROLE_READS, roles),
+        _statement(
+            "CreateRoles",
+            ROLE_CREATE,
+            roles,
+            {"StringEquals": bounded["StringEquals"], "StringLike": {REQUEST_TAG: prefixes}},
+        ),
+        _statement("BoundedRoles", BOUNDED_ROLE_CHANGES, roles, tagged_and_bounded),
+        _statement("TaggedRoles", TAGGED_ROLE_CHANGES, roles, environments),
+        _statement(
+            "PassRoles",
+            PASS_ROLE,
+            roles,
+            {"StringLike": {RESOURCE_TAG: prefixes}, "StringEquals": {"iam:PassedToService": list(PASSED_TO_SERVICES)}},
+        ),
+        _statement(
+            "AttachPolicies", ATTACH_ACTIONS, roles, {**tagged_and_bounded, "ArnLike": {"iam:PolicyARN": attachable}}
+        ),
         _statement("Policies", POLICY_ACTIONS, policies),
         _statement(
             "InstanceProfiles",
@@ -632,13 +730,11 @@ def execution_statements(
             CODE_READS,
             [f"{arn}:s3:::cdk-{qualifier}-assets-{account}-*/*", f"{arn}:s3:::*-aws-parallelcluster/*"],
         ),
+        _statement("Functions", FUNCTION_ACTIONS, each(f"{arn}:lambda:*:{account}:function:{{env}}")),
         _statement(
-            "Functions",
-            FUNCTION_ACTIONS,
-            [
-                *each(f"{arn}:lambda:*:{account}:function:{{env}}"),
-                f"{arn}:lambda:*:{account}:function:{PCLUSTER_FUNCTION}",
-            ],
+            "ProviderFunction",
+            PCLUSTER_FUNCTION_ACTIONS,
+            [f"{arn}:lambda:*:{account}:function:{PCLUSTER_FUNCTION}"],
         ),
         _statement("Layers", LAYER_ACTIONS, [f"{arn}:lambda:*:{account}:layer:*"]),
         _statement(
@@ -653,6 +749,9 @@ def execution_statements(
         _statement("CreateKeys", KEY_CREATE, ["*"]),
         _statement("Keys", KEY_ACTIONS, [f"{arn}:kms:*:{account}:key/*"], environments),
         _statement("Network", EC2_ACTIONS, ["*"]),
+        _statement("TagOnCreate", EC2_TAGGING, ["*"], {"Null": {"ec2:CreateAction": "false"}}),
+        _statement("TagTagged", EC2_TAGGING, ["*"], environments),
+        _statement("Destroy", DESTRUCTIVE_ACTIONS, ["*"], created_by_environments),
         _statement("Reads", UNSCOPED_READS, ["*"]),
         _statement(
             "Eks",
@@ -667,8 +766,12 @@ def execution_statements(
         _statement("Grafana", GRAFANA_ACTIONS, [f"{arn}:grafana:*:{account}:/workspaces/*"]),
         _statement("IdentityCenter", IDENTITY_CENTER_ACTIONS, ["*"]),
         _statement("Parameters", PARAMETER_ACTIONS, [f"{arn}:ssm:*:{account}:parameter/CFN-*"]),
+        _statement("SessionDocuments", DOCUMENT_ACTIONS, each(f"{arn}:ssm:*:{account}:document/kiln-{{env}}-session")),
         _statement("Schedules", SCHEDULE_ACTIONS, each(f"{arn}:scheduler:*:{account}:schedule/default/{{env}}")),
         _statement("Topics", TOPIC_ACTIONS, each(f"{arn}:sns:*:{account}:{{env}}")),
+        # Whatever the Allows above match, the boundary policy itself stays as its owner made it.
+        _statement("KeepBoundary", POLICY_EDITS, [boundary_policy], effect="Deny"),
+        _statement("NeverUnbound", BOUNDARY_REMOVAL, ["*"], effect="Deny"),
     ]
 
 
@@ -684,13 +787,18 @@ class ExecutionPolicyError(Failure):
 
 
 def execution_policies(
-    cluster_names: Sequence[str], *, qualifier: str, name_base: str, partition: str = "aws"
+    cluster_names: Sequence[str],
+    *,
+    qualifier: str,
+    name_base: str,
+    partition: str = "aws",
+    boundary: str = BOUNDARY_NAME,
 ) -> list[NamedPolicy]:
     """Return the statements packed, in order, into as few managed policies as IAM's size limit allows.
 
     Raises ExecutionPolicyError when one statement alone exceeds the limit or more than MAX_POLICIES are needed.
     """
-    statements = execution_statements(cluster_names, qualifier=qualifier, partition=partition)
+    statements = execution_statements(cluster_names, qualifier=qualifier, partition=partition, boundary=boundary)
     documents: list[list[dict]] = [[]]
     for statement in statements:
         if policy_size(_document([statement])) > MANAGED_POLICY_MAX_CHARS:

@@ -9,10 +9,12 @@ again on an instance booted from the new AMI.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from kiln.contracts.bundle import USER_STEP_PREFIX
+from kiln.contracts.bundle import USER_STEP_PREFIX, VERIFIED_UNPACK
+from kiln.contracts.errors import InputError
 
 # One Image Builder component per group, in bootstrap order: a failed build names the group that broke.
 STEP_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -32,6 +34,10 @@ BUILD_DIR = "/var/tmp/kiln-image"
 BUNDLE_ZIP = f"{BUILD_DIR}/bundle.zip"
 BUNDLE_DIR = f"{BUILD_DIR}/bundle"
 SCHEMA_VERSION = 1.0
+# What the bake checks is in the bundle before it unpacks it, and the heredoc that carries the check's program.
+BAKE_ENTRY_POINT = "kiln-step"
+UNPACK_MARKER = "KILN_VERIFIED_UNPACK"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def step_groups(install_steps: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -77,13 +83,18 @@ def _bash(name: str, *commands: str) -> dict[str, Any]:
     return {"name": name, "action": "ExecuteBash", "inputs": {"commands": ["set -euo pipefail", *commands]}}
 
 
-def _fetch_steps(bundle_uri: str) -> list[dict[str, Any]]:
-    # zipfile drops the executable bits, so the scripts run through bash; python3 is on every base image kiln
-    # bakes on, unzip is not.
+def _fetch_steps(bundle_uri: str, bundle_sha256: str) -> list[dict[str, Any]]:
+    # The zip comes from CDK's shared asset bucket, which others may write: nothing in it runs before its content
+    # matches the digest (VERIFIED_UNPACK, the program fetch.sh runs on a booting node). The scripts run through bash;
+    # python3 is on every base image kiln bakes on, unzip is not.
+    unpack = (
+        f"python3 - image-bake {BUNDLE_ZIP} {BUNDLE_DIR} {bundle_sha256} {bundle_uri} {BAKE_ENTRY_POINT} "
+        f"<<'{UNPACK_MARKER}'\n{VERIFIED_UNPACK}{UNPACK_MARKER}"
+    )
     return [
         _bash("Clean", f"rm -rf {BUILD_DIR}", f"mkdir -p -m 0700 {BUILD_DIR}"),
         {"name": "Download", "action": "S3Download", "inputs": [{"source": bundle_uri, "destination": BUNDLE_ZIP}]},
-        _bash("Unpack", f"python3 -m zipfile -e {BUNDLE_ZIP} {BUNDLE_DIR}", f"rm -f {BUNDLE_ZIP}"),
+        _bash("Unpack", unpack, f"rm -f {BUNDLE_ZIP}"),
     ]
 
 
@@ -93,13 +104,18 @@ def _kiln_step(*arguments: str) -> str:
     return f"cd {BUNDLE_DIR} && KILN_PHASE=bake bash ./kiln-step {' '.join(arguments)}"
 
 
-def component_documents(*, bundle_uri: str, install_steps: tuple[str, ...]) -> tuple[ComponentDocument, ...]:
-    """Return the recipe's components, in order, for the bundle at BUNDLE_URI (s3://...) and its INSTALL_STEPS."""
+def component_documents(
+    *, bundle_uri: str, bundle_sha256: str, install_steps: tuple[str, ...]
+) -> tuple[ComponentDocument, ...]:
+    """Return the recipe's components, in order, for the bundle at BUNDLE_URI (s3://...) whose content digest is
+    BUNDLE_SHA256 (kiln.bootstrap.fetch.bundle_digest), and its INSTALL_STEPS."""
+    if not _SHA256.fullmatch(bundle_sha256):
+        raise InputError(f"bundle_sha256: got {bundle_sha256!r}, allowed: 64 lowercase hex digits")
     documents = [
         ComponentDocument(
             name="fetch",
             description="kiln: fetch and unpack the node bootstrap bundle",
-            phases=({"name": "build", "steps": _fetch_steps(bundle_uri)},),
+            phases=({"name": "build", "steps": _fetch_steps(bundle_uri, bundle_sha256)},),
         )
     ]
     for group, steps in step_groups(install_steps):
@@ -133,7 +149,7 @@ def component_documents(*, bundle_uri: str, install_steps: tuple[str, ...]) -> t
                 {
                     "name": "test",
                     "steps": [
-                        *_fetch_steps(bundle_uri),
+                        *_fetch_steps(bundle_uri, bundle_sha256),
                         _bash("Verify", _kiln_step("--verify", *install_steps), f"rm -rf {BUILD_DIR}"),
                     ],
                 },

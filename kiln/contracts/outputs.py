@@ -21,6 +21,8 @@ class ComputeOutput(str, Enum):
     PCS_LOGIN_NODE_GROUP_ID = "PcsLoginNodeGroupId"
     HYPERPOD_CLUSTER_ARN = "HyperPodClusterArn"
     EKS_CLUSTER_NAME = "EksClusterName"
+    # Only with spec session_logs: the key that encrypts sessions with the cluster's own session document.
+    SESSION_KEY_ARN = "SessionKeyArn"
 
 
 class ImageOutput(str, Enum):

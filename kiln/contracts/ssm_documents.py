@@ -18,3 +18,12 @@ PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSessionToRemoteHost"
 LOCAL_PORT_FORWARD_DOCUMENT = "AWS-StartPortForwardingSession"
 # The document a session without --document-name uses: the account's own (same getting-started page).
 DEFAULT_SHELL_DOCUMENT = "SSM-SessionManagerRunShell"
+
+
+def session_document(cluster: str) -> str:
+    """Return the name of CLUSTER's own Session document (spec session_logs): the shell `kiln connect` opens with
+    --document-name, logged where the spec says. Never the account's SSM-SessionManagerRunShell, which kiln did not
+    create and never changes. Document names may not start with aws, amazon or amzn (CreateDocument's Name,
+    https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_CreateDocument.html); this one starts with
+    kiln-, and a cluster name is at most 32 characters, well inside the 128 allowed."""
+    return f"kiln-{cluster}-session"

@@ -18,6 +18,7 @@ from typing import Any
 from kiln.command_errors import one_line_failures
 from kiln.jobs.pytorchjob import (
     JOB_NAME,
+    JOB_NAME_RULE,
     ClusterFacts,
     JobError,
     JobRequest,
@@ -26,10 +27,19 @@ from kiln.jobs.pytorchjob import (
     owned_by,
     to_yaml,
 )
+from kiln.spec.yaml_source import special_file_kind
 
 # TorchX's -j: NODES, or NODESxPROCS_PER_NODE.
 NODES_BY_PROCS = re.compile(r"([1-9][0-9]*)(?:x([1-9][0-9]*))?")
 KUBECTL_TIMEOUT_S = 120
+# --max-restarts becomes the PyTorchJob's runPolicy.backoffLimit, an int32 (kubeflow/trainer v1.9.3,
+# https://github.com/kubeflow/trainer/blob/v1.9.3/pkg/apis/kubeflow.org/v1/common_types.go, RunPolicy.BackoffLimit
+# *int32), and kiln-launch's own restart count: 0 (no restart) up to int32's largest value.
+MAX_RESTARTS_MAX = 2**31 - 1
+# Why a job name is the shape it is (kiln.jobs.pytorchjob.JOB_NAME): the operator names the job's Services
+# <job>-master-0 and <job>-worker-N, and a Service's name is a Kubernetes DNS-1035 label
+# (https://kubernetes.io/docs/concepts/overview/working-with-objects/names/#rfc-1035-label-names).
+JOB_NAME_WHY = "a job name is a Kubernetes DNS-1035 label the operator's pod and Service names are built from"
 
 
 def cluster_facts(spec: Any) -> ClusterFacts:
@@ -53,6 +63,35 @@ def _pairs(values: list[str]) -> dict[str, str]:
     return pairs
 
 
+def _name_fault(name: str) -> str:
+    """Return what is wrong with job name NAME, which JOB_NAME refuses, in a few words."""
+    bad = sorted({char for char in name if not re.fullmatch(r"[-a-z0-9]", char)})
+    if bad:
+        return "which holds " + " ".join(repr(char) for char in bad)
+    if not name:
+        return "which is empty"
+    if not name[0].isalpha():
+        return "which does not start with a letter"
+    if name.endswith("-"):
+        return "which ends in '-'"
+    return f"which is {len(name)} characters long"
+
+
+def _check_script(script: Path) -> None:
+    """Refuse SCRIPT unless it is a regular file (following symlinks), saying what it is: a FIFO or a device would
+    block or act when read, and is no script."""
+    if "\0" in str(script):
+        raise JobError(f"{script!s}: the path holds a NUL character (the training script)")
+    try:
+        mode = script.stat().st_mode
+    except FileNotFoundError:
+        raise JobError(f"{script}: no such file (the training script)") from None
+    except OSError as error:
+        raise JobError(f"{script}: cannot be read ({error.strerror}) (the training script)") from None
+    if kind := special_file_kind(mode):
+        raise JobError(f"{script}: is {kind}, not a file; give the training script itself")
+
+
 def _request(args: argparse.Namespace) -> JobRequest:
     if args.script[:1] == ["--"]:
         args.script = args.script[1:]
@@ -65,6 +104,14 @@ def _request(args: argparse.Namespace) -> JobRequest:
             raise JobError(f"-j: got {args.j!r}; allowed: NODES or NODESxPROCS_PER_NODE, such as 2x8")
         nodes, procs = int(shape.group(1)), int(shape.group(2)) if shape.group(2) else None
     script = Path(args.script[0])
+    _check_script(script)
+    if not 0 <= args.max_restarts <= MAX_RESTARTS_MAX:
+        raise JobError(
+            f"--max-restarts: got {args.max_restarts}; allowed: 0 to {MAX_RESTARTS_MAX} (the PyTorchJob's "
+            "backoffLimit is an int32)"
+        )
+    if args.name is not None and not JOB_NAME.fullmatch(args.name):
+        raise JobError(f"--name: got {args.name!r}, {_name_fault(args.name)}; {JOB_NAME_WHY}: {JOB_NAME_RULE}")
     name = args.name or re.sub(r"[^a-z0-9-]", "-", script.stem.lower()).strip("-")
     if not JOB_NAME.fullmatch(name):
         raise JobError(f"--name: the script's name gives {name!r}, not a job name; give --name")
@@ -160,7 +207,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     submit.add_argument("--group", help="the node group to run on (default: the spec's only one)")
     submit.add_argument("--nodes", type=int, default=1, help="nodes, one pod each (default 1)")
     submit.add_argument("-j", metavar="NODES[xPROCS]", help="as TorchX's dist.ddp: nodes, and processes per node")
-    submit.add_argument("--max-restarts", type=int, default=3, help="worker restarts from the last checkpoint")
+    submit.add_argument(
+        "--max-restarts",
+        type=int,
+        default=3,
+        help=f"worker restarts from the last checkpoint: 0 to {MAX_RESTARTS_MAX} (default 3)",
+    )
     submit.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="a container variable")
     submit.add_argument("--out", metavar="FILE", help="write the manifests here (YAML)")
     submit.add_argument("--kubeconfig", metavar="FILE", help="apply the job to the cluster this kubeconfig names")

@@ -213,6 +213,9 @@ def _pod_template(
         "command": ["sh", "-c", ENTRY_SCRIPT, "kiln-launch", *launcher_args],
         "env": _environment(request, cluster, instance),
         "resources": {"requests": resources, "limits": resources},
+        # No setuid way up inside the container. runAsNonRoot is not set: the image is the user's, and most
+        # training images run as root (the namespace's Pod Security baseline keeps root off the node).
+        "securityContext": {"allowPrivilegeEscalation": False},
         "volumeMounts": [
             {"name": "fsx", "mountPath": FSX_MOUNT},
             {"name": "job-files", "mountPath": JOB_FILES_DIR, "readOnly": True},

@@ -35,6 +35,7 @@ from kiln.catalog.names import (
 from kiln.catalog.nccl import MAX_OVERRIDE_NAME_CHARS, MAX_OVERRIDE_VALUE_CHARS, MAX_OVERRIDES, allowed_prefixes
 from kiln.catalog.platforms import KILN_INSTALLS, Component, image_profile_for, newest_pcs_slurm
 from kiln.contracts.backends import EKS, HYPERPOD, HYPERPOD_EKS, PARALLELCLUSTER, PCS, Platform, platform_of
+from kiln.contracts.permissions_boundary import BOUNDARY_NAME, BOUNDARY_RULE, POLICY_ARN, POLICY_NAME
 
 # pydantic matches Field patterns with Rust's regex crate, where $ is the end of the text (a trailing
 # newline does not pass, tests/spec/test_hostile_values.py checks each) and classes are spelled in ASCII.
@@ -57,6 +58,7 @@ KUBERNETES_MINOR_PATTERN = r"^1\.[0-9]{1,2}$"
 USER_STEP_NAME_PATTERN = f"^{USER_STEP_NAME.pattern}$"
 USER_STEP_PATH_PATTERN = f"^{USER_STEP_PATH.pattern}$"
 LINUX_USER_PATTERN = f"^{LINUX_USER.pattern}$"
+PERMISSIONS_BOUNDARY_PATTERN = f"^(?:{POLICY_NAME.pattern}|{POLICY_ARN.pattern})$"
 
 # What each pattern means, for error messages.
 PATTERN_RULES = {
@@ -78,6 +80,7 @@ PATTERN_RULES = {
     USER_STEP_NAME_PATTERN: USER_STEP_NAME_RULE,
     USER_STEP_PATH_PATTERN: USER_STEP_PATH_RULE,
     LINUX_USER_PATTERN: LINUX_USER_RULE,
+    PERMISSIONS_BOUNDARY_PATTERN: BOUNDARY_RULE,
 }
 
 
@@ -470,8 +473,34 @@ class CodeServer(SpecModel):
     user: str | None = Field(
         None,
         pattern=LINUX_USER_PATTERN,
-        description="The user it runs as (never root); unset: the image's default user (ec2-user on Amazon Linux "
-        "2023, ubuntu on Ubuntu). It listens on 127.0.0.1 only; `kiln connect --vscode` forwards a local port to it.",
+        description="The user it runs as: an existing user without sudo, with a home and a login shell (never root, "
+        "a system account, the image's default user or ssm-user, all of them refused here; the node refuses a sudoer "
+        "or a member of a root-equivalent group); unset: coder, a user kiln creates on every node with uid 59000 and "
+        "no sudo. It listens on 127.0.0.1 only; `kiln connect --vscode` forwards a local port to it.",
+    )
+
+
+class Iam(SpecModel):
+    """IAM settings of every role kiln's stacks create."""
+
+    permissions_boundary: str | None = Field(
+        None,
+        pattern=PERMISSIONS_BOUNDARY_PATTERN,
+        description="A customer managed policy (name or ARN) every IAM role of the cluster carries as its permissions "
+        "boundary, ParallelCluster's own roles included; unset: none, except in a CI environment, whose roles carry "
+        f"{BOUNDARY_NAME} (made by `kiln ci identity`).",
+    )
+
+
+class SessionLogs(SpecModel):
+    """Session Manager logs of the shells `kiln connect` opens: a Session document of the cluster's own
+    (kiln-<name>-session), never the account's shared preferences."""
+
+    destination: Literal["s3", "cloudwatch"] = Field(
+        description="s3: the cluster's bucket under session-logs/ (its default encryption); cloudwatch: a log group of "
+        "the cluster's, encrypted with a key of its own. Either way the session itself is encrypted with that key "
+        "(kmsKeyId). PCS, ParallelCluster and HyperPod with Slurm; refused on EKS and HyperPod with EKS, reached "
+        "through the Kubernetes API.",
     )
 
 
@@ -506,15 +535,20 @@ class ClusterSpec(SpecModel):
     software: Software = Software()
     launcher: Launcher = Launcher()
     ci: Ci = Ci()
+    iam: Iam = Iam()
     observability: Observability | None = Field(None, description="Metrics exporters on the nodes; leave out for none.")
     bootstrap: Bootstrap = Bootstrap()
     code_server: CodeServer | None = Field(
         None, description="VS Code in a browser on the node you log in to; leave out for none."
     )
+    session_logs: SessionLogs | None = Field(
+        None, description="Log the Session Manager shells `kiln connect` opens; leave out for none."
+    )
     tags: dict[str, str] = Field(
         default_factory=dict,
         description="Tags for every resource: at most 45, keys 1-128 and values 0-256 of letters, digits, spaces "
-        "and _ . : / = + - @; no aws: or kiln: keys.",
+        "and _ . : / = + - @; no key that starts (in any case, after spaces) with aws:, parallelcluster:, eks:, "
+        "sagemaker:, k8s.io/cluster-autoscaler/ or kiln:.",
     )
 
     @property

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 
 from kiln.catalog import UnknownInstanceType, instance_type
 from kiln.catalog.capacity import CAPACITY, is_reservation_id
-from kiln.catalog.code_server import CODE_SERVER_IMAGE_USER, code_server_place
+from kiln.catalog.code_server import CODE_SERVER_IMAGE_USER, CODE_SERVER_NODE_USER, code_server_place, refused_user
 from kiln.catalog.kubernetes import kubernetes_source, kubernetes_versions
 from kiln.catalog.limits import (
     AWS_VPC_PREFIX_MAX,
@@ -33,7 +33,6 @@ from kiln.catalog.limits import (
     PARALLELCLUSTER_QUEUE_NAME_MAX,
     PCS_MAX_NODES,
     PERSISTENT_2_THROUGHPUTS,
-    RESERVED_TAG_PREFIX,
     ROOT_VOLUME_MAX_GIB,
     ROOT_VOLUME_MIN_GIB,
     S3_URI_MAX,
@@ -985,11 +984,24 @@ def observability(spec: ClusterSpec) -> Iterator[Problem]:
             )
 
 
+def _reserved_tag_prefix(key: str) -> str | None:
+    """Return why KEY may not be a spec tag's key: it begins, white space trimmed and in any case (as AWS compares
+    aws:), with a prefix AWS or a platform reserves or kiln's IAM relies on (services.ec2 reserved_tag_prefixes), or
+    with kiln's own."""
+    folded = key.strip().casefold()
+    reserved = {
+        **service_fact("ec2", "reserved_tag_prefixes").value,
+        KILN_TAG_PREFIX: {"reason": "kiln's own tags, such as kiln:cluster"},
+    }
+    for prefix, entry in reserved.items():
+        if folded.startswith(prefix.casefold()):
+            return f"tag keys must not start with {prefix!r} ({entry['reason']}), in any case or after spaces"
+    return None
+
+
 def _tag_problem(key: str, value: str) -> str | None:
-    if key.lower().startswith(RESERVED_TAG_PREFIX):
-        return f"tag keys must not start with {RESERVED_TAG_PREFIX!r} (reserved by AWS)"
-    if key.lower().startswith(KILN_TAG_PREFIX):
-        return f"tag keys must not start with {KILN_TAG_PREFIX!r} (kiln's own tags, such as kiln:cluster)"
+    if why := _reserved_tag_prefix(key):
+        return why
     if not 1 <= len(key) <= TAG_KEY_MAX:
         return f"tag keys are 1-{TAG_KEY_MAX} characters (got {len(key)})"
     if not is_tag_text(key):
@@ -1002,7 +1014,7 @@ def _tag_problem(key: str, value: str) -> str | None:
 
 
 def tags(spec: ClusterSpec) -> Iterator[Problem]:
-    """Tags follow AWS limits and stay out of the aws: and kiln: namespaces."""
+    """Tags follow AWS limits and stay out of the namespaces AWS, the platforms and kiln reserve."""
     if len(spec.tags) > MAX_SPEC_TAGS:
         yield _p(
             ("tags",),
@@ -1082,7 +1094,8 @@ def code_server_pod(spec: ClusterSpec) -> Iterator[Problem]:
 def code_server_node(spec: ClusterSpec) -> Iterator[Problem]:
     """On the Slurm backends code-server runs on a login node, else on the Slurm controller where kiln boots one
     (kiln.catalog.code_server.code_server_place): PCS without login nodes has no node for it. It runs as a user other
-    than root: its terminals and extensions act as that user."""
+    than root, never a known sudoer or system account (kiln.catalog.code_server.refused_user): its terminals and
+    extensions act as that user."""
     wanted = spec.code_server
     if wanted is None or spec.platform.uses_kubernetes:
         return
@@ -1104,7 +1117,34 @@ def code_server_node(spec: ClusterSpec) -> Iterator[Problem]:
         yield _p(
             ("code_server", "user"),
             "got 'root', allowed: any other user: code-server's terminals and extensions act as its user; name the "
-            "user you log in as, or leave it out for the image's default user",
+            f"user you log in as, or leave it out for kiln's own user ({CODE_SERVER_NODE_USER}, without sudo)",
+        )
+    elif wanted.user is not None and (why := refused_user(wanted.user)):
+        yield _p(
+            ("code_server", "user"),
+            f"got {wanted.user!r}: {why}; name a user without sudo that has a home and a login shell, or leave it "
+            f"out for kiln's own user ({CODE_SERVER_NODE_USER})",
+        )
+
+
+def session_logs(spec: ClusterSpec) -> Iterator[Problem]:
+    """Session logs take effect where users reach the nodes through a Session Manager shell, which kiln connect opens
+    with the cluster's own session document: PCS, ParallelCluster and HyperPod with Slurm
+    (kiln.constructs.session_logs). On EKS and HyperPod with EKS users reach the cluster through the Kubernetes API,
+    and the one session kiln opens there forwards a port, which Session Manager does not log: refused, not ignored."""
+    if spec.session_logs is not None and spec.platform.uses_kubernetes:
+        yield _p(
+            ("session_logs",),
+            f"is not available on {spec.platform.label}: users reach it through the Kubernetes API (kubectl), not a "
+            "Session Manager shell, and Session Manager does not log port forwarding; remove session_logs",
+            BACKEND,
+        )
+    elif spec.session_logs is not None and spec.session_logs.destination == "s3" and not spec.storage.bucket.name:
+        yield _p(
+            ("session_logs", "destination"),
+            "got 's3', which needs storage.bucket.name: the nodes may write only under session-logs/ of the bucket "
+            "the policy names at synthesis; name the bucket, or use cloudwatch",
+            ("storage", "bucket", "name"),
         )
 
 
@@ -1133,6 +1173,7 @@ RULES: tuple[Rule, ...] = (
     bootstrap_steps,
     code_server_pod,
     code_server_node,
+    session_logs,
 )
 
 

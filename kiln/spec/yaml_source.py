@@ -256,7 +256,7 @@ _KINDS = (
 )
 
 
-def _not_regular(mode: int) -> str | None:
+def special_file_kind(mode: int) -> str | None:
     """Return what a non-regular file is ("a named pipe (FIFO)"), or None for a regular file."""
     if stat.S_ISREG(mode):
         return None
@@ -292,13 +292,13 @@ def _read_bounded(path: FsPath, source: str) -> bytes:
 def _read_regular(path: FsPath) -> tuple[bytes, str | None, int]:
     """Return (at most MAX_FILE_BYTES + 1 bytes, None, size) of a regular file, else (b"", its kind, 0); never block."""
     # Look before opening: opening a FIFO waits for a writer, and opening a device can act on it.
-    kind = _not_regular(os.stat(path).st_mode)
+    kind = special_file_kind(os.stat(path).st_mode)
     if kind:
         return b"", kind, 0
     fd = os.open(path, _OPEN_FLAGS)  # non-blocking, in case a FIFO took the file's place since the stat
     try:
         status = os.fstat(fd)
-        kind = _not_regular(status.st_mode)
+        kind = special_file_kind(status.st_mode)
         if kind or status.st_size > MAX_FILE_BYTES:
             return b"", kind, status.st_size
         chunks: list[bytes] = []

@@ -19,6 +19,7 @@ from kiln.stacks.compute import ComputeStack, has_compute
 from kiln.stacks.feature_flags import FEATURE_FLAGS
 from kiln.stacks.image import ImageStack, bakes_image
 from kiln.stacks.network import NetworkStack
+from kiln.stacks.permissions_boundary import apply_boundary, boundary_name, tag_plain_roles
 from kiln.stacks.reaper import ReaperStack
 from kiln.stacks.storage import StorageStack
 from kiln.stacks.tidy import add_template_aspects
@@ -113,6 +114,7 @@ def build_cluster(
             env=env,
         )
     stacks = ClusterStacks(network=network, storage=storage, compute=compute, reaper=reaper, image=image)
+    boundary = boundary_name(spec, ci)
     parts = (
         (reaper, REAPER_PART),
         (network, "network"),
@@ -124,7 +126,11 @@ def build_cluster(
         if stack is None:
             continue
         add_template_aspects(stack)
+        if boundary is not None:
+            apply_boundary(stack, boundary)
         tags = ci.tags(part) if ci is not None else {TAG_CLUSTER: spec.name}
+        if ci is not None:
+            tag_plain_roles(stack, tags)
         for key, value in tags.items():
             cdk.Tags.of(stack).add(key, value)
         for key, value in spec.tags.items():

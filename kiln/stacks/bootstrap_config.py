@@ -9,6 +9,7 @@ import pwd
 import stat
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from kiln.bootstrap.adoption import plan_lines
 from kiln.bootstrap.budget import (
@@ -20,13 +21,21 @@ from kiln.bootstrap.budget import (
     parallelcluster_deadline,
 )
 from kiln.bootstrap.checks import BootstrapInputError, check_choice
-from kiln.bootstrap.config import ARCHITECTURES, TARGETS, BootstrapConfig, NodeGroup, SoftwarePins, UserStep
+from kiln.bootstrap.config import (
+    ARCHITECTURES,
+    TARGETS,
+    BootstrapConfig,
+    ClusterUser,
+    NodeGroup,
+    SoftwarePins,
+    UserStep,
+)
 from kiln.bootstrap.local_target import LocalCluster
 from kiln.bootstrap.lock import LockError, locked_digests, read_lock
 from kiln.bootstrap.profiles import NODE_ROLE_NAMES, PROFILES
 from kiln.bootstrap.readiness import BootReadiness, boot_readiness
 from kiln.catalog import instance_type
-from kiln.catalog.code_server import code_server_place, default_user
+from kiln.catalog.code_server import CODE_SERVER_NODE_UID, CODE_SERVER_NODE_USER, code_server_place
 from kiln.catalog.limits import USER_STEP_MAX_BYTES
 from kiln.catalog.names import ec2_type_name
 from kiln.catalog.platforms import KILN_INSTALLS, PIN_FIELDS, image_profile
@@ -273,11 +282,11 @@ def _user_script(directory: Path, relative: str) -> bytes | str:
     return data
 
 
-def code_server_config(spec: ClusterSpec, target: str) -> dict[str, str]:
+def code_server_config(spec: ClusterSpec, target: str) -> dict[str, Any]:
     """Return BootstrapConfig's code-server settings for SPEC's TARGET nodes: the role of the node it runs on and its
-    user (code_server.user, else the image's default user; locally, whoever ran kiln: local_code_server_user), or
-    none where it is off, where Kubernetes runs it (a pod, not a node's bootstrap), or nowhere to run (PCS without
-    login nodes: the spec rules refuse that)."""
+    user (code_server.user, else kiln's own user, whom every node creates: users; locally, whoever ran kiln:
+    local_code_server_user), or none where it is off, where Kubernetes runs it (a pod, not a node's bootstrap), or
+    nowhere to run (PCS without login nodes: the spec rules refuse that)."""
     wanted = spec.code_server
     profile = PROFILES[target]
     if wanted is None or profile.target.uses_kubernetes:
@@ -292,7 +301,11 @@ def code_server_config(spec: ClusterSpec, target: str) -> dict[str, str]:
     )
     if place not in ("login", "controller"):
         return {}
-    return {"code_server_role": place, "code_server_user": wanted.user or default_user(spec.image_os)}
+    if wanted.user:
+        return {"code_server_role": place, "code_server_user": wanted.user}
+    # kiln's own user, on every node with the same uid (configure_users): the jobs its terminal submits run as it.
+    user = ClusterUser(name=CODE_SERVER_NODE_USER, uid=CODE_SERVER_NODE_UID)
+    return {"code_server_role": place, "code_server_user": user.name, "users": (user,)}
 
 
 def local_code_server_user(environ: Mapping[str, str] | None = None, euid: int | None = None) -> str:

@@ -16,6 +16,7 @@ from kiln.constructs import acknowledgements
 from kiln.constructs.ci_identity import GithubDeployIdentity, GithubDeployIdentityProps
 from kiln.constructs.review import review_wildcards
 from kiln.contracts.execution_policy import ExecutionPolicyError, NamedPolicy, execution_policies, policy_name_base
+from kiln.contracts.permissions_boundary import BOUNDARY_NAME
 from kiln.contracts.tags import TAG_CI_IDENTITY
 from kiln.iam_wildcards import wildcard_pairs
 from kiln.safe_output import check_replaceable
@@ -100,6 +101,7 @@ def identity_execution_policies(props: GithubDeployIdentityProps, *, partition: 
         qualifier=props.cdk_qualifier,
         name_base=policy_name_base(identity_stack_name(props.repository)),
         partition=partition,
+        boundary=props.permissions_boundary or BOUNDARY_NAME,
     )
     pairs = [pair for policy in policies for pair in wildcard_pairs(policy.document)]
     review = review_wildcards(pairs, acknowledgements.CI_EXECUTION_GRANTS, {"qualifier": props.cdk_qualifier})

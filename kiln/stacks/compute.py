@@ -25,8 +25,10 @@ from kiln.constructs import (
     attachable_policy,
 )
 from kiln.constructs.eks_scheduling import CLUSTER_AUTOSCALER_FACTS
+from kiln.constructs.session_logs import SessionLogs, SessionLogsProps
 from kiln.contracts.backends import BACKENDS, EKS, PARALLELCLUSTER, PCS
 from kiln.contracts.outputs import ComputeOutput
+from kiln.contracts.ssm_documents import session_document
 from kiln.spec import ClusterSpec
 from kiln.stacks.bootstrap_config import config_from_spec, eks_node_provision_seconds, parallelcluster_timeouts
 from kiln.stacks.ci_mode import CiEnvironment
@@ -37,6 +39,7 @@ from kiln.stacks.image import ImageStack
 from kiln.stacks.network import NetworkStack
 from kiln.stacks.parallelcluster import parallelcluster_props
 from kiln.stacks.pcs import pcs_ami, pcs_cluster_props
+from kiln.stacks.retention import retention
 from kiln.stacks.storage import StorageStack
 
 
@@ -85,6 +88,7 @@ class ComputeStack(cdk.Stack):
         self.bootstrap = BootstrapAssets(self, "Bootstrap", BootstrapAssetsProps(config=config))
         nodes: NodeBootstrap = self.bootstrap.node_bootstrap
         platform = spec.platform
+        self.session_logs = self._session_logs()
         if platform is PCS:
             props = pcs_cluster_props(context, bootstrap=nodes, ami_id=pcs_ami(self, context))
             self.pcs = PcsCluster(self, "Pcs", props)
@@ -97,6 +101,8 @@ class ComputeStack(cdk.Stack):
                     bootstrap=nodes,
                     bootstrap_timeouts=parallelcluster_timeouts(spec, config),
                     head_node_policies=self._agent_policies(context),
+                    node_policies=[self.session_logs.attachable_node_policy()] if self.session_logs else [],
+                    bootstrap_bucket=self._ci_lifecycle_bucket(),
                 ),
             )
         elif platform is EKS:
@@ -126,6 +132,7 @@ class ComputeStack(cdk.Stack):
                 if self.eks.hyperpod_dependencies_ready is not None:
                     self.hyperpod.cluster.node.add_dependency(self.eks.hyperpod_dependencies_ready)
         self._grant_agent(context)
+        self._grant_session_logs()
         self._observability(storage)
         self._outputs()
 
@@ -150,6 +157,42 @@ class ComputeStack(cdk.Stack):
         role = self.pcs.role if self.pcs is not None else self.hyperpod.role if self.hyperpod is not None else None
         if role is not None:
             workspace.grant_remote_write(role)
+
+    def _session_logs(self) -> SessionLogs | None:
+        """The cluster's own Session document with session logging (spec session_logs), on the backends whose users
+        reach the nodes through a Session Manager shell; the spec rules refuse it where Kubernetes is the way in."""
+        wanted = self.spec.session_logs
+        if wanted is None:
+            return None
+        if self.spec.platform.uses_kubernetes:
+            raise ValueError(f"session_logs: not available on {self.spec.platform.label} (no Session Manager shell)")
+        bucket = None
+        if wanted.destination == "s3":
+            # By its name, known at synthesis (the spec rules require storage.bucket.name; a CI environment names its
+            # own): the policy's object ARN is then this stack's own, reviewed as cdk-nag names it.
+            name = self.ci.bucket_name("data") if self.ci is not None else self.spec.storage.bucket.name
+            bucket = s3.Bucket.from_bucket_name(self, "SessionLogBucket", name)
+        props = SessionLogsProps(
+            document_name=session_document(self.spec.name),
+            destination=wanted.destination,
+            bucket=bucket,
+            retain=retention(self.spec).data,
+        )
+        session_logs = SessionLogs(self, "SessionLogs", props)
+        cdk.CfnOutput(
+            self,
+            ComputeOutput.SESSION_KEY_ARN.value,
+            value=session_logs.key.key_arn,
+            description=f"Sessions with {props.document_name} are encrypted with it: kms:GenerateDataKey to start one",
+        )
+        return session_logs
+
+    def _grant_session_logs(self) -> None:
+        """PCS and HyperPod give all their nodes one role, with which SSM Agent logs a session: grant it there.
+        ParallelCluster's nodes got the managed policy as their AdditionalIamPolicies (attachable_node_policy)."""
+        role = self.pcs.role if self.pcs is not None else self.hyperpod.role if self.hyperpod is not None else None
+        if self.session_logs is not None and role is not None:
+            self.session_logs.attach_node_policy(role)
 
     def _observability(self, storage: StorageStack) -> None:
         """Exporters on EKS (Helm charts and AMP's collector) and the Grafana workspace with kiln's dashboards."""
@@ -197,6 +240,8 @@ class ComputeStack(cdk.Stack):
         return iam.Role.from_role_arn(self, "CiAdminRole", self.ci.admin_role_arn, mutable=False)
 
     def _ci_lifecycle_bucket(self) -> s3.IBucket | None:
+        """The bucket of the node scripts the stack deploys (HyperPod's lifecycle scripts, ParallelCluster's
+        OnNodeConfigured script) in a CI environment; elsewhere none, and the construct makes its own."""
         # A short-lived environment names its buckets, so its reaper may empty them (kiln.stacks.ci_mode).
         if self.ci is None:
             return None

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
 
 from kiln.constructs import NodeBootstrap, ParallelClusterProps, SlurmQueue
 from kiln.stacks.compute_context import MOUNT_POINT, ComputeContext, capacity_option
 from kiln.stacks.network import wants_placement_group
+from kiln.stacks.permissions_boundary import boundary_name, boundary_policy_arn
 
 
 def parallelcluster_props(
@@ -17,8 +19,11 @@ def parallelcluster_props(
     bootstrap: NodeBootstrap,
     bootstrap_timeouts: Mapping[str, int],
     head_node_policies: Sequence[iam.IManagedPolicy] = (),
+    node_policies: Sequence[iam.IManagedPolicy] = (),
+    bootstrap_bucket: s3.IBucket | None = None,
 ) -> ParallelClusterProps:
-    """Translate the spec into ParallelCluster props (ParallelCluster makes its own placement groups)."""
+    """Translate the spec into ParallelCluster props (ParallelCluster makes its own placement groups); the
+    OnNodeConfigured script goes to BOOTSTRAP_BUCKET (default: a bucket of the cluster's own)."""
     spec = context.spec
     compute = spec.compute
     queues = [
@@ -52,6 +57,9 @@ def parallelcluster_props(
         fsx_mount_dir=MOUNT_POINT,
         security_groups=context.client_groups(),
         head_node_policies=tuple(head_node_policies),
+        node_policies=tuple(node_policies),
         ssh_allowed_ips=context.network.training_vpc.vpc.vpc_cidr_block,
         bootstrap_timeouts=bootstrap_timeouts,
+        bootstrap_bucket=bootstrap_bucket,
+        permissions_boundary=boundary_policy_arn(boundary) if (boundary := boundary_name(spec, context.ci)) else None,
     )

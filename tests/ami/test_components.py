@@ -13,9 +13,13 @@ from kiln.bootstrap.config import BootstrapConfig, NodeGroup, SoftwarePins
 from kiln.bootstrap.profiles import PROFILES
 from kiln.bootstrap.render import render_bundle
 from kiln.constructs.training_image import component_yaml
+from kiln.contracts.bundle import VERIFIED_UNPACK
+from kiln.contracts.errors import InputError
 from kiln.contracts.image_components import BUILD_DIR, BUNDLE_DIR, component_documents, step_groups
 
 URI = "s3://cdk-assets-123456789012-us-east-1/0123abcd.zip"
+# A bundle content digest (kiln.bootstrap.fetch.bundle_digest); the bake checks the zip against it.
+DIGEST = "0" * 64
 CLOUD = [target for target in sorted(PROFILES) if target != "local"]
 
 
@@ -23,7 +27,7 @@ def documents(target: str) -> list[dict]:
     steps = PROFILES[target].install_steps
     return [
         yaml.safe_load(component_yaml(document))
-        for document in component_documents(bundle_uri=URI, install_steps=steps)
+        for document in component_documents(bundle_uri=URI, bundle_sha256=DIGEST, install_steps=steps)
     ]
 
 
@@ -113,5 +117,21 @@ def test_the_bundle_comes_from_the_given_uri_and_every_build_cleans_up() -> None
 
 def test_token_uris_stay_on_one_line() -> None:
     long_uri = "s3://${Token[TOKEN.123]}/" + "a" * 300 + ".zip"
-    text = component_yaml(component_documents(bundle_uri=long_uri, install_steps=("install_launcher",))[0])
+    text = component_yaml(
+        component_documents(bundle_uri=long_uri, bundle_sha256=DIGEST, install_steps=("install_launcher",))[0]
+    )
     assert long_uri in text
+
+
+def test_the_bake_unpacks_only_a_bundle_that_matches_its_digest() -> None:
+    (fetch,) = [document for document in documents("pcs") if document["name"] == "fetch"]
+    unpack = next(step for step in fetch["phases"][0]["steps"] if step["name"] == "Unpack")
+    program = unpack["inputs"]["commands"][1]
+    # The very program a booting node runs in fetch.sh, given this bundle's digest and kiln-step as what must be in it.
+    assert f" {DIGEST} {URI} kiln-step <<'KILN_VERIFIED_UNPACK'\n{VERIFIED_UNPACK}KILN_VERIFIED_UNPACK" in program
+    assert "python3 -m zipfile" not in yaml.safe_dump(fetch)
+
+
+def test_a_digest_that_is_not_sha256_is_refused() -> None:
+    with pytest.raises(InputError, match="bundle_sha256: got 'abc', allowed: 64 lowercase hex digits"):
+        component_documents(bundle_uri=URI, bundle_sha256="abc", install_steps=("install_launcher",))

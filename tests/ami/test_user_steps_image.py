@@ -21,6 +21,8 @@ from kiln.contracts.tags import TAG_PIN_PREFIX
 from tests.ami.test_recipe import files, pcs
 
 URI = "s3://cdk-assets-123456789012-us-east-1/0123abcd.zip"
+# A bundle content digest (kiln.bootstrap.fetch.bundle_digest); the bake checks the zip against it.
+DIGEST = "0" * 64
 
 
 def user_step(name: str, phase: str, text: str = "echo ready") -> UserStep:
@@ -83,7 +85,7 @@ def test_the_manifest_holds_them_and_their_component_installs_and_verifies_them(
     assert not [key for key in manifest.tags() if key.startswith(f"{TAG_PIN_PREFIX}user_step")]
     documents = {
         document.name: yaml.safe_load(component_yaml(document))
-        for document in component_documents(bundle_uri=URI, install_steps=manifest.install_steps)
+        for document in component_documents(bundle_uri=URI, bundle_sha256=DIGEST, install_steps=manifest.install_steps)
     }
     assert list(documents)[-3:] == [USER_STEP_GROUP, "seal", "test"]
     commands = [step["inputs"]["commands"][-1] for step in documents[USER_STEP_GROUP]["phases"][0]["steps"]]
@@ -110,5 +112,7 @@ def test_a_bundle_with_only_configure_steps_bakes_no_user_component(tmp_path: Pa
     bundle = render_bundle(config, tmp_path / "b").directory
     manifest = read_manifest(bundle)
     assert not [step for step in manifest.install_steps if step.startswith("user_")]
-    names = [d.name for d in component_documents(bundle_uri=URI, install_steps=manifest.install_steps)]
+    names = [
+        d.name for d in component_documents(bundle_uri=URI, bundle_sha256=DIGEST, install_steps=manifest.install_steps)
+    ]
     assert USER_STEP_GROUP not in names

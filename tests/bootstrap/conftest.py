@@ -387,15 +387,39 @@ SHIM_KERNEL = "6.8.0-1015-aws"
 PRESENT = {"enroot": "3.4.1-1", "nvidia_container_toolkit": "1.19.1-1"}
 
 
+def simulate_default_user(node: Node, os: str) -> str | None:
+    """Give NODE the default user of OS's AMIs as cloud-init creates it (services.ec2 default_users and
+    default_user_grants): uid 1000, a home, a login shell, its groups and its passwordless sudo rule. Return its name,
+    or None where the OS has none (the local cluster's Debian)."""
+    user = service_fact("ec2", "default_users").value.get(os)
+    if user is None:
+        return None
+    grants = service_fact("ec2", "default_user_grants").value[os]
+    with (node.root / "etc/passwd").open("a") as passwd:
+        passwd.write(f"{user}:x:1000:1000:{user}:/home/{user}:/bin/bash\n")
+    # The groups' gids are the harness's own: what matters is who is in them.
+    with (node.root / "etc/group").open("a") as group:
+        group.write(f"{user}:x:1000:\n")
+        for index, name in enumerate(grants["groups"]):
+            group.write(f"{name}:x:{100 + index}:{user}\n")
+    (node.root / "home" / user).mkdir(parents=True, exist_ok=True)
+    sudoers = node.root / grants["sudoers_file"].lstrip("/")
+    sudoers.parent.mkdir(parents=True, exist_ok=True)
+    sudoers.write_text(f"\n# User rules for {user}\n{user} {grants['sudo_rule']}\n\n")
+    return user
+
+
 def simulate_image(
     node: Node, image: str, os: str, *, gpus: bool = True, controller: str = "10.1.0.5"
 ) -> dict[str, str]:
     """Lay NODE out as IMAGE ships it on OS, from kiln's platform data (kiln.catalog.platforms): a loaded NVIDIA
     driver, the EFA installer's record (or a loaded EFA module), enroot, pyxis, the Lustre client, the Neuron driver and
     the container toolkit as installed packages, Slurm's headers under its prefix, local NVMe mounted where the image
-    mounts it, and the slurm.conf its agent writes (naming CONTROLLER). Without GPUS (an image build's instance) the
-    driver's module is built for the kernel but not loaded. Return component -> what it is."""
+    mounts it, and the slurm.conf its agent writes (naming CONTROLLER), and the OS's default user as cloud-init makes
+    it at first boot (simulate_default_user). Without GPUS (an image build's instance) the driver's module is built for
+    the kernel but not loaded. Return component -> what it is."""
     profile = image_profile(image)
+    simulate_default_user(node, os)
     laid = {}
     for component, owned in profile.owned_on(os).items():
         version = owned.version or PRESENT.get(component, "present")

@@ -98,12 +98,13 @@ case "$name" in
       *) echo node1 ;;
     esac ;;
   groupadd | useradd)
-    prefix="" uid="" gid="" user="${*: -1}"
+    prefix="" uid="" gid="" home="" user="${*: -1}"
     while (($# > 0)); do
       case "$1" in
         --prefix) prefix="$2" ;;
         --uid) uid="$2" ;;
         --gid) gid="$2" ;;
+        --create-home | -m) home=1 ;;
       esac
       shift
     done
@@ -113,6 +114,7 @@ case "$name" in
       # A system user without --uid gets the next free one below 1000, as useradd --system picks them.
       uid="${uid:-$((999 - $(wc -l <"${prefix}/etc/passwd")))}"
       echo "${user}:x:${uid}:${gid:-$uid}::/home/${user}:/bin/bash" >>"${prefix}/etc/passwd"
+      [[ -z "$home" ]] || mkdir -p "${prefix}/home/${user}"
     fi ;;
   iptables)
     # The filter table as files of rules (one a line, as iptables -S lists them after "-A CHAIN"), per chain.

@@ -75,10 +75,12 @@ class Case:
         return f"{self.target}-{self.os}-{self.role}"
 
 
+# kiln's own user (kiln.catalog.code_server.CODE_SERVER_NODE_USER): configure_users creates it on every node.
+CODER = "coder:x:59000:59000::/home/coder:/bin/bash\n"
 CASES = [
-    Case("pcs", "pcs-sample", "al2023", "login", "ec2-user"),
+    Case("pcs", "pcs-sample", "al2023", "login", "coder"),
     # HyperPod without a login group: code-server runs on the controller.
-    Case("hyperpod", "hyperpod-slurm", "ubuntu2204", "controller", "ubuntu"),
+    Case("hyperpod", "hyperpod-slurm", "ubuntu2204", "controller", "coder"),
 ]
 BUILD_PACKAGES = {
     "al2023": "dnf -y -q install gcc-c++ make pkgconf-pkg-config python3 krb5-devel",
@@ -115,9 +117,12 @@ def _node(tmp_path: Path, case: Case, stand_ins: dict[str, bytes] | None = None,
     simulate_image(node, case.image, case.os)
     for name, (file_name, data) in STAND_INS.items():
         (Path(node.env["SHIM_PAYLOADS"]) / file_name).write_bytes((stand_ins or {}).get(name, data))
-    with (node.root / "etc/passwd").open("a") as passwd:
-        passwd.write(f"{case.user}:x:1000:1000::/home/{case.user}:/bin/bash\n")
-    (node.root / "home" / case.user).mkdir(parents=True)
+    if case.user == "coder":
+        with (node.root / "etc/passwd").open("a") as passwd:
+            passwd.write(CODER)
+        with (node.root / "etc/group").open("a") as group:
+            group.write("coder:x:59000:\n")
+        (node.root / "home/coder").mkdir(parents=True)
     if case.target == "hyperpod":
         path = node.root / "opt/ml/config/resource_config.json"
         path.parent.mkdir(parents=True)
@@ -224,7 +229,7 @@ def test_configure_writes_the_users_config_once_and_a_unit_on_loopback(tmp_path,
     text = config.read_text()
     assert re.fullmatch(r"bind-addr: 127\.0\.0\.1:8080\nauth: password\npassword: [0-9a-f]{40}\ncert: false\n", text)
     # Written by the user's own process, never by root.
-    assert any(call.startswith("setpriv --reuid=1000 --regid=1000 --init-groups -- bash -c") for call in node.calls())
+    assert any(call.startswith("setpriv --reuid=59000 --regid=59000 --init-groups -- bash -c") for call in node.calls())
     unit = (node.root / "etc/systemd/system/kiln-code-server.service").read_text()
     assert f"User={case.user}\n" in unit
     [exec_start] = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
@@ -251,7 +256,7 @@ def test_configure_skips_other_roles(tmp_path):
     result = node.run("configure_code_server", KILN_NODE_ROLE="worker")
     assert result.returncode == 0, result.stderr
     assert not (node.root / "etc/systemd/system/kiln-code-server.service").exists()
-    assert not (node.root / "home/ec2-user/.config").exists()
+    assert not (node.root / "home/coder/.config").exists()
 
 
 def test_a_missing_user_or_one_with_uid_0_stops_the_step_with_one_line(tmp_path):
@@ -349,3 +354,99 @@ def test_the_boot_budget_counts_the_install_on_the_code_server_node_only() -> No
 def test_the_config_refuses_a_role_the_target_lacks_and_root(changes, message) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         _config(CASES[0], **changes)
+
+
+# The images' default users are passwordless sudoers (services.ec2 default_user_grants), laid out by simulate_image:
+# code-server refuses them on the node, by the group that makes them root, before writing anything.
+@pytest.mark.parametrize(
+    ("case", "group"),
+    [
+        (Case("pcs", "pcs-sample", "al2023", "login", "ec2-user"), "wheel"),
+        (Case("hyperpod", "hyperpod-slurm", "ubuntu2204", "controller", "ubuntu"), "sudo"),
+    ],
+    ids=["ec2-user", "ubuntu"],
+)
+def test_the_images_default_sudoer_is_refused_in_one_line(tmp_path, case, group):
+    node = _node(tmp_path, case)
+    result = node.run("configure_code_server", KILN_NODE_ROLE=case.role)
+    assert result.returncode != 0
+    [error] = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert f"code_server.user {case.user} is in group {group}, which can become root" in error, error
+    assert not (node.root / "home" / case.user / ".config").exists()
+    assert not (node.root / "etc/systemd/system/kiln-code-server.service").exists()
+
+
+def _add_user(node: Node, name: str, *, shell: str = "/bin/bash", groups: tuple[str, ...] = ()) -> None:
+    with (node.root / "etc/passwd").open("a") as passwd:
+        passwd.write(f"{name}:x:2001:2001::/home/{name}:{shell}\n")
+    with (node.root / "etc/group").open("a") as group_file:
+        group_file.write(f"{name}:x:2001:\n")
+        for index, group in enumerate(groups):
+            group_file.write(f"{group}:x:{3000 + index}:{name}\n")
+    (node.root / "home" / name).mkdir(parents=True)
+
+
+@pytest.mark.parametrize(
+    ("groups", "sudoers", "said"),
+    [
+        ((), "alice ALL=(ALL) NOPASSWD: /usr/bin/systemctl\n", "may use sudo (/etc/sudoers.d/team: alice ALL=(ALL)"),
+        (("devs",), "%devs ALL=(ALL) ALL\n", "may use sudo (/etc/sudoers.d/team: %devs ALL=(ALL) ALL)"),
+        ((), "ALL ALL=(ALL) NOPASSWD: ALL\n", "may use sudo (/etc/sudoers.d/team: ALL ALL=(ALL) NOPASSWD: ALL)"),
+        (("docker",), "", "is in group docker, which can become root"),
+        (("lxd",), "", "is in group lxd, which can become root"),
+    ],
+    ids=["own-rule", "group-rule", "everyone", "docker", "lxd"],
+)
+def test_a_named_user_who_can_become_root_is_refused_in_one_line(tmp_path, groups, sudoers, said):
+    node = _node(tmp_path, CASES[0], code_server_user="alice")
+    _add_user(node, "alice", groups=groups)
+    (node.root / "etc/sudoers.d/team").write_text(f"# the team's rules\nDefaults:alice !requiretty\n{sudoers}")
+    result = node.run("configure_code_server", KILN_NODE_ROLE="login")
+    assert result.returncode != 0
+    [error] = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert f"code_server.user alice {said}" in error and "code-server's terminal would be root" in error, error
+    assert not (node.root / "home/alice/.config").exists()
+
+
+@pytest.mark.parametrize("shell", ["/usr/sbin/nologin", "/bin/false", ""])
+def test_a_named_user_without_a_login_shell_is_refused_in_one_line(tmp_path, shell):
+    node = _node(tmp_path, CASES[0], code_server_user="svc")
+    _add_user(node, "svc", shell=shell)
+    result = node.run("configure_code_server", KILN_NODE_ROLE="login")
+    assert result.returncode != 0
+    assert f"code_server.user svc has no login shell ({shell or 'none'})" in result.stderr
+    assert not (node.root / "home/svc/.config").exists()
+
+
+def test_a_named_user_without_sudo_runs_it_beside_the_images_sudoer(tmp_path):
+    node = _node(tmp_path, CASES[0], code_server_user="alice")
+    _add_user(node, "alice", groups=("users",))
+    # Rules for others (the image's default user, a group alice is not in) grant alice nothing.
+    (node.root / "etc/sudoers.d/team").write_text("%admins ALL=(ALL) ALL\nbob ALL=(ALL) ALL\n")
+    result = node.run("configure_code_server", KILN_NODE_ROLE="login")
+    assert result.returncode == 0, result.stderr + node.log.read_text()
+    assert "User=alice\n" in (node.root / "etc/systemd/system/kiln-code-server.service").read_text()
+
+
+def test_kilns_own_user_is_created_on_every_node_with_one_uid_and_runs_code_server(tmp_path):
+    """Without code_server.user the spec's bundle carries kiln's user (kiln.stacks.bootstrap_config): configure_users
+    creates it with a home and its own group only, and configure_code_server runs code-server as it, not as the
+    image's sudoer."""
+    from kiln.bootstrap.config import ClusterUser
+    from kiln.catalog.code_server import CODE_SERVER_NODE_UID, CODE_SERVER_NODE_USER
+
+    case = Case("pcs", "pcs-sample", "al2023", "login", "none")
+    user = ClusterUser(name=CODE_SERVER_NODE_USER, uid=CODE_SERVER_NODE_UID)
+    node = _node(tmp_path, case, code_server_user=user.name, users=(user,))
+    for role in ("login", "worker"):
+        result = node.run("configure_users", KILN_NODE_ROLE=role)
+        assert result.returncode == 0, result.stderr
+    assert "coder:x:59000:59000::/home/coder:/bin/bash" in (node.root / "etc/passwd").read_text()
+    assert (node.root / "home/coder").is_dir()
+    groups = [line for line in (node.root / "etc/group").read_text().splitlines() if "coder" in line]
+    assert groups == ["coder:x:59000:"]
+    result = node.run("configure_code_server", KILN_NODE_ROLE="login")
+    assert result.returncode == 0, result.stderr + node.log.read_text()
+    assert "User=coder\n" in (node.root / "etc/systemd/system/kiln-code-server.service").read_text()
+    assert any(call.startswith("setpriv --reuid=59000 --regid=59000") for call in node.calls())
+    assert (node.root / "home/coder/.config/code-server/config.yaml").is_file()

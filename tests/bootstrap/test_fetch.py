@@ -1,4 +1,5 @@
-"""fetch.sh: cluster.env from arguments, the bundle from S3 (a stub aws CLI), then the entry point."""
+"""fetch.sh: cluster.env from arguments, the bundle from S3 (a stub aws CLI), checked against its digest, then the
+entry point."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from kiln.bootstrap.fetch import (
     node_manifest,
 )
 from kiln.bootstrap.render import SCRIPTS_DIR
+from kiln.contracts.bundle import VERIFIED_UNPACK
 from tests.bootstrap.conftest import SHELLCHECK
 
 ENTRY = '#!/usr/bin/env bash\nset -euo pipefail\nprintf \'entry ran with %s\\n\' "$*" > "$KILN_ROOT/ran"\n'
@@ -31,12 +33,13 @@ VALUES = {"KILN_CLUSTER_NAME": "llm", "KILN_FSX_DNS": "fs-0123.fsx.us-east-1.ama
 
 @pytest.fixture()
 def node(tmp_path: Path) -> dict:
-    """A throwaway root, a bundle zip, and an `aws` stub that copies it (failing FAILS times first)."""
+    """A throwaway root, a bundle zip and its digest, and an `aws` stub that copies it (failing FAILS times first)."""
     archive = tmp_path / "bundle.zip"
-    with zipfile.ZipFile(archive, "w") as bundle:
-        info = zipfile.ZipInfo("pcs-user-data.sh")
-        info.external_attr = (stat.S_IFREG | 0o755) << 16
-        bundle.writestr(info, ENTRY)
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "pcs-user-data.sh").write_text(ENTRY)
+    (source / "pcs-user-data.sh").chmod(0o755)
+    _zip_as_cdk_does(source, archive)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     counter = tmp_path / "calls"
@@ -49,7 +52,7 @@ def node(tmp_path: Path) -> dict:
     (bin_dir / "aws").chmod(0o755)
     root = tmp_path / "root"
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "KILN_ROOT": str(root), "KILN_FETCH_RETRY_DELAY_SECONDS": "0"}
-    return {"root": root, "env": env, "calls": counter}
+    return {"root": root, "env": env, "calls": counter, "archive": archive, "digest": bundle_digest(source)}
 
 
 def run_fetch(node: dict, arguments: list[str], fails: int = 0) -> subprocess.CompletedProcess:
@@ -58,7 +61,8 @@ def run_fetch(node: dict, arguments: list[str], fails: int = 0) -> subprocess.Co
 
 
 def test_writes_cluster_env_fetches_and_runs_the_entry_point(node: dict) -> None:
-    result = run_fetch(node, fetch_arguments("s3://b/k.zip", "pcs-user-data.sh", VALUES, role="worker"), fails=2)
+    arguments = fetch_arguments("s3://b/k.zip", "pcs-user-data.sh", VALUES, role="worker", bundle_sha256=node["digest"])
+    result = run_fetch(node, arguments, fails=2)
     assert result.returncode == 0, result.stderr
     assert (node["root"] / "ran").read_text() == "entry ran with --phase all --role worker\n"
     assert len(node["calls"].read_text().split()) == 3, "two failed fetches, then one that worked"
@@ -79,33 +83,108 @@ def test_writes_cluster_env_fetches_and_runs_the_entry_point(node: dict) -> None
 
 
 def test_gives_up_after_bounded_retries_and_names_the_url(node: dict) -> None:
-    result = run_fetch(node, ["s3://b/k.zip", "pcs-user-data.sh"], fails=99)
+    result = run_fetch(node, ["s3://b/k.zip", "pcs-user-data.sh", "--sha256", node["digest"]], fails=99)
     assert result.returncode == 1
     assert "could not fetch s3://b/k.zip after 6 attempts" in result.stderr
     assert not (node["root"] / "ran").exists()
 
 
+DIGEST = "d" * 64
+
+
 @pytest.mark.parametrize(
-    "arguments", [["https://example.invalid/k.zip", "e.sh"], ["s3://b/k"], ["s3://b/k", "e.sh", "NOT_KILN=1"]]
+    "arguments",
+    [
+        ["https://example.invalid/k.zip", "e.sh", "--sha256", DIGEST],
+        ["s3://b/k"],
+        ["s3://b/k", "e.sh", "--sha256", DIGEST, "NOT_KILN=1"],
+        ["s3://b/k", "e.sh", "--sha256", "D" * 64],
+    ],
 )
 def test_refuses_bad_arguments(node: dict, arguments: list[str]) -> None:
     assert run_fetch(node, arguments).returncode == 2
 
 
-def test_python_side_checks_names_and_quotes() -> None:
+@pytest.mark.parametrize(
+    "arguments",
+    [["s3://b/k.zip", "pcs-user-data.sh", "KILN_REGION=us-east-1"], ["s3://b/k.zip", "e.sh", "--sha256"]],
+)
+def test_without_a_digest_nothing_is_fetched_or_run(node: dict, arguments: list[str]) -> None:
+    """fetch.sh runs only a bundle it can check: without --sha256 it refuses, says so in fetch.log, and exits 2."""
+    result = run_fetch(node, arguments)
+    assert result.returncode == 2
+    line = "refusing s3://b/k.zip: no sha256 to check it against"
+    assert line in result.stderr and line in (node["root"] / "var/log/kiln/fetch.log").read_text()
+    assert not node["calls"].exists(), "the bundle was never fetched"
+    assert not (node["root"] / "ran").exists()
+
+
+def test_python_side_checks_names_quotes_and_the_digest() -> None:
     with pytest.raises(ValueError, match="got variable 'FSX_DNS'"):
-        fetch_arguments("s3://b/k", "e.sh", {"FSX_DNS": "x"})
+        fetch_arguments("s3://b/k", "e.sh", {"FSX_DNS": "x"}, bundle_sha256=DIGEST)
     with pytest.raises(ValueError, match="no single quotes"):
-        fetch_arguments("s3://b/k", "e.sh", {"KILN_CLUSTER_NAME": "it's"})
+        fetch_arguments("s3://b/k", "e.sh", {"KILN_CLUSTER_NAME": "it's"}, bundle_sha256=DIGEST)
+    with pytest.raises(ValueError, match="s3://b/k: no bundle digest: fetch.sh runs only a bundle it can check"):
+        fetch_arguments("s3://b/k", "e.sh", {}, bundle_sha256="")
+
+
+def _retouched(directory: Path, relative: str, target: Path) -> Path:
+    """Copy DIRECTORY to TARGET with one byte of file RELATIVE changed; return TARGET."""
+    shutil.copytree(directory, target, symlinks=False)
+    path = target / relative
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    return target
+
+
+def test_a_real_bundle_with_one_byte_changed_is_refused_naming_the_object_and_both_digests(
+    node: dict, pcs_bundle: Path, tmp_path: Path
+) -> None:
+    """kiln's rendered PCS bundle, zipped as CDK zips an asset: fetch.sh takes it with its bundle_digest, and refuses
+    the same zip with one byte of one step changed: nothing unpacked, nothing run, fetch.log says why."""
+    expected = bundle_digest(pcs_bundle)
+    log = node["root"] / "var/log/kiln/fetch.log"
+    # The bundle as rendered passes the check (bundle.env as the entry point: plain assignments, safe to run here).
+    _zip_as_cdk_does(pcs_bundle, node["archive"])
+    result = run_fetch(node, fetch_arguments("s3://b/k.zip", "bundle.env", VALUES, bundle_sha256=expected))
+    assert result.returncode == 0, result.stderr
+    assert f"content sha256 {expected}" in log.read_text()
+    shutil.rmtree(node["root"])
+    tampered = _retouched(pcs_bundle, "steps/configure_imds.sh", tmp_path / "tampered")
+    actual = bundle_digest(tampered)
+    assert actual != expected
+    _zip_as_cdk_does(tampered, node["archive"])
+    result = run_fetch(node, fetch_arguments("s3://b/k.zip", "pcs-user-data.sh", VALUES, bundle_sha256=expected))
+    assert result.returncode == 1
+    refusal = f"s3://b/k.zip: the bundle's content has sha256 {actual}, expected {expected}: refusing to unpack"
+    assert refusal in result.stderr and refusal in log.read_text()
+    assert "the bundle from s3://b/k.zip was not unpacked and nothing in it ran" in log.read_text()
+    assert not any((node["root"] / "opt/kiln/bootstrap").iterdir()), "nothing was written from the zip"
+    assert not (node["root"] / "opt/kiln/bootstrap.zip").exists()
+    assert not (node["root"] / "ran").exists()
+
+
+def test_a_zip_without_its_entry_point_or_with_a_forged_listing_is_refused(node: dict, tmp_path: Path) -> None:
+    """The entry point must be one of the checked files; a name with a line break could forge the listing."""
+    result = run_fetch(node, fetch_arguments("s3://b/k.zip", "other.sh", VALUES, bundle_sha256=node["digest"]))
+    assert result.returncode == 1 and "s3://b/k.zip: the bundle has no other.sh: refusing to run it" in result.stderr
+    with zipfile.ZipFile(node["archive"], "w") as bundle:
+        bundle.writestr("pcs-user-data.sh", ENTRY)
+        bundle.writestr(f"a\n{'0' * 64}  b", "x")
+    result = run_fetch(node, fetch_arguments("s3://b/k.zip", "pcs-user-data.sh", VALUES, bundle_sha256=DIGEST))
+    assert result.returncode == 1 and "a file name in the zip holds a line break" in result.stderr
+    assert not (node["root"] / "ran").exists()
 
 
 def test_user_data_embeds_fetch_sh_and_passes_quoted_values(tmp_path: Path) -> None:
-    text = fetch_user_data("s3://b/k.zip", "pcs-user-data.sh", VALUES, role="worker")
+    text = fetch_user_data("s3://b/k.zip", "pcs-user-data.sh", VALUES, role="worker", bundle_sha256=DIGEST)
     script = tmp_path / "user-data.sh"
     script.write_text(text)
     subprocess.run(["bash", "-n", str(script)], check=True)
     subprocess.run([str(SHELLCHECK), str(script)], check=True)
     assert FETCH_SCRIPT.read_text() in text
+    assert f"'pcs-user-data.sh' '--sha256' '{DIGEST}' '--role' 'worker'" in text
     assert text.rstrip().endswith("'KILN_REGION=us-east-1'")
 
 
@@ -209,13 +288,14 @@ def test_a_parallelcluster_node_resolves_the_current_bootstrap_and_runs_it(pc_no
 
 
 def test_a_bundle_whose_content_differs_from_its_digest_is_never_unpacked(pc_node: dict) -> None:
+    expected = bundle_digest(pc_node["bundle"])
     (pc_node["bundle"] / "steps" / "a.sh").write_text("echo tampered\n")
     _zip_as_cdk_does(pc_node["bundle"], pc_node["objects"] / "assets" / "bundle.zip")
     result = _resolve(pc_node)
     assert result.returncode == 1
-    assert "not unpacking it" in result.stderr and "the bundle from s3://assets/bundle.zip was not unpacked" in (
-        result.stderr
-    )
+    actual = bundle_digest(pc_node["bundle"])
+    assert f"s3://assets/bundle.zip: the bundle's content has sha256 {actual}, expected {expected}" in result.stderr
+    assert "the bundle from s3://assets/bundle.zip was not unpacked" in result.stderr
     assert not (pc_node["root"] / "opt/kiln/bootstrap/parallelcluster.sh").exists()
     assert not (pc_node["root"] / "ran").exists()
 
@@ -229,12 +309,14 @@ def test_a_fetch_script_whose_digest_differs_is_never_run(pc_node: dict) -> None
     assert not (pc_node["root"] / "ran").exists()
 
 
-def test_a_bundle_without_a_digest_is_fetched_unchecked(pc_node: dict) -> None:
-    """A zip a platform team staged itself may come without a digest (NodeBootstrap.content_sha256 unset)."""
+def test_a_manifest_without_the_bundles_digest_is_refused(pc_node: dict) -> None:
+    """The manifest form as the argument form: no digest, no fetch."""
     _edit_manifest(pc_node, lambda m: m["bundle"].pop("sha256"))
     result = _resolve(pc_node)
-    assert result.returncode == 0, result.stderr
-    assert (pc_node["root"] / "ran").is_file()
+    assert result.returncode == 2
+    assert "refusing s3://assets/bundle.zip: no sha256 to check it against" in result.stderr
+    assert "bundle.zip" not in pc_node["calls"].read_text()
+    assert not (pc_node["root"] / "ran").exists()
 
 
 @pytest.mark.parametrize(
@@ -281,3 +363,11 @@ def test_the_parallelcluster_scripts_are_shellcheck_clean() -> None:
 
 def test_resolve_bootstrap_is_frozen() -> None:
     assert file_sha256(RESOLVE_SCRIPT) == RESOLVE_SCRIPT_SHA256
+
+
+def test_fetch_sh_checks_and_unpacks_with_the_one_verified_unpack_program() -> None:
+    # fetch.sh ships alone in user data, so it carries the program in a heredoc; the image bake runs the same text.
+    script = FETCH_SCRIPT.read_text()
+    call = 'python3 - fetch.sh "$archive" "$bundle_dir" "$digest" "$bundle_url" "$entry_point" <<\'PY\'\n'
+    start = script.index(call) + len(call)
+    assert script[start : script.index("\nPY\n", start) + 1] == VERIFIED_UNPACK

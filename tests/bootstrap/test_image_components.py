@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kiln.bootstrap.fetch import bundle_digest
 from kiln.bootstrap.image_recipe import image_config, read_manifest
 from kiln.bootstrap.render import render_bundle
 from kiln.constructs.training_image import component_yaml
@@ -32,8 +33,11 @@ def zipped(bundle: Path, target: Path) -> Path:
     return target
 
 
-def run_phase(document: dict, phase: str, *, node: Node, build_dir: Path, bundle_zip: Path) -> None:
-    """Run PHASE of DOCUMENT as Image Builder would: S3Download copies the zip, ExecuteBash runs each step."""
+def run_phase(
+    document: dict, phase: str, *, node: Node, build_dir: Path, bundle_zip: Path
+) -> subprocess.CompletedProcess | None:
+    """Run PHASE of DOCUMENT as Image Builder would: S3Download copies the zip, ExecuteBash runs each step, and the
+    phase stops at the first step that fails. Return that step's result, or None when every step succeeded."""
     for each in document["phases"]:
         if each["name"] != phase:
             continue
@@ -47,7 +51,14 @@ def run_phase(document: dict, phase: str, *, node: Node, build_dir: Path, bundle
             result = subprocess.run(
                 ["bash", "-c", script], env=node.env, capture_output=True, text=True, timeout=300, check=False
             )
-            assert result.returncode == 0, f"{document['name']}/{step['name']}: {result.stderr}"
+            if result.returncode != 0:
+                return result
+    return None
+
+
+def run_ok(document: dict, phase: str, **where) -> None:
+    failed = run_phase(document, phase, **where)
+    assert failed is None, f"{document['name']}/{phase}: {failed.stderr}"
 
 
 @pytest.fixture(scope="module")
@@ -58,14 +69,16 @@ def baked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Node, Path, list[di
     bundle_zip = zipped(bundle, base / "bundle.zip")
     documents = [
         yaml.safe_load(component_yaml(d))
-        for d in component_documents(bundle_uri=URI, install_steps=read_manifest(bundle).install_steps)
+        for d in component_documents(
+            bundle_uri=URI, bundle_sha256=bundle_digest(bundle), install_steps=read_manifest(bundle).install_steps
+        )
     ]
     # An image build belongs to no cluster: no cluster.env.
     node = make_node(base / "node", bundle, cluster_env={})
     (node.root / "etc/kiln/cluster.env").unlink()
     build_dir = base / "build"
     for document in documents:
-        run_phase(document, "build", node=node, build_dir=build_dir, bundle_zip=bundle_zip)
+        run_ok(document, "build", node=node, build_dir=build_dir, bundle_zip=bundle_zip)
     return node, bundle, documents, build_dir
 
 
@@ -84,7 +97,7 @@ def test_build_phases_install_every_step_seal_the_image_and_clean_up(baked) -> N
 def test_the_test_phase_verifies_the_image_on_a_fresh_fetch(baked, tmp_path: Path) -> None:
     node, bundle, documents, _ = baked
     bundle_zip = zipped(bundle, tmp_path / "bundle.zip")
-    run_phase(documents[-1], "test", node=node, build_dir=tmp_path / "build", bundle_zip=bundle_zip)
+    run_ok(documents[-1], "test", node=node, build_dir=tmp_path / "build", bundle_zip=bundle_zip)
     assert not (tmp_path / "build").exists()
 
 
@@ -103,3 +116,21 @@ def test_a_node_boots_the_baked_root_with_configure_steps_only_and_no_network(ba
     assert network.calls() == []
     log = (booted / "var/log/kiln/bootstrap.log").read_text()
     assert "[configure_slurm] done" in log and "[install_efa] start" in log
+
+
+def test_a_bake_refuses_a_bundle_whose_content_changed_and_runs_nothing_of_it(baked, tmp_path: Path) -> None:
+    node, bundle, documents, _ = baked
+    # One byte of one step changed in CDK's shared bucket after kiln computed the digest.
+    tampered = Path(shutil.copytree(bundle, tmp_path / "tampered"))
+    step = tampered / "steps" / "install_launcher.sh"
+    text = step.read_bytes()
+    step.write_bytes(text[:-1] + bytes([text[-1] ^ 1]))
+    calls = len(node.calls())
+    failed = run_phase(
+        documents[0], "build", node=node, build_dir=tmp_path / "build", bundle_zip=zipped(tampered, tmp_path / "t.zip")
+    )
+    assert failed is not None, "the bake unpacked a bundle whose content does not match its digest"
+    actual, expected = bundle_digest(tampered), bundle_digest(bundle)
+    assert f"image-bake: {URI}: the bundle's content has sha256 {actual}, expected {expected}" in failed.stderr
+    assert not (tmp_path / "build" / "bundle").exists()
+    assert node.calls()[calls:] == []

@@ -210,7 +210,6 @@ def test_a_user_s_kiln_launch_finds_the_instance_type_without_imds(node):
     assert record.read_text() == "p5.48xlarge\n" and oct(record.stat().st_mode)[-3:] == "644"
 
 
-
 @pytest.mark.parametrize("address", ["10.1.0.9", "10.1.0.7", "10.1.0.5"], ids=["controller", "login", "worker"])
 def test_every_hyperpod_slurm_node_lets_only_root_reach_imds(tmp_path, address):
     node = hyperpod_node(tmp_path, address)

@@ -81,7 +81,11 @@ def test_the_execution_policies_fit_iam_and_name_only_the_listed_clusters(writte
     documents = [json.loads(path.read_text()) for path in files]
     assert all(policy_size(document) <= MANAGED_POLICY_MAX_CHARS for document in documents)
     statements = [s for document in documents for s in document["Statement"]]
-    assert all(s["Effect"] == "Allow" and "*" not in s["Action"] for s in statements)
+    assert all("*" not in s["Action"] for s in statements)
+    # Beside the Allows, two Denies: kiln's permissions boundary stays as made, and on every role that carries it.
+    denies = {s["Sid"]: s for s in statements if s["Effect"] == "Deny"}
+    assert sorted(denies) == ["KeepBoundary", "NeverUnbound"]
+    assert denies["KeepBoundary"]["Resource"] == "arn:aws:iam::${aws:PrincipalAccount}:policy/kiln-permissions-boundary"
     stacks = next(s for s in statements if s["Sid"] == "Stacks")
     assert stacks["Resource"] == [
         "arn:aws:cloudformation:*:${aws:PrincipalAccount}:stack/ci-smoke-*/*",

@@ -119,7 +119,8 @@ def hyperpod_cluster(session: boto3.Session, groups: dict[str, int]) -> str:
 
 FAKE_AWS = """\
 #!{python}
-# The AWS CLI's `ssm start-session` as kiln sees it. A shell (no --document-name) records whether its standard streams
+# The AWS CLI's `ssm start-session` as kiln sees it. A shell (no --parameters: the account's default document, or a
+# cluster's own Session document) records whether its standard streams
 # are a terminal, then acts out $FAKE_SHELL: "exit:N" ends with N; "interactive" reads lines until "exit" (then ends
 # with $FAKE_SHELL_EXIT), telling each Ctrl-C it gets, as the plugin passes Ctrl-C to the node's shell. A port forward
 # starts the plugin (kept running, in its process group), then acts out $FAKE_FORWARD: "listen" (default) prints the
@@ -137,7 +138,7 @@ def record(**fields):
 
 if args[:2] != ["ssm", "start-session"]:
     sys.exit(2)
-if "--document-name" not in args:
+if "--parameters" not in args:
     record(tty=[os.isatty(fd) for fd in (0, 1, 2)])
     mode = os.environ.get("FAKE_SHELL", "exit:0")
     if mode.startswith("exit:"):

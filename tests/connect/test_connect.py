@@ -223,7 +223,7 @@ def test_vscode_forwards_a_local_port_to_code_server_until_ctrl_c_and_leaves_not
         "--parameters",
         json.dumps({"portNumber": ["8080"], "localPortNumber": [str(port)]}),
     )
-    kept_in = "/home/ec2-user/.config/code-server/config.yaml"
+    kept_in = "/home/coder/.config/code-server/config.yaml"  # kiln's own user: no code_server.user
     assert out == (
         f"kiln connect: code-server on PCS login node {login}: http://127.0.0.1:{port}/ (Ctrl-C ends the forward)\n"
         f"kiln connect: its password is in {kept_in} on {login}: run `kiln connect --spec {spec} --node {login}`, "

@@ -5,6 +5,7 @@ is allowed on its target (the node's own tags meet the grant's condition) and wi
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,12 @@ import pytest
 from moto import mock_aws
 from moto.moto_api._internal import moto_api_backend
 
+from kiln.catalog.platforms import service_fact
 from kiln.ci.remote.nodes import PARALLELCLUSTER_NAME_TAG, PARALLELCLUSTER_NODE_TYPE_TAG, PCS_NODE_GROUP_TAG
 from kiln.connect import iam
 from kiln.connect.run import Request, connect, prepare
+from kiln.contracts.outputs import ComputeOutput
+from kiln.contracts.ssm_documents import session_document
 from kiln.spec import load_spec
 from tests.connect.conftest import (
     ACCOUNT,
@@ -178,6 +182,28 @@ def test_the_documented_policy_is_what_kiln_connect_calls(
         assert _target_granted(platform, argv[argv.index("--target") + 1], values), argv
     assert documents == iam.session_documents(platform)
     assert iam.calls(platform, iam.CLI) == {"ssm:StartSession"}
+
+
+def test_a_logged_clusters_policy_opens_no_unlogged_shell() -> None:
+    """With session_logs the policy grants the cluster's document and its key, never the account's default shell; and
+    every statement that allows ssm:StartSession checks the document, so leaving --document-name out is refused."""
+    logged = [s for s in iam.policy(session_logs=True)["Statement"]]
+    starts = [s for s in iam.policy()["Statement"] if "ssm:StartSession" in s["Action"]]
+    assert starts and all(s["Condition"]["BoolIfExists"] == {"ssm:SessionDocumentAccessCheck": "true"} for s in starts)
+    shell = "arn:aws:ssm:REGION:ACCOUNT:document/SSM-SessionManagerRunShell"
+    assert all(shell not in json.dumps(s["Resource"]) for s in logged)
+    [key] = [s for s in logged if s["Action"] == "kms:GenerateDataKey"]
+    assert key["Resource"] == "SESSION_KEY_ARN" and key["Sid"] == "SessionKey"
+    # The action whoever starts a session needs, as platforms.json records it from AWS's page.
+    user = service_fact("systems_manager", "session_logging").value["user_actions"]["session_encryption"]
+    assert [key["Action"]] == user
+    [document] = [s for s in logged if s["Sid"] == "LoggedShellDocument"]
+    assert document["Resource"] == f"arn:aws:ssm:REGION:ACCOUNT:document/{session_document('CLUSTER')}"
+    # The placeholder is the compute stack's output kiln writes.
+    assert ComputeOutput.SESSION_KEY_ARN.value == "SessionKeyArn"
+    # Without session_logs the policy has neither, and grants the default shell.
+    plain = json.dumps(iam.policy(session_logs=False))
+    assert "SESSION_KEY_ARN" not in plain and "kiln-CLUSTER-session" not in plain and shell in plain
 
 
 def _filled(text: str, values: dict[str, str]) -> str:

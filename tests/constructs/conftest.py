@@ -57,10 +57,17 @@ def imported_vpc(st: cdk.Stack) -> ec2.IVpc:
     )
 
 
+# The digest a platform team computes of the directory it zipped (kiln.bootstrap.fetch.bundle_digest).
+PLAIN_BUNDLE_SHA256 = "5" * 64
+
+
 def plain_bootstrap(st: cdk.Stack, entry_point: str = "pcs-user-data.sh") -> NodeBootstrap:
-    """Return a bundle as any platform team could stage it: a zip in a bucket, no kiln renderer involved."""
+    """Return a bundle as any platform team could stage it: a zip in a bucket and its digest, no kiln renderer
+    involved."""
     bucket = s3.Bucket.from_bucket_name(st, "Bundles", "kiln-bundles-111111111111")
-    return NodeBootstrap(bucket=bucket, object_key="bundles/node.zip", entry_point=entry_point)
+    return NodeBootstrap(
+        bucket=bucket, object_key="bundles/node.zip", entry_point=entry_point, content_sha256=PLAIN_BUNDLE_SHA256
+    )
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
 from kiln.constructs import GithubDeployIdentityProps, acknowledgements
+from kiln.contracts.permissions_boundary import BOUNDARY_NAME
 from kiln.stacks import new_app
-from kiln.stacks.ci_identity import CiIdentityStack, build_identity, identity_stack_name
+from kiln.stacks.ci_identity import CiIdentityStack, build_identity, identity_execution_policies, identity_stack_name
 from kiln.synth import nag_report
 from tests.constructs.conftest import ENV, logical_id
 
@@ -77,7 +78,12 @@ ENVS = ["ci-smoke-*", "llm-*"]
 # A stack of one of the role's environments, of one of its clusters exactly.
 DELETE_TAGGED = _tagged(*ENVS, StringEquals={"aws:ResourceTag/kiln:cluster": list(CLUSTERS)})
 # Run Command on a ParallelCluster head node (the stack named after the environment) or a PCS node (launched by PCS).
-SEND_TO_HEAD_NODE = _tagged(*ENVS, key="aws:ResourceTag/aws:cloudformation:stack-name")
+SEND_TO_HEAD_NODE = json.dumps(
+    {"StringLike": {"aws:ResourceTag/aws:cloudformation:stack-name": ENVS, "aws:ResourceTag/kiln:environment": ENVS}},
+    sort_keys=True,
+)
+# Sessions on HyperPod nodes: their cluster tagged as one of the role's environments.
+SESSION_ON_HYPERPOD = _tagged(*ENVS)
 SEND_TO_PCS_NODE = _tagged(*ENVS, Null={"aws:ResourceTag/aws:pcs:compute-node-group-id": "false"})
 # Port forwarding through an EKS system node: an instance an Auto Scaling group launched.
 SESSION_ON_SYSTEM_NODE = _tagged(
@@ -101,7 +107,7 @@ def _expected_grants() -> set[tuple[str, str, str | None]]:
         ("ssm:SendCommand", "arn:aws:ssm:*::document/AWS-RunShellScript", None),
         ("ssm:SendCommand", f"arn:aws:ec2:*:{a}:instance/*", SEND_TO_HEAD_NODE),
         ("ssm:SendCommand", f"arn:aws:ec2:*:{a}:instance/*", SEND_TO_PCS_NODE),
-        ("ssm:StartSession", f"arn:aws:sagemaker:*:{a}:cluster/*", None),
+        ("ssm:StartSession", f"arn:aws:sagemaker:*:{a}:cluster/*", SESSION_ON_HYPERPOD),
         ("ssm:StartSession", "arn:aws:ssm:*::document/AWS-StartNonInteractiveCommand", None),
         # A private EKS endpoint: port forwarding through a system node of the role's environments, by Session
         # Manager's own tag key (as AWS's sample policies spell it).
@@ -167,6 +173,8 @@ def _expected_grants() -> set[tuple[str, str, str | None]]:
             rows |= {
                 (action, bucket, None) for action in ("s3:ListBucket", "s3:ListBucketVersions", "s3:GetBucketTagging")
             }
+        for kind in ("data", "data-logs", "lifecycle", "lifecycle-logs"):
+            bucket = f"arn:aws:s3:::{c}-*-{kind}-{a}"
             rows |= {(action, f"{bucket}/*", None) for action in ("s3:DeleteObject", "s3:DeleteObjectVersion")}
         schedule = f"arn:aws:scheduler:*:{a}:schedule/default/{c}-*-reaper"
         rows |= {("scheduler:GetSchedule", schedule, None), ("scheduler:UpdateSchedule", schedule, None)}
@@ -291,7 +299,9 @@ FORGED = {"kiln:environment": "llm-4242"}
         (FORGED, False),
         # ParallelCluster's head node: an instance of its cluster stack, named after the environment.
         ({**FORGED, "aws:cloudformation:stack-name": "llm-4242"}, True),
-        ({"aws:cloudformation:stack-name": "llm-4242"}, True),
+        # A long-lived cluster llm-prod (its stack matches llm-*) carries no kiln:environment.
+        ({"aws:cloudformation:stack-name": "llm-prod"}, False),
+        ({"aws:cloudformation:stack-name": "llm-4242"}, False),
         # ... but not of another stack.
         ({**FORGED, "aws:cloudformation:stack-name": "prod-db"}, False),
         # A PCS login node: PCS sets its node group's id.
@@ -318,6 +328,25 @@ def test_sessions_on_instances_need_the_environment_tag_and_an_auto_scaling_laun
     assert allowed(built.template, "ssm:StartSession", INSTANCE, tags) is expected
 
 
+HYPERPOD_CLUSTER = f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:cluster/abcdef012345"
+
+
+@pytest.mark.parametrize(
+    ("tags", "expected"),
+    [
+        ({"kiln:environment": "llm-4242"}, True),
+        # Any other HyperPod cluster of the account: untagged, or another cluster's environment.
+        ({}, False),
+        ({"kiln:environment": "prod-4242"}, False),
+        ({"kiln:cluster": "llm"}, False),
+    ],
+)
+def test_sessions_on_hyperpod_nodes_reach_only_the_environments_clusters(
+    built: Built, tags: dict, expected: bool
+) -> None:
+    assert allowed(built.template, "ssm:StartSession", HYPERPOD_CLUSTER, tags) is expected
+
+
 @pytest.mark.parametrize(
     ("bucket", "expected"),
     [
@@ -327,6 +356,9 @@ def test_sessions_on_instances_need_the_environment_tag_and_an_auto_scaling_laun
         # A long-lived cluster's own bucket, had its spec named it so.
         ("llm-data", False),
         ("llm-4242-data-other-account", False),
+        # Any other bucket whose name merely starts like an environment's data bucket.
+        ("llm-4242-database-backups", False),
+        ("llm-4242-data-exports", False),
     ],
 )
 def test_emptying_buckets_reaches_the_environments_four_only(built: Built, bucket: str, expected: bool) -> None:
@@ -367,7 +399,7 @@ def test_the_stack_is_tagged_and_outputs_the_role_arn(built: Built) -> None:
 def test_cdk_nag_has_no_open_finding_and_every_acknowledgement_is_a_reviewed_grant(built: Built) -> None:
     report = nag_report(built.outdir)
     assert report.violations == []
-    reasons = {grant.reason for grant in acknowledgements.CI_IDENTITY_GRANTS}
+    reasons = {grant.reason for grant in (*acknowledgements.CI_IDENTITY_GRANTS, *acknowledgements.BOUNDARY_GRANTS)}
     assert report.acknowledged
     for rule, reason in report.acknowledged:
         assert rule.startswith("AwsSolutions::AwsSolutions-IAM5[")
@@ -431,7 +463,9 @@ def test_six_clusters_of_the_longest_name_keep_one_inline_policy() -> None:
     )
     stack = build_identity(new_app(), props, env=cdk.Environment(account=ACCOUNT, region="us-gov-west-1"), nag=False)
     template = Template.from_stack(stack)
-    template.resource_count_is("AWS::IAM::ManagedPolicy", 0)
+    # The one managed policy is kiln's permissions boundary: CDK split none of the role's statements out.
+    (boundary,) = _resources(template, "AWS::IAM::ManagedPolicy").values()
+    assert boundary["Properties"]["ManagedPolicyName"] == BOUNDARY_NAME
     (policy,) = _resources(template, "AWS::IAM::Policy").values()
     assert len(json.dumps(policy["Properties"]["PolicyDocument"], separators=(",", ":"))) < 10_240
 
@@ -482,3 +516,51 @@ def test_stack_names_follow_cloudformation_rules_and_never_collide() -> None:
     longest = identity_stack_name("a" * 39 + "/" + "r" * 100)
     for made in (dotted, longest):
         assert re.fullmatch(r"[A-Za-z][A-Za-z0-9-]{0,127}", made)
+
+
+def test_the_stack_creates_kilns_permissions_boundary_and_the_role_carries_it(built: Built) -> None:
+    (boundary_id, boundary), *others = _resources(built.template, "AWS::IAM::ManagedPolicy").items()
+    assert others == []
+    assert boundary["Properties"]["ManagedPolicyName"] == BOUNDARY_NAME
+    denied = {
+        action
+        for statement in boundary["Properties"]["PolicyDocument"]["Statement"]
+        if statement["Effect"] == "Deny"
+        for action in statement["Action"]
+    }
+    assert {
+        "iam:CreateRole",
+        "iam:DeleteRolePermissionsBoundary",
+        "iam:CreatePolicyVersion",
+        "iam:CreateUser",
+    } <= denied
+    (role,) = _resources(built.template, "AWS::IAM::Role").values()
+    assert role["Properties"]["PermissionsBoundary"] == {"Ref": boundary_id}
+
+
+@pytest.mark.parametrize(
+    ("given", "arn"),
+    [
+        ("org-boundary", f"arn:aws:iam::{ACCOUNT}:policy/org-boundary"),
+        ("arn:aws:iam::123456789012:policy/team/b", "arn:aws:iam::123456789012:policy/team/b"),
+    ],
+)
+def test_an_existing_boundary_is_carried_and_required_and_none_is_created(given: str, arn: str) -> None:
+    props = GithubDeployIdentityProps(repository="o/r", cluster_names=("llm",), permissions_boundary=given)
+    template = Template.from_stack(build_identity(new_app(), props, env=ENV, nag=False))
+    template.resource_count_is("AWS::IAM::ManagedPolicy", 0)
+    (role,) = _resources(template, "AWS::IAM::Role").values()
+    assert json.dumps(role["Properties"]["PermissionsBoundary"]).count(arn.rsplit("/", 1)[-1]) == 1
+    text = json.dumps([p.document for p in identity_execution_policies(props)])
+    wanted = arn if given.startswith("arn:") else "arn:aws:iam::${aws:PrincipalAccount}:policy/org-boundary"
+    assert wanted in text and BOUNDARY_NAME not in text
+
+
+def test_a_boundary_that_is_no_policy_is_refused_in_one_line() -> None:
+    with pytest.raises(
+        Exception, match=r"permissions_boundary: got 'arn:aws:iam::aws:policy/AdministratorAccess'"
+    ) as e:
+        GithubDeployIdentityProps(
+            repository="o/r", cluster_names=("llm",), permissions_boundary="arn:aws:iam::aws:policy/AdministratorAccess"
+        )
+    assert "\n" not in str(e.value)

@@ -24,11 +24,18 @@ from kiln.constructs.eks import KUBECTL_ECR_POLICIES, EksTrainingCluster, EksTra
 from kiln.constructs.eks_addons import (
     HELM_ADDONS,
     HYPERPOD_DEPENDENCIES,
-    INSTALL_TOKEN_SECONDS,
     KUBERNETES_RELEASES,
-    SERVICE_ACCOUNT_DIR,
     TRAINING_OPERATOR,
+)
+from kiln.constructs.eks_install import (
+    INSTALL_DEADLINE_SECONDS,
+    INSTALL_TOKEN_SECONDS,
+    INSTALL_WAIT_MINUTES,
+    JOB_FINISHED_PATH,
+    SERVICE_ACCOUNT_DIR,
+    install_tools,
     kustomize_job_manifests,
+    run_checked,
 )
 from kiln.constructs.eks_node_groups import AcceleratedNodeGroup, SystemNodeGroup
 from kiln.constructs.neuron_addons import NEURON_DEVICE_PLUGIN, NEURON_SCHEDULER
@@ -36,6 +43,7 @@ from kiln.stacks import new_app
 from kiln.synth import lint_template, nag_report
 from tests.constructs.conftest import (
     ENV,
+    PLAIN_BUNDLE_SHA256,
     get_att,
     imported_vpc,
     logical_id,
@@ -172,7 +180,7 @@ def test_gpu_nodes_boot_the_eks_bundle_and_the_node_role_reads_only_it(eks) -> N
         user_data if isinstance(user_data, str) else "".join(p for p in user_data["Fn::Join"][1] if isinstance(p, str))
     )
     assert "Content-Type: multipart/mixed" in text
-    assert "exec bash /opt/kiln/fetch.sh" in text and "'eks-user-data.sh'" in text
+    assert "exec bash /opt/kiln/fetch.sh" in text and f"'eks-user-data.sh' '--sha256' '{PLAIN_BUNDLE_SHA256}'" in text
     assert "'KILN_CLUSTER_NAME=llm-eks'" in text
     role = eks["cluster"].node_role
     (policy,) = [
@@ -325,25 +333,29 @@ def test_gpu_clusters_run_the_nvidia_plugin_and_no_neuron_components(eks) -> Non
         assert "public.ecr.aws/neuron/" not in json.dumps(template.to_json())
 
 
-def test_training_operator_job_applies_the_pinned_release_with_pinned_images(eks) -> None:
+def test_training_operator_job_applies_the_pinned_commit_with_checked_tools(eks) -> None:
     objects = _manifest(eks["template"], eks["cluster"].addons[TRAINING_OPERATOR.name])
     (job,) = [o for o in objects if o["kind"] == "Job"]
     pod = job["spec"]["template"]["spec"]
-    fetch, apply = pod["initContainers"]
-    assert fetch["args"] == [
-        "clone",
-        "--depth",
-        "1",
-        "--branch",
-        "v1.9.3",
+    fetch, tools, apply = pod["initContainers"]
+    env = {e["name"]: e["value"] for e in fetch["env"]}
+    assert (env["REPOSITORY"], env["TAG"], env["COMMIT"]) == (
         "https://github.com/kubeflow/trainer.git",
-        "/src",
-    ]
-    assert apply["args"] == ["apply", "--server-side", "--force-conflicts", "-k", "/src/manifests/overlays/standalone"]
-    (revoke,) = pod["containers"]
-    # Tag pins: no digest for these tags could be cited offline (see eks_addons.TRAINING_OPERATOR).
-    for image in (fetch["image"], apply["image"], revoke["image"]):
-        assert re.search(r":v?\d+\.\d+\.\d+$", image), image
+        "v1.9.3",
+        "c77ee3ff4d21aa8e5027580d83361c1a426ee789",
+    )
+    checked = install_tools("1.36")
+    assert fetch["command"][4:] == [checked.kubectl.url, checked.kubectl.download]
+    assert tools["image"] == checked.unpack_image
+    assert apply["command"] == run_checked(
+        checked.kubectl,
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-k",
+        "/src/checkout/manifests/overlays/standalone",
+    )
+    assert apply["image"] == fetch["image"] == checked.git_image
     assert re.fullmatch(r"kiln-install-training-operator-v1-9-3-[0-9a-f]{10}", job["metadata"]["name"])
 
 
@@ -358,11 +370,20 @@ def test_training_operator_install_cannot_outlive_its_privileges(eks) -> None:
         {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": namespace}
     ]
     assert (account["metadata"]["name"], account["metadata"]["namespace"]) == (pod["serviceAccountName"], namespace)
-    # The Job's one container starts only after fetch and apply succeed, and deletes the binding: its last act.
-    fetch, apply = pod["initContainers"]
+    # The Job's one container starts only after every step succeeds, and empties the binding: its last act.
+    fetch, tools, apply = pod["initContainers"]
     (revoke,) = pod["containers"]
-    assert revoke["args"][:3] == ["delete", "clusterrolebinding", binding["metadata"]["name"]]
-    assert revoke["image"] == apply["image"] == TRAINING_OPERATOR.kubectl_image
+    kubectl = install_tools("1.36").kubectl
+    assert revoke["command"] == run_checked(
+        kubectl,
+        "patch",
+        "clusterrolebinding",
+        binding["metadata"]["name"],
+        "--type",
+        "merge",
+        "--patch",
+        '{"subjects": []}',
+    )
     # No automounted (long-lived) token; a 10-minute one, mounted only where kubectl runs.
     assert account["automountServiceAccountToken"] is False
     assert pod["automountServiceAccountToken"] is False
@@ -373,20 +394,32 @@ def test_training_operator_install_cannot_outlive_its_privileges(eks) -> None:
     def token_mounts(container: dict) -> list[str]:
         return [m["mountPath"] for m in container["volumeMounts"] if m["name"] == token["name"]]
 
-    assert token_mounts(fetch) == []
+    assert token_mounts(fetch) == token_mounts(tools) == []
     assert token_mounts(apply) == token_mounts(revoke) == [SERVICE_ACCOUNT_DIR]
-    # The finished Job and its pods (the only holders of that token) go away.
+    # The finished Job and its pods (the only holders of that token) go away; it runs for a bounded time, as a user
+    # that is not root.
     assert 0 < job["spec"]["ttlSecondsAfterFinished"] <= 3600
     assert job["spec"]["backoffLimit"] <= 10
+    assert job["spec"]["activeDeadlineSeconds"] == INSTALL_DEADLINE_SECONDS < INSTALL_WAIT_MINUTES * 60
     assert pod["restartPolicy"] == "OnFailure"
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65533
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64"}
+    assert all(c["securityContext"]["allowPrivilegeEscalation"] is False for c in [fetch, tools, apply, revoke])
 
 
 def test_any_change_to_the_install_starts_a_new_job_that_revokes_again() -> None:
     # CDK re-applies the binding whenever a manifest object changes: the Job's name changes with them.
-    first = kustomize_job_manifests(TRAINING_OPERATOR)
-    assert kustomize_job_manifests(TRAINING_OPERATOR) == first
-    for change in ({"ref": "v1.9.4"}, {"kubectl_image": "registry.k8s.io/kubectl:v1.36.4"}, {"path": "manifests/base"}):
-        changed = kustomize_job_manifests(dataclasses.replace(TRAINING_OPERATOR, **change))
+    tools = install_tools("1.36")
+    first = kustomize_job_manifests(TRAINING_OPERATOR, tools)
+    assert kustomize_job_manifests(TRAINING_OPERATOR, tools) == first
+    changes = [
+        ({"tag": "v1.9.4"}, tools),
+        ({"commit": "0" * 40}, tools),
+        ({"path": "manifests/base"}, tools),
+        ({}, install_tools("1.35")),
+    ]
+    for change, with_tools in changes:
+        changed = kustomize_job_manifests(dataclasses.replace(TRAINING_OPERATOR, **change), with_tools)
         assert changed[2]["metadata"]["name"] != first[2]["metadata"]["name"], change
         assert len(changed[2]["metadata"]["name"]) <= 63
 
@@ -551,7 +584,7 @@ def test_hyperpods_dependencies_install_from_the_pinned_commit_with_kilns_own_pl
     assert [o["kind"] for o in objects] == ["ServiceAccount", "ClusterRoleBinding", "Job"]
     account, binding, job = objects
     pod = job["spec"]["template"]["spec"]
-    fetch, dependencies, install = pod["initContainers"]
+    fetch, tools, dependencies, install = pod["initContainers"]
     env = {e["name"]: e["value"] for e in fetch["env"]}
     chart = service_fact("hyperpod", "dependencies_chart").value
     assert env["REPOSITORY"] == "https://github.com/aws/sagemaker-hyperpod-cli.git"
@@ -564,10 +597,27 @@ def test_hyperpods_dependencies_install_from_the_pinned_commit_with_kilns_own_pl
         )
     )
     # The checkout is refused unless the tag resolves to the pinned commit.
-    assert 'test "$(git -C "$CHECKOUT" rev-parse HEAD)" = "$COMMIT"' in fetch["command"][-1]
+    assert '[ "$head" = "$COMMIT" ]' in fetch["command"][2]
+    # The orchestrator runs Kubernetes 1.35: the tools of that minor, helm taken out of its archive and checked.
+    checked = install_tools("1.35")
+    assert fetch["command"][4:] == [
+        checked.kubectl.url,
+        checked.kubectl.download,
+        checked.helm.url,
+        checked.helm.download,
+    ]
+    assert tools["command"][4:] == [
+        checked.kubectl.download,
+        checked.kubectl.path,
+        "-",
+        checked.helm.download,
+        checked.helm.path,
+        "linux-amd64/helm",
+    ]
     path = f"/src/checkout/{chart['path']}"
-    assert dependencies["args"] == ["dependency", "update", path]
-    args = install["args"]
+    assert dependencies["command"] == run_checked(checked.helm, "dependency", "update", path)
+    args = install["command"][6:]
+    assert install["command"][:6] == run_checked(checked.helm)
     assert args[:6] == ["upgrade", "--install", "hyperpod-dependencies", path, "--namespace", "kube-system"]
     settings = {args[i + 1] for i, arg in enumerate(args) if arg == "--set"}
     assert settings == {
@@ -578,16 +628,15 @@ def test_hyperpods_dependencies_install_from_the_pinned_commit_with_kilns_own_pl
         f"health-monitoring-agent.region={REGION}",
     }
     # Only the install and the revoke reach the API, with the short-lived token; the fetch from GitHub does not.
-    mounts = {c["name"]: {m["name"] for m in c["volumeMounts"]} for c in [fetch, dependencies, install]}
+    mounts = {c["name"]: {m["name"] for m in c["volumeMounts"]} for c in [fetch, tools, dependencies, install]}
     assert mounts == {
         "fetch": {"source"},
+        "tools": {"source"},
         "dependencies": {"source"},
         "install": {"source", "install-api-access"},
     }
     assert binding["roleRef"]["name"] == "cluster-admin"
-    assert pod["containers"][0]["args"][:3] == ["delete", "clusterrolebinding", account["metadata"]["name"]]
-    for image in (fetch["image"], install["image"], pod["containers"][0]["image"]):
-        assert re.search(r":v?\d+\.\d+\.\d+$", image), image
+    assert pod["containers"][0]["command"][6:9] == ["patch", "clusterrolebinding", account["metadata"]["name"]]
     assert re.fullmatch(r"kiln-install-hyperpod-dependencies-v3-9-0-[0-9a-f]{10}", job["metadata"]["name"])
 
 
@@ -595,22 +644,34 @@ def test_a_hyperpod_cluster_can_wait_for_its_dependencies_job_after_the_system_n
     template, orchestrator = eks["hp_template"], eks["orchestrator"]
     ready = orchestrator.hyperpod_dependencies_ready
     [job] = [o for o in _manifest(template, orchestrator.addons[HYPERPOD_DEPENDENCIES.name]) if o["kind"] == "Job"]
-    element = ready.node.default_child
-    while not isinstance(element, cdk.CfnElement):
-        element = element.node.default_child
-    resource = template.to_json()["Resources"][logical_id(element)]
-    props = resource["Properties"]
+    resources = template.to_json()["Resources"]
+    props = _props(template, ready)
     assert (props["ObjectType"], props["ObjectName"], props["ObjectNamespace"], props["JsonPath"]) == (
         "job",
         job["metadata"]["name"],
         "kube-system",
         ".status.succeeded",
     )
-    assert props["TimeoutSeconds"] == 14 * 60
-    depends = set(resource["DependsOn"])
-    assert logical_id(orchestrator.addons[HYPERPOD_DEPENDENCIES.name].node.default_child) in depends
+
+    # The success wait comes after the grant is taken back, which comes after the Job finished either way.
+    def after(element_id: str, kind: str) -> str:
+        [found] = [d for d in resources[element_id]["DependsOn"] if resources[d]["Type"] == kind]
+        return found
+
+    revoke_id = after(logical_id(_element(ready)), "Custom::AWSCDK-EKS-KubernetesPatch")
+    finished = resources[after(revoke_id, "Custom::AWSCDK-EKS-KubernetesObjectValue")]
+    assert finished["Properties"]["JsonPath"] == JOB_FINISHED_PATH
+    assert finished["Properties"]["TimeoutSeconds"] == 14 * 60
+    depends = set(finished["DependsOn"])
+    assert logical_id(_element(orchestrator.addons[HYPERPOD_DEPENDENCIES.name])) in depends
     assert logical_id(orchestrator.system_node_group.node.default_child) in depends
     assert eks["cluster"].hyperpod_dependencies_ready is None
+
+
+def _element(construct) -> cdk.CfnElement:
+    while not isinstance(construct, cdk.CfnElement):
+        construct = construct.node.default_child
+    return construct
 
 
 def test_hyperpod_dependencies_need_system_nodes_to_install_on() -> None:

@@ -18,7 +18,9 @@ from kiln.catalog.kubernetes import (
     node_resources,
 )
 from kiln.constructs.eks import EksTrainingClusterProps
-from kiln.constructs.eks_addons import INSTALL_NAMESPACE
+from kiln.constructs.eks_addons import (
+    INSTALL_NAMESPACE,
+)
 from kiln.constructs.eks_node_groups import AcceleratedNodeGroup
 from kiln.constructs.eks_scheduling import (
     AUTOSCALER_SERVICE_ACCOUNT,
@@ -131,7 +133,8 @@ def test_kueue_installs_from_its_pinned_commit_with_the_release_image_and_pytorc
     steps = {c["name"]: c for c in job["spec"]["template"]["spec"]["initContainers"]}
     fetch = {e["name"]: e["value"] for e in steps["fetch"]["env"]}
     assert (fetch["TAG"], fetch["COMMIT"]) == (KUEUE_FACTS["tag"], KUEUE_FACTS["commit"])
-    args = steps["install"]["args"]
+    # helm's arguments, after the check of its sha256 (kiln.constructs.eks_addons.run_checked).
+    args = steps["install"]["command"][6:]
     assert args[args.index("--namespace") + 1] == KUEUE_FACTS["namespace"] and "--create-namespace" in args
     settings = dict(args[i + 1].split("=", 1) for i, a in enumerate(args) if a == "--set-json")
     manager = json.loads(settings["controllerManager.manager"])
@@ -156,7 +159,12 @@ def test_the_queues_apply_only_after_kueue_is_installed(eks) -> None:
     wait = _cfn(cluster.node.find_child("KueueReady"))
     assert logical_id(wait) in queues["DependsOn"]
     install = logical_id(_cfn(cluster.addons["kueue"]))
-    assert install in resources[logical_id(wait)]["DependsOn"]
+    # The success wait follows the outside revocation of the install's grant, which follows the Job's end.
+    revoke = logical_id(_cfn(cluster.node.find_child("KueueRevoke")))
+    finished = logical_id(_cfn(cluster.node.find_child("KueueFinished")))
+    assert revoke in resources[logical_id(wait)]["DependsOn"]
+    assert finished in resources[revoke]["DependsOn"]
+    assert install in resources[finished]["DependsOn"]
     assert _props(template, wait)["JsonPath"] == ".status.succeeded"
 
 

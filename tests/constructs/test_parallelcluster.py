@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from importlib.metadata import version
+from pathlib import Path
 
 import pytest
 from aws_cdk import Stack
@@ -12,11 +13,20 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
-from kiln.bootstrap.fetch import FETCH_SCRIPT, file_sha256
+from kiln.bootstrap.fetch import FETCH_SCRIPT, RESOLVE_SCRIPT, file_sha256
 from kiln.catalog.platforms import service_fact
-from kiln.constructs import CapacityOption, LustreFileSystem, LustreFileSystemAttributes, acknowledgements
+from kiln.constructs import (
+    CapacityOption,
+    LustreFileSystem,
+    LustreFileSystemAttributes,
+    NodeBootstrap,
+    acknowledgements,
+)
+from kiln.constructs.node_scripts import DENY_SID
 from kiln.constructs.parallelcluster import (
+    BOOTSTRAP_PREFIX,
     PARALLELCLUSTER_VERSION,
+    PROVIDER_ROLE,
     ParallelCluster,
     ParallelClusterProps,
     SlurmQueue,
@@ -26,7 +36,14 @@ from kiln.constructs.parallelcluster import (
 from kiln.iam_wildcards import template_wildcards
 from kiln.stacks import new_app
 from kiln.synth import nag_report
-from tests.constructs.conftest import imported_vpc, logical_id, plain_bootstrap, stack, synth_as_kiln
+from tests.constructs.conftest import (
+    PLAIN_BUNDLE_SHA256,
+    imported_vpc,
+    logical_id,
+    plain_bootstrap,
+    stack,
+    synth_as_kiln,
+)
 from tests.constructs.pcluster_schema import concrete, load_with_official_schema
 
 CAPACITIES = {
@@ -161,6 +178,13 @@ def test_a_policy_the_provider_may_not_attach_is_refused() -> None:
     policy = iam.ManagedPolicy(st, "Mine", statements=[iam.PolicyStatement(actions=["s3:ListBucket"], resources=["*"])])
     with pytest.raises(ValueError, match="head_node_policies: got 'Unattachable/Mine'; allowed: a policy the provider"):
         _props(st, head_node_policies=[policy])
+    # Every node's own (session logging's) are held to the same rule.
+    every = stack("UnattachableEverywhere")
+    mine = iam.ManagedPolicy(
+        every, "Mine", statements=[iam.PolicyStatement(actions=["s3:ListBucket"], resources=["*"])]
+    )
+    with pytest.raises(ValueError, match="node_policies: got 'UnattachableEverywhere/Mine'; allowed: a policy the"):
+        _props(every, node_policies=[mine])
     assert not is_attachable(iam.ManagedPolicy.from_managed_policy_arn(st, "Other", "arn:aws:iam::1:policy/team/x"))
     other = stack("Attachable")
     ours = attachable_policy(other, "Ok", statements=[iam.PolicyStatement(actions=["s3:ListBucket"], resources=["*"])])
@@ -189,6 +213,71 @@ def test_provider_nested_stack_at_the_pinned_version(on_demand) -> None:
     )
 
 
+BOUNDARY = "arn:aws:iam::111111111111:policy/kiln-permissions-boundary"
+
+
+def _nested_stacks(resources: dict) -> dict[str, dict]:
+    """The template's nested stacks by the end of their TemplateURL (custom_resource/cluster.yaml, ...)."""
+    return {
+        r["Properties"]["TemplateURL"]["Fn::Sub"].split("/templates/", 1)[1]: r
+        for r in resources.values()
+        if r["Type"] == "AWS::CloudFormation::Stack"
+    }
+
+
+def test_without_a_boundary_the_provider_makes_its_own_role(on_demand) -> None:
+    cluster, template = on_demand
+    assert cluster.provider_role is None
+    (nested,) = _nested_stacks(template.to_json()["Resources"]).values()
+    assert "Parameters" not in nested["Properties"]
+
+
+def test_with_a_boundary_the_provider_runs_as_kilns_role_with_the_policies_stack_bounded(tmp_path) -> None:
+    """ParallelCluster's provider template makes a role without a boundary unless CustomLambdaRole names one: kiln's
+    role holds what that role would (cluster.yaml's PclusterLambdaRole), from a policies stack carrying the boundary."""
+    app = new_app(str(tmp_path))
+    st = stack("PcBounded", app)
+    cluster = ParallelCluster(st, "Cluster", _props(st, permissions_boundary=BOUNDARY))
+    resources = synth_as_kiln(app, tmp_path, [st])["PcBounded"].to_json()["Resources"]
+    nested = _nested_stacks(resources)
+    assert set(nested) == {"custom_resource/cluster.yaml", "policies/policies.yaml"}
+    assert PARALLELCLUSTER_VERSION in nested["policies/policies.yaml"]["Properties"]["TemplateURL"]["Fn::Sub"]
+    assert nested["policies/policies.yaml"]["Properties"]["Parameters"] == {
+        "EnableIamAdminAccess": "true",
+        "PermissionsBoundaryPolicy": BOUNDARY,
+    }
+    role_id = logical_id(cluster.provider_role.node.default_child)
+    assert nested["custom_resource/cluster.yaml"]["Properties"]["Parameters"] == {
+        "CustomLambdaRole": {"Fn::GetAtt": [role_id, "Arn"]}
+    }
+    role = resources[role_id]["Properties"]
+    assert role["AssumeRolePolicyDocument"]["Statement"] == [
+        {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}}
+    ]
+    policies = logical_id(cluster.provider_policies)
+    assert json.dumps(role["ManagedPolicyArns"][0]).endswith(
+        ':iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"]]}'
+    )
+    assert role["ManagedPolicyArns"][1:] == [
+        {"Fn::GetAtt": [policies, f"Outputs.{name}"]}
+        for name in (
+            "ParallelClusterClusterPolicy1",
+            "ParallelClusterClusterPolicy2",
+            "DefaultParallelClusterIamAdminPolicy",
+        )
+    ]
+    (inline,) = role["Policies"]
+    events, bucket = inline["PolicyDocument"]["Statement"]
+    assert events["Action"] == ["events:DeleteRule", "events:PutRule", "events:PutTargets", "events:RemoveTargets"]
+    assert json.dumps(events["Resource"]).endswith(':rule/*"]]}')
+    assert bucket["Action"] == list(PROVIDER_ROLE["bucket_actions"])
+    assert [json.dumps(r).split(":s3:::")[1] for r in bucket["Resource"]] == ['pcbounded-*"]]}', 'pcbounded-*/*"]]}']
+    # Its wildcards are reviewed, and cdk-nag has nothing open.
+    reasons = {u.reason for u in template_wildcards({"Resources": resources}) if u.logical_id == role_id}
+    assert reasons == {grant.reason for grant in acknowledgements.PCLUSTER_PROVIDER_GRANTS}
+    assert nag_report(tmp_path).violations == []
+
+
 def test_custom_resource_gets_name_config_and_deletion_policy(on_demand) -> None:
     cluster, template = on_demand
     (resource,) = template.find_resources("Custom::PclusterCluster").values()
@@ -214,28 +303,34 @@ def _manifest(cluster: ParallelCluster) -> dict:
     return json.loads("".join(p if isinstance(p, str) else "TOKEN" for p in parts))
 
 
+RESOLVE_KEY = f"{BOOTSTRAP_PREFIX}resolve-bootstrap-{file_sha256(RESOLVE_SCRIPT)}.sh"
+
+
 def test_every_node_resolves_the_bootstrap_from_the_parameter_on_node_configured(on_demand) -> None:
-    """Script is resolve-bootstrap.sh, named by its digest; Args name the region, the parameter and the role."""
+    """Script is resolve-bootstrap.sh in the cluster's own bucket, named by its digest; Args name the region, the
+    parameter and the role."""
     cluster, _ = on_demand
     st = Stack.of(cluster)
     config = st.resolve(cluster.config)
     parameter = logical_id(cluster.bootstrap_parameter.node.default_child)
-    assert cluster.resolve_script.s3_object_key == f"{cluster.resolve_script.asset_hash}.sh"
+    bucket = logical_id(cluster.bootstrap_bucket.node.default_child)
+    script = {"Fn::Join": ["", ["s3://", {"Ref": bucket}, f"/{RESOLVE_KEY}"]]}
     # ParallelCluster fetches a custom action's Script only over these (platforms.json): an S3 key that never changes.
     schemes = service_fact("parallelcluster", "custom_action_script_schemes").value
-    assert st.resolve(cluster.resolve_script.s3_object_url).split("://")[0] in schemes
+    assert "s3" in schemes
     for kind, node in _node_kinds(config).items():
         action = node["CustomActions"]["OnNodeConfigured"]
-        assert action["Script"] == st.resolve(cluster.resolve_script.s3_object_url), kind
+        assert action["Script"] == script, kind
         role = {"head": "controller", "login": "login"}.get(kind, "worker")
         assert action["Args"] == ["us-east-1", {"Ref": parameter}, "--role", role], kind
-    # The manifest in the parameter: fetch.sh and the bundle, each with its digest where known, and cluster.env.
+    # The manifest in the parameter: fetch.sh and the bundle, each with its digest, and cluster.env.
     manifest = _manifest(cluster)
     fetch_url = f"s3://cdk-hnb659fds-assets-111111111111-us-east-1/{cluster.fetch_script.s3_object_key}"
     assert manifest["fetch"] == {"url": fetch_url, "sha256": file_sha256(FETCH_SCRIPT)}
     assert manifest["bundle"] == {
         "url": "s3://kiln-bundles-111111111111/bundles/node.zip",
         "entry_point": "on-node-configured.sh",
+        "sha256": PLAIN_BUNDLE_SHA256,
     }
     assert manifest["env"] == {"KILN_CLUSTER_NAME": "llm-pcluster", "KILN_REGION": "us-east-1"}
     assert "S3Access" not in json.dumps(config)
@@ -254,13 +349,15 @@ def test_every_node_may_read_exactly_the_parameter_the_scripts_and_the_bundle(on
     assert parameter["Action"] == "ssm:GetParameter"
     assert parameter["Resource"] == st.resolve(cluster.bootstrap_parameter.parameter_arn)
     assert objects["Action"] == "s3:GetObject" and len(objects["Resource"]) == 3
+    bucket = logical_id(cluster.bootstrap_bucket.node.default_child)
+    assert {"Fn::Join": ["", [{"Fn::GetAtt": [bucket, "Arn"]}, f"/{RESOLVE_KEY}"]]} in objects["Resource"]
     keys = json.dumps(objects["Resource"])
-    assert cluster.resolve_script.s3_object_key in keys and cluster.fetch_script.s3_object_key in keys
+    assert cluster.fetch_script.s3_object_key in keys
     assert "bundles/node.zip" in keys
     assert "*" not in keys.replace("${AWS::Partition}", "")
 
 
-def test_the_bundles_digest_reaches_the_parameter_when_its_maker_knows_it() -> None:
+def test_the_bundles_digest_reaches_the_parameter_and_a_bundle_without_one_is_refused() -> None:
     st = stack("PcDigest")
     digest = "ab" * 32
     props = _props(st)
@@ -269,6 +366,56 @@ def test_the_bundles_digest_reaches_the_parameter_when_its_maker_knows_it() -> N
     assert _manifest(cluster)["bundle"]["sha256"] == digest
     with pytest.raises(ValueError, match="content_sha256: got 'nope'; allowed: 64 lowercase hex digits"):
         dataclasses.replace(bootstrap, content_sha256="nope")
+    with pytest.raises(ValueError, match=r"^NodeBootstrap.content_sha256: got None; allowed: 64 lowercase hex"):
+        dataclasses.replace(bootstrap, content_sha256=None)
+    with pytest.raises(TypeError, match="content_sha256"):
+        NodeBootstrap(bucket=bootstrap.bucket, object_key="k.zip", entry_point="on-node-configured.sh")
+
+
+def test_the_on_node_configured_script_is_written_by_the_stacks_deployment_alone(on_demand) -> None:
+    """ParallelCluster runs the Script unchecked: it is in a bucket of the cluster's own, which the stack's
+    BucketDeployment fills with resolve-bootstrap.sh, and which no other role in the stack may write."""
+    cluster, template = on_demand
+    st = Stack.of(cluster)
+    bucket = logical_id(cluster.bootstrap_bucket.node.default_child)
+    (deployment,) = template.find_resources("Custom::CDKBucketDeployment").values()
+    properties = deployment["Properties"]
+    assert properties["DestinationBucketName"] == {"Ref": bucket}
+    assert properties["DestinationBucketKeyPrefix"] == BOOTSTRAP_PREFIX
+    # The source the handler copies: one file, resolve-bootstrap.sh as it is, under the key the Script names.
+    (key,) = properties["SourceObjectKeys"]
+    staged = Path(st.node.root.synth().directory) / f"asset.{key.removesuffix('.zip')}"
+    assert sorted(p.name for p in staged.iterdir()) == [RESOLVE_KEY.removeprefix(BOOTSTRAP_PREFIX)]
+    assert (staged / RESOLVE_KEY.removeprefix(BOOTSTRAP_PREFIX)).read_bytes() == RESOLVE_SCRIPT.read_bytes()
+    # The cluster (and so its first node) waits for the script.
+    (resource_id,) = template.find_resources("Custom::PclusterCluster")
+    depends = template.to_json()["Resources"][resource_id].get("DependsOn", [])
+    assert any(d.startswith("ClusterBootstrapScripts") for d in depends), depends
+    # Writers: only the deployment's handler role holds s3:PutObject on the bucket.
+    handler_role = cluster.bootstrap_scripts.handler_role.node.default_child
+    writers = set()
+    for policy in template.find_resources("AWS::IAM::Policy").values():
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]:
+            actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+            if any(a in ("s3:PutObject", "s3:*", "*") for a in actions) and bucket in json.dumps(statement):
+                writers |= {r["Ref"] for r in policy["Properties"]["Roles"]}
+    assert writers == {logical_id(handler_role)}
+    assert "cdk-hnb659fds-assets" not in json.dumps(st.resolve(cluster.config)["HeadNode"]["CustomActions"])
+    # And the bucket refuses object writes under the prefix to any other principal, whatever its own policies allow.
+    (policy,) = [
+        p["Properties"]["PolicyDocument"]
+        for p in template.find_resources("AWS::S3::BucketPolicy").values()
+        if p["Properties"]["Bucket"] == {"Ref": bucket}
+    ]
+    (deny,) = [s for s in policy["Statement"] if s.get("Sid") == DENY_SID]
+    assert deny == {
+        "Sid": DENY_SID,
+        "Effect": "Deny",
+        "Principal": {"AWS": "*"},
+        "Action": "s3:PutObject",
+        "Resource": {"Fn::Join": ["", [{"Fn::GetAtt": [bucket, "Arn"]}, f"/{BOOTSTRAP_PREFIX}*"]]},
+        "Condition": {"ArnNotEquals": {"aws:PrincipalArn": {"Fn::GetAtt": [logical_id(handler_role), "Arn"]}}},
+    }
 
 
 def test_queues_drain_on_an_update_and_the_strategy_is_one_parallelcluster_knows(on_demand) -> None:

@@ -15,7 +15,16 @@ from kiln.constructs.pcs import NAME_DIGEST_LENGTH, PcsCluster, PcsClusterProps,
 from kiln.iam_wildcards import template_wildcards
 from kiln.stacks import new_app
 from kiln.synth import nag_report
-from tests.constructs.conftest import get_att, imported_vpc, logical_id, plain_bootstrap, ref, stack, synth_as_kiln
+from tests.constructs.conftest import (
+    PLAIN_BUNDLE_SHA256,
+    get_att,
+    imported_vpc,
+    logical_id,
+    plain_bootstrap,
+    ref,
+    stack,
+    synth_as_kiln,
+)
 
 SSM_DOCS = service_fact("systems_manager", "instance_actions").value
 
@@ -178,7 +187,8 @@ def test_nodes_boot_the_pcs_bundle_with_their_role(pcs) -> None:
     ]["UserData"]
     body = user_data["Fn::Base64"]
     text = body if isinstance(body, str) else "".join(p for p in body["Fn::Join"][1] if isinstance(p, str))
-    assert "exec bash /opt/kiln/fetch.sh" in text and "'pcs-user-data.sh' '--role' 'login'" in text
+    assert "exec bash /opt/kiln/fetch.sh" in text
+    assert f"'pcs-user-data.sh' '--sha256' '{PLAIN_BUNDLE_SHA256}' '--role' 'login'" in text
     assert "'KILN_FSX_DNS=fs.example'" in text
 
 

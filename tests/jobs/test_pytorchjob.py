@@ -104,6 +104,50 @@ def test_every_job_passes_the_operators_types_and_kubernetes_schema(script, whee
         kubernetes_validate.validate(files, spec.kubernetes_version, strict=True)
 
 
+# Pod Security Standards, baseline (https://kubernetes.io/docs/concepts/security/pod-security-standards/): the
+# capabilities a container may add, and the pod and container fields it may not set to anything but these.
+BASELINE_CAPABILITIES = {
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP",
+    "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+}  # fmt: skip
+
+
+def baseline_violations(pod: dict) -> list[str]:
+    """Return what in POD's spec Pod Security's baseline level refuses (empty when it admits the pod)."""
+    found = [f"spec.{field}" for field in ("hostNetwork", "hostPID", "hostIPC") if pod.get(field)]
+    found += [f"volume {v['name']}: hostPath" for v in pod.get("volumes", []) if "hostPath" in v]
+    if pod.get("securityContext", {}).get("seccompProfile", {}).get("type") == "Unconfined":
+        found.append("spec.securityContext.seccompProfile Unconfined")
+    for container in [*pod.get("initContainers", []), *pod["containers"]]:
+        context = container.get("securityContext", {})
+        if context.get("privileged"):
+            found.append(f"{container['name']}: privileged")
+        if context.get("windowsOptions", {}).get("hostProcess"):
+            found.append(f"{container['name']}: hostProcess")
+        added = set(context.get("capabilities", {}).get("add", [])) - BASELINE_CAPABILITIES
+        found += [f"{container['name']}: adds {cap}" for cap in sorted(added)]
+        if context.get("procMount", "Default") != "Default":
+            found.append(f"{container['name']}: procMount")
+        if context.get("seccompProfile", {}).get("type") == "Unconfined":
+            found.append(f"{container['name']}: seccompProfile Unconfined")
+        found += [f"{container['name']}: hostPort" for port in container.get("ports", []) if port.get("hostPort")]
+    return found
+
+
+@pytest.mark.parametrize("example", ["p5-eks.yaml", "trn1-eks.yaml"])
+def test_job_pods_pass_pod_security_baseline_and_gain_no_privileges(script, wheel, example) -> None:
+    # The jobs' namespace enforces baseline (kiln.constructs.eks_addons.pod_security_patch): a job must pass it.
+    _, job = job_manifests(JobRequest(script=script, image=IMAGE, name="llm", nodes=2), _facts(example), wheel)
+    for replica in ("Master", "Worker"):
+        pod = _pod(job, replica)
+        assert baseline_violations(pod) == []
+        assert all(c["securityContext"]["allowPrivilegeEscalation"] is False for c in pod["containers"])
+    privileged = json.loads(json.dumps(_pod(job)))
+    privileged["hostNetwork"] = True
+    privileged["containers"][0]["securityContext"]["privileged"] = True
+    assert baseline_violations(privileged) == ["spec.hostNetwork", "pytorch: privileged"]
+
+
 def test_the_schema_check_catches_what_the_operator_would_refuse(script, wheel) -> None:
     _, job = job_manifests(JobRequest(script=script, image=IMAGE, name="llm"), _facts("p5-eks.yaml"), wheel)
     misspelt = json.loads(json.dumps(job))

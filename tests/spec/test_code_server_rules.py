@@ -50,26 +50,46 @@ def test_pcs_without_login_nodes_has_nowhere_to_run_it_in_one_line() -> None:
 def test_root_is_refused_in_one_line(platform: str) -> None:
     assert problems(slurm_spec(platform, code_server={"user": "root"})) == [
         "x.yaml: code_server.user: got 'root', allowed: any other user: code-server's terminals and extensions act as "
-        "its user; name the user you log in as, or leave it out for the image's default user"
+        "its user; name the user you log in as, or leave it out for kiln's own user (coder, without sudo)"
     ]
 
 
 @pytest.mark.parametrize(
     ("platform", "login_nodes", "role", "user"),
     [
-        ("pcs", None, "login", "ec2-user"),
-        ("parallelcluster", None, "login", "ubuntu"),
+        ("pcs", None, "login", "coder"),
+        ("parallelcluster", None, "login", "coder"),
         # Without login nodes: ParallelCluster's head node, HyperPod's controller.
-        ("parallelcluster", 0, "controller", "ubuntu"),
-        ("hyperpod-slurm", 0, "controller", "ubuntu"),
+        ("parallelcluster", 0, "controller", "coder"),
+        ("hyperpod-slurm", 0, "controller", "coder"),
     ],
 )
-def test_it_runs_on_the_login_node_else_the_controller_as_the_images_user(platform, login_nodes, role, user) -> None:
+def test_it_runs_on_the_login_node_else_the_controller_as_kilns_own_user(platform, login_nodes, role, user) -> None:
     spec = parse_spec(slurm_spec(platform, login_nodes=login_nodes, code_server={}), "x.yaml")
     config = config_from_spec(spec)
     assert (config.code_server_role, config.code_server_user) == (role, user)
+    # Every node creates it with the same uid (configure_users), so the jobs its terminal submits run as it there.
+    assert [(u.name, u.uid, u.group_id) for u in config.users] == [("coder", 59000, 59000)]
     named = config_from_spec(parse_spec(slurm_spec(platform, login_nodes, code_server={"user": "alice"}), "x.yaml"))
-    assert named.code_server_user == "alice"
+    assert named.code_server_user == "alice" and named.users == ()
+
+
+@pytest.mark.parametrize(
+    ("user", "why"),
+    [
+        ("ec2-user", "ec2-user is a passwordless sudoer on the images"),
+        ("ubuntu", "ubuntu is a passwordless sudoer on the images"),
+        ("ssm-user", "ssm-user is a passwordless sudoer on the images"),
+        ("nobody", "nobody is a system account without a home and login shell"),
+        ("daemon", "daemon is a system account without a home and login shell"),
+        ("www-data", "www-data is a system account without a home and login shell"),
+    ],
+)
+@pytest.mark.parametrize("platform", sorted(SLURM_COMPUTE))
+def test_known_sudoers_and_system_accounts_are_refused_in_one_line(platform: str, user: str, why: str) -> None:
+    [line] = problems(slurm_spec(platform, code_server={"user": user}))
+    assert line.startswith(f"x.yaml: code_server.user: got {user!r}: {why}"), line
+    assert line.endswith("or leave it out for kiln's own user (coder)"), line
 
 
 def test_without_code_server_no_node_runs_it() -> None:

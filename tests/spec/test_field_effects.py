@@ -351,6 +351,8 @@ TABLE: dict[str, dict[str, Verdict]] = {
     "launcher.checkpoint_dir": each(Effect("/fsx/ckpt", BUNDLE)),
     "launcher.nccl_env": each(Effect({"NCCL_DEBUG": "INFO"}, BUNDLE)),
     "ci.ttl_hours": each(Effect(4, TEMPLATES)),
+    # Every role of every stack, ParallelCluster's own cluster roles included (its Iam/PermissionsBoundary).
+    "iam.permissions_boundary": each(Effect("org-boundary", TEMPLATES)),
     "observability": each(Effect({}, BUNDLE)),
     "observability.node_exporter": split(Effect(False, BUNDLE, OBSERVED), Effect(False, TEMPLATES, OBSERVED)),
     "observability.slurm_exporter": split(Effect(False, BUNDLE, OBSERVED), Refused(False, OBSERVED)),
@@ -365,6 +367,19 @@ TABLE: dict[str, dict[str, Verdict]] = {
     "code_server.user": {
         **each(Effect("alice", BUNDLE, {"code_server": {}}), SLURM),
         **each(Refused("ec2-user", context={"code_server": {}}), EKS),
+    },
+    # The cluster's own Session document and the nodes' grants for it (kiln.constructs.session_logs) where users reach
+    # nodes through a Session Manager shell; refused where Kubernetes is the way in. s3 writes to storage.bucket.name.
+    "session_logs": {
+        **each(Effect({"destination": "cloudwatch"}, TEMPLATES), SLURM),
+        **each(Refused({"destination": "cloudwatch"}), EKS),
+    },
+    "session_logs.destination": {
+        **each(
+            Effect("s3", TEMPLATES, {"session_logs": {"destination": "cloudwatch"}, "storage.bucket.name": "lab-x"}),
+            SLURM,
+        ),
+        **each(Refused("s3", {"storage.bucket.name": "lab-x"}, names="session_logs"), EKS),
     },
     # The user's own steps ship in the bundle (_write puts each script beside the spec, its text naming its path).
     "bootstrap.steps[].name": each(Effect("setup_v2", BUNDLE, USER_STEP)),

@@ -305,6 +305,31 @@ def test_hyperpod_lifecycle_buckets_are_named_by_the_environment_and_always_dele
     assert _auto_deleted(template) == {_lid(data), _lid(logs)}
 
 
+def test_parallelclusters_bootstrap_script_goes_to_the_environments_lifecycle_bucket(tmp_path: Path) -> None:
+    """In an environment, the bucket of ParallelCluster's OnNodeConfigured script is the environment's lifecycle
+    bucket: named for the reaper, deleted with the environment, and written by the stack's deployment alone."""
+    spec = _example("p5-parallelcluster", ci={"ttl_hours": 2})
+    ci = ci_environment(spec, created_at=HP_CREATED_AT)
+    assert ci is not None
+    app = new_app(str(tmp_path))
+    stacks = build_cluster(app, spec, nag=False, ci=ci)
+    app.synth()
+    cluster = stacks.compute.parallelcluster
+    lifecycle = stacks.compute.node.find_child("LifecycleBucket")
+    assert cluster.bootstrap_bucket is lifecycle.bucket
+    template = json.loads((tmp_path / f"{stacks.compute.stack_name}.template.json").read_text())
+    bucket = _bucket(template, lifecycle.bucket.node.default_child)
+    assert bucket["Properties"]["BucketName"] == _account_join(f"{spec.name}-lifecycle-")
+    assert (bucket["DeletionPolicy"], bucket["UpdateReplacePolicy"]) == ("Delete", "Delete")
+    (config,) = [
+        r["Properties"]["ClusterConfiguration"]
+        for r in template["Resources"].values()
+        if r["Type"] == "Custom::PclusterCluster"
+    ]
+    script = config["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"]
+    assert script["Fn::Join"][1][1] == {"Ref": _lid(lifecycle.bucket.node.default_child)}
+
+
 def _flow_log_policy(network: NetworkStack, template: dict) -> str:
     group = network.training_vpc.node.find_child("FlowLogs").node.default_child
     return template["Resources"][_lid(group)]["DeletionPolicy"]

@@ -160,12 +160,15 @@ def test_each_eks_example_runs_the_kubernetes_its_platform_supports(
 
 def test_the_hyperpod_eks_cluster_is_created_after_its_dependencies_are_installed(example_assemblies) -> None:
     """AWS requires HyperPod's dependency chart before the cluster (platforms.json): the SageMaker cluster depends on
-    the wait for the install Job, which depends on the system nodes it runs on."""
+    the wait for the install Job's success, which follows the revocation of its grant, which follows the wait for
+    the Job to finish, which depends on the system nodes it runs on."""
     template = example_assemblies["p5-hyperpod-eks"].templates()["llm-hp-eks-compute"]
     resources = template["Resources"]
     [(name, cluster)] = [(k, r) for k, r in resources.items() if r["Type"] == "AWS::SageMaker::Cluster"]
     waits = [k for k, r in resources.items() if r["Type"] == "Custom::AWSCDK-EKS-KubernetesObjectValue"]
     [wait] = [k for k in waits if "HyperpodDependenciesReady" in k]
     assert wait in cluster["DependsOn"]
+    [revoke] = [k for k in resources[wait]["DependsOn"] if "HyperpodDependenciesRevoke" in k]
+    [finished] = [k for k in resources[revoke]["DependsOn"] if "HyperpodDependenciesFinished" in k]
     [nodegroup] = [k for k, r in resources.items() if r["Type"] == "AWS::EKS::Nodegroup"]
-    assert nodegroup in resources[wait]["DependsOn"]
+    assert nodegroup in resources[finished]["DependsOn"]

@@ -9,6 +9,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import aws_cdk
 import pytest
 import yaml
 from aws_cdk.assertions import Template
@@ -111,6 +112,44 @@ def test_no_change_touches_a_nodes_on_node_configured(synthesized) -> None:
         ]
         assert actions[0] == actions[1], name
         assert not any("OnNodeConfigured" in change.path for change in config_changes(before, after)), name
+
+
+# The Script kiln releases before issue 44 gave every node: resolve-bootstrap.sh, an asset in CDK's shared bucket.
+EARLIER_SCRIPT = {
+    "Fn::Sub": "s3://cdk-hnb659fds-assets-${AWS::AccountId}-${AWS::Region}/"
+    "1fe742f8dd718830550da1d8ec5ddc2412342808c46538684a053e539efdc893.sh"
+}
+
+
+def test_a_cluster_made_before_the_script_left_cdks_asset_bucket_is_told_to_be_made_anew_once(synthesized) -> None:
+    """Moving the OnNodeConfigured Script into the cluster's own bucket changes it on every node: ParallelCluster
+    refuses that on the head node and login pool (UNSUPPORTED) and takes it on the queues (DRAIN); kiln diff says
+    which, and that this is kiln's one-time move, with what to do."""
+    synthesizer = aws_cdk.DefaultStackSynthesizer
+    bucket = synthesizer.DEFAULT_FILE_ASSETS_BUCKET_NAME.replace("${Qualifier}", synthesizer.DEFAULT_QUALIFIER)
+    assert EARLIER_SCRIPT["Fn::Sub"].startswith(f"s3://{bucket}/"), "CDK's file-asset bucket, as aws-cdk-lib names it"
+    after, _ = synthesized["before"]
+    before = copy.deepcopy(after)
+    actions = [before["HeadNode"], before["LoginNodes"]["Pools"][0], *before["Scheduling"]["SlurmQueues"]]
+    assert all(a["CustomActions"]["OnNodeConfigured"]["Script"] != EARLIER_SCRIPT for a in actions)
+    for node in actions:
+        node["CustomActions"]["OnNodeConfigured"]["Script"] = EARLIER_SCRIPT
+    allowed, refused = parallelclusters_verdict(before, after)
+    lines, named = kilns_verdict(before, after)
+    assert not allowed and named == refused
+    assert {line.split(": ", 2)[1].split(" ", 1)[0] for line in lines} == {
+        "HeadNode/CustomActions/OnNodeConfigured/Script",
+        "LoginNodes/Pools[login]/CustomActions/OnNodeConfigured/Script",
+    }
+    for line in lines:
+        assert "update policy UNSUPPORTED; this kiln release moves every node's OnNodeConfigured script" in line
+        assert "out of CDK's shared asset bucket" in line
+        assert "destroy the compute stack (data in FSx and S3 stays) and deploy anew" in line
+    # Any other change of a head node's Script keeps the general line.
+    moved = copy.deepcopy(after)
+    moved["HeadNode"]["CustomActions"]["OnNodeConfigured"]["Script"] = "s3://elsewhere/resolve-bootstrap.sh"
+    [line] = update_refusals(after, moved, "llm-pcluster")
+    assert "ParallelCluster never changes it on an existing cluster" in line
 
 
 def test_the_parameter_holds_the_fetch_script_and_bundle_of_this_deploy(synthesized) -> None:

@@ -41,6 +41,17 @@ CI_ENVIRONMENTS = {
         ttl_hours=4,
         admin_role_arn="arn:aws:iam::111111111111:role/kiln-ci-deploy",
     ),
+    # Every backend once as an environment: kiln's permissions boundary on every role (test_permissions_boundary.py).
+    "p5-parallelcluster": CiEnvironment(
+        name="llm-pcluster-pr1", cluster="llm-pcluster", created_at=CREATED_AT, ttl_hours=2
+    ),
+    "p5-hyperpod-slurm": CiEnvironment(name="llm-hp-slurm-pr1", cluster="llm-hp-slurm", created_at=CREATED_AT),
+    "p5-eks": CiEnvironment(
+        name="llm-eks-pr1",
+        cluster="llm-eks",
+        created_at=CREATED_AT,
+        admin_role_arn="arn:aws:iam::111111111111:role/kiln-ci-deploy",
+    ),
 }
 
 

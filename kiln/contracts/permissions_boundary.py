@@ -1,0 +1,347 @@
+"""kiln's permissions boundary: the managed policy every IAM role kiln's stacks create carries, so that no role made
+through kiln (by CloudFormation with kiln's execution policies, or by a role kiln made) can exceed it or mint one that
+does. Standard library only: the CI identity stack creates it, the execution policies require it, the stacks apply it.
+
+It follows IAM's delegation pattern (https://docs.aws.amazon.com/IAM/latest/UserGuide/access_policies_boundaries.html,
+"Delegating responsibility to others using permissions boundaries"): a boundary grants nothing by itself; it allows
+the services kiln's roles use (nodes, Lambda handlers, HyperPod, EKS, PCS and ParallelCluster roles; each role's own
+policies grant what it does) and denies every way out: creating or changing a role or user without this same
+boundary, removing a boundary, editing the boundary policy itself, minting users, keys or passwords, and rewriting
+any role's trust policy. Every other action it allows on "*" is kept off what is not kiln's where that action would
+run code as something else (pivot_statements): passing or assuming a role, changing or invoking a function, running
+a command or session on an instance, and writing the kiln: tags those rules read.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from kiln.contracts.cdk_bootstrap import CDK_BOOTSTRAP_ROLES, bootstrap_role_name
+from kiln.contracts.tags import TAG_ENVIRONMENT
+
+# The policy `kiln ci identity` creates (in the CI identity stack) and CI environments carry unless the spec's
+# iam.permissions_boundary names another. One per account: the document names no cluster.
+BOUNDARY_NAME = "kiln-permissions-boundary"
+# A policy name (IAM: 1-128 of letters, digits and + = , . @ _ -) or a customer managed policy's ARN (with a path).
+POLICY_NAME = re.compile(r"[A-Za-z0-9+=,.@_-]{1,128}")
+POLICY_ARN = re.compile(r"arn:aws(?:-[a-z]+)*:iam::[0-9]{12}:policy/(?:[A-Za-z0-9+=,.@_-]+/)*[A-Za-z0-9+=,.@_-]{1,128}")
+BOUNDARY_RULE = (
+    "a customer managed policy's name (1-128 letters, digits and + = , . @ _ -) or ARN "
+    "(arn:PARTITION:iam::ACCOUNT:policy/NAME)"
+)
+
+# The condition key holding the boundary a request sets or the target role or user carries. IAM's Service
+# Authorization Reference lists it for exactly these role and user actions
+# (https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsidentityandaccessmanagementiam.html,
+# "iam:PermissionsBoundary: filters access if the specified policy is set as permissions boundary on the IAM entity
+# (user or role)").
+PERMISSIONS_BOUNDARY_KEY = "iam:PermissionsBoundary"
+BOUNDED_ROLE_ACTIONS = (
+    "iam:AttachRolePolicy",
+    "iam:CreateRole",
+    "iam:DeleteRolePolicy",
+    "iam:DetachRolePolicy",
+    "iam:PutRolePermissionsBoundary",
+    "iam:PutRolePolicy",
+)
+BOUNDED_USER_ACTIONS = (
+    "iam:AttachUserPolicy",
+    "iam:CreateUser",
+    "iam:DeleteUserPolicy",
+    "iam:DetachUserPolicy",
+    "iam:PutUserPermissionsBoundary",
+    "iam:PutUserPolicy",
+)
+# What no principal inside the boundary may ever do: take a boundary off, or change the policy that is one.
+BOUNDARY_REMOVAL = ("iam:DeleteRolePermissionsBoundary", "iam:DeleteUserPermissionsBoundary")
+POLICY_EDITS = (
+    "iam:CreatePolicyVersion",
+    "iam:DeletePolicy",
+    "iam:DeletePolicyVersion",
+    "iam:SetDefaultPolicyVersion",
+)
+# Long-lived credentials and identities outside roles: kiln never makes them. UpdateAssumeRolePolicy takes no
+# iam:PermissionsBoundary key (same reference), and a new trust policy on an existing role is a way into whatever that
+# role may do: no role kiln makes rewrites one (CloudFormation, outside the boundary, applies kiln's trust policies).
+NEVER = (
+    "iam:AddUserToGroup",
+    "iam:AttachGroupPolicy",
+    "iam:CreateAccessKey",
+    "iam:CreateGroup",
+    "iam:CreateLoginProfile",
+    "iam:CreateServiceSpecificCredential",
+    "iam:CreateUser",
+    "iam:PutGroupPolicy",
+    "iam:UpdateAccessKey",
+    "iam:UpdateAssumeRolePolicy",
+    "iam:UpdateLoginProfile",
+    "iam:UploadSSHPublicKey",
+    "iam:UploadSigningCertificate",
+    "sts:AssumeRoot",
+)
+# The services kiln's roles use (their identity policies, CDK's handler roles, the AWS managed policies kiln attaches,
+# and the roles ParallelCluster's API makes, whose policies aws-parallelcluster's
+# cloudformation/policies/parallelcluster-policies.yaml and cluster templates write); a role inside the boundary can do
+# nothing in any other service. tests/stacks/test_permissions_boundary.py holds every action of every role policy kiln
+# synthesizes to this list; the AWS managed policies' and ParallelCluster's runtime roles' actions are read, not tested.
+SERVICES = (
+    "aps",
+    "autoscaling",
+    "cloudformation",
+    "cloudwatch",
+    "codeartifact",
+    "dynamodb",
+    "ebs",
+    "ec2",
+    "ec2messages",
+    "ecr",
+    "ecr-public",
+    "eks",
+    "eks-auth",
+    "elasticfilesystem",
+    "elasticloadbalancing",
+    "events",
+    "fsx",
+    "grafana",
+    "iam",
+    "imagebuilder",
+    "kms",
+    "lambda",
+    "logs",
+    "pcs",
+    "resource-groups",
+    "route53",
+    "s3",
+    "sagemaker",
+    "scheduler",
+    "secretsmanager",
+    "servicequotas",
+    "sns",
+    "sqs",
+    "ssm",
+    "ssmmessages",
+    "sts",
+    "tag",
+    "xray",
+)
+
+
+# ---- Pivots: a role inside the boundary may hold any allowed action on "*" (whoever writes a template writes its
+# roles' policies), so the boundary itself keeps that action off what is not kiln's. "Kiln's" is the tag
+# kiln:environment (CI environments' stacks put it on every resource and the execution policies require it on every
+# role), which no principal inside the boundary may write (TAG_WRITES).
+ENVIRONMENT_TAG = TAG_ENVIRONMENT
+# A role's tags are iam:ResourceTag/<key> on the role resource for iam:PassRole and sts:AssumeRole alike: IAM's
+# Service Authorization Reference lists aws:ResourceTag/${TagKey} and iam:ResourceTag/${TagKey} for the role resource
+# (https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsidentityandaccessmanagementiam.html;
+# https://docs.aws.amazon.com/IAM/latest/UserGuide/access_iam-tags.html), and AWS's own example allows sts:AssumeRole
+# by iam:ResourceTag (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_examples_iam-assume-tagged-role.html).
+# iam:PassRole takes no iam:PermissionsBoundary key (only iam:PassedToService and iam:AssociatedResourceArn), so a
+# role's boundary cannot be asked for: its tag is.
+ROLE_TAG_KEY = f"iam:ResourceTag/{ENVIRONMENT_TAG}"
+# 1. iam:PassRole: handing a role to a service (Lambda, EC2, CloudFormation, SageMaker, EKS, Scheduler, SSM
+# Automation...) runs code as it. Only kiln's roles, and the roles ParallelCluster's provider function (a role inside
+# the boundary, as CloudFormation runs the cluster's stack with its credentials and no service role) makes for its own
+# environment's cluster: aws-parallelcluster puts them at the path /parallelcluster/<cluster name>/
+# (_cluster_scoped_iam_path; kiln names a CI environment's cluster after the environment, kiln.stacks.ci_mode), with
+# ParallelCluster's tags, not kiln's. The path names the caller's own environment through its tag: a policy variable
+# (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_variables.html, "Specifying default values")
+# whose default, for a caller without the tag, no cluster name can be (ParallelCluster's names start with a letter).
+PASS_ROLE = ("iam:PassRole",)
+PCLUSTER_OWN_ROLES = "arn:*:iam::*:role/parallelcluster/${aws:PrincipalTag/" + ENVIRONMENT_TAG + ", '-'}/*"
+# 2. sts:AssumeRole and the calls that go with it (session tags, source identity): only kiln's roles, and the roles
+# `cdk bootstrap` makes that the CI role assumes to deploy (kiln.contracts.cdk_bootstrap.CDK_BOOTSTRAP_ROLES, named
+# cdk-<qualifier>-<kind>-<account>-<region>). CDK's cfn-exec-role is not among them: only CloudFormation assumes it.
+ASSUME_ACTIONS = (
+    "sts:AssumeRole",
+    "sts:AssumeRoleWithSAML",
+    "sts:AssumeRoleWithWebIdentity",
+    "sts:SetSourceIdentity",
+    "sts:TagSession",
+)
+# 3. Tags kiln's IAM and its CI identity rely on: no principal inside the boundary adds, changes or removes a kiln:
+# tag on a role, user, function, instance, Auto Scaling group, managed instance or HyperPod cluster (which would
+# bring another owner's resource inside the rules above), except an EC2 tag written as the resource is created
+# (ec2:CreateAction is present then). Each action takes aws:TagKeys, the keys the request adds or removes: IAM
+# (list_awsidentityandaccessmanagementiam.html: TagRole, UntagRole, TagUser, UntagUser), Lambda (list_awslambda.html:
+# TagResource, UntagResource), EC2 (list_amazonec2.html: CreateTags, DeleteTags; ec2:CreateAction on CreateTags,
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/supported-iam-actions-tagging.html), Auto Scaling
+# (list_amazonec2autoscaling.html), Systems Manager (list_awssystemsmanager.html), SageMaker
+# (list_amazonsagemaker.html) and the Resource Groups Tagging API (list_awsresourcegroupstaggingapi.html).
+# CloudFormation, as the execution role (which carries no boundary), still tags kiln's resources as it creates them.
+KILN_TAG_KEYS = "kiln:*"
+TAG_WRITES = (
+    "autoscaling:CreateOrUpdateTags",
+    "autoscaling:DeleteTags",
+    "ec2:DeleteTags",
+    "iam:TagRole",
+    "iam:TagUser",
+    "iam:UntagRole",
+    "iam:UntagUser",
+    "lambda:TagResource",
+    "lambda:UntagResource",
+    "sagemaker:AddTags",
+    "sagemaker:DeleteTags",
+    "ssm:AddTagsToResource",
+    "ssm:RemoveTagsFromResource",
+    "tag:TagResources",
+    "tag:UntagResources",
+)
+EC2_TAG_ON_CREATE = ("ec2:CreateTags",)
+# 4. Lambda: new code or configuration (environment, layers, role) for a function runs as that function's role; so
+# does invoking a function whose code acts on its input (a custom resource handler does). Only kiln's functions
+# (Lambda supports aws:ResourceTag/${TagKey} on the function resource, list_awslambda.html;
+# https://docs.aws.amazon.com/lambda/latest/dg/attribute-based-access-control.html). InvokeFunction also reaches the
+# functions of the cluster stack ParallelCluster's provider runs as itself (CloudFormation invokes a custom
+# resource's function with its caller's credentials): aws-parallelcluster names them pcluster-<Name>-<stack id>.
+FUNCTION_TAG_KEY = f"aws:ResourceTag/{ENVIRONMENT_TAG}"
+FUNCTIONS = "arn:*:lambda:*:*:function:*"
+FUNCTION_CHANGES = (
+    "lambda:UpdateFunctionCode",
+    "lambda:UpdateFunctionConfiguration",
+)
+FUNCTION_INVOKES = ("lambda:InvokeFunction", "lambda:InvokeFunctionUrl", "lambda:InvokeAsync")
+PCLUSTER_FUNCTIONS = "arn:*:lambda:*:*:function:pcluster-*"
+# 5. Code on an instance: Run Command and Session Manager only on kiln's instances and HyperPod clusters, with the key
+# each documents and kiln's CI role already uses (kiln.constructs.ci_identity): aws:ResourceTag on an instance for
+# SendCommand and on a SageMaker cluster for StartSession, ssm:resourceTag on an instance for StartSession
+# (list_awssystemsmanager.html; https://docs.aws.amazon.com/systems-manager/latest/userguide/getting-started-restrict-access-examples.html);
+# and no instance attribute change (user data, instance profile's role is PassRole's) on an instance that is not
+# kiln's (EC2's instance resource supports aws:ResourceTag/${TagKey}, list_amazonec2.html).
+INSTANCES = ("arn:*:ec2:*:*:instance/*", "arn:*:ssm:*:*:managed-instance/*")
+HYPERPOD_CLUSTERS = "arn:*:sagemaker:*:*:cluster/*"
+INSTANCE_TAG_KEY = f"aws:ResourceTag/{ENVIRONMENT_TAG}"
+SESSION_TAG_KEY = f"ssm:resourceTag/{ENVIRONMENT_TAG}"
+SEND_COMMAND = ("ssm:SendCommand",)
+START_SESSION = ("ssm:StartSession",)
+INSTANCE_CHANGES = ("ec2:ModifyInstanceAttribute",)
+# Systems Manager's ways to run a document on instances chosen by tag or resource group, which IAM does not check
+# against each instance's tags, and Automation's runs: no role kiln makes uses them.
+UNSCOPED_RUNS = (
+    "ssm:CreateAssociation",
+    "ssm:CreateAssociationBatch",
+    "ssm:RegisterTargetWithMaintenanceWindow",
+    "ssm:RegisterTaskWithMaintenanceWindow",
+    "ssm:StartAutomationExecution",
+    "ssm:UpdateAssociation",
+    "ssm:UpdateMaintenanceWindowTask",
+)
+
+
+def cdk_bootstrap_role_patterns() -> list[str]:
+    """Return ARN patterns of the roles `cdk bootstrap` makes for its CLI (any qualifier, account and region)."""
+    return [f"arn:*:iam::*:role/{bootstrap_role_name(kind, '*', '*', '*')}" for kind in CDK_BOOTSTRAP_ROLES]
+
+
+def pivot_statements() -> list[dict[str, Any]]:
+    """Return the boundary's Deny statements that keep an allowed action off what is not kiln's (see above)."""
+    untagged_role = {"Null": {ROLE_TAG_KEY: "true"}}
+    kiln_keys = {"ForAnyValue:StringLike": {"aws:TagKeys": [KILN_TAG_KEYS]}}
+    return [
+        {
+            "Sid": "PassOnlyKilnRoles",
+            "Effect": "Deny",
+            "Action": list(PASS_ROLE),
+            "NotResource": [PCLUSTER_OWN_ROLES],
+            "Condition": untagged_role,
+        },
+        {
+            "Sid": "AssumeOnlyKilnRoles",
+            "Effect": "Deny",
+            "Action": list(ASSUME_ACTIONS),
+            "NotResource": cdk_bootstrap_role_patterns(),
+            "Condition": untagged_role,
+        },
+        {
+            "Sid": "NoKilnTagWrites",
+            "Effect": "Deny",
+            "Action": list(TAG_WRITES),
+            "Resource": "*",
+            "Condition": kiln_keys,
+        },
+        {
+            "Sid": "KilnEc2TagsOnlyAtCreation",
+            "Effect": "Deny",
+            "Action": list(EC2_TAG_ON_CREATE),
+            "Resource": "*",
+            "Condition": {**kiln_keys, "Null": {"ec2:CreateAction": "true"}},
+        },
+        {
+            "Sid": "ChangeOnlyKilnFunctions",
+            "Effect": "Deny",
+            "Action": list(FUNCTION_CHANGES),
+            "Resource": FUNCTIONS,
+            "Condition": {"Null": {FUNCTION_TAG_KEY: "true"}},
+        },
+        {
+            "Sid": "InvokeOnlyKilnFunctions",
+            "Effect": "Deny",
+            "Action": list(FUNCTION_INVOKES),
+            "NotResource": [PCLUSTER_FUNCTIONS],
+            "Condition": {"Null": {FUNCTION_TAG_KEY: "true"}},
+        },
+        {
+            "Sid": "CommandsOnlyOnKilnInstances",
+            "Effect": "Deny",
+            "Action": [*SEND_COMMAND, *INSTANCE_CHANGES],
+            "Resource": list(INSTANCES),
+            "Condition": {"Null": {INSTANCE_TAG_KEY: "true"}},
+        },
+        {
+            "Sid": "SessionsOnlyOnKilnInstances",
+            "Effect": "Deny",
+            "Action": list(START_SESSION),
+            "Resource": list(INSTANCES),
+            "Condition": {"Null": {SESSION_TAG_KEY: "true"}},
+        },
+        {
+            "Sid": "SessionsOnlyOnKilnClusters",
+            "Effect": "Deny",
+            "Action": list(START_SESSION),
+            "Resource": HYPERPOD_CLUSTERS,
+            "Condition": {"Null": {INSTANCE_TAG_KEY: "true"}},
+        },
+        {"Sid": "NoUnscopedRuns", "Effect": "Deny", "Action": list(UNSCOPED_RUNS), "Resource": "*"},
+    ]
+
+
+def boundary_arn(name_or_arn: str, *, partition: str, account: str) -> str:
+    """Return the ARN of the boundary NAME_OR_ARN (a name is a customer managed policy of ACCOUNT, at the root path)."""
+    if name_or_arn.startswith("arn:"):
+        return name_or_arn
+    return f"arn:{partition}:iam::{account}:policy/{name_or_arn}"
+
+
+def boundary_problem(value: object) -> str | None:
+    """Return why VALUE cannot name a permissions boundary, or None when it can."""
+    if not isinstance(value, str) or not (POLICY_NAME.fullmatch(value) or POLICY_ARN.fullmatch(value)):
+        return f"got {value!r}; expected {BOUNDARY_RULE}"
+    return None
+
+
+def boundary_document(arn: str) -> dict[str, Any]:
+    """Return the boundary policy whose own ARN is ARN (it names itself: only this boundary may be set)."""
+    not_this = {"StringNotEquals": {PERMISSIONS_BOUNDARY_KEY: arn}}
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {
+                "Sid": "KilnServices",
+                "Effect": "Allow",
+                "Action": [f"{service}:*" for service in SERVICES],
+                "Resource": "*",
+            },
+            {
+                "Sid": "RolesOnlyWithThisBoundary",
+                "Effect": "Deny",
+                "Action": sorted((*BOUNDED_ROLE_ACTIONS, *BOUNDED_USER_ACTIONS)),
+                "Resource": "*",
+                "Condition": not_this,
+            },
+            {"Sid": "NoBoundaryRemoval", "Effect": "Deny", "Action": list(BOUNDARY_REMOVAL), "Resource": "*"},
+            {"Sid": "NoBoundaryEdits", "Effect": "Deny", "Action": list(POLICY_EDITS), "Resource": arn},
+            {"Sid": "NoOtherIdentities", "Effect": "Deny", "Action": sorted(NEVER), "Resource": "*"},
+            *pivot_statements(),
+        ],
+    }
