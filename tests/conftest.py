@@ -32,6 +32,18 @@ MINIMAL_SPEC = {
     "compute": {"backend": "pcs", "groups": [{"name": "gpu", "instance_type": "p5.48xlarge", "max_count": 2}]},
 }
 
+
+def spec_problems(spec: dict) -> list[str]:
+    """Return the lines `kiln validate` prints for the spec SPEC (plain data), none when it is valid."""
+    from kiln.spec import SpecError, parse_spec
+
+    try:
+        parse_spec(spec, "x.yaml")
+    except SpecError as error:
+        return error.lines_out()
+    return []
+
+
 # jsii runs the CDK in Node: use the pinned Node 22 from node_modules, not the system's.
 use_pinned_node()
 os.environ.setdefault("JSII_SILENCE_WARNING_UNTESTED_NODE_VERSION", "1")

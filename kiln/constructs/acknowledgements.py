@@ -995,14 +995,14 @@ CHECKOV_SKIPS = (
             (r"Identity/PermissionsBoundary/Resource",),
             f"kiln's permissions boundary ({what} is what checkov sees in its service-wide Allow): a boundary grants "
             "nothing, it caps the roles that carry it at the services kiln's roles use, and its Deny statements forbid "
-            "making or changing a role or user without it, removing a boundary, editing it, and minting users, keys "
-            "or trust policies. Each role's own policy grants its narrow permissions.",
+            "making or changing a role or user without it, removing a boundary, editing it, minting users, keys "
+            "or trust policies, and passing, assuming or running code as a role, stack, function or instance not "
+            "tagged kiln:environment. Each role's own policy grants its narrow permissions.",
         )
         for check, what in (
             ("CKV_AWS_107", "credentials exposure"),
             ("CKV_AWS_108", "data exfiltration"),
             ("CKV_AWS_109", "permissions management without constraints"),
-            ("CKV_AWS_110", "privilege escalation"),
             ("CKV_AWS_111", "write access without constraints"),
         )
     ),

@@ -196,7 +196,9 @@ class ParallelClusterProps:
         ParallelCluster runs as root unchecked: give a bucket only this stack writes (kiln's CI environments pass
         one named for their reaper). Default a bucket of its own, emptied and deleted with the stack.
     permissions_boundary: the ARN of the managed policy every role ParallelCluster creates for the cluster carries
-        (its cluster configuration's Iam/PermissionsBoundary); default none.
+        (its cluster configuration's Iam/PermissionsBoundary); with one, the provider runs as a role of the stack's
+        own from ParallelCluster's policies template given this boundary (its CustomLambdaRole), and makes no role of
+        its own. Default none.
     """
 
     cluster_name: str
@@ -616,6 +618,21 @@ _BOOTSTRAP_MOVED = (
     "cluster with the earlier kiln release until you can"
 )
 
+# ParallelCluster's update takes a changed Iam/PermissionsBoundary (UPDATE_POLICIES: SUPPORTED), but its provider
+# cannot carry it out on a running cluster: none of the policies its role holds grants iam:PutRolePermissionsBoundary or
+# iam:DeleteRolePermissionsBoundary (platforms.json, parallelcluster.provider_policies_actions), and with a boundary
+# kiln runs the provider as a role of its own whose IAM-admin statements act only on roles carrying that boundary
+# (iam:PermissionsBoundary on CreateRole, PutRolePolicy, DeleteRolePolicy, AttachRolePolicy, DetachRolePolicy), so
+# roles the cluster made without it could not even be cleaned up at deletion. Read from the 3.12 policies template;
+# the safe verdict is a new cluster.
+BOUNDARY_SETTING = "Iam/PermissionsBoundary"
+_BOUNDARY_CHANGED = (
+    "ParallelCluster's provider may neither set nor remove a role's permissions boundary (iam.permissions_boundary, "
+    "or a CI environment's), and with a boundary it runs as kiln's role, whose IAM rights reach only roles carrying "
+    "that boundary: the cluster's roles could neither take the change nor be deleted with the cluster; destroy the "
+    "compute stack (data in FSx and S3 stays) and deploy anew, or keep the boundary the cluster was made with"
+)
+
 
 @dataclass(frozen=True)
 class ConfigChange:
@@ -735,6 +752,8 @@ def update_verdicts(
         remedy = _refusal(change, changes, before, after)
         if remedy == _NEW_CLUSTER and _moves_script_out_of_cdk_assets(change):
             remedy = _BOOTSTRAP_MOVED
+        if change.pattern == BOUNDARY_SETTING:
+            remedy = _BOUNDARY_CHANGED
         line = None
         if remedy is not None:
             what = "added" if change.old is None else "removed" if change.new is None else "changed"

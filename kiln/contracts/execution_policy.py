@@ -43,10 +43,13 @@ MAX_POLICIES = 10
 # Resource and Condition values (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_variables.html),
 # so the documents need no account id.
 ACCOUNT = "${aws:PrincipalAccount}"
-# ParallelCluster's cluster provider template (its nested stacks) names these itself, from its stack id, not from
-# kiln's stack: its function pcluster-cfn-<id>, its policies stack's role ParallelClusterLambdaRole-<id> and policies
+# ParallelCluster's templates name these themselves, from their stack id, not from kiln's stack: the cluster
+# provider's function pcluster-cfn-<id>, and the policies template's role ParallelClusterLambdaRole-<id> and policies
 # ParallelClusterClusterPolicy1-<id>, DefaultParallelClusterIamAdminPolicy-<id> and the like (aws-parallelcluster:
-# cloudformation/custom_resource/cluster.yaml, cloudformation/policies/parallelcluster-policies.yaml).
+# cloudformation/custom_resource/cluster.yaml, cloudformation/policies/parallelcluster-policies.yaml). In CI kiln nests
+# the policies template itself with the boundary (its PermissionsBoundaryPolicy) and gives the provider a role of its
+# own (CustomLambdaRole), so the provider makes no role: every role here is created with the boundary
+# (tests/stacks/test_permissions_boundary.py evaluates each).
 PCLUSTER_FUNCTION = "pcluster-cfn-*"
 PCLUSTER_ROLE = "ParallelClusterLambdaRole-*"
 PCLUSTER_POLICIES = ("ParallelCluster*", "DefaultParallelClusterIamAdminPolicy-*")

@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from kiln.contracts.cdk_bootstrap import CDK_BOOTSTRAP_ROLES, bootstrap_role_name
-from kiln.contracts.tags import TAG_ENVIRONMENT
+from kiln.contracts.tags import KILN_TAG_PREFIX, TAG_CI_IDENTITY, TAG_ENVIRONMENT
 
 # The policy `kiln ci identity` creates (in the CI identity stack) and CI environments carry unless the spec's
 # iam.permissions_boundary names another. One per account: the document names no cluster.
@@ -131,7 +131,6 @@ SERVICES = (
 # roles' policies), so the boundary itself keeps that action off what is not kiln's. "Kiln's" is the tag
 # kiln:environment (CI environments' stacks put it on every resource and the execution policies require it on every
 # role), which no principal inside the boundary may write (TAG_WRITES).
-ENVIRONMENT_TAG = TAG_ENVIRONMENT
 # A role's tags are iam:ResourceTag/<key> on the role resource for iam:PassRole and sts:AssumeRole alike: IAM's
 # Service Authorization Reference lists aws:ResourceTag/${TagKey} and iam:ResourceTag/${TagKey} for the role resource
 # (https://docs.aws.amazon.com/service-authorization/latest/reference/list_awsidentityandaccessmanagementiam.html;
@@ -139,54 +138,66 @@ ENVIRONMENT_TAG = TAG_ENVIRONMENT
 # by iam:ResourceTag (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_examples_iam-assume-tagged-role.html).
 # iam:PassRole takes no iam:PermissionsBoundary key (only iam:PassedToService and iam:AssociatedResourceArn), so a
 # role's boundary cannot be asked for: its tag is.
-ROLE_TAG_KEY = f"iam:ResourceTag/{ENVIRONMENT_TAG}"
+ROLE_TAG_KEY = f"iam:ResourceTag/{TAG_ENVIRONMENT}"
 # 1. iam:PassRole: handing a role to a service (Lambda, EC2, CloudFormation, SageMaker, EKS, Scheduler, SSM
-# Automation...) runs code as it. Only kiln's roles, and the roles ParallelCluster's provider function (a role inside
-# the boundary, as CloudFormation runs the cluster's stack with its credentials and no service role) makes for its own
-# environment's cluster: aws-parallelcluster puts them at the path /parallelcluster/<cluster name>/
-# (_cluster_scoped_iam_path; kiln names a CI environment's cluster after the environment, kiln.stacks.ci_mode), with
-# ParallelCluster's tags, not kiln's. The path names the caller's own environment through its tag: a policy variable
-# (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_variables.html, "Specifying default values")
-# whose default, for a caller without the tag, no cluster name can be (ParallelCluster's names start with a letter).
+# Automation...) runs code as it. Only kiln's roles, and the roles ParallelCluster makes for a CI environment's
+# cluster, which carry ParallelCluster's tags, not kiln's. Two of kiln's principals pass those: ParallelCluster's
+# provider function (CloudFormation runs the cluster's stack with its credentials, no service role), tagged as its
+# environment; and the cluster's head node, which launches compute nodes with their role and carries the stack tag
+# parallelcluster:cluster-name. aws-parallelcluster puts a cluster's roles at the path /parallelcluster/<cluster name>/
+# (_cluster_scoped_iam_path) and tags its stack with parallelcluster:cluster-name (Cluster._add_tags), and kiln names
+# a CI environment's cluster after the environment (kiln.stacks.ci_mode). So each may pass the roles at the path its
+# own tag names: a policy variable (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_variables.html,
+# "Specifying default values") whose default, for a caller without the tag, is no cluster name (those start with a
+# letter). CLUSTER_NAME_TAGS keeps anyone inside the boundary from naming another cluster in that tag.
 PASS_ROLE = ("iam:PassRole",)
-PCLUSTER_OWN_ROLES = "arn:*:iam::*:role/parallelcluster/${aws:PrincipalTag/" + ENVIRONMENT_TAG + ", '-'}/*"
+PCLUSTER_NAME_TAG = "parallelcluster:cluster-name"
+PRINCIPAL_ENVIRONMENT = "${aws:PrincipalTag/" + TAG_ENVIRONMENT + ", '-'}"
+PCLUSTER_OWN_ROLES = (
+    f"arn:*:iam::*:role/parallelcluster/{PRINCIPAL_ENVIRONMENT}/*",
+    "arn:*:iam::*:role/parallelcluster/${aws:PrincipalTag/" + PCLUSTER_NAME_TAG + ", '-'}/*",
+)
+# A role or user made or tagged with parallelcluster:cluster-name only with its caller's own environment as the value
+# (aws:RequestTag/${TagKey}: CreateRole, TagRole, CreateUser and TagUser, list_awsidentityandaccessmanagementiam.html).
+CLUSTER_NAME_TAGS = ("iam:CreateRole", "iam:CreateUser", "iam:TagRole", "iam:TagUser")
 # 2. sts:AssumeRole and the calls that go with it (session tags, source identity): only kiln's roles, and the roles
 # `cdk bootstrap` makes that the CI role assumes to deploy (kiln.contracts.cdk_bootstrap.CDK_BOOTSTRAP_ROLES, named
 # cdk-<qualifier>-<kind>-<account>-<region>). CDK's cfn-exec-role is not among them: only CloudFormation assumes it.
-ASSUME_ACTIONS = (
-    "sts:AssumeRole",
-    "sts:AssumeRoleWithSAML",
-    "sts:AssumeRoleWithWebIdentity",
-    "sts:SetSourceIdentity",
-    "sts:TagSession",
-)
+# CDK's roles trust the whole account by default, and its deploy role hands CloudFormation the execution role: only
+# the CI role, tagged kiln:ci-identity by its stack (kiln.stacks.ci_identity; a kiln: tag no role inside the boundary
+# can set, TAG_WRITES), assumes them. aws:PrincipalTag is a global key: the tags of the role a session is of
+# (https://docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_condition-keys.html#condition-keys-principaltag).
+CI_ROLE_TAG_KEY = f"aws:PrincipalTag/{TAG_CI_IDENTITY}"
+# AssumeRoleWithWebIdentity and AssumeRoleWithSAML are called with a token, not AWS credentials: no caller's policy
+# or boundary applies to them (https://docs.aws.amazon.com/STS/latest/APIReference/API_AssumeRoleWithWebIdentity.html,
+# "Calling AssumeRoleWithWebIdentity does not require the use of AWS security credentials"); each role's trust policy
+# (kiln's name their OIDC provider and subject) is what holds them.
+ASSUME_ACTIONS = ("sts:AssumeRole", "sts:SetSourceIdentity", "sts:TagSession")
 # 3. Tags kiln's IAM and its CI identity rely on: no principal inside the boundary adds, changes or removes a kiln:
-# tag on a role, user, function, instance, Auto Scaling group, managed instance or HyperPod cluster (which would
-# bring another owner's resource inside the rules above), except an EC2 tag written as the resource is created
-# (ec2:CreateAction is present then). Each action takes aws:TagKeys, the keys the request adds or removes: IAM
-# (list_awsidentityandaccessmanagementiam.html: TagRole, UntagRole, TagUser, UntagUser), Lambda (list_awslambda.html:
-# TagResource, UntagResource), EC2 (list_amazonec2.html: CreateTags, DeleteTags; ec2:CreateAction on CreateTags,
+# tag on anything (a role, user, function, instance, Auto Scaling group, managed instance, HyperPod cluster or stack
+# so tagged would come inside the rules here), nor creates a role or user with one, except an EC2 tag written as the
+# resource is created (ec2:CreateAction is present then). The tagging actions take aws:TagKeys, the keys the request
+# adds or removes: IAM (list_awsidentityandaccessmanagementiam.html: CreateRole, CreateUser, TagRole, UntagRole,
+# TagUser, UntagUser), Lambda (list_awslambda.html: TagResource, UntagResource), EC2 (list_amazonec2.html:
+# CreateTags, DeleteTags; ec2:CreateAction on CreateTags,
 # https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/supported-iam-actions-tagging.html), Auto Scaling
-# (list_amazonec2autoscaling.html), Systems Manager (list_awssystemsmanager.html), SageMaker
-# (list_amazonsagemaker.html) and the Resource Groups Tagging API (list_awsresourcegroupstaggingapi.html).
-# CloudFormation, as the execution role (which carries no boundary), still tags kiln's resources as it creates them.
-KILN_TAG_KEYS = "kiln:*"
+# (list_amazonec2autoscaling.html: CreateOrUpdateTags, DeleteTags), Systems Manager (list_awssystemsmanager.html:
+# AddTagsToResource, RemoveTagsFromResource), SageMaker (list_amazonsagemaker.html: AddTags, DeleteTags),
+# CloudFormation (list_awscloudformation.html: TagResource, UntagResource) and the Resource Groups Tagging API
+# (list_awsresourcegroupstaggingapi.html: TagResources, UntagResources). A whole service is named (IAM takes no
+# wildcard service prefix): only a request that adds or removes tags carries aws:TagKeys, and ForAnyValue never
+# matches a request without it. CloudFormation, as the execution role (which carries no boundary), still tags kiln's
+# resources as it creates them.
+KILN_TAG_KEYS = f"{KILN_TAG_PREFIX}*"
 TAG_WRITES = (
-    "autoscaling:CreateOrUpdateTags",
-    "autoscaling:DeleteTags",
+    "autoscaling:*",
+    "cloudformation:*",
     "ec2:DeleteTags",
-    "iam:TagRole",
-    "iam:TagUser",
-    "iam:UntagRole",
-    "iam:UntagUser",
-    "lambda:TagResource",
-    "lambda:UntagResource",
-    "sagemaker:AddTags",
-    "sagemaker:DeleteTags",
-    "ssm:AddTagsToResource",
-    "ssm:RemoveTagsFromResource",
-    "tag:TagResources",
-    "tag:UntagResources",
+    "iam:*",
+    "lambda:*",
+    "sagemaker:*",
+    "ssm:*",
+    "tag:*",
 )
 EC2_TAG_ON_CREATE = ("ec2:CreateTags",)
 # 4. Lambda: new code or configuration (environment, layers, role) for a function runs as that function's role; so
@@ -195,13 +206,21 @@ EC2_TAG_ON_CREATE = ("ec2:CreateTags",)
 # https://docs.aws.amazon.com/lambda/latest/dg/attribute-based-access-control.html). InvokeFunction also reaches the
 # functions of the cluster stack ParallelCluster's provider runs as itself (CloudFormation invokes a custom
 # resource's function with its caller's credentials): aws-parallelcluster names them pcluster-<Name>-<stack id>.
-FUNCTION_TAG_KEY = f"aws:ResourceTag/{ENVIRONMENT_TAG}"
+FUNCTION_TAG_KEY = f"aws:ResourceTag/{TAG_ENVIRONMENT}"
 FUNCTIONS = "arn:*:lambda:*:*:function:*"
 FUNCTION_CHANGES = (
     "lambda:UpdateFunctionCode",
     "lambda:UpdateFunctionConfiguration",
 )
-FUNCTION_INVOKES = ("lambda:InvokeFunction", "lambda:InvokeFunctionUrl", "lambda:InvokeAsync")
+# Invoking, and letting others invoke (a resource policy statement, a function URL, which may take no auth).
+FUNCTION_INVOKES = (
+    "lambda:AddPermission",
+    "lambda:CreateFunctionUrlConfig",
+    "lambda:InvokeAsync",
+    "lambda:InvokeFunction",
+    "lambda:InvokeFunctionUrl",
+    "lambda:UpdateFunctionUrlConfig",
+)
 PCLUSTER_FUNCTIONS = "arn:*:lambda:*:*:function:pcluster-*"
 # 5. Code on an instance: Run Command and Session Manager only on kiln's instances and HyperPod clusters, with the key
 # each documents and kiln's CI role already uses (kiln.constructs.ci_identity): aws:ResourceTag on an instance for
@@ -211,10 +230,13 @@ PCLUSTER_FUNCTIONS = "arn:*:lambda:*:*:function:pcluster-*"
 # kiln's (EC2's instance resource supports aws:ResourceTag/${TagKey}, list_amazonec2.html).
 INSTANCES = ("arn:*:ec2:*:*:instance/*", "arn:*:ssm:*:*:managed-instance/*")
 HYPERPOD_CLUSTERS = "arn:*:sagemaker:*:*:cluster/*"
-INSTANCE_TAG_KEY = f"aws:ResourceTag/{ENVIRONMENT_TAG}"
-SESSION_TAG_KEY = f"ssm:resourceTag/{ENVIRONMENT_TAG}"
+INSTANCE_TAG_KEY = f"aws:ResourceTag/{TAG_ENVIRONMENT}"
+SESSION_TAG_KEY = f"ssm:resourceTag/{TAG_ENVIRONMENT}"
 SEND_COMMAND = ("ssm:SendCommand",)
 START_SESSION = ("ssm:StartSession",)
+# A HyperPod cluster's instance groups run their lifecycle scripts (an S3 prefix the update names) as root with the
+# group's execution role: only kiln's clusters take new ones.
+HYPERPOD_CHANGES = ("sagemaker:UpdateCluster", "sagemaker:UpdateClusterSoftware")
 INSTANCE_CHANGES = ("ec2:ModifyInstanceAttribute",)
 # Systems Manager's ways to run a document on instances chosen by tag or resource group, which IAM does not check
 # against each instance's tags, and Automation's runs: no role kiln makes uses them.
@@ -227,6 +249,29 @@ UNSCOPED_RUNS = (
     "ssm:UpdateAssociation",
     "ssm:UpdateMaintenanceWindowTask",
 )
+
+# 6. CloudFormation runs a stack's updates as the service role the stack already has, whoever asks
+# (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/using-iam-servicerole.html): every stack CDK
+# deployed has its cfn-exec-role. So stacks and stack sets change only when tagged as an environment (CloudFormation's
+# stack resource supports aws:ResourceTag/${TagKey}, list_awscloudformation.html), but for the stack of ParallelCluster
+# a provider runs as itself, named after its cluster (<cluster>, and <cluster>-* for nested stacks).
+# The calls that give a stack (or stack set) a new template; a rollback or deletion runs only what was there.
+STACK_CHANGES = (
+    "cloudformation:CreateChangeSet",
+    "cloudformation:ExecuteChangeSet",
+    "cloudformation:UpdateStack",
+    "cloudformation:UpdateStackSet",
+)
+STACK_TAG_KEY = f"aws:ResourceTag/{TAG_ENVIRONMENT}"
+PCLUSTER_OWN_STACKS = (
+    f"arn:*:cloudformation:*:*:stack/{PRINCIPAL_ENVIRONMENT}/*",
+    f"arn:*:cloudformation:*:*:stack/{PRINCIPAL_ENVIRONMENT}-*/*",
+)
+# EKS access entries map an IAM principal to Kubernetes groups and access policies (cluster admin, then the pods'
+# roles): CloudFormation, outside the boundary, makes kiln's; no role kiln makes calls them
+# (https://docs.aws.amazon.com/eks/latest/userguide/access-entries.html). Pod Identity associations hand a pod a role
+# and need iam:PassRole, which PassOnlyKilnRoles covers.
+CLUSTER_ACCESS = ("eks:AssociateAccessPolicy", "eks:CreateAccessEntry", "eks:UpdateAccessEntry")
 
 
 def cdk_bootstrap_role_patterns() -> list[str]:
@@ -243,8 +288,18 @@ def pivot_statements() -> list[dict[str, Any]]:
             "Sid": "PassOnlyKilnRoles",
             "Effect": "Deny",
             "Action": list(PASS_ROLE),
-            "NotResource": [PCLUSTER_OWN_ROLES],
+            "NotResource": list(PCLUSTER_OWN_ROLES),
             "Condition": untagged_role,
+        },
+        {
+            "Sid": "OwnClusterNameOnly",
+            "Effect": "Deny",
+            "Action": list(CLUSTER_NAME_TAGS),
+            "Resource": "*",
+            "Condition": {
+                "Null": {f"aws:RequestTag/{PCLUSTER_NAME_TAG}": "false"},
+                "StringNotEquals": {f"aws:RequestTag/{PCLUSTER_NAME_TAG}": PRINCIPAL_ENVIRONMENT},
+            },
         },
         {
             "Sid": "AssumeOnlyKilnRoles",
@@ -252,6 +307,20 @@ def pivot_statements() -> list[dict[str, Any]]:
             "Action": list(ASSUME_ACTIONS),
             "NotResource": cdk_bootstrap_role_patterns(),
             "Condition": untagged_role,
+        },
+        {
+            "Sid": "CdkRolesOnlyForTheCiRole",
+            "Effect": "Deny",
+            "Action": list(ASSUME_ACTIONS),
+            "Resource": cdk_bootstrap_role_patterns(),
+            "Condition": {"Null": {CI_ROLE_TAG_KEY: "true"}},
+        },
+        {
+            "Sid": "ChangeOnlyKilnStacks",
+            "Effect": "Deny",
+            "Action": list(STACK_CHANGES),
+            "NotResource": list(PCLUSTER_OWN_STACKS),
+            "Condition": {"Null": {STACK_TAG_KEY: "true"}},
         },
         {
             "Sid": "NoKilnTagWrites",
@@ -298,11 +367,12 @@ def pivot_statements() -> list[dict[str, Any]]:
         {
             "Sid": "SessionsOnlyOnKilnClusters",
             "Effect": "Deny",
-            "Action": list(START_SESSION),
+            "Action": [*START_SESSION, *HYPERPOD_CHANGES],
             "Resource": HYPERPOD_CLUSTERS,
             "Condition": {"Null": {INSTANCE_TAG_KEY: "true"}},
         },
         {"Sid": "NoUnscopedRuns", "Effect": "Deny", "Action": list(UNSCOPED_RUNS), "Resource": "*"},
+        {"Sid": "NoClusterAccessGrants", "Effect": "Deny", "Action": list(CLUSTER_ACCESS), "Resource": "*"},
     ]
 
 

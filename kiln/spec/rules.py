@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import difflib
 import ipaddress
+import re
 from collections.abc import Callable, Iterator
 
 from kiln.catalog import UnknownInstanceType, instance_type
@@ -78,6 +79,7 @@ from kiln.contracts.backends import (
     PCS,
     NodeLimit,
 )
+from kiln.contracts.permissions_boundary import boundary_arn
 from kiln.contracts.tags import KILN_TAG_PREFIX
 from kiln.spec.models import ClusterSpec, Lustre, SpecModel
 from kiln.spec.problems import Path, Problem, dotted, shown
@@ -88,6 +90,8 @@ Rule = Callable[[ClusterSpec], Iterator[Problem]]
 # (kiln.constructs.AcceleratedNodeGroup): NVIDIA's for GPUs, Neuron's for Trainium and Inferentia; x86_64 here.
 EKS_NODE_ARCHITECTURE = "x86_64"
 BACKEND = ("compute", "backend")
+# The pattern ParallelCluster's policies template holds its PermissionsBoundaryPolicy to.
+PCLUSTER_BOUNDARY_PATTERN: str = service_fact("parallelcluster", "provider_custom_role").value["boundary_pattern"]
 ORCHESTRATOR = ("compute", "orchestrator")
 # The number of each AWS limit the backend table names (kiln.contracts.backends.NodeLimit).
 NODE_LIMITS = {NodeLimit.INSTANCE_GROUP: HYPERPOD_MAX_INSTANCES_PER_GROUP, NodeLimit.CLUSTER: PCS_MAX_NODES}
@@ -984,6 +988,24 @@ def observability(spec: ClusterSpec) -> Iterator[Problem]:
             )
 
 
+def parallelcluster_boundary(spec: ClusterSpec) -> Iterator[Problem]:
+    """On ParallelCluster a permissions boundary also goes to ParallelCluster's policies template, whose
+    PermissionsBoundaryPolicy parameter takes only a policy at the root path named with letters, digits, _ and -
+    (platforms.json, parallelcluster.provider_custom_role boundary_pattern)."""
+    boundary = spec.iam.permissions_boundary
+    if spec.compute.backend != PARALLELCLUSTER.backend or boundary is None:
+        return
+    # A name is a policy of the deploy's account: any partition and account show its shape.
+    if not re.fullmatch(PCLUSTER_BOUNDARY_PATTERN, boundary_arn(boundary, partition="aws", account="123456789012")):
+        yield _p(
+            ("iam", "permissions_boundary"),
+            f"got {boundary!r}: on parallelcluster the boundary also goes to ParallelCluster's policies template, "
+            "which takes only a policy at the root path (arn:PARTITION:iam::ACCOUNT:policy/NAME) whose NAME has "
+            "letters, digits, _ and - only",
+            BACKEND,
+        )
+
+
 def _reserved_tag_prefix(key: str) -> str | None:
     """Return why KEY may not be a spec tag's key: it begins, white space trimmed and in any case (as AWS compares
     aws:), with a prefix AWS or a platform reserves or kiln's IAM relies on (services.ec2 reserved_tag_prefixes), or
@@ -1174,6 +1196,7 @@ RULES: tuple[Rule, ...] = (
     code_server_pod,
     code_server_node,
     session_logs,
+    parallelcluster_boundary,
 )
 
 

@@ -62,7 +62,7 @@ def schema_policies(config: dict) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def written() -> dict[str, str]:
     """Every setting kiln writes across its kinds of cluster (each capacity, FSx, login pool, head node policies,
-    timeouts, a custom AMI and the queues' own), with its policy from the installed schema."""
+    timeouts, a custom AMI and the queues' own, a permissions boundary), with its policy from the installed schema."""
     paths: dict[str, str] = {}
     for capacity in CAPACITIES:
         st, base = build_props(capacity, "fs-0123456789abcdef0", login_count=1)
@@ -75,6 +75,7 @@ def written() -> dict[str, str]:
             bootstrap_timeouts={"HeadNodeBootstrapTimeout": 3000, "ComputeNodeBootstrapTimeout": 3000},
             custom_ami="ami-0123456789abcdef0",
             compute_ami="ami-0fedcba9876543210",
+            permissions_boundary="arn:aws:iam::111111111111:policy/kiln-permissions-boundary",
         )
         paths |= schema_policies(st.resolve(ParallelCluster(st, "Full", props).config))
     return paths

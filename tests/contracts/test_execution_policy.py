@@ -36,10 +36,10 @@ pytestmark = pytest.mark.slow
 
 CLUSTERS = ("ci-smoke", "llm")
 LONGEST = tuple(f"cluster-{i}-abcdefgh" for i in range(6))
-# ParallelCluster's cluster provider, a nested stack of kiln's compute stack, and its own nested policies stack
-# (aws-parallelcluster: cloudformation/custom_resource/cluster.yaml and
-# cloudformation/policies/parallelcluster-policies.yaml): CloudFormation creates their resources with the same
-# execution role. Not in kiln's templates, so listed here.
+# ParallelCluster's cluster provider and policies templates, nested stacks of kiln's compute stack (the policies
+# template nested by the provider itself outside CI, by kiln with the boundary in CI) (aws-parallelcluster:
+# cloudformation/custom_resource/cluster.yaml and cloudformation/policies/parallelcluster-policies.yaml):
+# CloudFormation creates their resources with the same execution role. Not in kiln's templates, so listed here.
 PCLUSTER_PROVIDER_TYPES = (
     "AWS::CloudFormation::CustomResource",
     "AWS::CloudFormation::Stack",

@@ -318,8 +318,8 @@ def test_a_name_becomes_a_policy_of_the_account_and_an_arn_stays() -> None:
     assert boundary_arn("arn:aws:iam::2:policy/p/b", partition="aws", account="1") == "arn:aws:iam::2:policy/p/b"
 
 
-# ---- Pivots: a role inside the boundary whose own policy allows "*" on "*" (whoever writes a template writes its roles'
-# policies) still reaches only kiln's roles, functions and instances through the actions that run code as another. ----
+# ---- Pivots: a role inside the boundary whose own policy allows "*" on "*" (whoever writes a template writes its
+# roles' policies) still reaches only kiln's roles, functions and instances through actions that run code as another.
 
 EVERYTHING = [{"Effect": "Allow", "Action": "*", "Resource": "*"}]
 ENVIRONMENT_TAGS = {
@@ -337,8 +337,9 @@ def bounded(action: str, resource: str, context: dict | None = None, variables: 
     """Whether a principal whose identity policy allows everything, inside kiln's boundary, may do ACTION on RESOURCE:
     both policies must allow it and neither deny it
     (https://docs.aws.amazon.com/IAM/latest/UserGuide/access_policies_boundaries.html)."""
-    context = context or {}
     variables = PRINCIPAL if variables is None else variables
+    # A policy variable is a key of the request's context: the caller's tags are both.
+    context = {**variables, **(context or {})}
     return all(decision(p, action, resource, context, variables) == "Allow" for p in (EVERYTHING, BOUNDARY))
 
 
@@ -350,32 +351,81 @@ def test_a_bounded_role_passes_only_kilns_roles(service: str) -> None:
     assert bounded("iam:PassRole", ROLES[0], {**passed, **ENVIRONMENT_TAGS})
 
 
-def test_parallelclusters_provider_passes_the_roles_of_its_own_environments_cluster_only() -> None:
-    """ParallelCluster's cluster roles (path /parallelcluster/<cluster>/) carry no kiln tag; the provider function that
-    creates them carries its environment's, which is the cluster's name in CI."""
-    ours = f"arn:aws:iam::{ACCOUNT}:role/parallelcluster/{ENVIRONMENT}/{ENVIRONMENT}-RoleHeadNode-ABC"
-    assert bounded("iam:PassRole", ours)
+PCLUSTER_ROLES = f"arn:aws:iam::{ACCOUNT}:role/parallelcluster/"
+HEAD_NODE = {"aws:PrincipalTag/parallelcluster:cluster-name": ENVIRONMENT}
+
+
+@pytest.mark.parametrize("caller", [PRINCIPAL, HEAD_NODE], ids=["provider", "head-node"])
+def test_parallelclusters_roles_are_passed_only_by_their_own_clusters_provider_and_head_node(caller: dict) -> None:
+    """ParallelCluster's cluster roles (path /parallelcluster/<cluster>/) carry no kiln tag. Its provider function
+    carries its environment's kiln tag, the head node its cluster's parallelcluster:cluster-name: in CI, both name the
+    environment, which is the cluster's name."""
+    ours = f"{PCLUSTER_ROLES}{ENVIRONMENT}/{ENVIRONMENT}-RoleHeadNode-ABC"
+    assert bounded("iam:PassRole", ours, variables=caller)
     for other in (
-        f"arn:aws:iam::{ACCOUNT}:role/parallelcluster/llm-prod/llm-prod-RoleHeadNode-ABC",
-        f"arn:aws:iam::{ACCOUNT}:role/parallelcluster/ParallelClusterLambdaRole-1a2b",
-        f"arn:aws:iam::{ACCOUNT}:role/parallelcluster/{ENVIRONMENT}x/{ENVIRONMENT}x-RoleHeadNode-ABC",
+        f"{PCLUSTER_ROLES}llm-prod/llm-prod-RoleHeadNode-ABC",
+        f"{PCLUSTER_ROLES}ParallelClusterLambdaRole-1a2b",
+        f"{PCLUSTER_ROLES}{ENVIRONMENT}x/{ENVIRONMENT}x-RoleHeadNode-ABC",
     ):
-        assert not bounded("iam:PassRole", other), other
-    # A caller without an environment's tag gets the variable's default, which names no cluster.
+        assert not bounded("iam:PassRole", other, variables=caller), other
+    # A caller with neither tag gets the variables' default, which names no cluster.
     assert not bounded("iam:PassRole", ours, variables={})
 
 
-def test_a_bounded_role_assumes_only_kilns_roles_and_cdks_deploy_roles() -> None:
+@pytest.mark.parametrize("action", ["iam:CreateRole", "iam:TagRole", "iam:CreateUser", "iam:TagUser"])
+def test_no_bounded_role_names_another_cluster_in_parallelclusters_tag(action: str) -> None:
+    """Else a role inside the boundary could tag itself parallelcluster:cluster-name=llm-prod and pass that cluster's
+    roles. ParallelCluster's provider still tags its own cluster's roles with its environment's name."""
+    context = {"iam:PermissionsBoundary": KILN_BOUNDARY}
+    forged = {**context, "aws:RequestTag/parallelcluster:cluster-name": "llm-prod"}
+    own = {**context, "aws:RequestTag/parallelcluster:cluster-name": ENVIRONMENT}
+    assert not bounded(action, ROLES[0], forged)
+    assert not bounded(action, ROLES[0], own, variables={})
+    if action != "iam:CreateUser":
+        assert bounded(action, ROLES[0], own)
+        assert bounded(action, ROLES[0], context)
+
+
+CI_ROLE = {"aws:PrincipalTag/kiln:ci-identity": "owner/repo"}
+
+
+def test_a_bounded_role_assumes_only_kilns_roles() -> None:
     for action in ("sts:AssumeRole", "sts:TagSession", "sts:SetSourceIdentity"):
-        assert not bounded(action, ADMIN_ROLE), action
-        assert bounded(action, ROLES[0], ENVIRONMENT_TAGS), action
-    for kind in CDK_BOOTSTRAP_ROLES:
-        for qualifier in ("hnb659fds", "kiln0ci"):
-            role = f"arn:aws:iam::{ACCOUNT}:role/{bootstrap_role_name(kind, ACCOUNT, 'us-east-1', qualifier)}"
-            assert bounded("sts:AssumeRole", role), role
+        for caller in (PRINCIPAL, CI_ROLE):
+            assert not bounded(action, ADMIN_ROLE, variables=caller), action
+            assert bounded(action, ROLES[0], ENVIRONMENT_TAGS, variables=caller), action
+
+
+@pytest.mark.parametrize("kind", CDK_BOOTSTRAP_ROLES)
+def test_only_the_ci_role_assumes_cdks_bootstrap_roles(kind: str) -> None:
+    """CDK's roles trust the account, and its deploy role hands CloudFormation the execution role: only the CI role
+    (tagged kiln:ci-identity, a tag no bounded role can set) assumes them."""
+    for qualifier in ("hnb659fds", "kiln0ci"):
+        role = f"arn:aws:iam::{ACCOUNT}:role/{bootstrap_role_name(kind, ACCOUNT, 'us-east-1', qualifier)}"
+        assert bounded("sts:AssumeRole", role, variables=CI_ROLE), role
+        assert not bounded("sts:AssumeRole", role, variables=PRINCIPAL), role
+        assert not bounded("sts:AssumeRole", role, variables={}), role
+    assert not bounded("iam:TagRole", ROLES[0], {"aws:TagKeys": ["kiln:ci-identity"]})
+    assert not bounded("iam:CreateRole", ROLES[0], {"aws:TagKeys": ["kiln:ci-identity"]})
     # CloudFormation's execution role is no deploy role: only CloudFormation assumes it.
     execution = f"arn:aws:iam::{ACCOUNT}:role/{bootstrap_role_name(CFN_EXECUTION_ROLE, ACCOUNT, 'us-east-1')}"
-    assert not bounded("sts:AssumeRole", execution)
+    assert not bounded("sts:AssumeRole", execution, variables=CI_ROLE)
+
+
+@pytest.mark.parametrize("action", ["cloudformation:UpdateStack", "cloudformation:CreateChangeSet"])
+def test_a_bounded_role_gives_new_templates_only_to_kilns_stacks_and_its_own_parallelcluster_stack(
+    action: str,
+) -> None:
+    """A stack's updates run as the service role it already has (CDK's cfn-exec-role), whoever asks."""
+    stack = f"arn:aws:cloudformation:us-east-1:{ACCOUNT}:stack/"
+    assert not bounded(action, f"{stack}CDKToolkit/1a2b")
+    assert not bounded(action, f"{stack}llm-prod-compute/1a2b")
+    assert bounded(action, f"{stack}{ENVIRONMENT}-compute/1a2b", ENVIRONMENT_TAGS)
+    # ParallelCluster's provider runs its cluster's stack (named after the cluster: the environment) as itself.
+    assert bounded(action, f"{stack}{ENVIRONMENT}/1a2b")
+    assert bounded(action, f"{stack}{ENVIRONMENT}-ComputeFleet-ABC/1a2b")
+    assert not bounded(action, f"{stack}{ENVIRONMENT}/1a2b", variables={})
+    assert not bounded("cloudformation:UpdateStackSet", f"arn:aws:cloudformation:us-east-1:{ACCOUNT}:stackset/s:1")
 
 
 @pytest.mark.parametrize(
@@ -391,13 +441,16 @@ def test_a_bounded_role_assumes_only_kilns_roles_and_cdks_deploy_roles() -> None
         ("sagemaker:AddTags", f"arn:aws:sagemaker:us-east-1:{ACCOUNT}:cluster/abcdef012345"),
         ("ssm:AddTagsToResource", f"arn:aws:ssm:us-east-1:{ACCOUNT}:managed-instance/mi-0123456789abcdef0"),
         ("tag:TagResources", "*"),
+        ("cloudformation:TagResource", f"arn:aws:cloudformation:us-east-1:{ACCOUNT}:stack/prod/1a2b"),
+        ("iam:CreateRole", ROLES[0]),
     ],
 )
 def test_a_bounded_role_writes_no_kiln_tag(action: str, resource: str) -> None:
     """A kiln:environment tag on an admin role, function or instance would bring it under the rules above."""
+    bounded_role = {"iam:PermissionsBoundary": KILN_BOUNDARY}
     for keys in (["kiln:environment"], ["Name", "kiln:cluster"]):
-        assert not bounded(action, resource, {"aws:TagKeys": keys}), keys
-    assert bounded(action, resource, {"aws:TagKeys": ["Name"]})
+        assert not bounded(action, resource, {**bounded_role, "aws:TagKeys": keys}), keys
+    assert bounded(action, resource, {**bounded_role, "aws:TagKeys": ["Name"]})
 
 
 def test_ec2_takes_kiln_tags_only_as_the_instance_is_created() -> None:
@@ -414,7 +467,8 @@ def test_a_bounded_role_changes_only_kilns_functions(action: str) -> None:
 
 def test_a_bounded_role_invokes_only_kilns_functions_and_parallelclusters() -> None:
     assert not bounded("lambda:InvokeFunction", f"{FUNCTION}admin-tool")
-    assert not bounded("lambda:InvokeFunctionUrl", f"{FUNCTION}admin-tool")
+    for action in ("lambda:InvokeFunctionUrl", "lambda:AddPermission", "lambda:CreateFunctionUrlConfig"):
+        assert not bounded(action, f"{FUNCTION}admin-tool"), action
     assert bounded("lambda:InvokeFunction", f"{FUNCTION}{ENVIRONMENT}-handler", ENVIRONMENT_TAGS)
     # The cluster stack ParallelCluster's provider runs as itself invokes its own custom resources' functions.
     assert bounded("lambda:InvokeFunction", f"{FUNCTION}pcluster-CleanupResources-1a2b")
@@ -429,6 +483,8 @@ def test_a_bounded_role_runs_commands_and_sessions_only_on_kilns_instances() -> 
         ("ssm:StartSession", INSTANCE),
         ("ssm:StartSession", hyperpod),
         ("ec2:ModifyInstanceAttribute", INSTANCE),
+        ("sagemaker:UpdateCluster", hyperpod),
+        ("sagemaker:UpdateClusterSoftware", hyperpod),
     ]:
         assert not bounded(action, resource), (action, resource)
         assert bounded(action, resource, ENVIRONMENT_TAGS), (action, resource)
@@ -439,9 +495,16 @@ def test_a_bounded_role_runs_commands_and_sessions_only_on_kilns_instances() -> 
 
 
 @pytest.mark.parametrize(
-    "action", ["ssm:CreateAssociation", "ssm:StartAutomationExecution", "ssm:RegisterTaskWithMaintenanceWindow"]
+    "action",
+    [
+        "ssm:CreateAssociation",
+        "ssm:StartAutomationExecution",
+        "ssm:RegisterTaskWithMaintenanceWindow",
+        "eks:CreateAccessEntry",
+        "eks:AssociateAccessPolicy",
+    ],
 )
-def test_no_bounded_role_runs_documents_on_instances_iam_does_not_check(action: str) -> None:
+def test_no_bounded_role_runs_documents_on_instances_or_grants_itself_a_kubernetes_cluster(action: str) -> None:
     assert not bounded(action, "*")
 
 

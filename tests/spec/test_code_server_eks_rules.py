@@ -8,8 +8,8 @@ import copy
 
 import pytest
 
-from kiln.spec import SpecError, parse_spec
 from tests.conftest import MINIMAL_SPEC
+from tests.conftest import spec_problems as problems
 
 SECOND_AZ = {"second_availability_zone": "us-east-1b"}
 EKS_COMPUTE = {
@@ -32,14 +32,6 @@ def eks_spec(platform: str, **top) -> dict:
         else:
             spec[key] = value
     return spec
-
-
-def problems(spec: dict) -> list[str]:
-    try:
-        parse_spec(spec, "x.yaml")
-    except SpecError as error:
-        return error.lines_out()
-    return []
 
 
 @pytest.mark.parametrize("platform", sorted(EKS_COMPUTE))

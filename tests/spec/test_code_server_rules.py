@@ -9,9 +9,10 @@ import copy
 import pytest
 
 from kiln.bootstrap.local_target import LocalCluster
-from kiln.spec import SpecError, parse_spec
+from kiln.spec import parse_spec
 from kiln.stacks.bootstrap_config import config_from_spec, local_code_server_user
 from tests.conftest import MINIMAL_SPEC
+from tests.conftest import spec_problems as problems
 
 SLURM_COMPUTE = {
     "pcs": {"backend": "pcs"},
@@ -29,14 +30,6 @@ def slurm_spec(platform: str, login_nodes: int | None = None, **top) -> dict:
     if login_nodes is not None:
         spec["compute"]["login_nodes"] = {"count": login_nodes}
     return spec | top
-
-
-def problems(spec: dict) -> list[str]:
-    try:
-        parse_spec(spec, "x.yaml")
-    except SpecError as error:
-        return error.lines_out()
-    return []
 
 
 def test_pcs_without_login_nodes_has_nowhere_to_run_it_in_one_line() -> None:

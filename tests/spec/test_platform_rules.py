@@ -7,10 +7,11 @@ import datetime
 
 import pytest
 
-from kiln.spec import SpecError, parse_spec
+from kiln.spec import parse_spec
 from kiln.spec import rules as spec_rules
 from kiln.stacks.bootstrap_config import config_from_spec
 from tests.conftest import MINIMAL_SPEC
+from tests.conftest import spec_problems as problems
 
 AMI = "ami-0123456789abcdef0"
 
@@ -23,14 +24,6 @@ def spec_with(**compute) -> dict:
             spec[key] = compute.pop(key)
     spec["compute"] |= compute
     return spec
-
-
-def problems(spec: dict) -> list[str]:
-    try:
-        parse_spec(spec, "x.yaml")
-    except SpecError as error:
-        return error.lines_out()
-    return []
 
 
 def test_a_pin_on_what_the_image_owns_is_one_line_with_the_source() -> None:
@@ -244,3 +237,26 @@ def test_an_unsupported_kubernetes_version_is_one_line(compute: dict, words: str
 def test_a_chosen_kubernetes_version_reaches_the_cluster() -> None:
     spec = parse_spec(spec_with(backend="eks", kubernetes_version="1.35"), "x.yaml")
     assert spec.kubernetes_version == "1.35"
+
+
+@pytest.mark.parametrize(
+    ("boundary", "refused"),
+    [
+        ("team-boundary", False),
+        ("arn:aws:iam::123456789012:policy/team_boundary", False),
+        ("arn:aws:iam::123456789012:policy/org/team-boundary", True),
+        ("team.boundary", True),
+    ],
+)
+def test_a_boundary_parallelclusters_policies_template_refuses_stops_at_validate(boundary: str, refused: bool) -> None:
+    """On ParallelCluster the boundary is also the policies template's PermissionsBoundaryPolicy, whose AllowedPattern
+    takes no path and no + = , . @ in the name (platforms.json); other backends take any customer managed policy."""
+    spec = spec_with(backend="parallelcluster") | {"iam": {"permissions_boundary": boundary}}
+    found = problems(spec)
+    if refused:
+        [line] = found
+        assert line.startswith(f"x.yaml: iam.permissions_boundary: got {boundary!r}: on parallelcluster the boundary ")
+        assert "letters, digits, _ and - only" in line
+    else:
+        assert found == []
+    assert problems(spec_with() | {"iam": {"permissions_boundary": boundary}}) == []

@@ -9,17 +9,11 @@ import copy
 import pytest
 
 from kiln.catalog.platforms import service_fact
-from kiln.spec import SpecError, parse_spec
-from tests.conftest import MINIMAL_SPEC
+from tests.conftest import MINIMAL_SPEC, spec_problems
 
 
 def problems(tags: dict[str, str]) -> list[str]:
-    spec = copy.deepcopy(MINIMAL_SPEC) | {"tags": tags}
-    try:
-        parse_spec(spec, "x.yaml")
-    except SpecError as error:
-        return error.lines_out()
-    return []
+    return spec_problems(copy.deepcopy(MINIMAL_SPEC) | {"tags": tags})
 
 
 @pytest.mark.parametrize(

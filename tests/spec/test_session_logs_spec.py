@@ -8,22 +8,15 @@ import copy
 
 import pytest
 
-from kiln.spec import SpecError, parse_spec
+from kiln.spec import parse_spec
 from tests.conftest import MINIMAL_SPEC
+from tests.conftest import spec_problems as problems
 from tests.spec.test_code_server_eks_rules import EKS_COMPUTE, ON, eks_spec
 
 BACKENDS = {
     "parallelcluster": {"backend": "parallelcluster"},
     "hyperpod": {"backend": "hyperpod"},
 }
-
-
-def problems(spec: dict) -> list[str]:
-    try:
-        parse_spec(spec, "x.yaml")
-    except SpecError as error:
-        return error.lines_out()
-    return []
 
 
 def spec_with(**top) -> dict:

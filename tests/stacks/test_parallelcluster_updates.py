@@ -263,3 +263,22 @@ def test_a_new_parent_image_needs_a_new_cluster(baked) -> None:
         "deploy anew"
     ]
     assert parallelclusters_verdict(before, after) == (False, {"Image/CustomAmi"})
+
+
+def test_a_permissions_boundary_on_a_deployed_cluster_is_told_to_be_made_anew(synthesized) -> None:
+    """A cluster deployed without a boundary (a spec without iam.permissions_boundary, or a CI environment deployed
+    before kiln gave the provider a bounded role) that a deploy would give one: ParallelCluster's update takes the
+    setting, but the provider can neither set a role's boundary nor, as kiln's bounded role, touch roles made without
+    it, so kiln diff refuses it with the one way through."""
+    before, _ = synthesized["before"]
+    data = yaml.safe_load(EXAMPLE.read_text())
+    data["iam"] = {"permissions_boundary": "team-boundary"}
+    after, _ = _compute_config(data)
+    assert parallelclusters_verdict(before, after)[0], "ParallelCluster's own check takes it (SUPPORTED)"
+    [line] = update_refusals(before, after, "llm-pcluster")
+    assert line.startswith("ParallelCluster llm-pcluster: Iam/PermissionsBoundary added: update policy SUPPORTED; ")
+    assert "may neither set nor remove a role's permissions boundary" in line
+    assert "destroy the compute stack (data in FSx and S3 stays) and deploy anew" in line
+    # Taking the boundary away again is refused alike.
+    [line] = update_refusals(after, before, "llm-pcluster")
+    assert "Iam/PermissionsBoundary removed" in line and "keep the boundary the cluster was made with" in line

@@ -16,9 +16,11 @@ from kiln.contracts.execution_policy import PASSED_TO_SERVICES, execution_statem
 from kiln.contracts.permissions_boundary import (
     ASSUME_ACTIONS,
     BOUNDARY_NAME,
+    CLUSTER_ACCESS,
     FUNCTION_CHANGES,
     FUNCTION_INVOKES,
     FUNCTION_TAG_KEY,
+    HYPERPOD_CHANGES,
     INSTANCE_CHANGES,
     INSTANCE_TAG_KEY,
     PASS_ROLE,
@@ -26,6 +28,7 @@ from kiln.contracts.permissions_boundary import (
     SEND_COMMAND,
     SERVICES,
     SESSION_TAG_KEY,
+    STACK_CHANGES,
     START_SESSION,
     UNSCOPED_RUNS,
     boundary_document,
@@ -297,6 +300,9 @@ PIVOTS = (
     *START_SESSION,
     *INSTANCE_CHANGES,
     *UNSCOPED_RUNS,
+    *CLUSTER_ACCESS,
+    *HYPERPOD_CHANGES,
+    *STACK_CHANGES,
 )
 PSEUDO = {"<AWS::Partition>": "aws", "<AWS::AccountId>": "111111111111", "<AWS::Region>": "us-east-1"}
 
@@ -318,57 +324,72 @@ def _named_roles(templates: dict[str, dict]) -> set[str]:
     }
 
 
-def _pivot_grants(templates: dict[str, dict]) -> list[tuple[str, str, str, bool]]:
-    """Every (policy, action, resource, kiln's) a role policy of TEMPLATES grants among the boundary's pivot actions:
-    the resource as text (pseudo parameters filled in), and whether it is kiln's: a resource of the template itself
-    (a Ref or GetAtt, tagged in an environment), a role kiln names, or one the statement reaches only by
+def _bounded_role_policies(templates: dict[str, dict]) -> list[tuple[str, dict[str, str], list[dict]]]:
+    """Every role of TEMPLATES that carries a boundary: its path, its tags (aws:PrincipalTag/<key> to IAM when it acts)
+    and the statements of its policies (inline, and AWS::IAM::Policy or ManagedPolicy resources naming it)."""
+    found = []
+    for name, template in templates.items():
+        resources = template["Resources"]
+        for logical, role in resources.items():
+            if role["Type"] != "AWS::IAM::Role" or "PermissionsBoundary" not in role["Properties"]:
+                continue
+            documents = [p["PolicyDocument"] for p in role["Properties"].get("Policies", [])]
+            documents += [
+                r["Properties"]["PolicyDocument"]
+                for r in resources.values()
+                if r["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
+                and {"Ref": logical} in r["Properties"].get("Roles", [])
+            ]
+            statements = [s for d in documents for s in _listed(d.get("Statement", []))]
+            principal = {f"aws:PrincipalTag/{key}": value for key, value in _tags(role).items()}
+            found.append((f"{name}/{logical}", principal, statements))
+    return found
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _pivot_grants(templates: dict[str, dict]) -> list[tuple[str, dict[str, str], str, str, bool]]:
+    """Every (role, its tags, action, resource, kiln's) a bounded role of TEMPLATES is granted among the boundary's
+    pivot actions: the resource as text (pseudo parameters filled in), and whether it is kiln's: a resource of the
+    template itself (a Ref or GetAtt, tagged in an environment), a role kiln names, or one the statement reaches only by
     kiln:environment."""
     named = _named_roles(templates)
     found = []
-    for name, template in templates.items():
-        for logical, resource in template["Resources"].items():
-            properties = resource.get("Properties", {})
-            if resource["Type"] in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
-                documents = [properties["PolicyDocument"]]
-            elif resource["Type"] == "AWS::IAM::Role":
-                documents = [p["PolicyDocument"] for p in properties.get("Policies", [])]
-            else:
+    for role, principal, statements in _bounded_role_policies(templates):
+        for statement in statements:
+            if statement.get("Effect") != "Allow":
                 continue
-            for document in documents:
-                statements = document.get("Statement", [])
-                for statement in statements if isinstance(statements, list) else [statements]:
-                    if statement.get("Effect") != "Allow" or properties.get("ManagedPolicyName") == BOUNDARY_NAME:
-                        continue
-                    actions = statement.get("Action", [])
-                    actions = [a for a in (actions if isinstance(actions, list) else [actions]) if a in PIVOTS]
-                    resources = statement.get("Resource", [])
-                    by_tag = TAG_ENVIRONMENT in json.dumps(statement.get("Condition", {}))
-                    for target in resources if isinstance(resources, list) else [resources]:
-                        text = _text(target)
-                        ours = by_tag or "<" in text or any(like(text, role) for role in named)
-                        found += [(f"{name}/{logical}", action, text, ours) for action in actions]
+            actions = [a for a in _listed(statement.get("Action", [])) if a in PIVOTS]
+            by_tag = TAG_ENVIRONMENT in json.dumps(statement.get("Condition", {}))
+            for target in _listed(statement.get("Resource", [])):
+                text = _text(target)
+                ours = by_tag or "<" in text or any(like(text, r) for r in named)
+                found += [(role, principal, action, text, ours) for action in actions]
     return found
 
 
 def test_the_boundary_leaves_every_pivot_grant_kilns_roles_are_given(scanned: Scanned) -> None:
-    """The inventory of what kiln's roles pass, assume, change, invoke and run commands on: each grant reaches kiln's
-    own resources (tagged in an environment) or, for sts:AssumeRole, the roles of `cdk bootstrap` the CI role deploys
-    through; and the boundary allows every one of them."""
+    """The inventory of what kiln's bounded roles pass, assume, change, invoke and run commands on: each grant reaches
+    kiln's own resources (tagged in an environment) or, for sts:AssumeRole, the roles of `cdk bootstrap` the CI role
+    deploys through; and the boundary allows every one of them to the role, with the role's own tags."""
     boundary = boundary_document("arn:aws:iam::111111111111:policy/kiln-permissions-boundary")["Statement"]
-    variables = {f"aws:PrincipalTag/{TAG_ENVIRONMENT}": "quickstart-pr1"}
-    grants = _pivot_grants(scanned.templates)
-    assumed = {(action, text) for _, action, text, ours in grants if action in ASSUME_ACTIONS and not ours}
+    ci = {name: t for name, t in scanned.templates.items() if name.startswith(IDENTITY_PREFIX)}
+    grants = _pivot_grants({**_ci_templates(scanned), **ci})
+    assert len({role for role, *_ in grants}) >= 3
+    assumed = {text for _, _, action, text, ours in grants if action in ASSUME_ACTIONS and not ours}
     assert assumed, "the CI role assumes CDK's bootstrap roles"
-    assert {text.split(":role/")[1].split("-")[2] for _, text in assumed} <= {"deploy", "file", "image", "lookup"}
-    assert {action for _, action, _, _ in grants} >= {"sts:AssumeRole", "iam:PassRole"}
+    assert {text.split(":role/")[1].split("-")[2] for text in assumed} <= {"deploy", "file", "image", "lookup"}
+    assert {action for _, _, action, _, _ in grants} >= {"sts:AssumeRole", "iam:PassRole"}
     denied = [
-        (policy, action, text)
-        for policy, action, text, ours in grants
-        if decision(boundary, action, text, KILNS if ours else {}, variables) != "Allow"
+        (role, action, text)
+        for role, principal, action, text, ours in grants
+        if decision(boundary, action, text, {**principal, **(KILNS if ours else {})}, principal) != "Allow"
     ]
     assert denied == []
-    # What a role passes is kiln's: a role of the template itself, or one the statement reaches by its tag.
-    assert [g for g in grants if g[1] in PASS_ROLE and not g[3]] == []
+    # What a role passes is kiln's: a role of the template itself, a role kiln names, or one reached by its tag.
+    assert [g for g in grants if g[2] in PASS_ROLE and not g[4]] == []
 
 
 def test_what_ci_deletes_by_tag_is_tagged_with_its_environment(scanned: Scanned) -> None:
