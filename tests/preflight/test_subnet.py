@@ -8,6 +8,9 @@ from kiln.preflight.checks import subnet
 from kiln.preflight.run import run_check
 from tests.preflight.conftest import AZ, client_error, make_plan, stubbed
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 BASE_NEED = "1 × m5.2xlarge × 1 + 2 × p5.48xlarge × 1 = 3 addresses"
 
 

@@ -106,7 +106,9 @@ def test_eks_nodes_get_the_budgets_time_to_become_ready(example_assemblies, stem
         if r["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
     ]
     [install] = [o for objects in manifests for o in objects if o["kind"] == "Job" and "kueue" in o["metadata"]["name"]]
-    args = install["spec"]["template"]["spec"]["initContainers"][-1]["args"]
+    # The helm step: `sh -c RUN_CHECKED helm PATH SHA256 upgrade --install ... --set KEY=VALUE ...` (eks_install).
+    [step] = [c for c in install["spec"]["template"]["spec"]["initContainers"] if c["name"] == "install"]
+    args = step["command"]
     [config] = [json.loads(a.split("=", 1)[1]) for a in args if a.startswith("managerConfig.")]
     assert json.loads(config)["waitForPodsReady"]["timeout"] == f"{seconds + IMAGE_PULL_SECONDS}s"
 

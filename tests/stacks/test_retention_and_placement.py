@@ -20,6 +20,9 @@ from kiln.stacks.storage import StorageStack
 from tests.conftest import MINIMAL_SPEC, ROOT
 from tests.stacks import retention_walk
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 
 def _stacks(example: str, **changes):
     data = yaml.safe_load((ROOT / "examples" / example).read_text())
