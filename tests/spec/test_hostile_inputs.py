@@ -22,6 +22,7 @@ from kiln.cli import main
 from kiln.spec import ClusterSpec, Problem, SpecError, parse_spec, rules
 from kiln.spec.problems import MAX_ECHO_CHARS, MAX_MESSAGE_CHARS, MAX_PROBLEM_LINES, dotted, printable, shown
 from tests.conftest import MINIMAL_SPEC
+from tests.conftest import spec_problems as _lines
 
 BASE = {**MINIMAL_SPEC, "name": "hostile"}
 
@@ -30,15 +31,6 @@ def _spec(**sections: object) -> dict:
     spec = copy.deepcopy(BASE)
     spec.update(copy.deepcopy(sections))
     return spec
-
-
-def _lines(spec: dict) -> list[str]:
-    """Return the lines parse_spec refuses SPEC with (none when it is valid)."""
-    try:
-        parse_spec(spec, "x.yaml")
-    except SpecError as exc:
-        return exc.lines_out()
-    return []
 
 
 def _validate(tmp_path: Path, text: str, capsys: pytest.CaptureFixture, name: str = "cluster.yaml"):
