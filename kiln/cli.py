@@ -43,6 +43,8 @@ def _validate(args: argparse.Namespace) -> int:
         # Echoed as the problem lines echo it: a file name's control characters never reach the terminal.
         path = printable(given)
         summary = "; ".join([spec.compute.backend, *map(_group_summary, spec.compute.groups)])
+        for warning in readiness.tight_budget:
+            print(f"{path}: {warning}", file=sys.stderr)
         if readiness.ready:
             print(f"{path}: ok ({summary}); boot-ready")
             _print_nodes(readiness.nodes + readiness.budget)

@@ -36,6 +36,13 @@ USER_CONFIGURE_SECONDS = 30
 TIMEOUT_HEADROOM = 1.5
 # ParallelCluster's timeouts are set in whole minutes of this many.
 TIMEOUT_STEP_SECONDS = 300
+# The share of a platform's deadline a node's estimated setup must leave free. kiln's step figures are estimates, and a
+# real boot varies with what they cannot see: the package mirrors' and download hosts' speed, the instance's own boot
+# (a GPU or Trainium instance initialises its accelerators and EFA devices before cloud-init), and a first launch into
+# a capacity block. A setup that fits but leaves less than this (6 of PCS's 30 minutes) may still miss the deadline on
+# a slow day: `kiln validate` warns and recommends a bake; past the deadline it refuses (over_budget). Where kiln sets
+# the deadline itself (ParallelCluster's timeouts, TIMEOUT_HEADROOM) the setup always leaves a third of it.
+BOOT_MARGIN = 0.2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -168,6 +175,37 @@ def budget_line(kind: str, work: BootWork, limit: Deadline | None) -> str:
     if limit.settable:
         return f"{line}; kiln sets {limit.name} to {bootstrap_timeout(work, limit.seconds) // 60} min"
     return f"{line}; {limit.name} is {limit.seconds // 60} min"
+
+
+def deadline_seconds(work: BootWork, limit: Deadline) -> int:
+    """Return how long LIMIT's platform waits for a node doing WORK: the timeout kiln sets from the estimate where the
+    deadline is settable, else the fixed deadline."""
+    return bootstrap_timeout(work, limit.seconds) if limit.settable else limit.seconds
+
+
+def tight_budget(kind: str, work: BootWork, limit: Deadline | None, *, baked: BootWork) -> str | None:
+    """Return one warning line when KIND's setup leaves less than BOOT_MARGIN of its platform's deadline (or runs past
+    it, for nodes that are not refused: static ones), with the bake that shortens it; else None. BAKED is the same
+    node's estimate on a baked image."""
+    if limit is None:
+        return None
+    seconds = deadline_seconds(work, limit)
+    margin = math.ceil(seconds * BOOT_MARGIN)
+    if seconds - work.seconds >= margin:
+        return None
+    kept = f"the {margin // 60}-min margin ({BOOT_MARGIN:.0%}) kiln keeps for mirror speed and instance boot time"
+    given = f"{seconds // 60} min {limit.name} gives them"
+    if work.seconds > seconds:
+        line = f"take ~{work.minutes} min by kiln's estimate, past the {given} and {kept}"
+    else:
+        line = f"take ~{work.minutes} of the {given} by kiln's estimate, inside {kept}"
+    line = f"boot budget tight: {kind} nodes ({work.instance_type}) {line}"
+    if baked.seconds < work.seconds:
+        return (
+            f"{line}: bake the install steps into the image (compute.image.bake: true; `kiln ami build --spec SPEC` "
+            f"bakes again), and they boot in ~{baked.minutes} min"
+        )
+    return f"{line}, on a baked image already: move work off the node's boot (bootstrap.steps)"
 
 
 def over_budget(kind: str, work: BootWork, limit: Deadline | None, *, baked: BootWork) -> str | None:

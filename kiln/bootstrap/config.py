@@ -297,7 +297,7 @@ class BootstrapConfig:
                 f"software.pcs_slurm: got {self.software.pcs_slurm!r}, allowed: a release of Slurm "
                 f"{self.software.slurm} such as {self.software.slurm}.2-1"
             )
-        if profile.target.uses_kubernetes and self.software.nccl:
+        if not profile.host_nccl and self.software.nccl:
             raise BootstrapInputError(
                 f"software.nccl: got {self.software.nccl!r} for target {self.target!r}, allowed: none (pods bring NCCL)"
             )

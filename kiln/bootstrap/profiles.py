@@ -179,6 +179,13 @@ class TargetProfile:
         return tuple(role for role in _CODE_SERVER_ROLES if role in self.node_roles)
 
     @property
+    def host_nccl(self) -> bool:
+        """Return whether jobs run NCCL from the node's own libraries, so the host needs aws-ofi-nccl on EFA nodes:
+        Slurm's jobs run on the host (kiln-launch finds the plugin there); where Kubernetes runs them, pods bring
+        NCCL, libfabric and aws-ofi-nccl, and the EKS AMI installs EFA minimal (platforms.json, eks-al2023)."""
+        return not self.target.uses_kubernetes
+
+    @property
     def slurm_exporter_role(self) -> str:
         """Return the node role the Slurm exporter (and the Prometheus agent) runs on: beside the controller, or on
         the login nodes where kiln boots no controller (PCS runs it itself); the controller, too, where no Slurm runs

@@ -30,6 +30,9 @@ class BootReadiness:
     budget: tuple[str, ...] = ()
     # One line per kind of node that scales from zero and whose setup cannot fit its platform's fixed deadline.
     over_budget: tuple[str, ...] = ()
+    # One warning per other kind of node whose setup leaves less than the boot margin of its deadline (budget.py's
+    # BOOT_MARGIN): boot-ready, with a bake recommended.
+    tight_budget: tuple[str, ...] = ()
 
     @property
     def ready(self) -> bool:

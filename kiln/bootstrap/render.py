@@ -22,6 +22,7 @@ from kiln.catalog import InstanceType, SoftwareVersions, instance_type, preset_e
 from kiln.catalog.code_server import CODE_SERVER_CONFIG, CODE_SERVER_HOST, CODE_SERVER_PORT, root_equivalent_groups
 from kiln.catalog.exporters import EXPORTERS, PROMETHEUS_PORT
 from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE, ENV_VALUE, ENV_VALUE_RULE
+from kiln.catalog.nccl import efa_software
 from kiln.catalog.neuron import neuron_packages
 from kiln.catalog.platforms import COMPONENTS, lustre_efa_interfaces, service_fact
 from kiln.safe_output import replaced_directory
@@ -218,8 +219,13 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         **_lustre_efa_env(config),
         **_pcs_env(config),
         "KILN_NVIDIA_DRIVER_VERSION": pins.nvidia_driver or "",
+        # The least loaded driver a node adopts on any image (NVIDIA's table for the CUDA kiln's stack runs).
+        "KILN_NVIDIA_DRIVER_MINIMUM": service_fact("nvidia", "cuda_driver_minimum").value["linux_driver"],
         "KILN_EFA_INSTALLER_VERSION": pins.efa_installer or "",
         "KILN_NCCL_VERSION": pins.nccl or "",
+        "KILN_HOST_NCCL": "1" if profile.host_nccl else "0",
+        "KILN_OFI_NCCL_DIRS": " ".join(efa_software().plugin_dirs),
+        "KILN_OFI_NCCL_NAMES": " ".join(efa_software().plugin_names),
         "KILN_NEURON_VERSION": pins.neuron or "",
         "KILN_NEURON_PACKAGES": _neuron_packages(config),
         "KILN_ENROOT_VERSION": (pins.enroot or "") if slurm_target else "",
@@ -300,13 +306,18 @@ def imds_guard_roles(target: str) -> tuple[str, ...]:
 
 def _platform_paths(config: BootstrapConfig) -> dict[str, str]:
     """Return the image's own paths the steps read: the slurm.conf its agent writes (waited for, never written),
-    where it mounts local NVMe or a volume for data (container storage goes there, over no disk it claimed), and
-    where HyperPod describes the cluster to the node."""
+    where it mounts local NVMe or a volume for data (container storage goes there, over no disk it claimed), where
+    HyperPod describes the cluster to the node, and the pod sandbox image it caches for containerd."""
     image = config.image_profile
     scratch = [image.fact(key).value for key in ("local_nvme", "secondary_volume") if key in image.facts]
+    sandbox = image.fact("sandbox_image").value if "sandbox_image" in image.facts else None
     return {
         "KILN_SLURM_PLATFORM_CONF": image.fact("slurm_conf").value if "slurm_conf" in image.facts else "",
         "KILN_PLATFORM_SCRATCH_DIRS": " ".join(scratch),
+        # The pod sandbox image the image caches in containerd's store (its metadata database): still there once
+        # configure_container_storage has moved the store to local NVMe.
+        "KILN_IMAGE_SANDBOX_IMAGE": sandbox["image"] if sandbox else "",
+        "KILN_IMAGE_SANDBOX_STORE": sandbox["metadata"] if sandbox else "",
         "KILN_HYPERPOD_RESOURCE_CONFIG": (
             image.fact("resource_config").value if "resource_config" in image.facts else ""
         ),

@@ -73,7 +73,13 @@ STEPS: dict[str, Step] = {
             component="nvidia_driver",
             seconds=420,
             phase="install",
-            pins=("KILN_NVIDIA_DRIVER_VERSION", "KILN_IMAGE_NVIDIA_DRIVER", "KILN_REPLACE", "KILN_IMAGE_DEVICES"),
+            pins=(
+                "KILN_NVIDIA_DRIVER_VERSION",
+                "KILN_IMAGE_NVIDIA_DRIVER",
+                "KILN_NVIDIA_DRIVER_MINIMUM",
+                "KILN_REPLACE",
+                "KILN_IMAGE_DEVICES",
+            ),
         ),
         # The aws-neuronx-dkms kernel module build, and the runtime and tools packages.
         Step(
@@ -96,7 +102,15 @@ STEPS: dict[str, Step] = {
             component="nccl",
             seconds=90,
             phase="install",
-            pins=("KILN_NCCL_VERSION", "KILN_IMAGE_NCCL", "KILN_IMAGE_DEVICES"),
+            # Whether the host needs the plugin at all, and where it looks for it (the directory it registers).
+            pins=(
+                "KILN_NCCL_VERSION",
+                "KILN_IMAGE_NCCL",
+                "KILN_IMAGE_DEVICES",
+                "KILN_HOST_NCCL",
+                "KILN_OFI_NCCL_DIRS",
+                "KILN_OFI_NCCL_NAMES",
+            ),
         ),
         # The client's packages and kernel modules for the running kernel.
         Step(

@@ -17,7 +17,7 @@ KUBERNETES_PATH = Path(__file__).parent / "data" / "kubernetes.json"
 # The minors kiln has a kubectl layer for (pyproject.toml: aws-cdk.lambda-layer-kubectl-vNN) and the kubectl patch
 # release each layer carries (KUBECTL_VERSION in the layer package's layer/Dockerfile): install Jobs and the second
 # kube-scheduler run that release, so they match the control plane.
-KUBECTL_RELEASES = {"1.35": "1.35.2", "1.36": "1.36.3"}
+KUBECTL_RELEASES = {"1.34": "1.34.5", "1.35": "1.35.2", "1.36": "1.36.3"}
 
 
 @cache
@@ -27,10 +27,17 @@ def kubernetes_fact(key: str) -> Fact:
     return Fact(value=raw["value"], source=raw["source"], note=raw.get("note", ""))
 
 
+def _hyperpod_version_sources() -> list[dict]:
+    """The AWS pages that list HyperPod on EKS's Kubernetes versions, each {"versions", "source"}."""
+    return list(image_profile("hyperpod-eks").fact("kubernetes_versions").value.values())
+
+
 def platform_kubernetes_versions(backend: str) -> tuple[str, ...]:
-    """Return the minors BACKEND's platform supports: EKS's standard support, or the versions HyperPod's AMIs serve."""
+    """Return the minors BACKEND's platform supports: EKS's standard support, or for HyperPod those every page of
+    AWS's that lists HyperPod's versions names (its AMI releases, its EKS prerequisites)."""
     if backend == "hyperpod":
-        return tuple(image_profile("hyperpod-eks").fact("kubernetes_versions").value)
+        [first, *others] = [page["versions"] for page in _hyperpod_version_sources()]
+        return tuple(v for v in first if all(v in versions for versions in others))
     return tuple(service_fact("eks", "kubernetes_versions").value)
 
 
@@ -46,9 +53,9 @@ def default_kubernetes_version(backend: str) -> str:
 
 
 def kubernetes_source(backend: str) -> str:
-    """Return the AWS page that lists BACKEND's supported versions."""
+    """Return the AWS page (or pages) that list BACKEND's supported versions."""
     if backend == "hyperpod":
-        return image_profile("hyperpod-eks").fact("kubernetes_versions").source
+        return " and ".join(page["source"] for page in _hyperpod_version_sources())
     return service_fact("eks", "kubernetes_versions").source
 
 

@@ -57,7 +57,9 @@ def _values(want: str | list[str]) -> list[str]:
     return [want] if isinstance(want, str) else list(want)
 
 
-def _matches(when: Mapping[str, Any], facts: InstanceType, versions: SoftwareVersions, fork_enomem: bool) -> bool:
+def _matches(
+    when: Mapping[str, Any], facts: InstanceType, versions: SoftwareVersions, fork_enomem: bool, container: bool
+) -> bool:
     checks = {
         "efa": lambda want: facts.efa_supported == want,
         "device_rdma": lambda want: facts.efa_device_rdma == want,
@@ -66,6 +68,7 @@ def _matches(when: Mapping[str, Any], facts: InstanceType, versions: SoftwareVer
         "aws_ofi_nccl_below": lambda bound: _below(versions.aws_ofi_nccl, bound),
         "libfabric_below": lambda bound: _below(versions.libfabric, bound),
         "fork_enomem": lambda want: fork_enomem == want,
+        "container": lambda want: container == want,
     }
     unknown = set(when) - set(checks)
     if unknown:
@@ -75,6 +78,32 @@ def _matches(when: Mapping[str, Any], facts: InstanceType, versions: SoftwareVer
         if wrong:
             raise ValueError(f"nccl preset condition {key}: {wrong} not understood; allowed: {list(allowed)}")
     return all(checks[key](value) for key, value in when.items())
+
+
+@dataclass(frozen=True, kw_only=True)
+class EfaSoftware:
+    """Where an image keeps NCCL's EFA stack (nccl_presets.json, efa_software, with its sources), in search order."""
+
+    plugin_names: tuple[str, ...]
+    plugin_dirs: tuple[str, ...]
+    libfabric_dirs: tuple[str, ...]
+    libfabric_library: str
+    tool_dirs: tuple[str, ...]
+    tool: str
+
+
+@lru_cache(maxsize=1)
+def efa_software() -> EfaSoftware:
+    """Return where images keep the aws-ofi-nccl plugin, libfabric and fi_info."""
+    raw = presets()["efa_software"]
+    return EfaSoftware(
+        plugin_names=tuple(raw["plugin_names"]),
+        plugin_dirs=tuple(raw["plugin_dirs"]),
+        libfabric_dirs=tuple(raw["libfabric_dirs"]),
+        libfabric_library=raw["libfabric_library"],
+        tool_dirs=tuple(raw["tool_dirs"]),
+        tool=raw["tool"],
+    )
 
 
 def forbidden_variable(name: str) -> str | None:
@@ -127,13 +156,18 @@ def preset_environment(
     *,
     versions: SoftwareVersions = SoftwareVersions(),
     fork_enomem: bool = False,
+    container: bool = False,
     overrides: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """Return the NCCL/EFA variables for INSTANCE: matching presets, then OVERRIDES."""
+    """Return the NCCL/EFA variables for INSTANCE: matching presets, then OVERRIDES.
+
+    CONTAINER: the variables go into a container's environment (a `kiln job submit` pod), whose image brings its own
+    libfabric and aws-ofi-nccl; the rules for containers add AWS's pod environment for EFA.
+    """
     facts = instance_type(instance)
     env: dict[str, str] = {}
     for rule in presets()["rules"]:
-        if _matches(rule["when"], facts, versions, fork_enomem):
+        if _matches(rule["when"], facts, versions, fork_enomem, container):
             env.update(rule["env"])
     overrides = dict(overrides or {})
     if why := override_count_problem(len(overrides)):

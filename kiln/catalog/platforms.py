@@ -74,8 +74,10 @@ DEFAULT_IMAGES = {
 # branch runs what an older one ran, and an image's patch release moves within a branch), or it is present.
 Check = Literal["at-least", "branch", "present"]
 CHECKS: tuple[str, ...] = ("at-least", "branch", "present")
+# AWS's pages and repositories, or the upstream project of non-AWS software a node runs (Slurm, NVIDIA's CUDA).
 SOURCE = re.compile(
-    r"https://(docs\.aws\.amazon\.com|aws\.amazon\.com|github\.com/(aws|awslabs|aws-samples)|[a-z0-9.-]+\.amazonaws\.com)/\S+"
+    r"https://(docs\.aws\.amazon\.com|aws\.amazon\.com|github\.com/(aws|awslabs|aws-samples|SchedMD)"
+    r"|[a-z0-9.-]+\.amazonaws\.com|docs\.nvidia\.com)/\S+"
 )
 
 
@@ -196,6 +198,20 @@ def service_fact(service: str, key: str) -> Fact:
         return _fact(platform_data()["services"][service][key])
     except KeyError:
         raise UnknownPlatformFact(f"service {service}: no fact {key!r} in {PLATFORMS_PATH.name}") from None
+
+
+def root_device_names() -> dict[str, str]:
+    """Return the device name each OS's AMIs boot from, by kiln's OS name (platforms.json, ec2.root_device_names)."""
+    return dict(service_fact("ec2", "root_device_names").value)
+
+
+def root_device_name(os: str) -> str:
+    """Return the device name OS's AMIs boot from: the one a launch template must map to size the root volume (any
+    other name adds a second, unformatted volume). Raise UnknownPlatformFact for an OS the data does not name."""
+    names = root_device_names()
+    if os not in names:
+        raise UnknownPlatformFact(f"root device: no OS {os!r} in {PLATFORMS_PATH.name}, allowed: {', '.join(names)}")
+    return names[os]
 
 
 def pcs_slurm_versions() -> dict[str, str | None]:

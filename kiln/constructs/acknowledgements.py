@@ -271,9 +271,10 @@ HYPERPOD_ROLE_GRANTS = (
     ),
     WildcardGrant(
         tuple(a for a in HYPERPOD_ECR_ACTIONS if a not in HYPERPOD_ECR_TOKEN),
-        arn_pattern("ecr", r"repository/\*", account=ANY),
+        arn_pattern("ecr", r"repository/\*", region=ANY, account=ANY),
         "HyperPod's EKS nodes pull the EKS add-ons' images and HyperPod's own (its health agent) from AWS's ECR "
-        "registries, whose account differs by region and image: image reads only, in the cluster's region.",
+        "registries, whose account and region differ by image (the EFA plugin's is in us-west-2 whatever the "
+        "cluster's region), as AWS's reference execution role grants: image reads only.",
     ),
 )
 _HANDLER_READS = ("s3:GetObject*", "s3:GetBucket*", "s3:List*")
@@ -716,6 +717,12 @@ CI_EXECUTION_GRANTS = (
         _exec.PCS_ACTIONS,
         _x_arn("pcs", r"cluster/\*"),
         f"PCS clusters, their node groups and queues. {_X_BY_ID}",
+    ),
+    WildcardGrant(
+        _exec.CAPACITY_READS,
+        r"\*",
+        "Read-only: PCS describes the capacity block or reservation a compute node group names with its caller's "
+        "credentials (AWS's PCS permissions pages); EC2's Describe calls take no resource scope.",
     ),
     WildcardGrant(
         _exec.PCS_SECRET_ACTIONS,

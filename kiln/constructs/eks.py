@@ -395,9 +395,13 @@ class EksTrainingCluster(Construct):
             if addon.accelerator is None or addon.accelerator in kinds
         }
         self.install_tools = install_tools(props.kubernetes_version)
+        # One owner per CRD: beside HyperPod's dependencies (whose MPI operator owns MPIJob) the training operator
+        # leaves the kinds they install out.
+        owned = HYPERPOD_DEPENDENCIES.installed_crds() if props.hyperpod_dependencies else frozenset()
+        self.training_operator = TRAINING_OPERATOR.leaving(owned)
         self.training_operator_ready = self._install(
-            TRAINING_OPERATOR.name,
-            kustomize_job_manifests(TRAINING_OPERATOR, self.install_tools),
+            self.training_operator.name,
+            kustomize_job_manifests(self.training_operator, self.install_tools),
             "TrainingOperatorReady",
         )
         # The namespace `kiln job submit` uses admits no pod that Pod Security's baseline refuses (privileged,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+import json
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal
 
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from aws_cdk.lambda_layer_kubectl_v36 import KubectlV36Layer
 from constructs import Construct
@@ -35,6 +37,12 @@ class KubernetesRelease:
 # package. The scheduler is the patch release the layer's kubectl comes from (kiln.catalog.kubernetes); pinned by
 # tag: no promoted digest of these releases was at hand (the scheduler runs with its own, non-admin, account).
 KUBERNETES_RELEASES: dict[str, KubernetesRelease] = {
+    # HyperPod on EKS: the newest minor every AWS page on HyperPod's versions lists (kiln.catalog.kubernetes).
+    "1.34": KubernetesRelease(
+        version=eks.KubernetesVersion.V1_34,
+        kubectl_layer=KubectlV34Layer,
+        kube_scheduler_image=f"registry.k8s.io/kube-scheduler:v{KUBECTL_RELEASES['1.34']}",
+    ),
     "1.35": KubernetesRelease(
         version=eks.KubernetesVersion.V1_35,
         kubectl_layer=KubectlV35Layer,
@@ -67,6 +75,10 @@ class HelmAddon:
     accelerator: AcceleratorKind | None = None
 
 
+# The key of GitHelmAddon.crds for CRDs a chart applies whatever its values.
+ALWAYS = ""
+
+
 @dataclass(frozen=True, kw_only=True)
 class GitHelmAddon:
     """A Helm chart published only in a Git repository, installed at a release tag whose commit is checked: a Job in
@@ -88,12 +100,39 @@ class GitHelmAddon:
     settings: Mapping[str, str]
     region_setting: str | None = None
     json_settings: Mapping[str, Any] = field(default_factory=dict)
+    crds: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    switch_defaults: Mapping[str, bool] = field(default_factory=dict)
+
+    def installed_crds(self) -> frozenset[str]:
+        """Return the CRDs the chart installs with these settings: crds holds them by the boolean value that
+        switches their subchart on (ALWAYS for those the chart applies unconditionally), switch_defaults that
+        value's default in the chart."""
+        names: set[str] = set()
+        for switch, crds in self.crds.items():
+            on = switch == ALWAYS or self.settings.get(switch, str(self.switch_defaults[switch]).lower()) == "true"
+            if on:
+                names.update(crds)
+        return frozenset(names)
+
+
+@dataclass(frozen=True, kw_only=True)
+class KustomizeController:
+    """The controller of a kustomize bundle's kinds: its Deployment and container, and the flag (repeated, one kind
+    each) that starts only the named kinds' controllers."""
+
+    deployment: str
+    container: str
+    kind_flag: str
 
 
 @dataclass(frozen=True, kw_only=True)
 class KustomizeAddon:
     """An add-on published only as a kustomize bundle at a git tag; a Job in the cluster clones the tag, refuses any
-    commit but COMMIT, and applies the bundle (with the checked kubectl of install_tools)."""
+    commit but COMMIT, and applies the bundle (with the checked kubectl of install_tools).
+
+    crds: the CRD the bundle ships for each kind its controller runs. without: kinds left to another owner: their
+    CRDs are not applied and the controller starts every other kind only (overlay()).
+    """
 
     name: str
     repository: str
@@ -101,6 +140,53 @@ class KustomizeAddon:
     commit: str
     path: str
     namespace: str
+    crds: Mapping[str, str]
+    controller: KustomizeController
+    without: tuple[str, ...] = ()
+
+    def leaving(self, owned: Collection[str]) -> KustomizeAddon:
+        """Return this add-on without the kinds whose CRD is in OWNED (installed by another owner)."""
+        return replace(self, without=tuple(kind for kind, crd in self.crds.items() if crd in owned))
+
+    def installed_crds(self) -> frozenset[str]:
+        """Return the CRDs this add-on applies."""
+        return frozenset(crd for kind, crd in self.crds.items() if kind not in self.without)
+
+    def overlay(self, bundle: str) -> dict[str, Any] | None:
+        """Return the kustomization that applies the bundle at path BUNDLE (relative to it) without the kinds of
+        `without`: their CRDs deleted, and the controller told every kind it runs; None when nothing is left out."""
+        if not self.without:
+            return None
+        kept = [kind for kind in self.crds if kind not in self.without]
+        deletions = [
+            {
+                "patch": json.dumps(
+                    {
+                        "$patch": "delete",
+                        "apiVersion": "apiextensions.k8s.io/v1",
+                        "kind": "CustomResourceDefinition",
+                        "metadata": {"name": self.crds[kind]},
+                    }
+                )
+            }
+            for kind in self.without
+        ]
+        controller = self.controller
+        flags = [f"{controller.kind_flag}={kind.lower()}" for kind in kept]
+        # A strategic merge: the container list merges by name, so only its args change.
+        container = {"name": controller.container, "args": flags}
+        kinds_patch = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": controller.deployment},
+            "spec": {"template": {"spec": {"containers": [container]}}},
+        }
+        return {
+            "apiVersion": "kustomize.config.k8s.io/v1beta1",
+            "kind": "Kustomization",
+            "resources": [bundle],
+            "patches": [*deletions, {"patch": json.dumps(kinds_patch)}],
+        }
 
 
 # Device plugins and the Lustre node driver run on every node, tainted or not (GPU, HyperPod).
@@ -152,11 +238,13 @@ NVIDIA_DEVICE_PLUGIN = HelmAddon(
     values={"tolerations": TOLERATE_EVERYTHING, "affinity": gpu_node_affinity()},
     accelerator="gpu",
 )
-# The eks-charts repository versions this chart with a leading "v".
+# The eks-charts repository versions this chart with a leading "v"; its image stays the chart's default, in one
+# region's registry (platforms.json, eks.efa_device_plugin_chart): every node role may pull from any region's ECR.
+EFA_DEVICE_PLUGIN_CHART = service_fact("eks", "efa_device_plugin_chart").value
 EFA_DEVICE_PLUGIN = HelmAddon(
-    chart="aws-efa-k8s-device-plugin",
-    repository="https://aws.github.io/eks-charts",
-    version="v0.5.29",
+    chart=EFA_DEVICE_PLUGIN_CHART["chart"],
+    repository=EFA_DEVICE_PLUGIN_CHART["repository"],
+    version=EFA_DEVICE_PLUGIN_CHART["version"],
     namespace="kube-system",
     release="aws-efa-k8s-device-plugin",
     # The chart selects nodes whose instance-type label is one of these: EC2's names of the types kiln knows to
@@ -184,10 +272,16 @@ FSX_CSI_DRIVER = HelmAddon(
 # The v1 training operator (PyTorchJob) has no official chart; its release tag carries the kustomize bundle
 # (kubernetes.json, training_operator, with the tag's commit). Synth stays offline: the cluster fetches the tag
 # when the Job runs, and refuses it unless it is that commit.
-TRAINING_OPERATOR = KustomizeAddon(name="training-operator", **kubernetes_fact("training_operator").value)
+_TRAINING_OPERATOR = kubernetes_fact("training_operator").value
+TRAINING_OPERATOR = KustomizeAddon(
+    name="training-operator",
+    **{k: v for k, v in _TRAINING_OPERATOR.items() if k != "controller"},
+    controller=KustomizeController(**_TRAINING_OPERATOR["controller"]),
+)
 # HyperPod's dependencies (platforms.json, hyperpod.dependencies_chart): required before a HyperPod cluster on EKS
 # is created. Its device plugins and Kubeflow training operator are off: kiln runs its own (above), which select
-# HyperPod's nodes too.
+# HyperPod's nodes too. Its MPI operator stays on and owns MPIJob (v2beta1): beside it kiln's training operator
+# leaves that kind out (KustomizeAddon.leaving), so each CRD has one owner.
 _HYPERPOD_CHART = service_fact("hyperpod", "dependencies_chart").value
 HYPERPOD_DEPENDENCIES = GitHelmAddon(
     name="hyperpod-dependencies",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from dataclasses import dataclass
 from typing import Any
 
@@ -301,24 +302,45 @@ def revoked_binding_patch(job_name: str) -> dict[str, Any]:
     return {**REVOKED_SUBJECTS, "metadata": {"annotations": {"kiln.io/revoked-after": job_name}}}
 
 
+# Where an install Job writes the kustomization that applies a bundle without some of its kinds
+# (KustomizeAddon.overlay), and the step that writes it (no token, no network use).
+OVERLAY_DIR = f"{SOURCE_DIR}/overlay"
+_WRITE_OVERLAY = 'mkdir -p "$OVERLAY" && printf "%s\\n" "$KUSTOMIZATION" > "$OVERLAY/kustomization.yaml"\n'
+
+
 def kustomize_job_manifests(addon: KustomizeAddon, tools: InstallTools) -> list[dict[str, Any]]:
     """Return the install Job (install_job_manifests) that fetches ADDON's tag at its commit and applies its bundle
-    server-side."""
+    server-side (through ADDON's overlay when it leaves kinds out)."""
     checkout = f"{SOURCE_DIR}/checkout"
     fetch = _fetch_steps(
         tools, [tools.kubectl], repository=addon.repository, tag=addon.tag, commit=addon.commit, checkout=checkout
     )
+    target = f"{checkout}/{addon.path}"
+    steps = [*fetch]
+    overlay = addon.overlay(posixpath.relpath(target, OVERLAY_DIR))
+    if overlay is not None:
+        steps.append(
+            {
+                "name": "overlay",
+                "image": tools.git_image,
+                "command": ["sh", "-c", _WRITE_OVERLAY],
+                "env": [
+                    {"name": "OVERLAY", "value": OVERLAY_DIR},
+                    # YAML is a superset of JSON: the kustomization is its JSON text.
+                    {"name": "KUSTOMIZATION", "value": json.dumps(overlay, sort_keys=True)},
+                ],
+            }
+        )
+        target = OVERLAY_DIR
     apply = {
         "name": "apply",
         "image": tools.git_image,
         # Server-side: the CRDs are too large for client-side apply's annotation.
-        "command": run_checked(
-            tools.kubectl, "apply", "--server-side", "--force-conflicts", "-k", f"{checkout}/{addon.path}"
-        ),
+        "command": run_checked(tools.kubectl, "apply", "--server-side", "--force-conflicts", "-k", target),
         "api": True,
     }
     return install_job_manifests(
-        name=addon.name, tag=addon.tag, namespace=addon.namespace, steps=[*fetch, apply], tools=tools
+        name=addon.name, tag=addon.tag, namespace=addon.namespace, steps=[*steps, apply], tools=tools
     )
 
 

@@ -23,6 +23,7 @@ from kiln.catalog.facts import ACCELERATOR_KINDS, UnknownInstanceType
 from kiln.catalog.kubernetes import NODE_GROUP_LABEL
 from kiln.catalog.limits import EBS_GP3_MAX_GIB, EKS_SYSTEM_NODE_COUNT, EKS_SYSTEM_NODE_TYPE
 from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
+from kiln.catalog.platforms import image_profile, root_device_name
 from kiln.constructs._checks import field_name, require, require_in
 from kiln.constructs.eks_addons import GPU_PRESENT_LABEL, AcceleratorKind
 from kiln.constructs.eks_scheduling import node_template_tags
@@ -68,8 +69,10 @@ NODEGROUP_CAPACITY = {
     "CAPACITY_BLOCK": eks.CapacityType.CAPACITY_BLOCK,
 }
 INSTANCE_TYPE = re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$")
-# EKS-optimized AL2023 images boot from /dev/xvda.
-AL2023_ROOT_DEVICE = "/dev/xvda"
+# Every node group boots an EKS-optimized AMI of one OS (its AMI types above and the system group's are all AL2023;
+# platforms.json, images.eks-al2023), whose root device the launch templates map (ec2.root_device_names).
+(EKS_NODE_OS,) = image_profile("eks-al2023").fact("operating_systems").value
+EKS_ROOT_DEVICE = root_device_name(EKS_NODE_OS)
 # IMDS answers the node itself (and host-network pods such as aws-node and the Pod Identity agent), never a
 # pod behind another hop: pods cannot take the node role. What needs AWS gets its own identity (Pod Identity).
 NODE_HOP_LIMIT = 1
@@ -228,7 +231,7 @@ def add_system_node_group(
             ),
             block_device_mappings=[
                 ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
-                    device_name=AL2023_ROOT_DEVICE,
+                    device_name=EKS_ROOT_DEVICE,
                     ebs=ec2.CfnLaunchTemplate.EbsProperty(
                         volume_size=system.root_volume_gib,
                         volume_type="gp3",
@@ -276,7 +279,7 @@ def add_accelerated_node_group(
             efa_security_group=efa_security_group,
             security_groups=security_groups,
             root_volume_gib=group.root_volume_gib,
-            root_device_name=AL2023_ROOT_DEVICE,
+            root_device_name=EKS_ROOT_DEVICE,
             capacity=CapacityOption() if group.capacity.type == "spot" else group.capacity,
             user_data_parts=user_data_parts,
             placement_group=group.placement_group,

@@ -26,7 +26,7 @@ from kiln.catalog.kubernetes import (
     node_resources,
 )
 from kiln.catalog.platforms import service_fact
-from kiln.constructs.eks_addons import GitHelmAddon, HelmAddon, kiln_labels
+from kiln.constructs.eks_addons import ALWAYS, GitHelmAddon, HelmAddon, kiln_labels
 
 CLUSTER_AUTOSCALER_FACTS: Mapping[str, Any] = service_fact("eks", "cluster_autoscaler").value
 KUEUE_FACTS: Mapping[str, Any] = service_fact("eks", "kueue").value
@@ -126,6 +126,7 @@ def kueue_addon(*, pods_ready_seconds: int, node_selector: Mapping[str, str]) ->
         release=facts["release"],
         namespace=facts["namespace"],
         settings={},
+        crds={ALWAYS: tuple(facts["crds"])},
         # YAML is a superset of JSON: the configuration string is its JSON text.
         json_settings={
             "controllerManager.manager": manager,

@@ -320,8 +320,12 @@ class HyperPodCluster(Construct):
         )
 
     def _ecr_statements(self) -> list[iam.PolicyStatement]:
-        """What EKS nodes need to pull the add-ons' images and HyperPod's from AWS's registries in the region."""
-        repositories = Stack.of(self).format_arn(service="ecr", account="*", resource="repository", resource_name="*")
+        """What EKS nodes need to pull the add-ons' images and HyperPod's from AWS's registries: of any region, as
+        AWS's reference execution role grants (the EFA plugin's image is in one region's registry whatever the
+        cluster's; platforms.json, hyperpod.execution_role_eks_actions)."""
+        repositories = Stack.of(self).format_arn(
+            service="ecr", region="*", account="*", resource="repository", resource_name="*"
+        )
         return [
             iam.PolicyStatement(actions=list(acknowledgements.HYPERPOD_ECR_TOKEN), resources=["*"]),
             iam.PolicyStatement(

@@ -13,7 +13,7 @@ from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.capacity import CAPACITY, CAPACITY_TYPES, CapacityType, is_reservation_id
 from kiln.catalog.interfaces import InterfaceLayout, efa_layout
 from kiln.catalog.limits import IMDS_HOP_LIMIT_MAX, IMDS_HOP_LIMIT_MIN, ROOT_VOLUME_MAX_GIB, ROOT_VOLUME_MIN_GIB
-from kiln.catalog.platforms import service_fact
+from kiln.catalog.platforms import root_device_names, service_fact
 from kiln.constructs._checks import require, require_in, unresolved
 
 SHELL_SCRIPT = 'text/x-shellscript; charset="utf-8"'
@@ -66,9 +66,12 @@ class EfaLaunchTemplateProps:
 
     instance_type: the EC2 type; its network cards and EFA limits come from kiln's catalog.
     efa_security_group: joins every interface (EFA traffic must stay inside it).
+    root_device_name: the device the image boots from, which the root volume is mapped to: the AMI's RootDeviceName
+        (aws ec2 describe-images), or kiln.catalog.platforms.root_device_name(os) for an AMI named only at deploy
+        (/dev/xvda for Amazon Linux 2023, /dev/sda1 for Ubuntu). Any other name leaves the root at the image's size and
+        adds a second, unformatted volume.
     security_groups: further groups for the primary interface only (cluster, egress, file systems); default none.
     root_volume_gib: size of the encrypted gp3 root volume, 40-16384 (kiln.catalog.limits); default 200.
-    root_device_name: /dev/sda1 for Ubuntu images (default), /dev/xvda for Amazon Linux.
     capacity: on-demand (default), spot, capacity-block or reservation.
     user_data_parts: shell scripts, each one part of the MIME multi-part user data, in order; default none (no user
         data).
@@ -79,9 +82,9 @@ class EfaLaunchTemplateProps:
 
     instance_type: str
     efa_security_group: ec2.ISecurityGroup
+    root_device_name: str
     security_groups: Sequence[ec2.ISecurityGroup] = ()
     root_volume_gib: int = 200
-    root_device_name: str = "/dev/sda1"
     capacity: CapacityOption = field(default_factory=CapacityOption)
     user_data_parts: Sequence[str] = ()
     image_id: str | None = None
@@ -104,7 +107,7 @@ class EfaLaunchTemplateProps:
             self.hop_limit,
             f"{IMDS_HOP_LIMIT_MIN} to {IMDS_HOP_LIMIT_MAX}",
         )
-        require_in(self, "root_device_name", self.root_device_name, ("/dev/sda1", "/dev/xvda"))
+        require_in(self, "root_device_name", self.root_device_name, sorted(set(root_device_names().values())))
 
 
 class EfaLaunchTemplate(Construct):

@@ -30,8 +30,13 @@ DEPLOYMENTS: tuple[str, ...] = get_args(LustreDeployment)
 LustreCompression = Literal["LZ4", "NONE"]
 COMPRESSIONS: tuple[str, ...] = get_args(LustreCompression)
 FILE_SYSTEM_ID = re.compile(r"fs-[0-9a-f]{8,17}")
-# Lustre clients reach the file servers on 988; servers and clients also use 1018-1023.
-LUSTRE_PORTS = (ec2.Port.tcp(988), ec2.Port.tcp_range(1018, 1023))
+# What FSx for Lustre's access-control page asks of the file servers' and the clients' groups (platforms.json,
+# fsx_lustre.security_group_rules): TCP 988 and 1018-1023, among the file servers, between them and their clients, and
+# among the clients.
+LUSTRE_RULES = service_fact("fsx_lustre", "security_group_rules").value
+LUSTRE_PORTS = tuple(
+    ec2.Port.tcp(low) if low == high else ec2.Port.tcp_range(low, high) for low, high in LUSTRE_RULES["ports"]
+)
 
 
 @runtime_checkable
@@ -181,7 +186,6 @@ class LustreFileSystem(Construct):
             if persistent and props.backup_retention_days
             else None,
         )
-        # The L2 opens 988-1023 between the file servers themselves (self-ingress).
         self.file_system = fsx.LustreFileSystem(
             self,
             "Resource",
@@ -193,6 +197,7 @@ class LustreFileSystem(Construct):
             security_group=self.security_group,
             removal_policy=RemovalPolicy.RETAIN if props.effective_retain else RemovalPolicy.DESTROY,
         )
+        self._admit_file_servers()
         if props.efa:
             self._enable_efa(props.efa_security_group)
         self.data_repository = self._link(props.data_repository) if props.data_repository else None
@@ -202,6 +207,15 @@ class LustreFileSystem(Construct):
             retain_all(self.security_group)
             if self.data_repository is not None:
                 self.data_repository.apply_removal_policy(RemovalPolicy.RETAIN)
+
+    def _admit_file_servers(self) -> None:
+        """Admit the file servers to each other on the Lustre ports FSx documents (LUSTRE_RULES), in place of the L2's
+        one rule for all of 988-1023, which opens 989-1017 too."""
+        group = self.security_group
+        (l2_rule,) = (child for child in group.node.children if isinstance(child, ec2.CfnSecurityGroupIngress))
+        group.node.try_remove_child(l2_rule.node.id)
+        for port in LUSTRE_PORTS:
+            group.add_ingress_rule(group, port, "Lustre file server to file server")
 
     def _enable_efa(self, efa_group: ec2.ISecurityGroup) -> None:
         # The L2 has no EFA or metadata settings yet; EFA-enabled file systems need both.
@@ -263,9 +277,20 @@ class LustreFileSystem(Construct):
 
 
 def allow_lustre_clients(servers: ec2.Connections, peer: ec2.IConnectable) -> None:
-    """Open the Lustre ports of SERVERS to PEER."""
+    """Open the Lustre ports between SERVERS and the clients PEER, both ways, and among the clients, as FSx for Lustre's
+    access-control page asks (LUSTRE_RULES): each group admits the other and the clients admit themselves, and a
+    group that does not allow all outbound traffic gets the matching outbound rules. A group imported immutable (one
+    kiln did not make) gets none."""
+    clients = peer.connections
+    # A group that allows all outbound traffic takes no outbound rule (CDK would drop it with a warning).
+    restricted = not all(group.allow_all_outbound for group in clients.security_groups)
     for port in LUSTRE_PORTS:
         servers.allow_from(peer, port, "Lustre client")
+        clients.allow_from(servers, port, "Lustre file servers to client")
+        if restricted:
+            clients.allow_internally(port, "Lustre client to client")
+        else:
+            clients.allow_from(peer, port, "Lustre client to client")
 
 
 def file_system_dns_name(scope: Construct, file_system_id: str) -> str:

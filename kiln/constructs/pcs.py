@@ -89,6 +89,9 @@ class PcsClusterProps:
     subnet: the cluster's private subnet (one AZ, with the EFA placement group and FSx).
     efa_security_group: joins every node interface.
     ami_id: an image with the PCS agent and Slurm for slurm_version (AMI id or a CfnParameter's value).
+    root_device_name: the device ami_id boots from, where every node's root volume is mapped: the AMI's
+        RootDeviceName, or kiln.catalog.platforms.root_device_name(os) for an AMI named only at deploy (/dev/xvda for
+        PCS's sample AMIs, which run Amazon Linux 2023).
     compute_groups: compute node groups, each with its own queue.
     login: the login node group (static); default none.
     bootstrap: the bundle nodes fetch and run at boot (BootstrapAssets.node_bootstrap for kiln's `pcs` bundle); the
@@ -105,6 +108,7 @@ class PcsClusterProps:
     subnet: ec2.ISubnet
     efa_security_group: ec2.ISecurityGroup
     ami_id: str
+    root_device_name: str
     compute_groups: Sequence[PcsNodeGroup]
     bootstrap: NodeBootstrap
     cluster_env: Mapping[str, str]
@@ -245,6 +249,7 @@ class PcsCluster(Construct):
                 instance_type=group.instance_type,
                 efa_security_group=props.efa_security_group,
                 security_groups=[self.security_group, *props.security_groups],
+                root_device_name=props.root_device_name,
                 root_volume_gib=group.root_volume_gib,
                 capacity=group.capacity,
                 placement_group=group.placement_group,

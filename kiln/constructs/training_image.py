@@ -23,7 +23,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from kiln.catalog.limits import MAX_TAGS_PER_RESOURCE
-from kiln.catalog.platforms import service_fact
+from kiln.catalog.platforms import root_device_name, root_device_names, service_fact
 from kiln.constructs import acknowledgements
 from kiln.constructs._checks import ARN_PARTITION, require, require_in, unresolved
 from kiln.constructs.node_bootstrap import NodeBootstrap
@@ -36,8 +36,6 @@ Architecture = Literal["x86_64", "arm64"]
 ImageOs = Literal["ubuntu2204", "ubuntu2404", "al2023"]
 # The build instance only compiles and installs (DKMS modules build for its kernel): no accelerator needed.
 DEFAULT_BUILD_TYPES: dict[str, tuple[str, ...]] = {"x86_64": ("m6i.2xlarge",), "arm64": ("m7g.2xlarge",)}
-# Where each OS family's AMIs keep their root volume; the recipe resizes it there.
-ROOT_DEVICES: dict[str, str] = {"ubuntu2204": "/dev/sda1", "ubuntu2404": "/dev/sda1", "al2023": "/dev/xvda"}
 _NAME = re.compile(r"[a-z][a-z0-9-]{0,40}[a-z0-9]")
 _PARENT = re.compile(rf"ami-[0-9a-f]{{8,17}}|ssm:/[A-Za-z0-9_./-]+|arn:{ARN_PARTITION}:imagebuilder:[^\s]+")
 # The managed policies Image Builder requires of a build instance's profile (its setting-up guide).
@@ -100,7 +98,7 @@ class TrainingImageProps:
         )
         require(self, bool(self.bundle_digest) and not unresolved(self.bundle_digest), "bundle_digest", "", "a digest")
         require_in(self, "manifest.architecture", self.manifest.architecture, DEFAULT_BUILD_TYPES)
-        require_in(self, "manifest.os", self.manifest.os, ROOT_DEVICES)
+        require_in(self, "manifest.os", self.manifest.os, root_device_names())
         require(self, bool(self.manifest.install_steps), "manifest", self.manifest, "a bundle with install steps")
         require(
             self,
@@ -203,7 +201,8 @@ class TrainingImage(Construct):
             ],
             block_device_mappings=[
                 imagebuilder.CfnImageRecipe.InstanceBlockDeviceMappingProperty(
-                    device_name=ROOT_DEVICES[props.manifest.os],
+                    # The parent's OS's root device (platforms.json, ec2.root_device_names): the recipe resizes it.
+                    device_name=root_device_name(props.manifest.os),
                     ebs=imagebuilder.CfnImageRecipe.EbsInstanceBlockDeviceSpecificationProperty(
                         volume_size=props.root_volume_gib, volume_type="gp3", encrypted=True, delete_on_termination=True
                     ),

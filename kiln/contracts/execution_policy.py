@@ -477,6 +477,29 @@ PCS_ACTIONS = (
 )
 # PCS keeps each cluster's Slurm key in a Secrets Manager secret it creates with the caller's permissions.
 PCS_SECRET_ACTIONS = ("secretsmanager:CreateSecret", "secretsmanager:TagResource")
+# What a backend's service calls with its caller's credentials (here CloudFormation's execution role) when a compute
+# group runs in a capacity block or reservation, beyond what CloudFormation's handler schemas list: each action with
+# the page that documents it, per backend (tests/contracts/test_capacity_permissions.py evaluates each).
+# - PCS: CreateComputeNodeGroup and UpdateComputeNodeGroup with purchaseOption CAPACITY_BLOCK. The node group page
+#   names ec2:DescribeCapacityReservations; the current minimum-permissions page adds DescribeCapacityBlocks and
+#   DescribeCapacityBlockStatus (an older copy of it names the first alone): all three, read-only, are granted.
+# - EKS managed node groups (CapacityType CAPACITY_BLOCK with a launch template that targets the block): AWS's page
+#   names no permission of the caller's beyond CreateNodegroup; EKS's service-linked role launches the instances
+#   (https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html).
+# - ParallelCluster: its own roles make the calls, inside kiln's boundary, not this role
+#   (kiln.contracts.permissions_boundary.PCLUSTER_CAPACITY_CALLS).
+# - HyperPod: takes no capacity block or reservation (spec rule: capacity must be on-demand on hyperpod).
+PCS_MIN_PERMISSIONS = "https://docs.aws.amazon.com/pcs/latest/userguide/security-min-permissions.html"
+CAPACITY_CALLS: dict[str, dict[str, str]] = {
+    "pcs": {
+        "ec2:DescribeCapacityReservations": "https://docs.aws.amazon.com/pcs/latest/userguide/capacity-blocks-configure-cng.html",
+        "ec2:DescribeCapacityBlocks": PCS_MIN_PERMISSIONS,
+        "ec2:DescribeCapacityBlockStatus": PCS_MIN_PERMISSIONS,
+    },
+    "eks": {},
+}
+# The reads take no resource scope (EC2's Describe calls), so they are granted on "*".
+CAPACITY_READS = tuple(sorted({action for calls in CAPACITY_CALLS.values() for action in calls}))
 HYPERPOD_ACTIONS = (
     "sagemaker:AddTags",
     "sagemaker:BatchAddClusterNodes",
@@ -761,6 +784,7 @@ def execution_statements(
             EKS_ACTIONS,
             [f"{arn}:eks:*:{account}:{kind}/{env}" for env in prefixes for kind in EKS_RESOURCE_KINDS],
         ),
+        _statement("CapacityReads", CAPACITY_READS, ["*"]),
         _statement("Pcs", PCS_ACTIONS, [f"{arn}:pcs:*:{account}:cluster/*"]),
         _statement("PcsSecrets", PCS_SECRET_ACTIONS, [f"{arn}:secretsmanager:*:{account}:secret:*"]),
         _statement("HyperPod", HYPERPOD_ACTIONS, [f"{arn}:sagemaker:*:{account}:cluster/*"]),

@@ -125,6 +125,20 @@ SERVICES = (
     "tag",
     "xray",
 )
+# What ParallelCluster's own roles call for a compute resource in a capacity block or reservation: the head node's
+# policy (it launches the compute nodes) describes reservations and runs instances into them, or into a reservation
+# group, which it lists. Those roles carry this boundary, so it must allow each; CloudFormation's execution role makes
+# none of these calls (kiln.contracts.execution_policy.CAPACITY_CALLS). Source: the head node's policy in
+# ParallelCluster 3.16.1's templates (read in the installed package).
+PCLUSTER_HEAD_NODE_POLICY = (
+    "https://github.com/aws/aws-parallelcluster/blob/v3.16.1/cli/src/pcluster/templates/cdk_builder_utils.py"
+)
+PCLUSTER_CAPACITY_CALLS = {
+    "ec2:DescribeCapacityReservations": PCLUSTER_HEAD_NODE_POLICY,
+    "ec2:RunInstances": PCLUSTER_HEAD_NODE_POLICY,
+    "ec2:CreateFleet": PCLUSTER_HEAD_NODE_POLICY,
+    "resource-groups:ListGroupResources": PCLUSTER_HEAD_NODE_POLICY,
+}
 
 
 # ---- Pivots: a role inside the boundary may hold any allowed action on "*" (whoever writes a template writes its

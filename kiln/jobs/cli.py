@@ -125,6 +125,7 @@ def _request(args: argparse.Namespace) -> JobRequest:
         nproc_per_node=procs,
         max_restarts=args.max_restarts,
         env=_pairs(args.env),
+        allow_tcp=args.allow_tcp,
     )
 
 
@@ -214,6 +215,12 @@ def register(commands: argparse._SubParsersAction) -> None:
         help=f"worker restarts from the last checkpoint: 0 to {MAX_RESTARTS_MAX} (default 3)",
     )
     submit.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="a container variable")
+    submit.add_argument(
+        "--allow-tcp",
+        action="store_true",
+        help="let the job train over TCP sockets on EFA nodes when its image lacks libfabric or aws-ofi-nccl "
+        "(default: the launcher stops the job at its first step, in one line)",
+    )
     submit.add_argument("--out", metavar="FILE", help="write the manifests here (YAML)")
     submit.add_argument("--kubeconfig", metavar="FILE", help="apply the job to the cluster this kubeconfig names")
     submit.add_argument("script", nargs=argparse.REMAINDER, metavar="-- SCRIPT [ARGS]")

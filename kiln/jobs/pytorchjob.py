@@ -3,14 +3,18 @@
 What a job carries:
 - one pod per node of one accelerated node group (`nodeSelector` on kiln's node-group label), asking for all of the
   node's GPUs or Neuron devices and EFA interfaces, so each pod has a node to itself;
-- the instance type's NCCL/EFA preset with the spec's `launcher.nccl_env` over it, as container variables (the
-  launcher keeps what the environment sets);
+- the instance type's NCCL/EFA preset for containers (AWS's pod environment for EFA: the efa provider, device RDMA
+  where the type has it) with the spec's `launcher.nccl_env` over it, as container variables (the launcher keeps
+  what the environment sets), and the image's name (KILN_IMAGE) for the launcher's messages;
 - kiln's FSx for Lustre claim at the mount point nodes use, with checkpoints under `launcher.checkpoint_dir`, so a
   pod that restarts, or the job resubmitted under its name, resumes from its last checkpoint;
 - Kueue's queue label: Kueue admits the job only when all of its pods fit, and evicts it when they do not all start
   in time (gang scheduling, kiln.constructs.eks_queue);
 - `kiln-launch` as the entry point. The image brings Python and torch; the launcher and the script travel in a
-  ConfigMap beside the job (kiln's node wheel, unpacked at start), so any PyTorch image runs it unchanged.
+  ConfigMap beside the job (kiln's node wheel, unpacked at start), so any PyTorch image runs it. On a GPU type with
+  EFA the image must also bring libfabric and aws-ofi-nccl: the launcher's first step reads them in the pod and
+  stops the job in one line when NCCL would fall back to TCP, unless the job was submitted with --allow-tcp
+  (kiln.launcher.efa).
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ class JobRequest:
     name: the job's name (also its checkpoint directory). group: the spec's node group; default its only one.
     nodes: pods, one per node; default 1. nproc_per_node: processes per pod; default one per GPU or NeuronCore.
     max_restarts: the launcher's worker restarts. env: further container variables.
+    allow_tcp: the launcher starts even where NCCL would fall back to TCP on an EFA node (kiln-launch --allow-tcp).
     """
 
     script: Path
@@ -88,6 +93,7 @@ class JobRequest:
     nproc_per_node: int | None = None
     max_restarts: int = 3
     env: Mapping[str, str] = field(default_factory=dict)
+    allow_tcp: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,7 +192,7 @@ def _processes(facts: Any) -> int:
 
 def _environment(request: JobRequest, cluster: ClusterFacts, instance: str) -> list[dict[str, str]]:
     try:
-        preset = preset_environment(instance, overrides=cluster.nccl_env)
+        preset = preset_environment(instance, container=True, overrides=cluster.nccl_env)
     except ValueError as error:
         raise JobError(f"launcher.nccl_env: {error}") from None
     values = {
@@ -194,6 +200,8 @@ def _environment(request: JobRequest, cluster: ClusterFacts, instance: str) -> l
         # The launcher reads the instance type here: pods do not reach IMDS (nodes keep a hop limit of 1).
         "KILN_INSTANCE_TYPE": instance,
         "KILN_CHECKPOINT_DIR": cluster.checkpoint_dir,
+        # Named in the launcher's one line when the image lacks NCCL's EFA stack (kiln.launcher.efa).
+        "KILN_IMAGE": request.image,
         **request.env,
     }
     return [{"name": name, "value": str(value)} for name, value in values.items()]
@@ -206,7 +214,13 @@ def _pod_template(
     facts = instance_type(instance)
     resources = {name: str(count) for name, count in node_resources(instance).items()}
     script = PurePosixPath(JOB_FILES_DIR) / _script_key(request.script)
-    launcher_args = ["--max-restarts", str(request.max_restarts), str(script), *request.args]
+    launcher_args = [
+        "--max-restarts",
+        str(request.max_restarts),
+        *(["--allow-tcp"] if request.allow_tcp else []),
+        str(script),
+        *request.args,
+    ]
     container = {
         "name": PYTORCH_CONTAINER,
         "image": request.image,

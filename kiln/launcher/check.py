@@ -212,6 +212,8 @@ def run(
             started=started,
             argv=launcher_argv,
             keep_record=False,
+            # The check judges the plugin and the transport itself, and reports rather than refuses.
+            efa_gate=False,
         )
         instance, why_unknown = imds.catalog_entry(plan.instance.name)
         if dry_run:

@@ -78,6 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=VALUE",
         help="NCCL/EFA variable over the preset (repeatable; beats $KILN_NCCL_ENV, never a variable already set)",
     )
+    parser.add_argument(
+        "--allow-tcp",
+        action="store_true",
+        help="start on a GPU node with EFA devices even when NCCL would fall back to TCP sockets (no aws-ofi-nccl "
+        "plugin or libfabric efa provider here); default: refuse in one line",
+    )
     parser.add_argument("--run-record", help="where to write the JSON run record (default: <job dir>/runs/)")
     parser.add_argument("--dry-run", action="store_true", help="print the launch plan as JSON and exit")
     parser.add_argument("command", nargs="?", metavar="SCRIPT|smoke|check")
@@ -114,6 +120,7 @@ def _run(argv: list[str], started: float) -> int:
         rdzv_port=parsed.rdzv_port,
         nccl_env=tuple(parsed.nccl_env),
         run_record=parsed.run_record,
+        allow_tcp=parsed.allow_tcp,
     )
     command, rest = parsed.command, list(parsed.args)
     if command is None:

@@ -6,15 +6,13 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from kiln.catalog.nccl import efa_software
+
 # EFA devices register with the RDMA core and appear here, one per interface.
 INFINIBAND_SYSFS = Path("/sys/class/infiniband")
-# Where the EFA installer and the AWS images put aws-ofi-nccl.
-OFI_NCCL_DIRS = (
-    "/opt/amazon/ofi-nccl/lib",
-    "/opt/amazon/ofi-nccl/lib64",
-    "/opt/aws-ofi-nccl/lib",
-)
-OFI_NCCL_NAMES = ("libnccl-net-ofi.so", "libnccl-net.so", "libnccl-net-aws-ofi.so")
+# Where the EFA installer and AWS's images put aws-ofi-nccl, and its file names (nccl_presets.json, efa_software).
+OFI_NCCL_DIRS = efa_software().plugin_dirs
+OFI_NCCL_NAMES = efa_software().plugin_names
 
 
 def cuda_device_count() -> int:

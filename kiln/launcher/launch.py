@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from kiln.catalog import InstanceType
+from kiln.launcher import efa, imds, ncclenv, neuron, record, runner
 from kiln.launcher import environment as env_detect
-from kiln.launcher import imds, ncclenv, neuron, record, runner
 from kiln.launcher.hardware import cuda_device_count
 from kiln.launcher.paths import checkpoint_dir
 from kiln.launcher.software import versions
@@ -36,6 +36,8 @@ class LaunchOptions:
     nccl_env: tuple[str, ...] = ()
     run_record: str | None = None
     scheduler: str | None = None
+    # Start the workers on a GPU node with EFA devices whose NCCL would fall back to TCP (kiln.launcher.efa).
+    allow_tcp: bool = False
 
 
 @dataclass(kw_only=True)
@@ -52,6 +54,7 @@ class LaunchPlan:
     max_restarts: int
     record_path: Path | None
     started: float
+    efa: efa.EfaGate | None = None
     record: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -66,6 +69,7 @@ class LaunchPlan:
             "torchrun_args": self.torchrun_args,
             "max_restarts": self.max_restarts,
             "record_path": str(self.record_path) if self.record_path else None,
+            "efa": self.efa.as_dict() if self.efa else None,
         }
 
 
@@ -79,8 +83,11 @@ def prepare(
     argv: list[str],
     environ: Mapping[str, str] = os.environ,
     keep_record: bool = True,
+    efa_gate: bool = True,
 ) -> LaunchPlan:
-    """Detect the environment and decide the launch; raise UsageError or LaunchError on bad input."""
+    """Detect the environment and decide the launch; raise UsageError or LaunchError on bad input, and LaunchError
+    on a GPU node with EFA devices whose NCCL would fall back to TCP (unless options.allow_tcp, or not EFA_GATE: the
+    readiness check judges that itself)."""
     # Overrides first: a bad one is a usage error, reported before anything slow happens.
     overrides = ncclenv.parse_overrides(options.nccl_env, environ.get("KILN_NCCL_ENV"))
     ncclenv.check_overrides(overrides)
@@ -95,6 +102,9 @@ def prepare(
         scheduler=options.scheduler,
     )
     nccl = ncclenv.plan(instance.name, environ=environ, overrides=overrides)
+    gate = efa.gate(facts, environ, allow_tcp=options.allow_tcp) if efa_gate else None
+    if gate is not None and gate.warning:
+        print(f"kiln-launch: warning: {gate.warning}", file=sys.stderr)
     root = checkpoint_dir(environ, options.checkpoint_dir)
     job_dir = root / detected.job_id
     worker_env = {"KILN_JOB_ID": detected.job_id, "KILN_CHECKPOINT_DIR": str(root)}
@@ -102,6 +112,8 @@ def prepare(
     if instance.name:
         # Workers (and anything they launch) then never ask IMDS again.
         worker_env["KILN_INSTANCE_TYPE"] = instance.name
+    if gate is not None:
+        worker_env.update(gate.worker_env)
     record_path = None
     if keep_record:
         chosen = options.run_record or environ.get("KILN_RUN_RECORD")
@@ -119,6 +131,7 @@ def prepare(
         max_restarts=options.max_restarts,
         record_path=record_path,
         started=started,
+        efa=gate,
     )
     plan.record = record.new_record(started, argv) | plan.as_dict()
     plan.record["timings"]["prepare_s"] = round(time.time() - started, 4)

@@ -9,7 +9,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from kiln.catalog import instance_type
-from kiln.catalog.interfaces import addresses_with_efa_everywhere, layout_addresses
+from kiln.catalog.interfaces import addresses_with_efa_everywhere, layout_addresses, parallelcluster_addresses
 from kiln.catalog.limits import (
     EKS_SYSTEM_NODE_COUNT,
     EKS_SYSTEM_NODE_TYPE,
@@ -18,7 +18,8 @@ from kiln.catalog.limits import (
 )
 from kiln.catalog.names import ec2_type_name
 from kiln.catalog.network import node_endpoints
-from kiln.contracts.backends import HYPERPOD
+from kiln.catalog.platforms import root_device_name
+from kiln.contracts.backends import HYPERPOD, PARALLELCLUSTER, Platform
 from kiln.contracts.environment import environment_bucket_name, stack_name
 from kiln.spec import ClusterSpec
 from kiln.spec.models import Lustre
@@ -54,6 +55,10 @@ class Plan:
     nodes: tuple[NodeNeed, ...]
     ami_id: str | None
     smallest_root_gib: int | None  # the smallest root volume booting ami_id (its snapshot must fit)
+    # The device kiln's launch templates map the root volume of nodes booting ami_id to (the OS's, platforms.json
+    # ec2.root_device_names); None where the backend sizes its nodes' root volumes itself (ParallelCluster, HyperPod).
+    root_device_name: str | None = None
+    image_os: str | None = None  # compute.image.os in force (ClusterSpec.image_os)
     lustre: Lustre | None
     bucket_name: str | None  # the data bucket's fixed name; None: CloudFormation generates one
     import_bucket: str | None  # a data repository bucket kiln does not create
@@ -92,10 +97,19 @@ class Plan:
         return tuple(dict.fromkeys(node.instance_type for node in self.nodes if not node.hyperpod))
 
 
-def _addresses(kiln_layout: bool, name: str) -> int:
-    # PCS and EKS attach kiln's launch template layout; ParallelCluster and HyperPod attach their own interfaces.
-    if kiln_layout:
+# ParallelCluster's kind of node (kiln.catalog.interfaces.parallelcluster_addresses) for each role launched_nodes
+# names; every other role is a queue's compute nodes.
+PARALLELCLUSTER_NODES = {"head node": "head_node", "login nodes": "login_node"}
+
+
+def _addresses(platform: Platform, role: str, name: str) -> int:
+    """Return the subnet addresses one node of ROLE and EC2 type NAME takes on PLATFORM: PCS and EKS attach kiln's
+    launch template layout, ParallelCluster its own (one address per compute node with EFA, its EFA interfaces
+    EFA-only); HyperPod its own, which kiln does not choose: one per EFA interface, the most it can take."""
+    if platform.kiln_launch_template:
         return layout_addresses(name)
+    if platform is PARALLELCLUSTER:
+        return parallelcluster_addresses(name, PARALLELCLUSTER_NODES.get(role, "compute"))
     return addresses_with_efa_everywhere(name)
 
 
@@ -111,7 +125,7 @@ def launched_nodes(spec: ClusterSpec) -> tuple[NodeNeed, ...]:
             role=role,
             instance_type=ec2_name,
             count=count,
-            addresses=_addresses(platform.kiln_launch_template, ec2_name),
+            addresses=_addresses(platform, role, ec2_name),
             hyperpod=hyperpod,
             boots_ami=boots_ami,
             **more,
@@ -195,6 +209,8 @@ def plan_for(
         nodes=nodes,
         ami_id=ami_id,
         smallest_root_gib=spec.smallest_root_volume_gib if ami_id else None,
+        root_device_name=root_device_name(spec.image_os) if ami_id and spec.platform.kiln_launch_template else None,
+        image_os=spec.image_os,
         lustre=spec.storage.lustre,
         bucket_name=bucket_name,
         bucket_existing=spec.storage.bucket.existing and environment is None,

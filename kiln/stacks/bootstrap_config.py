@@ -19,6 +19,7 @@ from kiln.bootstrap.budget import (
     deadline,
     over_budget,
     parallelcluster_deadline,
+    tight_budget,
 )
 from kiln.bootstrap.checks import BootstrapInputError, check_choice
 from kiln.bootstrap.config import (
@@ -360,12 +361,14 @@ def node_architecture(spec: ClusterSpec) -> str:
 KIND_ROLES = {"head node": "controller", "login": "login"}
 
 
-def boot_budget(spec: ClusterSpec, config: BootstrapConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Return SPEC's boot budget (kiln.bootstrap.budget): one line per kind of node, and one refusal per compute
-    group that scales from zero and whose setup cannot fit its platform's fixed deadline."""
+def boot_budget(spec: ClusterSpec, config: BootstrapConfig) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """Return SPEC's boot budget (kiln.bootstrap.budget): one line per kind of node, one refusal per compute group
+    that scales from zero and whose setup cannot fit its platform's fixed deadline, and one warning per other compute
+    group whose setup leaves less than the boot margin of its deadline (PCS gives every node it launches, static or
+    not, about 30 minutes to join Slurm)."""
     baked = spec.compute.image.bake
     from_zero = {group.name for group in spec.compute.groups if group.min_count == 0}
-    lines, refusals = [], []
+    lines, refusals, warnings = [], [], []
     for kind, name in node_kinds(spec).items():
         role = KIND_ROLES.get(kind, "worker")
         limit = deadline(config.target, role)
@@ -374,10 +377,14 @@ def boot_budget(spec: ClusterSpec, config: BootstrapConfig) -> tuple[tuple[str, 
             config, name, baked=baked and (role == "worker" or spec.platform is not PARALLELCLUSTER), role=role
         )
         lines.append(budget_line(kind, work, limit))
-        if role == "worker" and kind in from_zero:
-            refusal = over_budget(kind, work, limit, baked=boot_work(config, name, baked=True, role=role))
-            refusals.extend([refusal] if refusal else [])
-    return tuple(lines), tuple(refusals)
+        if role != "worker":
+            continue
+        on_bake = boot_work(config, name, baked=True, role=role)
+        refusal = over_budget(kind, work, limit, baked=on_bake) if kind in from_zero else None
+        warning = None if refusal else tight_budget(kind, work, limit, baked=on_bake)
+        refusals.extend([refusal] if refusal else [])
+        warnings.extend([warning] if warning else [])
+    return tuple(lines), tuple(refusals), tuple(warnings)
 
 
 def eks_node_provision_seconds(spec: ClusterSpec, config: BootstrapConfig, default_seconds: int) -> int:
@@ -416,10 +423,12 @@ def load_and_judge(path: str) -> tuple[ClusterSpec, BootReadiness]:
     try:
         config = config_from_spec(spec)
         readiness = boot_readiness(config, remedy=lock_remedy(spec, path))
-        budget, refusals = boot_budget(spec, config)
+        budget, refusals, warnings = boot_budget(spec, config)
         kinds = node_kinds(spec)
         nodes = plan_lines(config, kinds, {kind: KIND_ROLES.get(kind, "worker") for kind in kinds})
-        return spec, dataclasses.replace(readiness, nodes=nodes, budget=budget, over_budget=refusals)
+        return spec, dataclasses.replace(
+            readiness, nodes=nodes, budget=budget, over_budget=refusals, tight_budget=warnings
+        )
     except LockError as exc:
         raise SpecError(str(path), [Problem(path=("software", "lock_file"), message=str(exc))]) from None
     except SpecError:

@@ -6,7 +6,7 @@ import aws_cdk as cdk
 from constructs import Construct
 
 from kiln.catalog.limits import PCS_CLUSTER_SIZES
-from kiln.catalog.platforms import image_profile
+from kiln.catalog.platforms import image_profile, root_device_name
 from kiln.constructs import NodeBootstrap, PcsClusterProps, PcsNodeGroup
 from kiln.contracts.backends import PCS_LOGIN_NODE_GROUP
 from kiln.spec import ClusterSpec
@@ -52,6 +52,9 @@ def pcs_cluster_props(context: ComputeContext, *, bootstrap: NodeBootstrap, ami_
         subnet=network.training_vpc.compute_subnet,
         efa_security_group=network.efa.security_group,
         ami_id=ami_id,
+        # The spec's OS names the root device: the sample AMI is named only at deploy, and kiln preflight holds an
+        # ami_id's RootDeviceName to the same name.
+        root_device_name=root_device_name(spec.image_os),
         compute_groups=[PcsNodeGroup(**context.node_group_fields(g)) for g in spec.compute.groups],
         login=PcsNodeGroup(
             name=PCS_LOGIN_NODE_GROUP, instance_type=login.instance_type, min_count=login.count, max_count=login.count

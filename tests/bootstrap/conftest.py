@@ -155,15 +155,27 @@ def stand_in_signature(data: bytes, fingerprint: str = PCS_KEY_FINGERPRINT) -> b
     return f"SIGNED-BY={fingerprint}\nSHA256={hashlib.sha256(data).hexdigest()}\n".encode()
 
 
-def _pcs_installer(directory: str, version_file: str, values: dict[str, str]) -> bytes:
-    """Return a stand-in PCS installer tarball whose installer.sh records its version as the real one does."""
+def _pcs_installer(directory: str, version_file: str, values: dict[str, str], headers: str = "") -> bytes:
+    """Return a stand-in PCS installer tarball whose installer.sh records its version as the real one does (and,
+    for Slurm's, puts Slurm's headers under HEADERS)."""
     lines = "".join(f"{name}={value}\n" for name, value in values.items())
     script = (
         '#!/bin/sh\necho "pcs-installer $*" >>"$SHIM_LOG"\n'
         f'mkdir -p "$KILN_ROOT{version_file.rsplit("/", 1)[0]}"\n'
         f"printf '{lines}' >\"$KILN_ROOT{version_file}\"\n"
     )
+    if headers:
+        script += f'mkdir -p "$KILN_ROOT{headers}/slurm"\ntouch "$KILN_ROOT{headers}/slurm/spank.h"\n'
     return _tar_gz({f"{directory}/installer.sh": (script, 0o755)})
+
+
+def simulate_pcs_slurm(root: Path, major: str, version_file: str) -> None:
+    """Lay out PCS's Slurm MAJOR under ROOT as its installer leaves it: the version file (holding VERSION_FILE) and
+    Slurm's headers, under the prefix PCS installs that Slurm in."""
+    prefix = root / service_fact("pcs", "slurm_prefix").value.format(version=major).lstrip("/")
+    (prefix / "include/slurm").mkdir(parents=True, exist_ok=True)
+    (prefix / "include/slurm/spank.h").write_text("")
+    (prefix / "version").write_text(version_file)
 
 
 def stand_in_key(repository: str, manager: str = "apt") -> bytes:
@@ -177,7 +189,21 @@ PCS_SLURM = _pcs_installer(
     "aws-pcs-slurm-25.11-installer",
     "/opt/aws/pcs/scheduler/slurm-25.11/version",
     {"SLURM_VERSION": "25.11.2", "PCS_SLURM_RELEASE": "1"},
+    headers="/opt/aws/pcs/scheduler/slurm-25.11/include",
 )
+
+
+# Every full EFA installer since 1.40.0 (the oldest an image's data names: HyperPod's Slurm AMI of 2025-05-27) carries
+# the aws-ofi-nccl plugin, libnccl-ofi in its release notes (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+# efa-changelog.html); where the stand-ins put it.
+OFI_NCCL_PLUGIN = "opt/amazon/ofi-nccl/lib/libnccl-net.so"
+
+
+def simulate_ofi_nccl(root: Path) -> None:
+    """Put the aws-ofi-nccl plugin a full EFA install leaves under ROOT."""
+    plugin = root / OFI_NCCL_PLUGIN
+    plugin.parent.mkdir(parents=True, exist_ok=True)
+    plugin.write_text("")
 
 
 @functools.cache
@@ -185,8 +211,8 @@ def payloads() -> dict[str, tuple[str, bytes]]:
     """Return artifact or repository name -> (downloaded file name, content) standing in for the real downloads."""
     efa_script = (
         '#!/bin/sh\necho "efa-installer $*" >>"$SHIM_LOG"\n'
-        'mkdir -p "$KILN_ROOT/opt/amazon/ofi-nccl/lib"\n'
-        'touch "$KILN_ROOT/opt/amazon/ofi-nccl/lib/libnccl-net.so"\n'
+        f'mkdir -p "$KILN_ROOT/{OFI_NCCL_PLUGIN.rsplit("/", 1)[0]}"\n'
+        f'touch "$KILN_ROOT/{OFI_NCCL_PLUGIN}"\n'
         'echo "# EFA installer version: 1.43.2" >"$KILN_ROOT/opt/amazon/efa_installed_packages"\n'
     )
     return {
@@ -345,25 +371,22 @@ def make_node(
     (root / "etc/group").write_text("root:x:0:\n")
     values = CLUSTER_ENV if cluster_env is None else cluster_env
     (root / "etc/kiln/cluster.env").write_text("".join(f"{k}='{v}'\n" for k, v in values.items()))
-    # One instance-store NVMe device and PCS's Slurm headers, as on a p5 PCS node.
+    # The node's hardware: one instance-store NVMe device, as on a p5. Of software, only what every image has (the
+    # files above, and apt's directory on the Debian family): what an image ships beyond that, simulate_image lays out
+    # from the image's data, and what a step installs, its stand-in does.
     by_id = root / "dev/disk/by-id"
     by_id.mkdir(parents=True)
     (root / "dev/nvme1n1").write_text("")
     (by_id / "nvme-Amazon_EC2_NVMe_Instance_Storage_AWS1").symlink_to(root / "dev/nvme1n1")
     (by_id / "nvme-Amazon_EC2_NVMe_Instance_Storage_AWS1_1").symlink_to(root / "dev/nvme1n1")
-    (root / "etc/apt").mkdir(parents=True)
-    # The plugin the EFA installer leaves, so install_nccl can run on its own.
-    plugin = root / "opt/amazon/ofi-nccl/lib/libnccl-net.so"
-    plugin.parent.mkdir(parents=True)
-    plugin.write_text("")
-    spank = root / "opt/aws/pcs/scheduler/slurm-25.11/include/slurm/spank.h"
-    spank.parent.mkdir(parents=True)
-    spank.write_text("")
+    if "ID=ubuntu" in os_release or "ID=debian" in os_release:
+        (root / "etc/apt").mkdir(parents=True)
     bundle_values = parse_env_file((bundle / "bundle.env").read_text())
     if bundle_values.get("KILN_IMAGE_PCS_AGENT"):
-        # An image PCS's nodes boot carries its agent and the cluster's Slurm, each with its version file.
+        # An image PCS's nodes boot carries its agent and the cluster's Slurm (its headers too), each with its
+        # version file.
+        simulate_pcs_slurm(root, "25.11", "SLURM_VERSION=25.11.1\nPCS_SLURM_RELEASE=1\n")
         (root / "opt/aws/pcs/version").write_text("AGENT_VERSION=1.3.0\nAGENT_RELEASE=1\n")
-        (root / "opt/aws/pcs/scheduler/slurm-25.11/version").write_text("SLURM_VERSION=25.11.1\nPCS_SLURM_RELEASE=1\n")
     for name in SHIMMED:
         (bin_dir / name).symlink_to(HERE / "shim.sh")
     for file_name, data in payloads().values():
@@ -413,11 +436,12 @@ def simulate_image(
     node: Node, image: str, os: str, *, gpus: bool = True, controller: str = "10.1.0.5"
 ) -> dict[str, str]:
     """Lay NODE out as IMAGE ships it on OS, from kiln's platform data (kiln.catalog.platforms): a loaded NVIDIA
-    driver, the EFA installer's record (or a loaded EFA module), enroot, pyxis, the Lustre client, the Neuron driver and
-    the container toolkit as installed packages, Slurm's headers under its prefix, local NVMe mounted where the image
-    mounts it, and the slurm.conf its agent writes (naming CONTROLLER), and the OS's default user as cloud-init makes
-    it at first boot (simulate_default_user). Without GPUS (an image build's instance) the driver's module is built for
-    the kernel but not loaded. Return component -> what it is."""
+    driver, the EFA installer's record (or a loaded EFA module) with the aws-ofi-nccl plugin of a full install (none
+    with the EKS AMI's minimal one), enroot, pyxis, the Lustre client, the Neuron driver and the container toolkit as
+    installed packages, Slurm's headers under its prefix, local NVMe mounted where the image mounts it, the pod sandbox
+    image cached in containerd's store, and the slurm.conf its agent writes (naming CONTROLLER), and the OS's default
+    user as cloud-init makes it at first boot (simulate_default_user). Without GPUS (an image build's instance) the
+    driver's module is built for the kernel but not loaded. Return component -> what it is."""
     profile = image_profile(image)
     simulate_default_user(node, os)
     laid = {}
@@ -430,11 +454,16 @@ def simulate_image(
             module.parent.mkdir(parents=True, exist_ok=True)
             module.write_text(f"{version}\n")
         elif component == "efa_installer" and owned.version:
+            # A full install of a known installer: its record and the aws-ofi-nccl plugin (OFI_NCCL_PLUGIN).
             (node.root / "opt/amazon").mkdir(parents=True, exist_ok=True)
             (node.root / "opt/amazon/efa_installed_packages").write_text(f"# EFA installer version: {version}\n")
+            simulate_ofi_nccl(node.root)
         elif component == "efa_installer":
-            # A minimal install (EKS): the kernel module, loaded, and no installer record.
+            # The kernel module, loaded, and no installer record. A minimal install (the EKS AMI's "EFA minimal")
+            # has no plugin; HyperPod's Slurm AMI's full install (1.40.0 in its 2025-05-27 notes) has it.
             (node.root / "sys/module/efa").mkdir(parents=True, exist_ok=True)
+            if "EFA minimal" not in (profile.fact("components").value if "components" in profile.facts else ()):
+                simulate_ofi_nccl(node.root)
         elif component == "pyxis":
             plugin = node.root / profile.fact("pyxis_plugin").value.lstrip("/")
             plugin.parent.mkdir(parents=True, exist_ok=True)
@@ -444,7 +473,10 @@ def simulate_image(
             name = "agent" if component == "pcs_agent" else "slurm"
             path = node.root / installers[f"{name}_version_file"].format(major="25.11").lstrip("/")
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("AGENT_VERSION=1.3.0\nAGENT_RELEASE=1\n" if name == "agent" else "SLURM_VERSION=25.11.1\n")
+            if name == "agent":
+                path.write_text("AGENT_VERSION=1.3.0\nAGENT_RELEASE=1\n")
+            else:
+                simulate_pcs_slurm(node.root, "25.11", "SLURM_VERSION=25.11.1\n")
             version = "1.3.0-1" if name == "agent" else "25.11.1"
         elif component == "lustre_client":
             node.set_state(
@@ -467,6 +499,16 @@ def simulate_image(
         nvme = profile.fact("local_nvme").value
         (node.root / nvme.lstrip("/")).mkdir(parents=True, exist_ok=True)
         node.set_state("mounts/" + str(node.root / nvme.lstrip("/")).replace("/", "%"))
+    if "sandbox_image" in profile.facts:
+        # The pod sandbox image the AMI's build cached in containerd's store (its record and a blob) and exported.
+        sandbox = profile.fact("sandbox_image").value
+        for key, text in (("metadata", sandbox["image"]), ("archive", sandbox["image"])):
+            path = node.root / sandbox[key].lstrip("/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"{text}\n")
+        blob = node.root / sandbox["content"].lstrip("/") / hashlib.sha256(b"pause").hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(b"pause")
     if "slurm_conf" in profile.facts:
         # The slurm.conf the platform's agent writes, naming the CONTROLLER address.
         conf = node.root / profile.fact("slurm_conf").value.lstrip("/")

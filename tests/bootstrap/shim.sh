@@ -82,6 +82,13 @@ case "$name" in
     exit 0 ;;
   mount)
     target="${*: -1}"
+    if [[ "${1:-}" == --bind ]]; then
+      # A bind hides what the target held (kept under $state/hidden) and shows the source there: a link stands in.
+      mkdir -p "$state/hidden"
+      rm -rf "$state/hidden/${target//\//%}"
+      [[ ! -e "$target" ]] || mv "$target" "$state/hidden/${target//\//%}"
+      ln -s "$2" "$target"
+    fi
     touch "$state/mounts/${target//\//%}" ;;
   mountpoint)
     target="${*: -1}"

@@ -46,7 +46,7 @@ COMPUTE = {
     },
     "eks": {"backend": "eks", "image": {"os": "al2023"}},
 }
-REPLACE = {"parallelcluster": ["nvidia_driver"], "hyperpod": ["nvidia_driver"]}
+REPLACE = {"parallelcluster": ["nvidia_driver"], "hyperpod": ["nvidia_driver", "nvidia_container_toolkit"]}
 TARGETS = (*COMPUTE, "local")
 # Sources FILE with every assignment exported, then prints the environment NUL-separated.
 SOURCE = 'cd "$1" && set -a && . "$2" && set +a && env -0'

@@ -163,11 +163,8 @@ def _node(tmp_path: Path, case: Case) -> Node:
     config = pcs_config(**changes)
     bundle = render_bundle(config, tmp_path / "bundle").directory
     node = make_node(tmp_path / "node", bundle, {**CLUSTER_ENV, "KILN_INSTANCE_TYPE": case.instance})
+    # Each image as it ships: ParallelCluster's and HyperPod's Slurm headers under their prefix, PCS's under its own.
     simulate_image(node, config.image, case.os)
-    # ParallelCluster and HyperPod keep Slurm (and the headers pyxis builds against) under /opt/slurm.
-    spank = node.root / "opt/slurm/include/slurm/spank.h"
-    spank.parent.mkdir(parents=True, exist_ok=True)
-    spank.write_text("")
     if case.target == "hyperpod":
         path = node.root / "opt/ml/config/resource_config.json"
         path.parent.mkdir(parents=True)
@@ -366,7 +363,8 @@ def test_the_real_gpg_accepts_only_the_pinned_fingerprint(
     node = make_node(tmp_path / "node", bundle)
     (node.root.parent / "bin" / "gpg").unlink()
     (node.root.parent / "payloads" / "3bf863cc.pub").write_bytes(served)
-    result = node.run("install_nccl")
+    # The EFA installer lays the aws-ofi-nccl plugin install_nccl registers, before NCCL comes from the CUDA repository.
+    result = node.run("install_efa", "install_nccl")
     keyring = node.root / "etc/apt/keyrings/kiln-cuda.gpg"
     if matches:
         assert result.returncode == 0, result.stderr

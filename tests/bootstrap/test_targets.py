@@ -78,7 +78,7 @@ def test_hyperpod_compute_and_login_nodes_run_slurmd_configless_from_the_control
     result = node.run("configure_slurm")
     assert result.returncode == 0, result.stderr
     unit = (node.root / "etc/systemd/system/slurmd.service.d/kiln.conf").read_text()
-    assert "ExecStart=/opt/slurm/sbin/slurmd -D -s --conf-server 10.1.0.9\n" in unit
+    assert "ExecStart=/opt/slurm/sbin/slurmd --systemd --conf-server 10.1.0.9\n" in unit
     assert "systemctl enable --now slurmd" in node.calls()
     # kiln writes no slurm.conf and no munge key: HyperPod keeps both.
     assert not (node.root / "opt/slurm/etc/slurm.conf").exists()

@@ -127,5 +127,19 @@ def trust_statements(template: Template, role: IConstruct) -> list[dict]:
     return template.to_json()["Resources"][logical_id(role)]["Properties"]["AssumeRolePolicyDocument"]["Statement"]
 
 
+def root_devices(template: Template, kind: str = "AWS::EC2::LaunchTemplate") -> dict[str, list[str]]:
+    """Return every launch template's (or image recipe's) mapped device names, by logical id."""
+    found = {}
+    for name, resource in template.find_resources(kind).items():
+        props = resource["Properties"]
+        mappings = (
+            props["LaunchTemplateData"]["BlockDeviceMappings"]
+            if "LaunchTemplateData" in props
+            else props["BlockDeviceMappings"]
+        )
+        found[name] = [m["DeviceName"] for m in mappings]
+    return found
+
+
 # The EKS clusters test_eks*.py share (built once per test process).
 from tests.constructs.eks_clusters import eks  # noqa: E402, F401

@@ -95,7 +95,8 @@ def eks(tmp_path_factory: pytest.TempPathFactory) -> dict:
             node_subnet=hp_net.compute_subnet,
             # HyperPod's dependencies install on the system nodes before any HyperPod node exists.
             hyperpod_dependencies=True,
-            kubernetes_version="1.35",
+            # The newest minor HyperPod on EKS supports (kiln.catalog.kubernetes: both of AWS's pages list it).
+            kubernetes_version="1.34",
             # HyperPod's p5 workers join with NVIDIA GPUs.
             external_accelerators=["gpu"],
             cluster_name="llm-hyperpod",

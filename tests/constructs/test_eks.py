@@ -488,7 +488,7 @@ def test_templates_lint_clean_and_cdk_nag_has_no_open_findings(eks) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"kubernetes_version": "1.30"}, "kubernetes_version: got '1.30'; allowed: 1.35, 1.36"),
+        ({"kubernetes_version": "1.30"}, "kubernetes_version: got '1.30'; allowed: 1.34, 1.35, 1.36"),
         ({"endpoint": "public"}, "endpoint: got 'public'; allowed: private, public-and-private"),
         ({"endpoint": "public-and-private"}, "public_access_cidrs: got \\[\\]; allowed: at least one CIDR"),
         ({"endpoint": "public-and-private", "public_access_cidrs": ["0.0.0.0/0"]}, "not 0.0.0.0/0"),
@@ -598,8 +598,8 @@ def test_hyperpods_dependencies_install_from_the_pinned_commit_with_kilns_own_pl
     )
     # The checkout is refused unless the tag resolves to the pinned commit.
     assert '[ "$head" = "$COMMIT" ]' in fetch["command"][2]
-    # The orchestrator runs Kubernetes 1.35: the tools of that minor, helm taken out of its archive and checked.
-    checked = install_tools("1.35")
+    # The orchestrator runs Kubernetes 1.34: the tools of that minor, helm taken out of its archive and checked.
+    checked = install_tools("1.34")
     assert fetch["command"][4:] == [
         checked.kubectl.url,
         checked.kubectl.download,

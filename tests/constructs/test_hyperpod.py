@@ -269,13 +269,14 @@ def test_sagemaker_may_assume_the_execution_role_for_this_accounts_clusters_only
     assert conditions["ArnLikeIfExists"] == {"aws:SourceArn": "arn:aws:sagemaker:us-east-1:111111111111:cluster/*"}
 
 
-def test_eks_nodes_may_pull_images_from_ecr_in_the_region_and_are_labelled_like_kilns_groups() -> None:
+def test_eks_nodes_may_pull_images_from_ecr_and_are_labelled_like_kilns_groups() -> None:
     _, _, hyperpod, template = _on_imported_eks("HyperPodEksEcr")
     statements = _role_statements(template, hyperpod.role)
     by_action = {a: s for s in statements for a in ([s["Action"]] if isinstance(s["Action"], str) else s["Action"])}
     assert by_action["ecr:GetAuthorizationToken"]["Resource"] == "*"
+    # Image reads only, from any region's registry (tests/constructs/test_eks_image_pulls.py: every image pulls).
     for action in ("ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"):
-        assert by_action[action]["Resource"] == "arn:aws:ecr:us-east-1:*:repository/*"
+        assert by_action[action]["Resource"] == "arn:aws:ecr:*:*:repository/*"
     # The Slurm cluster's role pulls nothing from ECR.
     [(labels)] = [g["KubernetesConfig"]["Labels"] for g in _groups({"template": template}).values()]
     assert labels == {"kiln.io/node-group": "p5", "nvidia.com/gpu.present": "true"}

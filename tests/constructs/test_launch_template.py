@@ -8,7 +8,7 @@ from aws_cdk.assertions import Template
 
 from kiln.catalog import instance_type
 from kiln.catalog.interfaces import efa_layout
-from kiln.catalog.platforms import service_fact
+from kiln.catalog.platforms import root_device_name, root_device_names, service_fact
 from kiln.constructs import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
 from tests.constructs.conftest import get_att, logical_id, stack
 
@@ -44,6 +44,7 @@ def templates():
             EfaLaunchTemplateProps(
                 instance_type=name,
                 efa_security_group=efa,
+                root_device_name=root_device_name("ubuntu2204"),
                 security_groups=[node],
                 root_volume_gib=512,
                 user_data_parts=["#!/bin/bash\necho one\n", "#!/bin/bash\necho two\n"],
@@ -58,7 +59,7 @@ def templates():
                 instance_type="p5.48xlarge",
                 efa_security_group=efa,
                 capacity=capacity,
-                root_device_name="/dev/xvda",
+                root_device_name=root_device_name("al2023"),
             ),
         )
     return {"built": built, "efa": efa, "node": node, "template": Template.from_stack(st)}
@@ -105,6 +106,7 @@ def test_imdsv2_required_and_its_token_stays_on_the_host(templates) -> None:
 
 
 def test_root_volume_is_encrypted_gp3_of_the_requested_size(templates) -> None:
+    assert root_device_names() == {"al2023": "/dev/xvda", "ubuntu2204": "/dev/sda1", "ubuntu2404": "/dev/sda1"}
     (ubuntu,) = _data(templates, "p5.48xlarge")["BlockDeviceMappings"]
     assert ubuntu == {
         "DeviceName": "/dev/sda1",
@@ -185,4 +187,15 @@ def test_bad_capacity_is_refused(kwargs: dict, message: str) -> None:
 
 def test_unknown_instance_type_is_refused(templates) -> None:
     with pytest.raises(KeyError, match="p5.48xlarg"):
-        EfaLaunchTemplateProps(instance_type="p5.48xlarg", efa_security_group=templates["efa"])
+        EfaLaunchTemplateProps(
+            instance_type="p5.48xlarg", efa_security_group=templates["efa"], root_device_name="/dev/xvda"
+        )
+
+
+@pytest.mark.parametrize("device", ["/dev/sdb", "xvda", "/dev/nvme0n1"])
+def test_a_root_device_no_image_boots_from_is_refused(templates, device: str) -> None:
+    # Any other name than the image's root device adds a second volume and leaves the root at the image's size.
+    with pytest.raises(ValueError, match=f"root_device_name: got '{device}'; allowed: /dev/sda1, /dev/xvda"):
+        EfaLaunchTemplateProps(
+            instance_type="p5.48xlarge", efa_security_group=templates["efa"], root_device_name=device
+        )

@@ -8,7 +8,7 @@ import pytest
 from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
 
-from kiln.catalog.platforms import service_fact
+from kiln.catalog.platforms import root_device_name, service_fact
 from kiln.constructs import CapacityOption
 from kiln.constructs.acknowledgements import NODE_SSM_CHANNELS, NODE_SSM_GRANTS
 from kiln.constructs.pcs import NAME_DIGEST_LENGTH, PcsCluster, PcsClusterProps, PcsNodeGroup, node_group_name
@@ -43,6 +43,7 @@ def pcs(tmp_path_factory):
         subnet=vpc.private_subnets[0],
         efa_security_group=efa,
         ami_id="ami-0123456789abcdef0",
+        root_device_name=root_device_name("ubuntu2204"),
         compute_groups=[
             PcsNodeGroup(
                 name="p5cb",

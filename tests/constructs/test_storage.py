@@ -212,7 +212,8 @@ def test_lustre_ports_open_between_servers_and_to_clients(storage) -> None:
     opened = {
         (r["SourceSecurityGroupId"] == group, r["FromPort"], r["ToPort"]) for r in ingress if r["IpProtocol"] == "tcp"
     }
-    assert opened == {(True, 988, 1023), (False, 988, 988), (False, 1018, 1023)}
+    # FSx's page asks for 988 and 1018-1023 among the file servers too, never the L2's 988-1023.
+    assert opened == {(True, 988, 988), (True, 1018, 1023), (False, 988, 988), (False, 1018, 1023)}
     assert all(r["SourceSecurityGroupId"] in (group, client) for r in ingress)
 
 
@@ -284,8 +285,8 @@ def test_a_kept_file_system_keeps_its_group_every_rule_on_it_and_its_s3_link(sto
     group = logical_id(storage["persistent"].security_group.node.default_child)
     rules = [k for k, r in resources.items() if r["Type"] == "AWS::EC2::SecurityGroupIngress"]
     persistent_rules = [k for k in rules if resources[k]["Properties"]["GroupId"] == get_att_of(group)]
-    # The servers' own rule and the two a client got through allow_from after the file system was made.
-    assert len(persistent_rules) == 3
+    # The servers' own two rules and the two a client got through allow_from after the file system was made.
+    assert len(persistent_rules) == 4
     for kept in (group, *persistent_rules):
         assert (resources[kept]["DeletionPolicy"], resources[kept]["UpdateReplacePolicy"]) == ("Retain", "Retain")
     links = {

@@ -37,7 +37,8 @@ def _own_image(aws, architecture: str = "x86_64") -> str:
 
 
 def _plan(ami_id: str, **more: object):
-    return make_plan(compute={"image": {"ami_id": ami_id}, **more})
+    # moto's images and the stubbed one boot from /dev/sda1, as Ubuntu's do (platforms.json, ec2.root_device_names).
+    return make_plan(compute={"image": {"ami_id": ami_id, "base": "own", "os": "ubuntu2204"}, **more})
 
 
 def _described(**fields: object) -> dict:

@@ -26,14 +26,15 @@ def test_pcs_launches_login_nodes_and_groups_with_the_launch_template_layout() -
     assert plan.services == ("ec2", "s3", "cloudformation", "pcs")
 
 
-def test_parallelcluster_adds_a_head_node_and_counts_an_address_per_efa_interface() -> None:
+def test_parallelcluster_adds_a_head_node_and_counts_one_address_per_node() -> None:
+    # ParallelCluster's EFA interfaces are EFA-only (tests/preflight/test_parallelcluster_addresses.py).
     plan = make_plan(compute={"backend": "parallelcluster"})
     assert _nodes(plan) == [
         ("head node", "m5.8xlarge", 1, 1, False),
         ("login nodes", "m5.2xlarge", 1, 1, False),
-        ("group gpu", "p5.48xlarge", 2, 32, False),
+        ("group gpu", "p5.48xlarge", 2, 1, False),
     ]
-    assert plan.address_need == 1 + 1 + 2 * 32
+    assert plan.address_need == 1 + 1 + 2 * 1
 
 
 def test_hyperpod_nodes_are_bought_through_sagemaker_with_their_ec2_names() -> None:
@@ -139,6 +140,6 @@ def test_layout_addresses_skip_efa_only_interfaces() -> None:
     layout = efa_layout("p5.48xlarge")
     assert len(layout) == 32 and layout_addresses("p5.48xlarge") == 1
     assert layout_addresses("m5.xlarge") == 1
-    # A backend attaching its own interfaces gives each EFA interface an address.
+    # HyperPod, whose interfaces kiln does not choose, may give each EFA interface an address.
     assert addresses_with_efa_everywhere("p4d.24xlarge") == 4
     assert addresses_with_efa_everywhere("m5.xlarge") == 1

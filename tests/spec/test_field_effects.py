@@ -306,10 +306,12 @@ TABLE: dict[str, dict[str, Verdict]] = {
     "software.nvidia_driver": image_pin("580.65.06", "nvidia_driver"),
     # Pods bring their own NCCL.
     "software.nccl": split(Effect("2.27.3-1+cuda12.9", BUNDLE), Refused("2.27.3-1+cuda12.9")),
-    # EKS's accelerated AMI ships the toolkit (kiln adopts it); HyperPod's AMI for EKS does not.
+    # EKS's accelerated AMI and both HyperPod AMIs ship the toolkit (kiln adopts it): a pin replaces HyperPod Slurm's
+    # in a bake only; EKS takes no bake.
     "software.nvidia_container_toolkit": {
-        **each(Effect("1.17.7", BUNDLE), ("pcs", "parallelcluster", "hyperpod-slurm", "hyperpod-eks")),
-        "eks": Refused("1.17.7"),
+        **each(Effect("1.17.7", BUNDLE), ("pcs", "parallelcluster")),
+        "hyperpod-slurm": Effect("1.17.7", BUNDLE, bake_replacing("nvidia_container_toolkit")),
+        **each(Refused("1.17.7"), ("eks", "hyperpod-eks")),
     },
     # kiln knows the packages of one Neuron SDK release, its default; EKS's Neuron AMI ships an older one.
     "software.neuron": {

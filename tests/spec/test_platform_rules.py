@@ -30,7 +30,7 @@ def test_a_pin_on_what_the_image_owns_is_one_line_with_the_source() -> None:
     spec = spec_with(backend="parallelcluster", software={"nvidia_driver": "570.172.08"})
     assert problems(spec) == [
         "x.yaml: software.nvidia_driver: got '570.172.08', but the official AWS ParallelCluster 3.16.1 AMI ships "
-        "nvidia_driver 595.71.05 and kiln adopts it (https://github.com/aws/aws-parallelcluster/releases/tag/v3.16.3); "
+        "nvidia_driver 595.71.05 and kiln adopts it (https://github.com/aws/aws-parallelcluster-cookbook/pull/3249); "
         "leave it unset, or replace it in a bake (software.replace: [nvidia_driver] with compute.image.bake)"
     ]
 
@@ -204,7 +204,7 @@ HYPERPOD_EKS = {
 
 @pytest.mark.parametrize(
     ("compute", "version"),
-    [({"backend": "eks"}, "1.36"), (HYPERPOD_EKS, "1.35")],
+    [({"backend": "eks"}, "1.36"), (HYPERPOD_EKS, "1.34")],
     ids=["eks", "hyperpod-eks"],
 )
 def test_each_eks_backend_runs_the_newest_kubernetes_its_platform_supports(compute: dict, version: str) -> None:
@@ -212,19 +212,21 @@ def test_each_eks_backend_runs_the_newest_kubernetes_its_platform_supports(compu
 
     spec = parse_spec(spec_with(**compute), "x.yaml")
     assert spec.kubernetes_version == version == kubernetes_versions(compute["backend"])[-1]
-    # HyperPod's AMIs serve EKS up to 1.35 (platforms.json): kiln offers nothing newer there.
-    assert "1.36" not in kubernetes_versions("hyperpod")
+    # HyperPod's AMIs serve EKS up to 1.35 but its prerequisites page lists up to 1.34 (platforms.json): kiln
+    # offers only what both list.
+    assert "1.35" not in kubernetes_versions("hyperpod")
 
 
 @pytest.mark.parametrize(
     ("compute", "words"),
     [
         (
-            {**HYPERPOD_EKS, "kubernetes_version": "1.36"},
-            "got '1.36', allowed on HyperPod orchestrated by EKS: 1.35 (the versions the platform supports, "
-            "https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-ami-support-policy.html",
+            {**HYPERPOD_EKS, "kubernetes_version": "1.35"},
+            "got '1.35', allowed on HyperPod orchestrated by EKS: 1.34 (the versions the platform supports, "
+            "https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-ami-support-policy.html and "
+            "https://docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-hyperpod-eks-prerequisites.html",
         ),
-        ({"backend": "eks", "kubernetes_version": "1.29"}, "got '1.29', allowed on EKS: 1.35, 1.36"),
+        ({"backend": "eks", "kubernetes_version": "1.29"}, "got '1.29', allowed on EKS: 1.34, 1.35, 1.36"),
         ({"kubernetes_version": "1.35"}, "has no effect on pcs with Slurm (no Kubernetes): leave it unset"),
     ],
     ids=["hyperpod-too-new", "eks-too-old", "pcs"],

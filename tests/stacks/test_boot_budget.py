@@ -31,8 +31,10 @@ def _spec(tmp_path: Path, *, min_count: int = 0, bake: bool = False) -> Path:
 
 
 def _budget(path: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The spec's budget lines and refusals (its margin warnings: tests/bootstrap/test_budget_margin.py)."""
     spec = load_spec(path)
-    return boot_budget(spec, config_from_spec(spec))
+    lines, refusals, _ = boot_budget(spec, config_from_spec(spec))
+    return lines, refusals
 
 
 def test_a_group_scaling_from_zero_past_pcs_deadline_is_refused_with_a_bake_as_the_remedy(tmp_path: Path) -> None:

@@ -113,9 +113,9 @@ KEPT_DATA = [
 KEPT_FILE_SYSTEM = [
     "AWS::EC2::SecurityGroup",
     "AWS::EC2::SecurityGroup",
-    "AWS::EC2::SecurityGroupIngress",
-    "AWS::EC2::SecurityGroupIngress",
-    "AWS::EC2::SecurityGroupIngress",
+    # FSx's page: the file servers' group admits itself and the clients', the clients' group itself and the file
+    # servers', each on TCP 988 and 1018-1023 (platforms.json, fsx_lustre.security_group_rules).
+    *["AWS::EC2::SecurityGroupIngress"] * 8,
     "AWS::FSx::DataRepositoryAssociation",
     "AWS::FSx::FileSystem",
 ]

@@ -1,4 +1,5 @@
-"""Can every node boot compute.image.ami_id: does it exist, is it available, of their architecture, and small enough?"""
+"""Can every node boot compute.image.ami_id: does it exist, is it available, of their architecture, small enough,
+and does it boot from the device kiln maps the root volume to (kiln.preflight.root_device)?"""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from kiln.preflight.aws import AwsClients
 from kiln.preflight.check import Check
 from kiln.preflight.findings import Finding, Status
 from kiln.preflight.plan import Plan
+from kiln.preflight.root_device import mismatch as root_device_mismatch
 
 NAME = "image"
 NOT_FOUND = ("InvalidAMIID.NotFound", "InvalidAMIID.Malformed", "InvalidAMIID.Unavailable")
@@ -123,7 +125,13 @@ def check(plan: Plan, aws: AwsClients) -> list[Finding]:
                 remedy="correct compute.image.ami_id (AMIs are regional: copy it to this region or share it)",
             )
         ]
-    problems = [_state(image), _architectures(plan, image), _root(plan, image), _deprecated(image, now())]
+    problems = [
+        _state(image),
+        _architectures(plan, image),
+        _root(plan, image),
+        root_device_mismatch(plan, image),
+        _deprecated(image, now()),
+    ]
     findings = [
         Finding(check=NAME, status=status, subject=subject, message=message, remedy=remedy)
         for status, message, remedy in filter(None, problems)

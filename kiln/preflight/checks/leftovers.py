@@ -11,6 +11,7 @@ check's FAIL), so an AWS refusal here is a WARN, not UNCHECKED.
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -314,8 +315,17 @@ class _Describer:
             ident: sum(_references(other, ident) for other_id, other in self.groups.items() if other_id != ident)
             for ident in self.groups
         }
+        # Groups that name each other (the Lustre file servers' and clients' groups, as FSx asks) cannot go in any
+        # order: before each group goes, the rules of the groups deleted after it that name it are revoked.
+        order = sorted(self.groups, key=lambda ident: (referenced[ident], ident))
         lustre = self.plan.lustre
-        for ident, group in self.groups.items():
+        for position, ident in enumerate(order):
+            group = self.groups[ident]
+            revokes = tuple(
+                command
+                for later in order[position + 1 :]
+                for command in _revoke_commands(self.groups[later], later, ident, self.region)
+            )
             attached = lustre is not None and lustre.security_group_id == ident
             role = self.roles.get(ident) or f"kept with a file system ({group.get('Description', 'no description')})"
             yield Leftover(
@@ -327,9 +337,10 @@ class _Describer:
                 else "a deploy of this spec makes its own groups and leaves this one",
                 attached=attached,
                 delete=(
+                    *revokes,
                     f"aws ec2 delete-security-group --group-id {ident} {self.region}  # once no file system uses it",
                 ),
-                rank=self._rank("security group", referenced[ident]),
+                rank=self._rank("security group", position),
             )
 
     def network(self) -> Iterable[Leftover]:
@@ -416,6 +427,29 @@ class _Describer:
                 delete=(f"aws amp delete-workspace --workspace-id {ident} {self.region}",),
                 rank=self._rank("Prometheus workspace"),
             )
+
+
+def _naming(rules: list[dict], ident: str) -> list[dict]:
+    """Return RULES (IpPermissions) cut to their pairs naming group IDENT, as revoke-security-group-* takes them."""
+    named = []
+    for rule in rules:
+        if any(pair.get("GroupId") == ident for pair in rule.get("UserIdGroupPairs", [])):
+            ports = {key: rule[key] for key in ("FromPort", "ToPort") if key in rule}
+            named.append({"IpProtocol": rule["IpProtocol"], **ports, "UserIdGroupPairs": [{"GroupId": ident}]})
+    return named
+
+
+def _revoke_commands(group: dict, group_id: str, ident: str, region: str) -> list[str]:
+    """Return the commands that revoke GROUP's (GROUP_ID's) inbound and outbound rules naming group IDENT."""
+    commands = []
+    for direction, key in (("ingress", "IpPermissions"), ("egress", "IpPermissionsEgress")):
+        if named := _naming(group.get(key, []), ident):
+            permissions = json.dumps(named, separators=(",", ":"))
+            commands.append(
+                f"aws ec2 revoke-security-group-{direction} --group-id {group_id} --ip-permissions '{permissions}' "
+                f"{region}"
+            )
+    return commands
 
 
 def _references(group: dict, ident: str) -> int:

@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Container storage (enroot, docker, containerd) on local NVMe or a given volume, never on
-# the root disk: images and container layers filling the root volume kill the node.
+# the root disk: images and container layers filling the root volume kill the node. What the image keeps in the
+# directories moved there comes along.
 
 # Print the instance-store NVMe devices, one a line (namespace aliases _1, _2 left out).
 instance_store_devices() {
@@ -90,21 +91,67 @@ prepare_scratch() {
   fi
 }
 
-# Bind-mount scratch subdirectory $1 over $2, stopping unit $3 around it if it runs.
+# Succeed when directory $1 holds anything.
+dir_has_files() {
+  [[ -d "$1" && -n "$(find "$1" -mindepth 1 -maxdepth 1 -print -quit)" ]]
+}
+
+# Give scratch directory $1 what the image keeps in directory $2 before $2 is bound to it, so the bind hides
+# nothing: the EKS AMI caches the pod sandbox image in containerd's store at build time, and nothing can pull it
+# (platforms.json, eks-al2023 sandbox_image). cp -a, as AWS's own local-disk setup copies these directories, keeps
+# ownership, modes, links, times, extended attributes and SELinux labels. The copy lands beside $1 and is renamed
+# into place whole, then a marker beside it records that $1 is the image's copy: a rerun never copies again, a copy
+# cut short is started over, and files some other tool left in $1 are neither hidden nor mixed with the image's.
+copy_to_scratch() {
+  local source target staging copied
+  source="$(root_path "${KILN_SCRATCH_DIR}/$1")"
+  target="$(root_path "$2")"
+  copied="$(root_path "${KILN_SCRATCH_DIR}/.kiln-copied-$1")"
+  if [[ -e "$copied" ]]; then
+    return 0
+  fi
+  if dir_has_files "$target"; then
+    if dir_has_files "$source"; then
+      die "${KILN_SCRATCH_DIR}/$1 already holds files, and $2 holds the image's: kiln neither hides these behind the bind nor mixes the two stores; empty ${KILN_SCRATCH_DIR}/$1 and run the step again"
+    fi
+    staging="${source}.kiln-copy"
+    rm -rf "$staging"
+    log "copying $2 onto ${KILN_SCRATCH_DIR}/$1 before binding it over $2"
+    cp -a "$target" "$staging"
+    if [[ -d "$source" ]]; then
+      rmdir "$source"
+    fi
+    mv "$staging" "$source"
+  else
+    ensure_dir "$source" 0711
+  fi
+  : >"$copied"
+}
+
+# Stop unless the pod sandbox image the image caches (KILN_IMAGE_SANDBOX_STORE, containerd's metadata) is where
+# containerd reads it, now that its store is on scratch: without it no pod starts and the node never becomes Ready.
+check_sandbox_image() {
+  if [[ -n "${KILN_IMAGE_SANDBOX_STORE:-}" && ! -e "$(root_path "$KILN_IMAGE_SANDBOX_STORE")" ]]; then
+    die "no ${KILN_IMAGE_SANDBOX_STORE} after moving containerd's store to ${KILN_SCRATCH_DIR}: the ${KILN_IMAGE_TITLE} caches the pod sandbox image ${KILN_IMAGE_SANDBOX_IMAGE} there, which cannot be pulled, so no pod would start"
+  fi
+}
+
+# Bind-mount scratch subdirectory $1 over $2 with what the image keeps in $2, stopping unit $3 around it if it runs.
 bind_scratch() {
   local source target was_active=0
   source="$(root_path "${KILN_SCRATCH_DIR}/$1")"
   target="$(root_path "$2")"
-  ensure_dir "$source" 0711
-  ensure_dir "$target" 0711
   ensure_line "$(root_path /etc/fstab)" "${KILN_SCRATCH_DIR}/$1 $2 none bind,nofail 0 0"
   if mountpoint -q "$target"; then
     return 0
   fi
+  # Stopped before the copy: a running daemon would change its store under it.
   if service_active "$3"; then
     was_active=1
     systemctl stop "$3"
   fi
+  copy_to_scratch "$1" "$2"
+  ensure_dir "$target" 0711
   mount --bind "$source" "$target"
   if ((was_active == 1)); then
     systemctl start "$3"
@@ -128,6 +175,7 @@ configure_container_storage() {
     bind_scratch docker /var/lib/docker docker
   fi
   bind_scratch containerd /var/lib/containerd containerd
+  check_sandbox_image
   if [[ -n "${KILN_ENROOT_VERSION:-}" ]]; then
     ensure_dir "$(root_path "${KILN_SCRATCH_DIR}/enroot")" 0755
     ensure_dir "$(root_path "${KILN_SCRATCH_DIR}/enroot/cache")" 1777

@@ -1,8 +1,11 @@
 # shellcheck shell=bash
 # Mount FSx for Lustre and prove it takes writes: a new file system can mount before it
 # accepts writes, so mount and probe are retried together. With an EFA-enabled file system,
-# LNet first gets this node's EFA interfaces, as FSx's client guide describes; the mount itself
-# stays @tcp and LNet carries the traffic over EFA.
+# LNet first gets this node's EFA interfaces, as FSx's client guide describes, and again at every
+# boot before the mount (kiln-lnet-efa.service); the mount itself stays @tcp and LNet carries the
+# traffic over EFA.
+
+LNET_EFA_UNIT=kiln-lnet-efa.service
 
 # Print the EFA devices (names under /sys/class/infiniband) LNet takes: $1 of them spread evenly over the node's
 # EFA devices (every fourth of a p5's 32 for 8, the first and last for 2), or all when there are no more.
@@ -44,6 +47,40 @@ primary_interface() {
   done
 }
 
+# The unit that gives LNet this node's EFA interfaces again at every boot (LNet forgets them), before any remote
+# mount: FSx's client guide has its setup create such a service. Ordered before remote-fs-pre.target, which systemd
+# orders every remote mount (the fstab line's _netdev) after (systemd.special(7),
+# https://www.freedesktop.org/software/systemd/man/latest/systemd.special.html); it runs this step with
+# KILN_FSX_LNET_ONLY=1: the same code, and no mount of its own.
+lnet_efa_unit() {
+  cat <<UNIT
+[Unit]
+Description=kiln: LNet over this node's EFA interfaces for FSx for Lustre, before the file system mounts
+Documentation=https://docs.aws.amazon.com/fsx/latest/LustreGuide/configure-efa-clients.html
+Wants=network-online.target remote-fs-pre.target
+After=network-online.target
+Before=remote-fs-pre.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+Environment=KILN_NODE_ROLE=${KILN_NODE_ROLE} KILN_INSTANCE_TYPE=${KILN_INSTANCE_TYPE} KILN_FSX_LNET_ONLY=1
+ExecStart=/bin/bash ${KILN_BUNDLE_DIR}/kiln-step configure_fsx
+
+[Install]
+WantedBy=remote-fs.target
+UNIT
+}
+
+# Write and enable the boot unit of LNet over EFA (lnet_efa_unit).
+install_lnet_efa_unit() {
+  write_file "$(root_path "/etc/systemd/system/${LNET_EFA_UNIT}")" < <(lnet_efa_unit)
+  if ((KILN_CHANGED == 1)); then
+    systemctl daemon-reload
+    systemctl enable "$LNET_EFA_UNIT"
+  fi
+}
+
 # Give LNet this node's EFA interfaces for an EFA-enabled file system (once per boot: LNet forgets them).
 configure_lnet_efa() {
   local kernel eth device
@@ -58,6 +95,9 @@ configure_lnet_efa() {
   kernel="$(uname -r)"
   if [[ -n "${KILN_LUSTRE_EFA_MIN_KERNEL}" ]] && ! version_at_least "${kernel%%-*}" "$KILN_LUSTRE_EFA_MIN_KERNEL"; then
     die "FSx for Lustre over EFA needs kernel ${KILN_LUSTRE_EFA_MIN_KERNEL} or newer on ${KILN_OS} (this node runs ${kernel}): boot a newer image, or set storage.lustre.efa: false"
+  fi
+  if [[ "${KILN_FSX_LNET_ONLY:-0}" != 1 ]]; then
+    install_lnet_efa_unit
   fi
   if lnetctl net show --net efa 2>/dev/null | grep -q 'net type: efa'; then
     skip "LNet already carries EFA interfaces"
@@ -104,6 +144,10 @@ configure_fsx() {
   fi
   mount_point="$(root_path "$KILN_MOUNT_POINT")"
   configure_lnet_efa
+  if [[ "${KILN_FSX_LNET_ONLY:-0}" == 1 ]]; then
+    # The boot unit: LNet only; the fstab line mounts the file system after it.
+    return 0
+  fi
   ensure_dir "$mount_point"
   # _netdev and nofail: a late network or file system must not stop the node from booting.
   ensure_line "$(root_path /etc/fstab)" \

@@ -72,12 +72,15 @@ wait_for_platform_slurm_conf() {
   done
 }
 
-# Run slurmd in configless mode: it reads slurm.conf and its includes from the controller.
+# Run slurmd in configless mode: it reads slurm.conf and its includes from the controller. The drop-in sets the
+# unit's type and start line together (hyperpod-slurm's slurmd_unit fact): a notify unit waits for slurmd's READY,
+# which slurmd sends only under --systemd (that flag keeps it in the foreground and refuses -D).
 write_configless_slurmd_unit() {
   write_file "$(root_path /etc/systemd/system/slurmd.service.d/kiln.conf)" <<UNIT
 [Service]
+Type=notify
 ExecStart=
-ExecStart=${KILN_SLURM_PREFIX}/sbin/slurmd -D -s --conf-server ${KILN_SLURM_CONTROLLER_ADDR}
+ExecStart=${KILN_SLURM_PREFIX}/sbin/slurmd --systemd --conf-server ${KILN_SLURM_CONTROLLER_ADDR}
 UNIT
   if ((KILN_CHANGED == 1)); then
     KILN_SLURM_CHANGED=1

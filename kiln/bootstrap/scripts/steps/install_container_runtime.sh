@@ -3,11 +3,17 @@
 # pinned by version (enroot's GPU hook needs its nvidia-container-cli too).
 
 install_nvidia_container_toolkit() {
-  local want="$1" name
+  local want="$1" name have
   local -a packages=(nvidia-container-toolkit nvidia-container-toolkit-base libnvidia-container-tools libnvidia-container1)
   local -a pinned=()
   if package_installed nvidia-container-toolkit "$want"; then
     skip "NVIDIA container toolkit ${want} is installed"
+    return 0
+  fi
+  have="$(package_version nvidia-container-toolkit)"
+  if [[ -n "$have" ]] && version_at_least "$have" "$want"; then
+    # An image's newer toolkit stays: kiln never downgrades it (apt refuses a downgrade under -y; dnf makes one).
+    skip "NVIDIA container toolkit ${have}: the image's, newer than kiln's ${want}; adopted (kiln installs none)"
     return 0
   fi
   add_signed_repository nvidia-container-toolkit

@@ -61,6 +61,25 @@ nvidia_driver_packages() {
   fi
 }
 
+# Adopt the loaded driver $1 where kiln expected $2 (the image's record, branch:VERSION, or the pinned version): what
+# kiln expected is a release note's or the spec's word, the minimum is NVIDIA's (KILN_NVIDIA_DRIVER_MINIMUM, the least
+# driver of the CUDA kiln's stack runs), so a loaded driver at or above the minimum stays, and only one below it stops
+# the node.
+adopt_loaded_driver() {
+  local loaded="$1" expected="$2" floor
+  if ! version_at_least "$loaded" "$KILN_NVIDIA_DRIVER_MINIMUM"; then
+    die "NVIDIA driver ${loaded} is loaded: older than ${KILN_NVIDIA_DRIVER_MINIMUM}, the least driver CUDA 12 and its NCCL run on; boot an image with a newer driver, or bake one (compute.image.bake)"
+  fi
+  floor="${expected#branch:}"
+  if [[ "$expected" == branch:* ]] && version_at_least "${loaded%%.*}" "${floor%%.*}"; then
+    adopt_component "NVIDIA driver" "$loaded" "$expected"
+  elif [[ "$expected" == branch:* ]]; then
+    skip "NVIDIA driver ${loaded}: adopted from the ${KILN_IMAGE_TITLE} (kiln installs none); kiln's data records ${floor}, and the loaded one meets CUDA's minimum ${KILN_NVIDIA_DRIVER_MINIMUM}"
+  else
+    skip "NVIDIA driver ${loaded}: loaded, adopted in place of the pinned ${expected} (kiln installs none at boot; a bake replaces it); it meets CUDA's minimum ${KILN_NVIDIA_DRIVER_MINIMUM}"
+  fi
+}
+
 install_nvidia_driver() {
   local want="${KILN_NVIDIA_DRIVER_VERSION:-}" have loaded fabric_manager
   if ((KILN_GPU_COUNT == 0)); then
@@ -68,7 +87,11 @@ install_nvidia_driver() {
     return 0
   fi
   have="$(nvidia_driver_version)"
-  if [[ -n "${KILN_IMAGE_NVIDIA_DRIVER:-}" ]]; then
+  loaded="$(loaded_nvidia_driver)"
+  if [[ -n "${KILN_IMAGE_NVIDIA_DRIVER:-}" && -n "$loaded" ]]; then
+    adopt_loaded_driver "$loaded" "$KILN_IMAGE_NVIDIA_DRIVER"
+    return 0
+  elif [[ -n "${KILN_IMAGE_NVIDIA_DRIVER:-}" ]]; then
     adopt_component "NVIDIA driver" "$have" "$KILN_IMAGE_NVIDIA_DRIVER"
     return 0
   fi
@@ -78,10 +101,10 @@ install_nvidia_driver() {
     skip "NVIDIA driver ${want} is installed"
     return 0
   fi
-  loaded="$(loaded_nvidia_driver)"
   if [[ -n "$loaded" && "$loaded" != "$want" && "${KILN_PHASE:-}" != bake ]]; then
     # The new module would only load after a reboot, which a node cannot take in the middle of its setup.
-    die "NVIDIA driver ${loaded} is loaded; kiln installs driver ${want} in its place only in a bake (compute.image.bake), never at boot"
+    adopt_loaded_driver "$loaded" "$want"
+    return 0
   fi
   if [[ "$have" != "$(installed_version nvidia-driver)" ]]; then
     guard_replacement nvidia_driver "NVIDIA driver" "$have" "$want"

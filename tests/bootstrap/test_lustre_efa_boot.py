@@ -1,0 +1,107 @@
+"""LNet over EFA survives a reboot: a boot unit gives LNet the EFA interfaces again before the fsx mount, as FSx's
+client guide has its setup do (https://docs.aws.amazon.com/fsx/latest/LustreGuide/configure-efa-clients.html)."""
+
+from __future__ import annotations
+
+import configparser
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kiln.bootstrap.render import render_bundle
+from tests.bootstrap.conftest import Node, make_node, pcs_config
+from tests.bootstrap.test_lustre_efa import _efa_devices, _lnet_calls
+
+UNIT = "etc/systemd/system/kiln-lnet-efa.service"
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return render_bundle(pcs_config(lustre_efa=True), tmp_path_factory.mktemp("efa-boot") / "bundle").directory
+
+
+def _unit(text: str) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(interpolation=None)
+    parser.optionxform = str
+    parser.read_string(text)
+    return parser
+
+
+def _configured(tmp_path: Path, bundle: Path) -> Node:
+    node = make_node(tmp_path, bundle)
+    _efa_devices(node, 32)
+    result = node.run("configure_fsx")
+    assert result.returncode == 0, result.stderr
+    return node
+
+
+def _start(node: Node, unit: configparser.ConfigParser) -> subprocess.CompletedProcess:
+    """Run the unit's command with its environment, as systemd starts it."""
+    env = dict(pair.split("=", 1) for pair in shlex.split(unit["Service"]["Environment"]))
+    return subprocess.run(
+        shlex.split(unit["Service"]["ExecStart"]),
+        env={**node.env, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_boot_unit_runs_before_every_remote_mount_and_is_enabled(tmp_path: Path, bundle: Path) -> None:
+    node = _configured(tmp_path, bundle)
+    unit = _unit((node.root / UNIT).read_text())
+    assert "remote-fs-pre.target" in unit["Unit"]["Before"].split()
+    assert {"remote-fs-pre.target", "network-online.target"} <= set(unit["Unit"]["Wants"].split())
+    assert "network-online.target" in unit["Unit"]["After"].split()
+    assert (unit["Service"]["Type"], unit["Service"]["RemainAfterExit"]) == ("oneshot", "yes")
+    assert unit["Install"]["WantedBy"] == "remote-fs.target"
+    assert "systemctl enable kiln-lnet-efa.service" in node.calls()
+    # The fstab mount is a remote one (_netdev): systemd orders it after remote-fs-pre.target, so after the unit.
+    fstab = [line for line in (node.root / "etc/fstab").read_text().splitlines() if " /fsx lustre " in line]
+    assert len(fstab) == 1 and "_netdev" in fstab[0].split()[3].split(",")
+
+
+def test_a_second_boot_gives_lnet_the_efa_interfaces_again_and_mounts_nothing_itself(
+    tmp_path: Path, bundle: Path
+) -> None:
+    node = _configured(tmp_path, bundle)
+    first = [c for c in _lnet_calls(node) if c.startswith("lnetctl net add --net efa")]
+    unit = _unit((node.root / UNIT).read_text())
+    calls = len(node.calls())
+    # A reboot: LNet has forgotten its interfaces (the shimmed lnetctl's state), and systemd starts the unit.
+    (node.state / "lnet-efa").unlink()
+    result = _start(node, unit)
+    assert result.returncode == 0, result.stderr
+    again = [c for c in _lnet_calls(node, since=calls) if c.startswith("lnetctl net add --net efa")]
+    assert again == first and len(again) == 8
+    assert not any(c.startswith(("mount ", "systemctl")) for c in node.calls()[calls:])
+    # Still carrying them (a restart of the unit without a reboot): nothing is added twice.
+    calls = len(node.calls())
+    assert _start(node, unit).returncode == 0
+    assert node.mutating_calls(since=calls) == []
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not on this machine")
+def test_systemd_reads_the_boot_unit_without_a_complaint(tmp_path: Path, bundle: Path) -> None:
+    node = _configured(tmp_path, bundle)
+    root = node.root
+    targets = root / "usr/lib/systemd/system"
+    targets.mkdir(parents=True, exist_ok=True)
+    for name in ("sysinit", "basic", "shutdown", "remote-fs", "remote-fs-pre", "network-online"):
+        (targets / f"{name}.target").write_text(f"[Unit]\nDescription={name}\n")
+    shell = root / "bin/bash"
+    shell.parent.mkdir(parents=True, exist_ok=True)
+    shell.write_text("#!/bin/sh\n")
+    shell.chmod(0o755)
+    result = subprocess.run(
+        ["systemd-analyze", "verify", f"--root={root}", "kiln-lnet-efa.service"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "kiln-lnet-efa" not in result.stderr, result.stderr
