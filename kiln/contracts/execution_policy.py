@@ -481,8 +481,8 @@ PCS_SECRET_ACTIONS = ("secretsmanager:CreateSecret", "secretsmanager:TagResource
 # group runs in a capacity block or reservation, beyond what CloudFormation's handler schemas list: each action with
 # the page that documents it, per backend (tests/contracts/test_capacity_permissions.py evaluates each).
 # - PCS: CreateComputeNodeGroup and UpdateComputeNodeGroup with purchaseOption CAPACITY_BLOCK. The node group page
-#   names ec2:DescribeCapacityReservations; the current minimum-permissions page adds DescribeCapacityBlocks and
-#   DescribeCapacityBlockStatus (an older copy of it names the first alone): all three, read-only, are granted.
+#   and the minimum-permissions page name ec2:DescribeCapacityReservations, DescribeCapacityBlocks and
+#   DescribeCapacityBlockStatus (older copies of both name the first alone): all three, read-only, are granted.
 # - EKS managed node groups (CapacityType CAPACITY_BLOCK with a launch template that targets the block): AWS's page
 #   names no permission of the caller's beyond CreateNodegroup; EKS's service-linked role launches the instances
 #   (https://docs.aws.amazon.com/eks/latest/userguide/capacity-blocks-mng.html).
