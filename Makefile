@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 # thing, Prometheus (promtool and the server) for the tests of the agent's configuration, python3-venv for the venv it makes. npm (any Node) only bootstraps the pinned Node 22, so Debian's nodejs/npm are installed only
 # when no npm is on PATH at all. The local cluster's code-server install (kiln's install_code_server step) downloads
 # with curl and builds VS Code's native modules with build-essential, pkg-config and libkrb5-dev (Kerberos headers).
-DEBIAN_PACKAGES ?= slurm-client gpg prometheus python3-venv curl build-essential pkg-config libkrb5-dev
+DEBIAN_PACKAGES ?= slurm-client gpg prometheus python3-venv curl build-essential pkg-config libkrb5-dev systemd
 NODE_PACKAGES ?= nodejs npm
 
 # ParallelCluster's official config schema, at the version kiln's construct pins (its one place).

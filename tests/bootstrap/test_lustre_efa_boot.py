@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import configparser
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -13,6 +12,7 @@ import pytest
 
 from kiln.bootstrap.render import render_bundle
 from tests.bootstrap.conftest import Node, make_node, pcs_config
+from tests.bootstrap.systemd_units import needs_systemd, verify_unit
 from tests.bootstrap.test_lustre_efa import _efa_devices, _lnet_calls
 
 UNIT = "etc/systemd/system/kiln-lnet-efa.service"
@@ -85,23 +85,13 @@ def test_a_second_boot_gives_lnet_the_efa_interfaces_again_and_mounts_nothing_it
     assert node.mutating_calls(since=calls) == []
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not on this machine")
+@needs_systemd
 def test_systemd_reads_the_boot_unit_without_a_complaint(tmp_path: Path, bundle: Path) -> None:
     node = _configured(tmp_path, bundle)
-    root = node.root
-    targets = root / "usr/lib/systemd/system"
-    targets.mkdir(parents=True, exist_ok=True)
-    for name in ("sysinit", "basic", "shutdown", "remote-fs", "remote-fs-pre", "network-online"):
-        (targets / f"{name}.target").write_text(f"[Unit]\nDescription={name}\n")
-    shell = root / "bin/bash"
-    shell.parent.mkdir(parents=True, exist_ok=True)
-    shell.write_text("#!/bin/sh\n")
-    shell.chmod(0o755)
-    result = subprocess.run(
-        ["systemd-analyze", "verify", f"--root={root}", "kiln-lnet-efa.service"],
-        capture_output=True,
-        text=True,
-        check=False,
+    said = verify_unit(
+        node.root,
+        "kiln-lnet-efa.service",
+        targets=("sysinit", "basic", "shutdown", "remote-fs", "remote-fs-pre", "network-online"),
+        programs=("/bin/bash",),
     )
-    assert result.returncode == 0, result.stderr
-    assert "kiln-lnet-efa" not in result.stderr, result.stderr
+    assert "kiln-lnet-efa" not in said, said

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import shlex
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from kiln.catalog.platforms import image_profile
+from tests.bootstrap.systemd_units import needs_systemd, verify_unit
 from tests.bootstrap.test_targets import hyperpod_node
 
 FACT = image_profile("hyperpod-slurm").fact("slurmd_unit").value
@@ -71,28 +69,18 @@ def test_the_drop_in_holds_against_a_unit_of_another_type(tmp_path):
     assert service["Type"] == FACT["type"] and FACT["flag"] in shlex.split(service["ExecStart"])
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not on this machine")
+@needs_systemd
 def test_systemd_reads_the_drop_in_cleanly_and_merges_a_type_its_start_line_meets(tmp_path):
     root, _ = configured_worker(tmp_path)
     unit = root / "etc/systemd/system/slurmd.service"
     unit.write_text(BASE_UNIT)
-    daemon = root / "opt/slurm/sbin/slurmd"
-    daemon.parent.mkdir(parents=True, exist_ok=True)
-    daemon.write_text("#!/bin/sh\n")
-    daemon.chmod(0o755)
-    # The targets the unit's default dependencies name, so systemd can load it under this root.
-    targets = root / "usr/lib/systemd/system"
-    targets.mkdir(parents=True, exist_ok=True)
-    for name in ("sysinit", "basic", "shutdown", "multi-user", "network-online", "remote-fs"):
-        (targets / f"{name}.target").write_text(f"[Unit]\nDescription={name}\n")
-    result = subprocess.run(
-        ["systemd-analyze", "verify", f"--root={root}", "slurmd.service"],
-        capture_output=True,
-        text=True,
-        check=False,
+    said = verify_unit(
+        root,
+        "slurmd.service",
+        targets=("sysinit", "basic", "shutdown", "multi-user", "network-online", "remote-fs"),
+        programs=("/opt/slurm/sbin/slurmd",),
     )
-    assert result.returncode == 0, result.stderr
-    assert "kiln.conf" not in result.stderr, result.stderr
+    assert "kiln.conf" not in said, said
     # The unit and the drop-ins systemd itself reads for it, in its order: their type and start line agree.
     merged = subprocess.run(
         ["systemd-analyze", "cat-config", f"--root={root}", "--no-pager", "systemd/system/slurmd.service"],

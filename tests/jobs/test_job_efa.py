@@ -8,33 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from kiln.catalog import instance_type, preset_environment
 from kiln.catalog.kubernetes import EFA_RESOURCE, GPU_RESOURCE
 from kiln.catalog.nccl import presets
 from kiln.cli import main
 from kiln.jobs.cli import cluster_facts
-from kiln.jobs.pytorchjob import JOB_FILES_DIR, LAUNCHER_WHEEL, ClusterFacts, JobRequest, job_manifests, launcher_wheel
+from kiln.jobs.pytorchjob import JOB_FILES_DIR, LAUNCHER_WHEEL, ClusterFacts, JobRequest, job_manifests
 from kiln.spec import load_spec
-from tests.conftest import ROOT
 from tests.efa_node import PLUGIN_DIR, simulate_efa_node
+from tests.jobs.conftest import EXAMPLES, IMAGE
 from tests.jobs.pytorchjob_schema import check_pytorchjob
-
-EXAMPLES = ROOT / "examples"
-IMAGE = "public.ecr.aws/example/pytorch:2.13"
-
-
-@pytest.fixture(scope="module")
-def wheel() -> bytes:
-    return launcher_wheel()
-
-
-@pytest.fixture
-def script(tmp_path: Path) -> Path:
-    path = tmp_path / "train.py"
-    path.write_text("print('training')\n")
-    return path
 
 
 def _container(job: dict) -> dict:

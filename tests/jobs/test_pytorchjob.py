@@ -34,26 +34,10 @@ from kiln.jobs.pytorchjob import (
     JobError,
     JobRequest,
     job_manifests,
-    launcher_wheel,
 )
 from kiln.spec import load_spec
-from tests.conftest import ROOT
+from tests.jobs.conftest import EXAMPLES, IMAGE
 from tests.jobs.pytorchjob_schema import check_pytorchjob
-
-EXAMPLES = ROOT / "examples"
-IMAGE = "public.ecr.aws/example/pytorch:2.13"
-
-
-@pytest.fixture(scope="module")
-def wheel() -> bytes:
-    return launcher_wheel()
-
-
-@pytest.fixture
-def script(tmp_path: Path) -> Path:
-    path = tmp_path / "train.py"
-    path.write_text("import torch\nprint('training')\n")
-    return path
 
 
 def _facts(example: str) -> ClusterFacts:

@@ -12,16 +12,9 @@ import yaml
 from kiln.cli import main
 from kiln.jobs.cli import MAX_RESTARTS_MAX
 from tests.conftest import ROOT
+from tests.jobs.conftest import IMAGE
 
 SPEC = ROOT / "examples" / "p5-eks.yaml"
-IMAGE = "public.ecr.aws/example/pytorch:2.13"
-
-
-@pytest.fixture
-def script(tmp_path: Path) -> Path:
-    path = tmp_path / "train.py"
-    path.write_text("print('training')\n")
-    return path
 
 
 def submit(capsys: pytest.CaptureFixture, *options: str, script: Path | str) -> tuple[int, str, str]:
