@@ -242,7 +242,8 @@ class Image(SpecModel):
     )
     os: Literal["ubuntu2204", "ubuntu2404", "al2023"] | None = Field(
         None,
-        description="The OS the nodes' AMI runs; it also picks the device kiln's launch templates give the root volume (/dev/xvda on al2023, /dev/sda1 on Ubuntu; kiln preflight checks an ami_id's). "
+        description="The OS the nodes' AMI runs; it also picks the device kiln's launch templates give the root "
+        "volume (/dev/xvda on al2023, /dev/sda1 on Ubuntu; kiln preflight checks an ami_id's). "
         "Unset: al2023 on PCS (its sample AMIs run Amazon Linux 2023) and EKS, ubuntu2204 elsewhere.",
     )
     base: Literal["sample", "own", "stock"] | None = Field(
