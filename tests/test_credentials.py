@@ -31,6 +31,9 @@ from kiln.aws_errors import (
 from kiln.cli import main
 from tests.conftest import MINIMAL_SPEC, ROOT
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 REGION = "us-east-1"
 MISSING_PROFILE = "kiln-test-no-such-profile"
 REMEDY = "set or refresh them (environment, profile, SSO or instance role) for the account to use"

@@ -14,6 +14,9 @@ from kiln.ci.remote import nodes
 from kiln.ci.remote.cluster import ClusterHandle
 from tests.ci.conftest import ACCOUNT, REGION, Clock, CommandWith, FakeSession, launch
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes about 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 COMMAND_ID = "99999999-8888-7777-6666-555555555555"
 SINFO_DOWN = "slurm_load_node: Unable to contact slurm controller (connect failure)\n"
 CHECK_PASSED = {

@@ -68,6 +68,9 @@ from tests.constructs.eks_clusters import (
 )
 from tests.constructs.kueue_schema import check_kueue_objects
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 
 def test_cluster_runs_the_pinned_version_with_a_private_endpoint_and_all_control_plane_logs(eks) -> None:
     props = _props(eks["template"], eks["cluster"].cluster.node.default_child)

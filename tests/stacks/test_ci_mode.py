@@ -25,6 +25,9 @@ from kiln.synth import nag_report, stack_results
 from kiln.synth import synthesize as kiln_synthesize
 from tests.conftest import ROOT
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 # kiln ci up of quickstart (PCS, login nodes, SCRATCH_2 Lustre): created at 01:45 UTC, seen from UTC-3.
 PCS_ENV = "quickstart-pr7"
 PCS_CREATED_AT = datetime(2030, 12, 31, 22, 45, tzinfo=timezone(timedelta(hours=-3)))

@@ -25,6 +25,9 @@ from tests.constructs.conftest import logical_id
 from tests.constructs.pcluster_schema import concrete, load_with_official_schema
 from tests.constructs.test_parallelcluster_updates import kilns_verdict, parallelclusters_verdict
 
+# The slow tier (`make test-slow`; .ci/run runs both): this module takes about 13 s of test time on 2 cores.
+pytestmark = pytest.mark.slow
+
 EXAMPLE = ROOT / "examples" / "p5-parallelcluster.yaml"
 
 
