@@ -4,8 +4,6 @@ the pod (the container's own command, run against a simulated node) unless submi
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from kiln.catalog import instance_type, preset_environment
@@ -13,10 +11,10 @@ from kiln.catalog.kubernetes import EFA_RESOURCE, GPU_RESOURCE
 from kiln.catalog.nccl import presets
 from kiln.cli import main
 from kiln.jobs.cli import cluster_facts
-from kiln.jobs.pytorchjob import JOB_FILES_DIR, LAUNCHER_WHEEL, ClusterFacts, JobRequest, job_manifests
+from kiln.jobs.pytorchjob import JOB_FILES_DIR, ClusterFacts, JobRequest, job_manifests
 from kiln.spec import load_spec
 from tests.efa_node import PLUGIN_DIR, simulate_efa_node
-from tests.jobs.conftest import EXAMPLES, IMAGE
+from tests.jobs.conftest import EXAMPLES, IMAGE, run_container_plan
 from tests.jobs.pytorchjob_schema import check_pytorchjob
 
 
@@ -74,34 +72,9 @@ def test_submit_allow_tcp_reaches_the_launcher_before_the_script(tmp_path, scrip
 
 def _run_pod(tmp_path: Path, script: Path, wheel: bytes, node: Path, *, allow_tcp: bool = False):
     """Run the job's container command as the pod would, on NODE (KILN_ROOT), with --dry-run before the script."""
-    files_dir = tmp_path / "job"
-    files_dir.mkdir(exist_ok=True)
-    (files_dir / LAUNCHER_WHEEL).write_bytes(wheel)
-    (files_dir / "train.py").write_text(script.read_text())
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    python = bin_dir / "python3"
-    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
-    python.chmod(0o755)
     request = JobRequest(script=script, image=IMAGE, name="llm", nodes=2, allow_tcp=allow_tcp)
     _, job = job_manifests(request, cluster_facts(load_spec(EXAMPLES / "p5-eks.yaml")), wheel)
-    argv = [part.replace(JOB_FILES_DIR, str(files_dir)) for part in _container(job)["command"]]
-    at = argv.index(f"{files_dir}/train.py")
-    argv[at:at] = ["--dry-run"]
-    env = {
-        "PATH": f"{bin_dir}:/usr/bin:/bin",
-        "KUBERNETES_SERVICE_HOST": "10.100.0.1",
-        "PET_MASTER_ADDR": "llm-master-0",
-        "PET_MASTER_PORT": "23456",
-        "PET_NNODES": "2",
-        "PET_NODE_RANK": "0",
-        "PET_NPROC_PER_NODE": "8",
-        "TMPDIR": str(tmp_path),
-        **_env(job),
-        "KILN_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
-        "KILN_ROOT": str(node),
-    }
-    return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    return run_container_plan(tmp_path, job, wheel, script, env={"KILN_ROOT": str(node)})
 
 
 def test_the_jobs_first_step_refuses_tcp_in_a_stock_image_on_an_efa_node(tmp_path, script, wheel) -> None:

@@ -6,7 +6,6 @@ import base64
 import json
 import os
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
@@ -36,7 +35,7 @@ from kiln.jobs.pytorchjob import (
     job_manifests,
 )
 from kiln.spec import load_spec
-from tests.jobs.conftest import EXAMPLES, IMAGE
+from tests.jobs.conftest import EXAMPLES, IMAGE, run_container_plan
 from tests.jobs.pytorchjob_schema import check_pytorchjob
 
 
@@ -198,36 +197,8 @@ def test_a_script_too_large_for_a_config_map_is_refused(tmp_path, wheel) -> None
 
 def test_the_entry_point_unpacks_the_launcher_and_runs_kiln_launch(tmp_path, script, wheel) -> None:
     """The container's command, run by sh with the operator's variables: kiln-launch plans a 2-node job."""
-    files_dir = tmp_path / "job"
-    files_dir.mkdir()
-    (files_dir / LAUNCHER_WHEEL).write_bytes(wheel)
-    (files_dir / "train.py").write_text(script.read_text())
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    # Without site-packages: the kiln the job imports is the one it unpacked.
-    python = bin_dir / "python3"
-    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
-    python.chmod(0o755)
     _, job = job_manifests(JobRequest(script=script, image=IMAGE, name="llm", nodes=2), _facts("p5-eks.yaml"), wheel)
-    command = _pod(job)["containers"][0]["command"]
-    argv = [part.replace(JOB_FILES_DIR, str(files_dir)) for part in command]
-    # --dry-run before the script: the plan, as JSON, without starting workers.
-    script_at = argv.index(f"{files_dir}/train.py")
-    argv[script_at:script_at] = ["--dry-run"]
-    env = {
-        "PATH": f"{bin_dir}:/usr/bin:/bin",
-        "KUBERNETES_SERVICE_HOST": "10.100.0.1",
-        "PET_MASTER_ADDR": "llm-master-0",
-        "PET_MASTER_PORT": "23456",
-        "PET_NNODES": "2",
-        "PET_NODE_RANK": "1",
-        "PET_NPROC_PER_NODE": "8",
-        "HOSTNAME": "llm-worker-0",
-        "TMPDIR": str(tmp_path),
-        **{e["name"]: e["value"] for e in _pod(job)["containers"][0]["env"]},
-        "KILN_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
-    }
-    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    done = run_container_plan(tmp_path, job, wheel, script, node_rank=1, env={"HOSTNAME": "llm-worker-0"})
     assert done.returncode == 0, done.stderr
     plan = json.loads(done.stdout)
     environment = plan["environment"]
