@@ -39,10 +39,11 @@ def _configured(tmp_path: Path, bundle: Path) -> Node:
 
 
 def _start(node: Node, unit: configparser.ConfigParser) -> subprocess.CompletedProcess:
-    """Run the unit's command with its environment, as systemd starts it."""
+    """Run the unit's command with its environment, as systemd starts it, its script under the node's root."""
     env = dict(pair.split("=", 1) for pair in shlex.split(unit["Service"]["Environment"]))
+    shell, script, *args = shlex.split(unit["Service"]["ExecStart"])
     return subprocess.run(
-        shlex.split(unit["Service"]["ExecStart"]),
+        [shell, str(node.root / script.lstrip("/")), *args],
         env={**node.env, **env},
         capture_output=True,
         text=True,
@@ -95,3 +96,26 @@ def test_systemd_reads_the_boot_unit_without_a_complaint(tmp_path: Path, bundle:
         programs=("/bin/bash",),
     )
     assert "kiln-lnet-efa" not in said, said
+
+
+def test_the_boot_unit_runs_a_root_owned_copy_of_the_bundle_not_where_the_platform_unpacked_it(
+    tmp_path: Path, bundle: Path
+) -> None:
+    # The node runs the bundle from wherever its platform put it (HyperPod documents no place; /tmp is emptied at boot).
+    node = _configured(tmp_path, bundle)
+    unit = _unit((node.root / UNIT).read_text())
+    script = shlex.split(unit["Service"]["ExecStart"])[1]
+    assert script == "/opt/kiln/boot-bundle/kiln-step"
+    assert str(bundle) not in unit["Service"]["ExecStart"]
+    copy = node.root / "opt/kiln/boot-bundle"
+    for path in (copy, *copy.rglob("*")):
+        if path.is_symlink():
+            continue
+        info = path.lstat()
+        assert (info.st_uid, info.st_gid) == (0, 0), path
+        assert not info.st_mode & 0o022, f"{path} is writable by others: {oct(info.st_mode)}"
+    assert (copy / "steps/configure_fsx.sh").read_bytes() == (bundle / "steps/configure_fsx.sh").read_bytes()
+    # A second run of the step keeps the copy as it is.
+    before = copy.stat().st_ino
+    assert node.run("configure_fsx").returncode == 0
+    assert copy.stat().st_ino == before
