@@ -9,6 +9,7 @@ import hashlib
 import io
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -318,6 +319,22 @@ class Node:
         return subprocess.run(
             ["bash", str(self.bundle / entry), *args],
             env={**self.env, **extra},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    def start_unit(self, unit: str) -> subprocess.CompletedProcess:
+        """Run the systemd unit at UNIT (its path on the node) as systemd starts it at boot: its ExecStart, the script
+        it names read under the node's root, with the unit's Environment."""
+        text = (self.root / unit.lstrip("/")).read_text()
+        (environment,) = re.findall(r"^Environment=(.*)$", text, re.MULTILINE)
+        (command,) = re.findall(r"^ExecStart=(.*)$", text, re.MULTILINE)
+        shell, script, *args = shlex.split(command)
+        return subprocess.run(
+            [shell, str(self.root / script.lstrip("/")), *args],
+            env={**self.env, **dict(pair.split("=", 1) for pair in shlex.split(environment))},
             capture_output=True,
             text=True,
             timeout=120,

@@ -4,7 +4,6 @@ a shimmed iptables that keeps the filter table as files (tests/bootstrap/shim.sh
 from __future__ import annotations
 
 import re
-import shlex
 
 import pytest
 
@@ -116,16 +115,18 @@ def test_a_unit_reapplies_the_same_step_at_every_boot(node):
     # Before the network and before logins are allowed; the step itself, with this node's role and type.
     assert "DefaultDependencies=no" in unit
     assert re.search(r"^Before=network-pre\.target systemd-user-sessions\.service", unit, re.MULTILINE)
-    (environment,) = re.findall(r"^Environment=(.*)$", unit, re.MULTILINE)
     (command,) = re.findall(r"^ExecStart=(.*)$", unit, re.MULTILINE)
-    assert command == f"/bin/bash {node.bundle}/kiln-step configure_imds"
+    # The bundle's root-owned copy in kiln's directory, never the place the platform unpacked it (keep_boot_bundle).
+    assert command == "/bin/bash /opt/kiln/boot-bundle/kiln-step configure_imds"
+    assert (node.root / "opt/kiln/boot-bundle/steps/configure_imds.sh").read_bytes() == (
+        node.bundle / "steps/configure_imds.sh"
+    ).read_bytes()
     # A reboot: iptables keeps nothing (platforms.json, ec2.imds_firewall), then the unit runs.
     assert service_fact("ec2", "imds_firewall").value["rules_persist_across_reboot"] is False
     for path in (node.state / "iptables").iterdir():
         path.unlink()
     calls = len(node.calls())
-    boot = dict(pair.split("=", 1) for pair in shlex.split(environment))
-    booted = node.run(*shlex.split(command)[2:], **boot)
+    booted = node.start_unit(UNIT)
     assert booted.returncode == 0, booted.stderr
     assert rules(node, "KILN-IMDS") == ROOT_ONLY and rules(node, "OUTPUT") == [JUMP]
     # The unit is already in place: a boot does not rewrite or re-enable it.

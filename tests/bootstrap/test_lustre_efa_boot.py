@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import configparser
 import shlex
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -38,20 +37,6 @@ def _configured(tmp_path: Path, bundle: Path) -> Node:
     return node
 
 
-def _start(node: Node, unit: configparser.ConfigParser) -> subprocess.CompletedProcess:
-    """Run the unit's command with its environment, as systemd starts it, its script under the node's root."""
-    env = dict(pair.split("=", 1) for pair in shlex.split(unit["Service"]["Environment"]))
-    shell, script, *args = shlex.split(unit["Service"]["ExecStart"])
-    return subprocess.run(
-        [shell, str(node.root / script.lstrip("/")), *args],
-        env={**node.env, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_the_boot_unit_runs_before_every_remote_mount_and_is_enabled(tmp_path: Path, bundle: Path) -> None:
     node = _configured(tmp_path, bundle)
     unit = _unit((node.root / UNIT).read_text())
@@ -71,18 +56,17 @@ def test_a_second_boot_gives_lnet_the_efa_interfaces_again_and_mounts_nothing_it
 ) -> None:
     node = _configured(tmp_path, bundle)
     first = [c for c in _lnet_calls(node) if c.startswith("lnetctl net add --net efa")]
-    unit = _unit((node.root / UNIT).read_text())
     calls = len(node.calls())
     # A reboot: LNet has forgotten its interfaces (the shimmed lnetctl's state), and systemd starts the unit.
     (node.state / "lnet-efa").unlink()
-    result = _start(node, unit)
+    result = node.start_unit(UNIT)
     assert result.returncode == 0, result.stderr
     again = [c for c in _lnet_calls(node, since=calls) if c.startswith("lnetctl net add --net efa")]
     assert again == first and len(again) == 8
     assert not any(c.startswith(("mount ", "systemctl")) for c in node.calls()[calls:])
     # Still carrying them (a restart of the unit without a reboot): nothing is added twice.
     calls = len(node.calls())
-    assert _start(node, unit).returncode == 0
+    assert node.start_unit(UNIT).returncode == 0
     assert node.mutating_calls(since=calls) == []
 
 

@@ -10,6 +10,30 @@ ensure_dir() {
   fi
 }
 
+# Where units that run a step at every boot run the bundle from: a root-owned copy in kiln's own directory, whatever
+# place the platform unpacked the bundle in (HyperPod documents no place for its lifecycle scripts, and a directory
+# under /tmp is emptied at boot and open to other users before it is).
+KILN_BOOT_BUNDLE=/opt/kiln/boot-bundle
+
+# Keep the bundle at KILN_BOOT_BUNDLE: copied whole (it is small), owned by root and writable by root alone, renamed
+# into place, and copied again only when it differs from the running bundle.
+keep_boot_bundle() {
+  local target staging
+  target="$(root_path "$KILN_BOOT_BUNDLE")"
+  if [[ "$KILN_BUNDLE_DIR" -ef "$target" ]] || diff -r -q "$KILN_BUNDLE_DIR" "$target" >/dev/null 2>&1; then
+    return 0
+  fi
+  ensure_dir "${target%/*}" 0755
+  staging="${target}.kiln-new"
+  rm -rf "$staging"
+  cp -a "$KILN_BUNDLE_DIR" "$staging"
+  chown -R 0:0 "$staging"
+  chmod -R go-w "$staging"
+  rm -rf "$target"
+  mv "$staging" "$target"
+  log "bundle for the boot units kept at ${KILN_BOOT_BUNDLE}"
+}
+
 # Append line $2 to file $1 unless the file already has it.
 ensure_line() {
   mkdir -p "${1%/*}"

@@ -6,10 +6,6 @@
 # traffic over EFA.
 
 LNET_EFA_UNIT=kiln-lnet-efa.service
-# Where the boot unit runs the bundle from: a root-owned copy in kiln's own directory, whatever place the platform
-# unpacked the bundle in (HyperPod does not document where its lifecycle scripts land, and a directory under /tmp is
-# emptied at boot and open to other users before it is).
-LNET_BOOT_BUNDLE=/opt/kiln/boot-bundle
 
 # Print the EFA devices (names under /sys/class/infiniband) LNet takes: $1 of them spread evenly over the node's
 # EFA devices (every fourth of a p5's 32 for 8, the first and last for 2), or all when there are no more.
@@ -69,35 +65,16 @@ Before=remote-fs-pre.target
 Type=oneshot
 RemainAfterExit=yes
 Environment=KILN_NODE_ROLE=${KILN_NODE_ROLE} KILN_INSTANCE_TYPE=${KILN_INSTANCE_TYPE} KILN_FSX_LNET_ONLY=1
-ExecStart=/bin/bash ${LNET_BOOT_BUNDLE}/kiln-step configure_fsx
+ExecStart=/bin/bash ${KILN_BOOT_BUNDLE}/kiln-step configure_fsx
 
 [Install]
 WantedBy=remote-fs.target
 UNIT
 }
 
-# Keep the bundle the boot unit runs at LNET_BOOT_BUNDLE: copied whole (it is small), owned by root and writable by
-# root alone, renamed into place, and copied again only when it differs from the running bundle.
-install_boot_bundle() {
-  local target staging
-  target="$(root_path "$LNET_BOOT_BUNDLE")"
-  if [[ "$KILN_BUNDLE_DIR" -ef "$target" ]] || diff -r -q "$KILN_BUNDLE_DIR" "$target" >/dev/null 2>&1; then
-    return 0
-  fi
-  ensure_dir "$(dirname "$target")" 0755
-  staging="${target}.kiln-new"
-  rm -rf "$staging"
-  cp -a "$KILN_BUNDLE_DIR" "$staging"
-  chown -R 0:0 "$staging"
-  chmod -R go-w "$staging"
-  rm -rf "$target"
-  mv "$staging" "$target"
-  log "boot bundle for ${LNET_EFA_UNIT} kept at ${LNET_BOOT_BUNDLE}"
-}
-
 # Write and enable the boot unit of LNet over EFA (lnet_efa_unit), with the bundle it runs.
 install_lnet_efa_unit() {
-  install_boot_bundle
+  keep_boot_bundle
   write_file "$(root_path "/etc/systemd/system/${LNET_EFA_UNIT}")" < <(lnet_efa_unit)
   if ((KILN_CHANGED == 1)); then
     systemctl daemon-reload

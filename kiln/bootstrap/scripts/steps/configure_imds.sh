@@ -119,7 +119,8 @@ imds_firewall_tool() {
   fi
 }
 
-# The unit that runs this step again at every boot, before the network and any login: the same rules, the same code.
+# The unit that runs this step again at every boot, before the network and any login: the same rules, the same code,
+# from the root-owned copy of the bundle (keep_boot_bundle).
 imds_guard_unit() {
   cat <<UNIT
 [Unit]
@@ -135,7 +136,7 @@ Conflicts=shutdown.target
 Type=oneshot
 RemainAfterExit=yes
 Environment=KILN_NODE_ROLE=${KILN_NODE_ROLE} KILN_INSTANCE_TYPE=${KILN_INSTANCE_TYPE}
-ExecStart=/bin/bash ${KILN_BUNDLE_DIR}/kiln-step configure_imds
+ExecStart=/bin/bash ${KILN_BOOT_BUNDLE}/kiln-step configure_imds
 
 [Install]
 WantedBy=multi-user.target
@@ -153,6 +154,7 @@ configure_imds() {
     imds_agent_user
     uids+=("$(imds_uid "$IMDS_AGENT_USER")")
   fi
+  keep_boot_bundle
   write_file "$(root_path "/etc/systemd/system/${IMDS_UNIT}")" < <(imds_guard_unit)
   if ((KILN_CHANGED == 1)); then
     systemctl daemon-reload
