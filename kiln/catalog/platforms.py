@@ -74,10 +74,11 @@ DEFAULT_IMAGES = {
 # branch runs what an older one ran, and an image's patch release moves within a branch), or it is present.
 Check = Literal["at-least", "branch", "present"]
 CHECKS: tuple[str, ...] = ("at-least", "branch", "present")
-# AWS's pages and repositories, or the upstream project of non-AWS software a node runs (Slurm, NVIDIA's CUDA).
+# AWS's pages and repositories (Neuron's documentation site and repositories included), or the upstream project of
+# non-AWS software a node runs (Slurm, NVIDIA's CUDA).
 SOURCE = re.compile(
-    r"https://(docs\.aws\.amazon\.com|aws\.amazon\.com|github\.com/(aws|awslabs|aws-samples|SchedMD)"
-    r"|[a-z0-9.-]+\.amazonaws\.com|docs\.nvidia\.com)/\S+"
+    r"https://(docs\.aws\.amazon\.com|aws\.amazon\.com|github\.com/(aws|awslabs|aws-samples|aws-neuron|SchedMD)"
+    r"|awsdocs-neuron\.readthedocs-hosted\.com|[a-z0-9.-]+\.amazonaws\.com|docs\.nvidia\.com)/\S+"
 )
 
 
