@@ -54,6 +54,23 @@ def test_every_fact_names_the_aws_page_or_repository_it_comes_from() -> None:
         assert set(fact) <= {"value", "version", "check", "source", "note", "operating_systems"}, where
 
 
+@pytest.mark.parametrize(
+    ("url", "accepted"),
+    [
+        ("https://awsdocs-neuron.readthedocs-hosted.com/en/latest/release-notes/index.html", True),
+        ("https://github.com/aws-neuron/aws-neuron-sdk/blob/master/setup/pytorch/manual.rst", True),
+        ("https://github.com/aws/aws-parallelcluster/blob/develop/CHANGELOG.md", True),
+        # Names that only start like AWS's own are someone else's.
+        ("https://github.com/aws-neuron-fork/aws-neuron-sdk/blob/master/README.md", False),
+        ("https://github.com/awsome/x/blob/main/README.md", False),
+        ("https://awsdocs-neuron.readthedocs-hosted.com.example.net/en/latest/index.html", False),
+        ("http://awsdocs-neuron.readthedocs-hosted.com/en/latest/index.html", False),
+    ],
+)
+def test_a_source_is_one_of_aws_s_sites_or_repositories(url: str, accepted: bool) -> None:
+    assert bool(SOURCE.fullmatch(url)) is accepted
+
+
 def test_every_owned_component_is_checked_the_way_its_data_allows() -> None:
     for name in known_image_profiles():
         profile = image_profile(name)
