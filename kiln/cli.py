@@ -43,7 +43,7 @@ def _validate(args: argparse.Namespace) -> int:
         # Echoed as the problem lines echo it: a file name's control characters never reach the terminal.
         path = printable(given)
         summary = "; ".join([spec.compute.backend, *map(_group_summary, spec.compute.groups)])
-        for warning in readiness.tight_budget:
+        for warning in (*readiness.tight_budget, *readiness.beta):
             print(f"{path}: {warning}", file=sys.stderr)
         if readiness.ready:
             print(f"{path}: ok ({summary}); boot-ready")
@@ -165,6 +165,23 @@ def _catalog_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _catalog_neuron(args: argparse.Namespace) -> int:
+    from kiln.catalog import UnknownInstanceType, instance_type
+    from kiln.catalog.neuron import default_neuron_release, known_neuron_releases, release_summary
+
+    names = args.instance_type or []
+    for name in names:
+        try:
+            instance_type(name)
+        except UnknownInstanceType as exc:
+            raise InputError(str(exc)) from None
+    for version in known_neuron_releases():
+        print(release_summary(version))
+    for name in names:
+        print(f"default for {name}: {default_neuron_release([name]) or 'none (no Neuron devices)'}")
+    return 0
+
+
 def _catalog_refresh(args: argparse.Namespace) -> int:
     from kiln.catalog.facts import GENERATED_PATH
     from kiln.catalog.refresh import RefreshError, refresh
@@ -261,6 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
     show = catalog_commands.add_parser("show", help="every fact about one instance type")
     show.add_argument("instance_type")
     show.set_defaults(func=one_line_failures("kiln catalog show", _catalog_show))
+    neuron = catalog_commands.add_parser(
+        "neuron", help="the Neuron SDK releases kiln knows, and the default one for instance types"
+    )
+    neuron.add_argument("instance_type", nargs="*", help="print the release kiln picks for each, unpinned")
+    neuron.set_defaults(func=one_line_failures("kiln catalog neuron", _catalog_neuron))
     refresh = catalog_commands.add_parser(
         "refresh",
         help="regenerate the instance facts from EC2 DescribeInstanceTypes (a live account or moto's copy)",

@@ -112,7 +112,7 @@ def _synthesize(path: str, keep: Path, *, lint: bool, accept_unready: bool) -> _
         return spec
     spec.boot_cell = "yes" if readiness.ready else f"NO ({readiness.problems})"
     spec.details.extend(f"{path}: {reason}" for reason in readiness.reasons())
-    spec.details.extend(f"{path}: {warning}" for warning in readiness.tight_budget)
+    spec.details.extend(f"{path}: {warning}" for warning in (*readiness.tight_budget, *readiness.beta))
     spec.reasons.extend(f"{path}: nodes: {line}" for line in readiness.nodes)
     spec.reasons.extend(f"{path}: boot budget: {line}" for line in readiness.budget)
     spec.worst = 0 if readiness.ready or accept_unready else 1

@@ -28,6 +28,7 @@ from kiln.catalog.names import (
     ec2_type_name,
 )
 from kiln.catalog.nccl import override_count_problem, override_name_problem, override_value_problem
+from kiln.catalog.neuron import neuron_release
 from kiln.catalog.platforms import PIN_FIELDS, ImageProfile, image_profile, image_profile_for, known_image_profiles
 from kiln.contracts.backends import HYPERPOD_CONTROLLER_GROUP, HYPERPOD_LOGIN_GROUP
 from kiln.contracts.bundle import USER_STEP_PREFIX
@@ -303,6 +304,11 @@ class BootstrapConfig:
             )
         if self.launcher_torch and not self.software.torch:
             raise BootstrapInputError("launcher_torch: needs software.torch (a pinned torch version)")
+        if self.training_image and not (self.containers and profile.containers):
+            raise BootstrapInputError(
+                f"software.containers: got false, but kiln-launch on the Neuron nodes runs in the training container "
+                f"{self.training_image} with enroot (no Neuron PyTorch on the host); leave it on"
+            )
         check_node_path("checkpoint_dir", self.checkpoint_dir)
         self._check_exporters()
         self._check_ownership()
@@ -421,3 +427,18 @@ class BootstrapConfig:
     @property
     def runs_slurm(self) -> bool:
         return self.profile.target.runs_slurm
+
+    @property
+    def training_image(self) -> str:
+        """Return the container kiln-launch trains in on this bundle's Neuron Slurm nodes (KILN_TRAINING_IMAGE), or ''.
+
+        No image a Slurm backend boots ships Neuron's PyTorch (platforms.json images: the PCS sample AMIs',
+        ParallelCluster's and HyperPod's list none), and Neuron offers none for Amazon Linux 2023, the PCS sample AMIs'
+        only OS (kiln.launcher.container). So kiln-launch on a Neuron node of a Slurm target runs in the PyTorch
+        training container of the cluster's Neuron release, with enroot: '' where nodes run no Slurm or have no Neuron
+        devices, or where the release publishes no training container (kiln.catalog.neuron).
+        """
+        neuron_nodes = any(instance_type(group.instance_type).neuron_count for group in self.groups)
+        if not (self.runs_slurm and neuron_nodes and self.software.neuron):
+            return ""
+        return neuron_release(self.software.neuron).training_image or ""

@@ -33,6 +33,8 @@ class BootReadiness:
     # One warning per other kind of node whose setup leaves less than the boot margin of its deadline (budget.py's
     # BOOT_MARGIN): boot-ready, with a bake recommended.
     tight_budget: tuple[str, ...] = ()
+    # One warning per choice of the spec its vendor calls beta (a Neuron release that trains only in a beta).
+    beta: tuple[str, ...] = ()
 
     @property
     def ready(self) -> bool:

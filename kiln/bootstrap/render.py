@@ -21,7 +21,15 @@ from kiln.bootstrap.wheel import WHEEL_NAME, wheel_bytes
 from kiln.catalog import InstanceType, SoftwareVersions, instance_type, preset_environment
 from kiln.catalog.code_server import CODE_SERVER_CONFIG, CODE_SERVER_HOST, CODE_SERVER_PORT, root_equivalent_groups
 from kiln.catalog.exporters import EXPORTERS, PROMETHEUS_PORT
-from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE, ENV_VALUE, ENV_VALUE_RULE
+from kiln.catalog.names import (
+    ENV_NAME,
+    ENV_NAME_RULE,
+    ENV_VALUE,
+    ENV_VALUE_RULE,
+    GPU_GRES,
+    NEURON_GRES,
+    neuron_device_files,
+)
 from kiln.catalog.nccl import efa_software
 from kiln.catalog.neuron import neuron_packages
 from kiln.catalog.platforms import COMPONENTS, lustre_efa_interfaces, service_fact
@@ -228,6 +236,7 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         "KILN_OFI_NCCL_NAMES": " ".join(efa_software().plugin_names),
         "KILN_NEURON_VERSION": pins.neuron or "",
         "KILN_NEURON_PACKAGES": _neuron_packages(config),
+        "KILN_KERNEL_PACKAGES": kernel_packages(config.os),
         "KILN_ENROOT_VERSION": (pins.enroot or "") if slurm_target else "",
         "KILN_PYXIS_VERSION": (pins.pyxis or "") if slurm_target else "",
         "KILN_PYXIS_PREFIX": PYXIS_PREFIX,
@@ -237,6 +246,7 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         **_image_env(config),
         "KILN_NVIDIA_CONTAINER_TOOLKIT_VERSION": pins.nvidia_container_toolkit or "",
         "KILN_TORCH_VERSION": pins.torch if config.launcher_torch else "",
+        "KILN_TRAINING_IMAGE": config.training_image,
         "KILN_SLURM_SOURCE": "distro" if profile.distro_software else "backend",
         "KILN_SLURM_PREFIX": layout.prefix if layout else "",
         "KILN_SLURM_CONF_DIR": layout.conf_dir if layout else "",
@@ -252,6 +262,7 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         "KILN_USERS": " ".join(f"{u.name}:{u.uid}:{u.group_id}:{u.shell}" for u in config.users),
         "KILN_IMDS_GUARD_ROLES": " ".join(imds_guard_roles(config.target)),
         "KILN_HUGEPAGES_2M": "" if config.hugepages_2m is None else str(config.hugepages_2m),
+        "KILN_MEMLOCK_SCOPE": memlock_scope(config),
         "KILN_FORK_ENOMEM": "1" if config.fork_enomem else "0",
         "KILN_LAUNCHER_WHEEL": wheel[0],
         "KILN_LAUNCHER_WHEEL_SHA256": wheel[1],
@@ -418,6 +429,26 @@ def _code_server_env(config: BootstrapConfig) -> dict[str, str]:
     }
 
 
+def memlock_scope(config: BootstrapConfig) -> str:
+    """Return where configure_kernel lifts the locked-memory limit EFA's registrations count against (platforms.json,
+    efa.locked_memory): 'sessions' on every node of a Slurm cluster with EFA (a job gets the limits of the shell that
+    submitted it, on a login node too), 'containers' on EKS (containerd's, which pods inherit), '' without EFA."""
+    if not any(instance_type(name).efa_supported for name in config.instance_types):
+        return ""
+    scopes = service_fact("efa", "locked_memory").value
+    return scopes.get("slurm" if config.runs_slurm else str(config.target), "")
+
+
+def kernel_packages(os: str) -> str:
+    """Return SERIES=STEM pairs naming the kernel packages of each kernel series on OS, which DKMS modules (NVIDIA,
+    Neuron) build against: Amazon Linux 2023 names them per series (platforms.json, amazon_linux_2023.kernel_packages);
+    '' on the Debian family, whose linux-headers-$(uname -r) needs no table."""
+    if os != "al2023":
+        return ""
+    stems = service_fact("amazon_linux_2023", "kernel_packages").value
+    return " ".join(f"{series}={stem}" for series, stem in stems.items())
+
+
 def _neuron_packages(config: BootstrapConfig) -> str:
     """Return NAME:VERSION pairs of the pinned Neuron release, where a node of CONFIG has Neuron devices."""
     if not config.software.neuron or not any(instance_type(name).neuron_count for name in config.instance_types):
@@ -468,7 +499,11 @@ def image_devices(config: BootstrapConfig) -> str:
 
 def _nccl_environment(config: BootstrapConfig, name: str) -> list[tuple[str, str]]:
     versions = SoftwareVersions(aws_ofi_nccl=config.software.aws_ofi_nccl, libfabric=config.software.libfabric)
-    environment = preset_environment(name, versions=versions, fork_enomem=config.fork_enomem, overrides=config.nccl_env)
+    # With Lustre, a Neuron type gets the compile cache's root on it (kiln.catalog.nccl; kiln-launch picks each
+    # job's and node's directory under it); without, Neuron's node-local default.
+    environment = preset_environment(
+        name, versions=versions, fork_enomem=config.fork_enomem, overrides=config.nccl_env, shared_cache=config.lustre
+    )
     for key, value in environment.items():
         # nccl.env is read unquoted (docker --env-file, enroot) and profile.sh by login shells: both sides must
         # mean the same to a shell as to docker, so they are plain (matched whole: no trailing newline either).
@@ -604,7 +639,15 @@ def _render(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tuple[st
             f"{folder}/profile.sh", env.get_template("profile.sh.j2").render(environment=environment, instance=name)
         )
         if facts.gpu_count or facts.neuron_count:
-            out.add(f"{folder}/gres.conf", env.get_template("gres.conf.j2").render(facts=facts))
+            out.add(
+                f"{folder}/gres.conf",
+                env.get_template("gres.conf.j2").render(
+                    facts=facts,
+                    gpu_gres=GPU_GRES,
+                    neuron_gres=NEURON_GRES,
+                    neuron_files=neuron_device_files(facts.neuron_count) if facts.neuron_count else "",
+                ),
+            )
     if layout is not None:
         _render_slurm(config, layout, out, env)
     if profile.local_cluster:

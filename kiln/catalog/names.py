@@ -30,12 +30,24 @@ NODE_GROUP_NAME_RULE = "a lowercase letter, then up to 24 lowercase letters, dig
 # SageMaker names an EC2 type with this prefix (ml.p5.48xlarge); kiln's catalog keys are EC2 names.
 HYPERPOD_TYPE_PREFIX = "ml."
 
+# The Slurm generic resources (GRES) a node's accelerators are declared as, where kiln declares them (gres.conf on
+# the local cluster, a PCS node group's GRES settings), and what kiln-metrics counts in sinfo's Gres columns.
+GPU_GRES = "gpu"
+NEURON_GRES = "neuron"
+
+
+def neuron_device_files(count: int) -> str:
+    """Return a node's COUNT Neuron device files as a gres.conf File range: the driver names them /dev/neuron0, ...
+    (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/containers/tutorials/build-run-neuron-container.html)."""
+    return f"/dev/neuron[0-{count - 1}]"
+
+
 # An absolute path a spec sends to nodes (checkpoint_dir, a login shell): written into shell files, so
 # no spaces, quotes, shell metacharacters or control characters.
 NODE_PATH = re.compile(r"/[A-Za-z0-9._/+@%=:,-]*")
 NODE_PATH_RULE = "an absolute path of letters, digits and . _ / + @ % = : , -"
 
-# An NCCL/EFA variable of the spec's launcher.nccl_env: written as NAME=value into nccl.env (read unquoted
+# An NCCL/EFA or Neuron variable of the spec's launcher.env: written as NAME=value into nccl.env (read unquoted
 # by docker --env-file and enroot) and profile.sh, so both sides are plain.
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 ENV_NAME_RULE = "upper-case letters, digits and '_', not starting with a digit"

@@ -15,8 +15,9 @@ PRESETS_PATH = DATA_DIR / "nccl_presets.json"
 NO_ACCELERATOR = "none"
 # Conditions that name one of a closed set of values (or a list of them): a misspelt value would never match.
 CHOICES = {"accelerator": (*ACCELERATOR_KINDS, NO_ACCELERATOR), "gpu_interconnect": GPU_INTERCONNECTS}
-# kiln's own bounds on the NCCL/EFA overrides (launcher.nccl_env, --nccl-env, KILN_NCCL_ENV): the presets set 7
-# variables in all, named in at most 24 characters with values of at most 15 (^docker,lo,veth). 64 variables, named
+# kiln's own bounds on the NCCL/EFA and Neuron overrides (launcher.env, --nccl-env, KILN_NCCL_ENV): the presets set
+# 11 variables in all, named in at most 24 characters with values of at most 15 (^docker,lo,veth), and the compile
+# cache's root one more of 25 characters (/fsx/neuron-compile-cache). 64 variables, named
 # in up to 64 characters, of up to 256 characters each leave room for any tuning (words, numbers, interface lists,
 # paths) while keeping nccl.env and profile.sh, written per instance type, about 20 KB at most.
 MAX_OVERRIDES = 64
@@ -116,6 +117,50 @@ def allowed_prefixes() -> tuple[str, ...]:
     return tuple(presets()["allowed_prefixes"])
 
 
+def variable_family(name: str) -> str | None:
+    """Return which types NAME's family reaches: 'neuron', 'not_neuron', or None for every type (nccl_presets.json)."""
+    return next((kind for prefix, kind in presets()["families"].items() if name.startswith(prefix)), None)
+
+
+def reaches(name: str, facts: InstanceType) -> bool:
+    """Return True when a type of FACTS reads variable NAME (its family's kind of accelerator)."""
+    family = variable_family(name)
+    if family is None:
+        return True
+    return (family == "neuron") == bool(facts.neuron_count)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NeuronCompileCache:
+    """Where Neuron jobs keep compiled graphs on the shared file system (nccl_presets.json, neuron_compile_cache):
+    VARIABLE names the cache Neuron uses; the node environment carries ROOT as ROOT_VARIABLE, under which the launcher
+    gives each job and node a directory of its own (kiln.launcher.compile_cache)."""
+
+    variable: str
+    root_variable: str
+    root: str
+    source: str
+
+
+@lru_cache(maxsize=1)
+def neuron_compile_cache() -> NeuronCompileCache:
+    """Return the Neuron Persistent Cache's variable, and the variable and value of its root on kiln's FSx mount."""
+    raw = presets()["neuron_compile_cache"]
+    return NeuronCompileCache(
+        variable=raw["variable"], root_variable=raw["root_variable"], root=raw["root"], source=raw["source"]
+    )
+
+
+def names_cache_dir(flags: str) -> bool:
+    """Return True when Neuron compiler FLAGS (NEURON_CC_FLAGS) name their own --cache_dir."""
+    return any(word == "--cache_dir" or word.startswith("--cache_dir=") for word in flags.split())
+
+
+def precompile_command() -> str:
+    """Return the command that precompiles Neuron graphs around a training command (neuron_parallel_compile)."""
+    return presets()["precompile"]["command"]
+
+
 def override_count_problem(count: int) -> str | None:
     """Return why COUNT overrides are too many (one line), or None."""
     if count > MAX_OVERRIDES:
@@ -134,7 +179,10 @@ def override_name_problem(name: str) -> str | None:
         return f"must not be set: {prefix}* variables break EFA"
     if not name.startswith(allowed_prefixes()):
         families = " or ".join(allowed_prefixes())
-        return f"is not an NCCL or libfabric variable: names start with {families} (the families kiln's presets set)"
+        return (
+            f"is not an NCCL, libfabric or Neuron variable: names start with {families} (the families kiln's presets "
+            "set)"
+        )
     return None
 
 
@@ -158,11 +206,15 @@ def preset_environment(
     fork_enomem: bool = False,
     container: bool = False,
     overrides: Mapping[str, str] | None = None,
+    shared_cache: bool = False,
 ) -> dict[str, str]:
-    """Return the NCCL/EFA variables for INSTANCE: matching presets, then OVERRIDES.
+    """Return the NCCL/EFA and Neuron variables for INSTANCE: matching presets, then the OVERRIDES its type reads.
 
     CONTAINER: the variables go into a container's environment (a `kiln job submit` pod), whose image brings its own
     libfabric and aws-ofi-nccl; the rules for containers add AWS's pod environment for EFA.
+    SHARED_CACHE: the nodes mount kiln's FSx for Lustre; a Neuron type then gets the compile cache's root there
+    (neuron_compile_cache: the launcher picks the job's and node's directory under it), unless the overrides name a
+    cache of their own.
     """
     facts = instance_type(instance)
     env: dict[str, str] = {}
@@ -179,5 +231,10 @@ def preset_environment(
         why = override_name_problem(name) or override_value_problem(str(value), plain=False)
         if why:
             raise ValueError(f"{name!r}: {why}")
-        env[name] = str(value)
+        if reaches(name, facts):
+            env[name] = str(value)
+    cache = neuron_compile_cache()
+    own_cache = cache.variable in env or names_cache_dir(env.get("NEURON_CC_FLAGS", ""))
+    if shared_cache and facts.neuron_count and not own_cache:
+        env[cache.root_variable] = cache.root
     return env

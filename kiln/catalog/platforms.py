@@ -51,9 +51,10 @@ PIN_FIELDS = {
 # What kiln installs where the image does not own a component (a stock image, or one a bake replaces it on) and the
 # spec pins no other version: kiln's choice of each vendor's releases. NCCL has none (the framework or container
 # brings it unless the spec pins one), nor has PCS's Slurm installer, whose 25.11 release no page kiln read names.
+# Neuron has none either: its release depends on the spec's instance types (kiln.catalog.neuron.default_neuron_release,
+# ClusterSpec.neuron_release), as Neuron's training frameworks support different families in different releases.
 KILN_INSTALLS = {
     "nvidia_driver": "570.172.08",
-    "neuron": "2.32.0",
     "efa_installer": "1.41.0",
     "enroot": "3.5.0",
     "pyxis": "0.20.0",

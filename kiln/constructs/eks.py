@@ -19,6 +19,7 @@ from constructs import Construct
 from kiln.bootstrap.fetch import fetch_user_data
 from kiln.catalog.facts import ACCELERATOR_KINDS
 from kiln.catalog.kubernetes import JOB_NAMESPACE, NODE_GROUP_LABEL
+from kiln.catalog.neuron_components import neuron_kubernetes_components
 from kiln.constructs import acknowledgements
 from kiln.constructs._checks import require, require_in, unresolved
 from kiln.constructs.eks_addons import (
@@ -172,6 +173,9 @@ class EksTrainingClusterProps:
     system_instance_tags: further tags of the system nodes' instances (a short-lived environment's, which
         `kiln ci run`'s Session Manager grant names); default none. They always carry kiln's node-group and cluster
         tags.
+    neuron_release: the cluster's Neuron SDK release (kiln.catalog.neuron.resolve_neuron_release), whose chart
+        release's device plugin and scheduler extension images Neuron nodes get (kiln.catalog.neuron_components);
+        default none: the newest images kiln maps.
     """
 
     vpc: ec2.IVpc
@@ -197,6 +201,7 @@ class EksTrainingClusterProps:
     node_provision_seconds: int = CLUSTER_AUTOSCALER_FACTS["default_provision_seconds"]
     gang_scheduling: bool = True
     system_instance_tags: Mapping[str, str] = field(default_factory=dict)
+    neuron_release: str | None = None
 
     def __post_init__(self) -> None:
         require_in(self, "kubernetes_version", self.kubernetes_version, KUBERNETES_RELEASES)
@@ -419,11 +424,12 @@ class EksTrainingCluster(Construct):
         self.neuron_scheduler_name: str | None = None
         if "neuron" in kinds:
             self.neuron_scheduler_name = NEURON_SCHEDULER_NAME
+            components = neuron_kubernetes_components(props.neuron_release)
             self.addons[NEURON_DEVICE_PLUGIN] = self.cluster.add_manifest(
-                _pascal(NEURON_DEVICE_PLUGIN), *neuron_device_plugin_manifests(neuron_instance_types())
+                _pascal(NEURON_DEVICE_PLUGIN), *neuron_device_plugin_manifests(neuron_instance_types(), components)
             )
             self.addons[NEURON_SCHEDULER] = self.cluster.add_manifest(
-                _pascal(NEURON_SCHEDULER), *neuron_scheduler_manifests(release.kube_scheduler_image)
+                _pascal(NEURON_SCHEDULER), *neuron_scheduler_manifests(release.kube_scheduler_image, components)
             )
         # The cluster-autoscaler's role (None without it), and Kueue's install and queues (None without them).
         self.autoscaler_role: iam.Role | None = None

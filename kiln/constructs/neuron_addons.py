@@ -3,9 +3,14 @@
 AWS publishes these components only as an OCI Helm chart (oci://public.ecr.aws/neuron/neuron-helm-chart), which
 CDK's kubectl handler could pull only with the ECR credentials kiln takes away from it. The objects here carry what
 the components need from AWS's chart 1.9.0 (github.com/aws-neuron/neuron-helm-charts, charts/neuron-helm-chart:
-values.yaml, templates/device-plugin/, templates/scheduler/): images, mounts, ports, resource names and the
-extender settings, with kiln's names and labels, and RBAC narrowed where the chart grants more than its components
-use (the second scheduler's).
+values.yaml, templates/device-plugin/, templates/scheduler/): mounts, ports, resource names and the extender
+settings, with kiln's names and labels, and RBAC narrowed where the chart grants more than its components use (the
+second scheduler's). The images are those of the chart release made for the cluster's Neuron release
+(kiln.catalog.neuron_components), and each object says which (annotation NEURON_COMPONENTS_ANNOTATION).
+
+kiln keeps the device plugin where Kubernetes 1.34 offers Dynamic Resource Allocation: Neuron keeps supporting it,
+Neuron's DRA driver never runs beside it on one node, and kiln's jobs request the plugin's resource; which families
+the DRA driver serves is ambiguous between Neuron's and EKS's pages (platforms.json, neuron.dra_driver).
 """
 
 from __future__ import annotations
@@ -14,13 +19,13 @@ import json
 from typing import Any, Literal
 
 from kiln.catalog.kubernetes import NEURON_SCHEDULER_NAME
+from kiln.catalog.neuron_components import NeuronKubernetesComponents
 from kiln.constructs.eks_addons import INSTANCE_TYPE_LABEL, TOLERATE_EVERYTHING, instance_type_labels, kiln_labels
 
 NEURON_NAMESPACE = "kube-system"
-# The tags of AWS's Neuron Helm chart 1.9.0, released for Neuron SDK 2.31.0
-# (github.com/aws-neuron/neuron-helm-charts/releases/tag/1.9.0). By tag: no published digest could be cited.
-NEURON_DEVICE_PLUGIN_IMAGE = "public.ecr.aws/neuron/neuron-device-plugin:2.31.0.0"
-NEURON_SCHEDULER_EXTENSION_IMAGE = "public.ecr.aws/neuron/neuron-scheduler:2.31.0.0"
+# Where the device plugin's and the extension's objects say which chart release's images they run, and why
+# (NeuronKubernetesComponents.describe). The images go by tag: no published digest could be cited.
+NEURON_COMPONENTS_ANNOTATION = "kiln.io/neuron-components"
 # What the device plugin registers: whole Neuron devices and single NeuronCores (Neuron docs, "Neuron device
 # plugin"). aws.amazon.com/neurondevice, which older docs list too, is gone since Neuron 2.20 (Neuron docs,
 # announcements: "'neurondevice' resource name in Neuron Device K8s plugin no longer supported").
@@ -121,8 +126,10 @@ def _system_deployment(
     }
 
 
-def neuron_device_plugin_manifests(instance_types: list[str]) -> list[dict[str, Any]]:
-    """Return the Neuron device plugin's account, RBAC and DaemonSet, on nodes of INSTANCE_TYPES.
+def neuron_device_plugin_manifests(
+    instance_types: list[str], components: NeuronKubernetesComponents
+) -> list[dict[str, Any]]:
+    """Return the Neuron device plugin's account, RBAC and DaemonSet (COMPONENTS' image), on nodes of INSTANCE_TYPES.
 
     The plugin advertises NEURON_RESOURCES to the kubelet and hands containers the devices and cores the scheduler
     extension chose (the extension writes its choice on the pod; the plugin reads it back).
@@ -142,7 +149,12 @@ def neuron_device_plugin_manifests(instance_types: list[str]) -> list[dict[str, 
     daemon_set = {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": name, "namespace": NEURON_NAMESPACE, "labels": labels},
+        "metadata": {
+            "name": name,
+            "namespace": NEURON_NAMESPACE,
+            "labels": labels,
+            "annotations": {NEURON_COMPONENTS_ANNOTATION: components.describe()},
+        },
         "spec": {
             "selector": {"matchLabels": labels},
             "updateStrategy": {"type": "RollingUpdate"},
@@ -170,7 +182,7 @@ def neuron_device_plugin_manifests(instance_types: list[str]) -> list[dict[str, 
                     "containers": [
                         {
                             "name": name,
-                            "image": NEURON_DEVICE_PLUGIN_IMAGE,
+                            "image": components.device_plugin,
                             "imagePullPolicy": "IfNotPresent",
                             "env": [
                                 # Set as in AWS's manifests; /etc/kubernetes is not mounted, so no kubelet
@@ -234,8 +246,8 @@ def scheduler_configuration() -> dict[str, Any]:
     }
 
 
-def _extension_manifests() -> list[dict[str, Any]]:
-    """Return the scheduler extension's account, RBAC, Deployment and Service."""
+def _extension_manifests(components: NeuronKubernetesComponents) -> list[dict[str, Any]]:
+    """Return the scheduler extension's account, RBAC, Deployment (COMPONENTS' image) and Service."""
     name = NEURON_SCHEDULER_EXTENSION
     labels = kiln_labels(name)
     # Exactly what AWS's chart 1.9.0 grants the extension beside a second scheduler: it reads nodes and pods, writes
@@ -251,7 +263,7 @@ def _extension_manifests() -> list[dict[str, Any]]:
     # extension, so the extension must not depend on it.
     container = {
         "name": name,
-        "image": NEURON_SCHEDULER_EXTENSION_IMAGE,
+        "image": components.scheduler_extension,
         "imagePullPolicy": "IfNotPresent",
         "env": [{"name": "PORT", "value": str(NEURON_SCHEDULER_EXTENSION_PORT)}],
         "ports": [{"name": "http", "containerPort": NEURON_SCHEDULER_EXTENSION_PORT}],
@@ -259,6 +271,7 @@ def _extension_manifests() -> list[dict[str, Any]]:
     }
     # One extension at a time: two would hand out the same cores.
     deployment = _system_deployment(name, labels, container, strategy={"type": "Recreate"})
+    deployment["metadata"]["annotations"] = {NEURON_COMPONENTS_ANNOTATION: components.describe()}
     service = {
         "apiVersion": "v1",
         "kind": "Service",
@@ -334,10 +347,13 @@ def _scheduler_manifests(kube_scheduler_image: str) -> list[dict[str, Any]]:
     ]
 
 
-def neuron_scheduler_manifests(kube_scheduler_image: str) -> list[dict[str, Any]]:
-    """Return the Neuron scheduler extension and a second kube-scheduler (KUBE_SCHEDULER_IMAGE) that consults it.
+def neuron_scheduler_manifests(
+    kube_scheduler_image: str, components: NeuronKubernetesComponents
+) -> list[dict[str, Any]]:
+    """Return the Neuron scheduler extension (COMPONENTS' image) and a second kube-scheduler (KUBE_SCHEDULER_IMAGE)
+    that consults it.
 
     EKS runs its own kube-scheduler, which kiln cannot configure, so Neuron pods opt into the second one with
     schedulerName NEURON_SCHEDULER_NAME; it places them on nodes (and cores) the extension approves.
     """
-    return [*_extension_manifests(), *_scheduler_manifests(kube_scheduler_image)]
+    return [*_extension_manifests(components), *_scheduler_manifests(kube_scheduler_image)]

@@ -79,6 +79,8 @@ QUEUE_UPDATE_STRATEGIES: tuple[str, ...] = tuple(
     service_fact("parallelcluster", "queue_update_strategy").value["allowed"]
 )
 DEFAULT_QUEUE_UPDATE_STRATEGY: str = service_fact("parallelcluster", "queue_update_strategy").value["kiln"]
+# The SlurmQueues setting that gives each job of the queue whole nodes (platforms.json): on for Neuron types.
+JOB_EXCLUSIVE_ALLOCATION: str = service_fact("parallelcluster", "job_exclusive_allocation").value
 # The update policy of every setting kiln writes, by path (a list of sections keyed as List[Key]).
 UPDATE_POLICIES: dict[str, str] = dict(service_fact("parallelcluster", "update_policies").value)
 # Where an AMI may be set and its update policy: only the queues' image can change on a running cluster.
@@ -147,6 +149,12 @@ class SlurmQueue:
     @property
     def efa(self) -> bool:
         return catalog_instance_type(self.instance_type).efa_supported
+
+    @property
+    def whole_nodes(self) -> bool:
+        """One job per node: a type with Neuron devices, whose GRES ParallelCluster neither declares nor lets kiln
+        declare (platforms.json, parallelcluster.job_exclusive_allocation)."""
+        return catalog_instance_type(self.instance_type).neuron_count > 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -503,6 +511,8 @@ class ParallelCluster(Construct):
             "CustomActions": self._on_node_configured("worker"),
             "Iam": self._iam(),
         }
+        if queue.whole_nodes:
+            entry[JOB_EXCLUSIVE_ALLOCATION] = True
         if props.compute_ami:
             # The queue's own image: the one AMI setting an update takes while the fleet runs (AMI_SETTINGS).
             entry["Image"] = {"CustomAmi": props.compute_ami}

@@ -16,8 +16,10 @@ from aws_cdk import aws_pcs as pcs
 from constructs import Construct
 
 from kiln.bootstrap.fetch import fetch_user_data
+from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.limits import SERVICE_NODE_ROOT_VOLUME_GIB
-from kiln.catalog.platforms import newest_pcs_slurm, pcs_slurm_versions, service_fact
+from kiln.catalog.names import NEURON_GRES, neuron_device_files
+from kiln.catalog.platforms import at_least, newest_pcs_slurm, pcs_slurm_versions, service_fact, version_key
 from kiln.constructs import acknowledgements
 from kiln.constructs._checks import require, require_in, require_node_group, unresolved
 from kiln.constructs.ids import hashed_id
@@ -49,6 +51,49 @@ def node_group_name(name: str, instance_types: Sequence[str]) -> str:
     longest = pcs_name_rule("compute_node_group")["max"]
     digest = hashlib.sha256(json.dumps([name, sorted(instance_types)]).encode()).hexdigest()[:NAME_DIGEST_LENGTH]
     return f"{name[: longest - NAME_DIGEST_LENGTH - 1].rstrip('-')}-{digest}"
+
+
+@dataclass(frozen=True)
+class GroupSlurmSettings:
+    """What PCS writes into Slurm's configuration for one compute node group and its queue.
+
+    gres: gres.conf records (slurmConfiguration.gresCustomSettings); PCS adds NodeName=.
+    node: the node group's custom Slurm settings (Gres, ...).
+    queue: the queue's custom Slurm settings (OverSubscribe, ...).
+    """
+
+    gres: tuple[dict[str, str], ...] = ()
+    node: dict[str, str] = field(default_factory=dict)
+    queue: dict[str, str] = field(default_factory=dict)
+
+
+def exclusive_queue_setting(slurm_version: str) -> tuple[str, str]:
+    """Return the queue setting (name, value) that gives each job whole nodes on SLURM_VERSION (platforms.json,
+    pcs.exclusive_queue): the newest entry at or below it (OverSubscribe=EXCLUSIVE; Exclusive=NODE from 26.05)."""
+    fitting = [e for e in service_fact("pcs", "exclusive_queue").value if at_least(slurm_version, e["from_version"])]
+    if not fitting:
+        raise ValueError(f"slurm_version: {slurm_version!r} is older than every PCS exclusive-queue setting kiln knows")
+    newest = max(fitting, key=lambda entry: version_key(entry["from_version"]))
+    return newest["parameter"], newest["value"]
+
+
+def group_slurm_settings(instance_type: str, slurm_version: str) -> GroupSlurmSettings:
+    """Return PCS's Slurm settings for a compute node group of INSTANCE_TYPE on SLURM_VERSION.
+
+    A type with Neuron devices gets a whole-node queue (one job per node, as AWS's Neuron Slurm samples submit with
+    --exclusive), and, from the version PCS is documented to take GRES records on (platforms.json, pcs.gres_settings),
+    its devices as GRES `neuron`: one gres.conf record of its /dev/neuronN files and the Gres setting that makes them
+    schedulable. PCS configures GPUs itself: a GPU type (or one without accelerators) gets nothing.
+    """
+    devices = catalog_instance_type(instance_type).neuron_count
+    if not devices:
+        return GroupSlurmSettings()
+    queue = dict([exclusive_queue_setting(slurm_version)])
+    gres = service_fact("pcs", "gres_settings").value
+    if not at_least(slurm_version, gres["from_version"]):
+        return GroupSlurmSettings(queue=queue)
+    record = {"Name": NEURON_GRES, "File": neuron_device_files(devices)}
+    return GroupSlurmSettings(gres=(record,), node={gres["node_setting"]: f"{NEURON_GRES}:{devices}"}, queue=queue)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,7 +191,11 @@ class PcsClusterProps:
 
 
 class PcsCluster(Construct):
-    """AWS PCS cluster, node groups with EFA launch templates, queues, and a least-privilege node role."""
+    """AWS PCS cluster, node groups with EFA launch templates, queues, and a least-privilege node role.
+
+    A compute group whose instance type has Neuron devices gets a whole-node queue and its devices as GRES `neuron`
+    where the Slurm version takes them (group_slurm_settings).
+    """
 
     def __init__(self, scope: Construct, construct_id: str, props: PcsClusterProps) -> None:
         super().__init__(scope, construct_id)
@@ -188,7 +237,8 @@ class PcsCluster(Construct):
         self.node_groups: dict[str, pcs.CfnComputeNodeGroup] = {}
         self.queues: dict[str, pcs.CfnQueue] = {}
         for group in props.compute_groups:
-            self.node_groups[group.name] = self._node_group(group, role="worker")
+            slurm = group_slurm_settings(group.instance_type, props.slurm_version)
+            self.node_groups[group.name] = self._node_group(group, role="worker", slurm=slurm)
             # The queue keeps the group's name (what `sbatch -p` takes) and follows a replaced node group in place.
             self.queues[group.name] = pcs.CfnQueue(
                 self,
@@ -200,6 +250,11 @@ class PcsCluster(Construct):
                         compute_node_group_id=self.node_groups[group.name].attr_id
                     )
                 ],
+                slurm_configuration=pcs.CfnQueue.SlurmConfigurationProperty(
+                    slurm_custom_settings=_custom_settings(pcs.CfnQueue, slurm.queue)
+                )
+                if slurm.queue
+                else None,
             )
         self.login_group = self._node_group(props.login, role="login") if props.login else None
         CfnOutput(self, "ClusterId", value=self.cluster.attr_id, description="AWS PCS cluster id")
@@ -232,7 +287,9 @@ class PcsCluster(Construct):
         acknowledge_wildcards(role, acknowledgements.NODE_SSM_GRANTS)
         return role
 
-    def _node_group(self, group: PcsNodeGroup, role: str) -> pcs.CfnComputeNodeGroup:
+    def _node_group(
+        self, group: PcsNodeGroup, role: str, slurm: GroupSlurmSettings | None = None
+    ) -> pcs.CfnComputeNodeGroup:
         props = self._props
         bootstrap = props.bootstrap
         user_data = fetch_user_data(
@@ -272,6 +329,12 @@ class PcsCluster(Construct):
             ),
             subnet_ids=[props.subnet.subnet_id],
             purchase_option=group.capacity.purchase_option,
+            slurm_configuration=pcs.CfnComputeNodeGroup.SlurmConfigurationProperty(
+                gres_custom_settings=[dict(record) for record in slurm.gres] or None,
+                slurm_custom_settings=_custom_settings(pcs.CfnComputeNodeGroup, slurm.node) or None,
+            )
+            if slurm is not None and (slurm.gres or slurm.node)
+            else None,
         )
 
     @property
@@ -285,3 +348,11 @@ class PcsCluster(Construct):
     @property
     def connections(self) -> ec2.Connections:
         return self.security_group.connections
+
+
+def _custom_settings(resource: type[pcs.CfnQueue] | type[pcs.CfnComputeNodeGroup], settings: dict[str, str]) -> list:
+    """Return SETTINGS as RESOURCE's SlurmCustomSettingProperty list, by name."""
+    return [
+        resource.SlurmCustomSettingProperty(parameter_name=name, parameter_value=value)
+        for name, value in sorted(settings.items())
+    ]

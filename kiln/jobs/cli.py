@@ -22,6 +22,7 @@ from kiln.jobs.pytorchjob import (
     ClusterFacts,
     JobError,
     JobRequest,
+    default_image_note,
     job_manifests,
     launcher_wheel,
     owned_by,
@@ -49,7 +50,8 @@ def cluster_facts(spec: Any) -> ClusterFacts:
         groups={g.name: (g.instance_type, g.max_count) for g in spec.compute.groups},
         lustre=spec.storage.lustre is not None,
         checkpoint_dir=spec.launcher.checkpoint_dir,
-        nccl_env=dict(spec.launcher.nccl_env),
+        nccl_env=spec.launcher.environment,
+        neuron_release=spec.neuron_release,
     )
 
 
@@ -126,6 +128,7 @@ def _request(args: argparse.Namespace) -> JobRequest:
         max_restarts=args.max_restarts,
         env=_pairs(args.env),
         allow_tcp=args.allow_tcp,
+        precompile=args.precompile,
     )
 
 
@@ -175,8 +178,12 @@ def _submit(args: argparse.Namespace) -> int:
     from kiln.spec import load_spec
 
     spec = load_spec(args.spec)
-    objects = job_manifests(_request(args), cluster_facts(spec), launcher_wheel())
+    cluster = cluster_facts(spec)
+    objects = job_manifests(_request(args), cluster, launcher_wheel())
     _, job = objects
+    if args.image is None:
+        image = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"]
+        print(f"kiln job submit: --image not given: using {image}, {default_image_note(cluster)}", file=sys.stderr)
     if args.out:
         write_file_atomically(args.out, to_yaml(objects), what="the job's manifests")
         print(f"kiln job submit: wrote {args.out} (PyTorchJob {job['metadata']['name']} and its files)")
@@ -203,7 +210,11 @@ def register(commands: argparse._SubParsersAction) -> None:
         "interfaces, kiln's FSx claim with checkpoints on it, and Kueue's queue (all pods start together or none).",
     )
     submit.add_argument("--spec", required=True, metavar="FILE", help="the cluster's spec")
-    submit.add_argument("--image", required=True, help="a container image with Python 3 and torch")
+    submit.add_argument(
+        "--image",
+        help="a container image with Python 3 and torch (default on a Neuron group: the PyTorch training container "
+        "of the cluster's Neuron release)",
+    )
     submit.add_argument("--name", help="the job's name (default: the script's); also its checkpoint directory")
     submit.add_argument("--group", help="the node group to run on (default: the spec's only one)")
     submit.add_argument("--nodes", type=int, default=1, help="nodes, one pod each (default 1)")
@@ -220,6 +231,13 @@ def register(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="let the job train over TCP sockets on EFA nodes when its image lacks libfabric or aws-ofi-nccl "
         "(default: the launcher stops the job at its first step, in one line)",
+    )
+    submit.add_argument(
+        "--precompile",
+        action="store_true",
+        help="Neuron groups: run the workers under neuron_parallel_compile, which extracts the script's graphs and "
+        "compiles them into the job's compile cache on FSx, a directory per node rank (run a few steps; the training "
+        "job of the same --name then finds them)",
     )
     submit.add_argument("--out", metavar="FILE", help="write the manifests here (YAML)")
     submit.add_argument("--kubeconfig", metavar="FILE", help="apply the job to the cluster this kubeconfig names")

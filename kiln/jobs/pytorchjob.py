@@ -3,9 +3,16 @@
 What a job carries:
 - one pod per node of one accelerated node group (`nodeSelector` on kiln's node-group label), asking for all of the
   node's GPUs or Neuron devices and EFA interfaces, so each pod has a node to itself;
-- the instance type's NCCL/EFA preset for containers (AWS's pod environment for EFA: the efa provider, device RDMA
-  where the type has it) with the spec's `launcher.nccl_env` over it, as container variables (the launcher keeps
-  what the environment sets), and the image's name (KILN_IMAGE) for the launcher's messages;
+- the instance type's NCCL/EFA and Neuron preset for containers (AWS's pod environment for EFA: the efa provider,
+  device RDMA where the type has it; on Trainium CCOM_SOCKET_IFNAME=eth0 and NEURON_RT_RESET_CORES=1, as AWS's
+  Neuron samples set them in pods) with the spec's `launcher.env` over it, as container variables (the launcher
+  keeps what the environment sets), and the image's name (KILN_IMAGE) for the launcher's messages;
+- on a Neuron group: the root of the Neuron Persistent Cache on FSx (KILN_NEURON_CACHE_ROOT, unless launcher.env
+  names a cache of its own), under which the launcher in each pod compiles into <root>/<uid>/<job name>/node-<rank>
+  (kiln.launcher.compile_cache), so a replaced pod, or the job resubmitted under its name, does not compile its
+  graphs again and no two pods write one cache; with --precompile, the launcher runs the workers under
+  neuron_parallel_compile to fill those directories first; without --image, the PyTorch training container of
+  the cluster's Neuron release (kiln.catalog.neuron);
 - kiln's FSx for Lustre claim at the mount point nodes use, with checkpoints under `launcher.checkpoint_dir`, so a
   pod that restarts, or the job resubmitted under its name, resumes from its last checkpoint;
 - Kueue's queue label: Kueue admits the job only when all of its pods fit, and evicts it when they do not all start
@@ -23,7 +30,7 @@ import base64
 import io
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -38,6 +45,7 @@ from kiln.catalog.kubernetes import (
     node_resources,
 )
 from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE
+from kiln.catalog.neuron import neuron_release
 from kiln.contracts.errors import InputError
 
 # Kubeflow training operator v1 (kiln.constructs.eks_addons.TRAINING_OPERATOR): the PyTorchJob's group and kind,
@@ -77,16 +85,19 @@ class JobError(InputError):
 class JobRequest:
     """What the user asks for.
 
-    script: the training script (a file); args: its arguments. image: a container image with Python 3 and torch.
+    script: the training script (a file); args: its arguments. image: a container image with Python 3 and torch;
+    None on a Neuron group: the PyTorch training container of the cluster's Neuron release.
     name: the job's name (also its checkpoint directory). group: the spec's node group; default its only one.
     nodes: pods, one per node; default 1. nproc_per_node: processes per pod; default one per GPU or NeuronCore.
     max_restarts: the launcher's worker restarts. env: further container variables.
     allow_tcp: the launcher starts even where NCCL would fall back to TCP on an EFA node (kiln-launch --allow-tcp).
+    precompile: the launcher runs the workers under neuron_parallel_compile (kiln-launch --precompile): a Neuron
+    group only.
     """
 
     script: Path
     args: Sequence[str] = ()
-    image: str
+    image: str | None = None
     name: str
     group: str | None = None
     nodes: int = 1
@@ -94,6 +105,7 @@ class JobRequest:
     max_restarts: int = 3
     env: Mapping[str, str] = field(default_factory=dict)
     allow_tcp: bool = False
+    precompile: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +116,10 @@ class ClusterFacts:
     groups: Mapping[str, tuple[str, int]]  # name -> (instance type, max nodes)
     lustre: bool
     checkpoint_dir: str
+    # The spec's launcher.env (or its older name nccl_env).
     nccl_env: Mapping[str, str] = field(default_factory=dict)
+    # The cluster's Neuron release (ClusterSpec.neuron_release); None without Neuron devices.
+    neuron_release: str | None = None
 
 
 def job_manifests(request: JobRequest, cluster: ClusterFacts, wheel: bytes) -> list[dict[str, Any]]:
@@ -113,6 +128,8 @@ def job_manifests(request: JobRequest, cluster: ClusterFacts, wheel: bytes) -> l
     group = _group(request, cluster)
     instance, _ = cluster.groups[group]
     facts = instance_type(instance)
+    _check_precompile(request, group, facts)
+    request = _with_image(request, cluster, group, facts)
     files = _config_map(request, wheel)
     labels = {"app.kubernetes.io/name": request.name, "app.kubernetes.io/managed-by": "kiln"}
     pod = _pod_template(request, cluster, group, files["metadata"]["name"], labels)
@@ -151,7 +168,7 @@ def _check_request(request: JobRequest, cluster: ClusterFacts) -> None:
         )
     if not JOB_NAME.fullmatch(request.name):
         raise JobError(f"--name: got {request.name!r}; allowed: {JOB_NAME_RULE}")
-    if not IMAGE.fullmatch(request.image):
+    if request.image is not None and not IMAGE.fullmatch(request.image):
         raise JobError(f"--image: got {request.image!r}; allowed: an image reference such as repo/name:tag")
     if request.nodes < 1:
         raise JobError(f"--nodes: got {request.nodes}; allowed: 1 or more")
@@ -181,6 +198,39 @@ def _group(request: JobRequest, cluster: ClusterFacts) -> str:
     return group
 
 
+def _check_precompile(request: JobRequest, group: str, facts: Any) -> None:
+    if request.precompile and not facts.neuron_count:
+        raise JobError(
+            f"--precompile: group {group} runs {facts.name}, which has no Neuron devices: neuron_parallel_compile "
+            "precompiles Neuron graphs only"
+        )
+
+
+def _with_image(request: JobRequest, cluster: ClusterFacts, group: str, facts: Any) -> JobRequest:
+    """Return REQUEST with its image: its own, else on a Neuron group the Neuron release's training container."""
+    if request.image is not None:
+        return request
+    if not facts.neuron_count or cluster.neuron_release is None:
+        raise JobError(f"--image: required for group {group} ({facts.name}): a container image with Python 3 and torch")
+    release = neuron_release(cluster.neuron_release)
+    if release.training_image is None:
+        raise JobError(
+            f"--image: required: Neuron {release.version} (the cluster's release) publishes no PyTorch training "
+            "container kiln knows; give an image with torch-neuronx"
+        )
+    return replace(request, image=release.training_image)
+
+
+def default_image_note(cluster: ClusterFacts) -> str | None:
+    """Return where the image a Neuron job got without --image comes from (one line), None without a release."""
+    if cluster.neuron_release is None:
+        return None
+    release = neuron_release(cluster.neuron_release)
+    if release.training_image is None:
+        return None
+    return f"Neuron {release.version}'s PyTorch training container ({release.training_image_source})"
+
+
 def _processes(facts: Any) -> int:
     """Return one process per GPU or logical NeuronCore (the launcher's own default)."""
     if facts.gpu_count:
@@ -192,9 +242,11 @@ def _processes(facts: Any) -> int:
 
 def _environment(request: JobRequest, cluster: ClusterFacts, instance: str) -> list[dict[str, str]]:
     try:
-        preset = preset_environment(instance, container=True, overrides=cluster.nccl_env)
+        # The job checks its spec has storage.lustre (_check_request): a Neuron type's graphs go under the cache's
+        # root on it.
+        preset = preset_environment(instance, container=True, overrides=cluster.nccl_env, shared_cache=cluster.lustre)
     except ValueError as error:
-        raise JobError(f"launcher.nccl_env: {error}") from None
+        raise JobError(f"launcher.env: {error}") from None
     values = {
         **preset,
         # The launcher reads the instance type here: pods do not reach IMDS (nodes keep a hop limit of 1).
@@ -218,6 +270,7 @@ def _pod_template(
         "--max-restarts",
         str(request.max_restarts),
         *(["--allow-tcp"] if request.allow_tcp else []),
+        *(["--precompile"] if request.precompile else []),
         str(script),
         *request.args,
     ]

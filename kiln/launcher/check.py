@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.catalog import InstanceType
-from kiln.launcher import hardware, imds, nccllog, neuron
+from kiln.launcher import container, hardware, imds, nccllog, neuron
 from kiln.launcher.arguments import SubcommandParser, integer_at_least, positive
 from kiln.launcher.errors import UsageError
 from kiln.launcher.image import ImageScan, root_of, scan_image
@@ -86,6 +86,8 @@ class NodeFacts:
     ofi_plugin: str | None
     # Nothing kiln-made by default: a machine the bootstrap never ran on.
     image: ImageScan = field(default_factory=ImageScan)
+    # Where the training Python runs: this node's, or the training container's (kiln.launcher.container).
+    python_source: str = ""
 
 
 _size = integer_at_least(4, "a byte count of at least 4")
@@ -122,12 +124,15 @@ def gather_facts() -> NodeFacts:
         efa_devices=tuple(hardware.efa_devices()),
         ofi_plugin=hardware.ofi_nccl_plugin(),
         image=scan_image(root_of()),
+        python_source=container.python_source(),
     )
 
 
 def screen(instance: InstanceType | None, facts: NodeFacts, why_unknown: str | None = None) -> list[CheckResult]:
     """Judge this node's software and devices against the catalog entry INSTANCE."""
     results = [CheckResult(name="torch", status=INFORMATIONAL, detail=f"torch {facts.torch_version}")]
+    if facts.python_source:
+        results.append(CheckResult(name="python", status=INFORMATIONAL, detail=facts.python_source))
     expected_gpus = instance.gpu_count if instance else 0
     label = instance.name if instance else "this machine"
     if facts.cuda_available:

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+from kiln.launcher import container
 from kiln.launcher.errors import LaunchError, UsageError
 from kiln.launcher.launch import LaunchOptions, execute, prepare
 from kiln.launcher.runner import DEFAULT_MAX_RESTARTS
@@ -76,13 +77,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="NAME=VALUE",
-        help="NCCL/EFA variable over the preset (repeatable; beats $KILN_NCCL_ENV, never a variable already set)",
+        help="NCCL/EFA or Neuron variable over the preset and the node's nccl.env (repeatable; beats "
+        "$KILN_NCCL_ENV, never a variable already set)",
     )
     parser.add_argument(
         "--allow-tcp",
         action="store_true",
         help="start on a GPU node with EFA devices even when NCCL would fall back to TCP sockets (no aws-ofi-nccl "
         "plugin or libfabric efa provider here); default: refuse in one line",
+    )
+    parser.add_argument(
+        "--precompile",
+        action="store_true",
+        help="Neuron nodes: run the workers under neuron_parallel_compile, which extracts the script's graphs and "
+        "compiles them into the Neuron compile cache (the job's and node's directory under the node's "
+        "KILN_NEURON_CACHE_ROOT, or your NEURON_COMPILE_CACHE_URL); run a few steps",
     )
     parser.add_argument("--run-record", help="where to write the JSON run record (default: <job dir>/runs/)")
     parser.add_argument("--dry-run", action="store_true", help="print the launch plan as JSON and exit")
@@ -121,10 +130,15 @@ def _run(argv: list[str], started: float) -> int:
         nccl_env=tuple(parsed.nccl_env),
         run_record=parsed.run_record,
         allow_tcp=parsed.allow_tcp,
+        precompile=parsed.precompile,
     )
     command, rest = parsed.command, list(parsed.args)
     if command is None:
         raise UsageError("missing SCRIPT or subcommand (smoke, check); see kiln-launch --help")
+    if command == "check" and parsed.precompile:
+        raise UsageError("--precompile: runs a training script or smoke under neuron_parallel_compile, not check")
+    # Without torch here, on a node whose bootstrap names a training image: the same argv in that container.
+    container.run_if_needed(argv, dry_run=parsed.dry_run)
     if command == "check":
         from kiln.launcher import check
 

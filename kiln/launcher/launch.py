@@ -8,10 +8,10 @@ import time
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from kiln.catalog import InstanceType
-from kiln.launcher import efa, imds, ncclenv, neuron, record, runner
+from kiln.launcher import compile_cache, efa, imds, ncclenv, neuron, precompile, record, runner
 from kiln.launcher import environment as env_detect
 from kiln.launcher.hardware import cuda_device_count
 from kiln.launcher.paths import checkpoint_dir
@@ -38,6 +38,8 @@ class LaunchOptions:
     scheduler: str | None = None
     # Start the workers on a GPU node with EFA devices whose NCCL would fall back to TCP (kiln.launcher.efa).
     allow_tcp: bool = False
+    # Run the workers under neuron_parallel_compile (kiln.launcher.precompile): Neuron nodes only.
+    precompile: bool = False
 
 
 @dataclass(kw_only=True)
@@ -55,6 +57,10 @@ class LaunchPlan:
     record_path: Path | None
     started: float
     efa: efa.EfaGate | None = None
+    # The command torch.distributed.run's arguments follow under --precompile; None runs torchrun in-process.
+    precompile: list[str] | None = None
+    # This node's Neuron compile cache (kiln.launcher.compile_cache); None off Neuron nodes with kiln's FSx.
+    compile_cache: compile_cache.CachePlan | None = None
     record: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -70,6 +76,8 @@ class LaunchPlan:
             "max_restarts": self.max_restarts,
             "record_path": str(self.record_path) if self.record_path else None,
             "efa": self.efa.as_dict() if self.efa else None,
+            "precompile": {"command": [*self.precompile, *self.torchrun_args]} if self.precompile else None,
+            "compile_cache": self.compile_cache.as_dict() if self.compile_cache else None,
         }
 
 
@@ -93,6 +101,7 @@ def prepare(
     ncclenv.check_overrides(overrides)
     instance = imds.lookup(environ)
     facts, _ = imds.catalog_entry(instance.name)
+    wrapper = precompile.wrapper(facts, instance.name, environ) if options.precompile else None
     detected = env_detect.detect(
         environ,
         accelerators=lambda: local_accelerators(facts, environ),
@@ -101,7 +110,12 @@ def prepare(
         job_id=options.job_id,
         scheduler=options.scheduler,
     )
-    nccl = ncclenv.plan(instance.name, environ=environ, overrides=overrides)
+    nccl = ncclenv.plan(
+        instance.name, environ=environ, overrides=overrides, node_file=ncclenv.node_environment(environ)
+    )
+    cache = compile_cache.choose(detected, environ, nccl)
+    if cache is not None and cache.directory is not None:
+        nccl = ncclenv.with_value(nccl, compile_cache.variable(), cache.directory, f"compile cache: {cache.how}")
     gate = efa.gate(facts, environ, allow_tcp=options.allow_tcp) if efa_gate else None
     if gate is not None and gate.warning:
         print(f"kiln-launch: warning: {gate.warning}", file=sys.stderr)
@@ -132,6 +146,8 @@ def prepare(
         record_path=record_path,
         started=started,
         efa=gate,
+        precompile=wrapper,
+        compile_cache=cache,
     )
     plan.record = record.new_record(started, argv) | plan.as_dict()
     plan.record["timings"]["prepare_s"] = round(time.time() - started, 4)
@@ -149,6 +165,29 @@ def local_accelerators(facts: InstanceType | None, environ: Mapping[str, str]) -
 
 def execute(plan: LaunchPlan, *, environ: MutableMapping[str, str] = os.environ) -> runner.LaunchResult:
     """Set the environment, run the workers, and keep the run record up to date."""
+    lock = _claim_compile_cache(plan)
+    try:
+        return _execute(plan, environ)
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+def _claim_compile_cache(plan: LaunchPlan) -> IO[str] | None:
+    """Lock this node's compile cache directory (or the next free one, which then replaces it in the plan)."""
+    if plan.compile_cache is None or plan.compile_cache.directory is None:
+        return None
+    directory, lock = compile_cache.claim(plan.compile_cache.directory)
+    if directory != plan.compile_cache.directory:
+        how = f"{plan.compile_cache.how}; {plan.compile_cache.directory} was in use by another launcher"
+        plan.compile_cache = compile_cache.CachePlan(directory=directory, how=how)
+        plan.nccl = ncclenv.with_value(plan.nccl, compile_cache.variable(), directory, f"compile cache: {how}")
+        plan.record["nccl_env"] = plan.nccl.as_dict()
+        plan.record["compile_cache"] = plan.compile_cache.as_dict()
+    return lock
+
+
+def _execute(plan: LaunchPlan, environ: MutableMapping[str, str]) -> runner.LaunchResult:
     applied = ncclenv.apply(plan.nccl, environ)
     environ.update(plan.worker_env)
     for name, value in plan.agent_env.items():
@@ -158,7 +197,10 @@ def execute(plan: LaunchPlan, *, environ: MutableMapping[str, str] = os.environ)
     plan.record["status"] = "running"
     _save(plan)
     began = time.time()
-    result = runner.launch(plan.torchrun_args)
+    if plan.precompile:
+        result = precompile.run([*plan.precompile, *plan.torchrun_args])
+    else:
+        result = runner.launch(plan.torchrun_args)
     finished = time.time()
     plan.record.update(status=result.status, exit_code=result.exit_code, message=result.message)
     plan.record["failures"] = result.failures

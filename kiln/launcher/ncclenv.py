@@ -1,9 +1,14 @@
-"""Choose the NCCL/EFA variables for this node and set them without touching the user's own.
+"""Choose the NCCL/EFA and Neuron variables for this node and set them without touching the user's own.
 
 Precedence, strongest first: a variable already in the environment (the user
 set it), then the user's overrides (``--nccl-env`` beats ``KILN_NCCL_ENV``),
-then the catalog preset for the instance type. With no instance type, or one
-the catalog does not know, no preset applies and the plan says why.
+then the node's environment file (``/etc/kiln/nccl.env``, which the bootstrap
+renders for this node's instance type: the presets, the spec's ``launcher.env``
+and, on a Neuron node with FSx, the compile cache's root), then the catalog preset for
+the instance type. The launcher adds the Neuron compile cache directory it chose for the
+job and node (kiln.launcher.compile_cache) with the same precedence. With no
+instance type, or one the catalog does not know, no preset applies and the plan
+says why.
 """
 
 from __future__ import annotations
@@ -11,18 +16,23 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from kiln.catalog import SoftwareVersions, UnknownInstanceType, preset_environment
+from kiln.catalog.names import ENV_NAME
 from kiln.catalog.nccl import (
     forbidden_variable,
     override_count_problem,
     override_name_problem,
     override_value_problem,
 )
-from kiln.launcher.errors import UsageError
+from kiln.launcher.errors import LaunchError, UsageError
 
 _TRUE = {"1", "true", "yes", "on"}
+# The node's environment file (configure_training_env), under KILN_ROOT where that is set; KILN_NCCL_ENV_FILE
+# (launcher.env) names it too.
+NODE_ENV_FILE = "/etc/kiln/nccl.env"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +82,7 @@ def parse_overrides(pairs: Iterable[str], env_json: str | None) -> dict[str, str
 
 def check_overrides(overrides: Mapping[str, str]) -> None:
     """Raise UsageError for an override the catalog does not allow: RDMAV_*, a variable outside NCCL's and libfabric's
-    families, too many, or a value too long (kiln.catalog.nccl, the rule launcher.nccl_env follows too)."""
+    families, too many, or a value too long (kiln.catalog.nccl, the rule launcher.env follows too)."""
     if why := override_count_problem(len(overrides)):
         raise UsageError(f"--nccl-env/KILN_NCCL_ENV: {why}")
     for name, value in overrides.items():
@@ -83,6 +93,29 @@ def check_overrides(overrides: Mapping[str, str]) -> None:
         why = override_name_problem(name) or override_value_problem(value, plain=False)
         if why:
             raise UsageError(f"{name[:80]!r}: {why}")
+
+
+def node_environment(environ: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
+    """Return the node's environment file (NAME=value lines) and its path; ({}, None) where the node has none."""
+    named = environ.get("KILN_NCCL_ENV_FILE")
+    path = Path(named) if named else Path(environ.get("KILN_ROOT", "/").rstrip("/") + NODE_ENV_FILE)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        if named:
+            raise LaunchError(f"KILN_NCCL_ENV_FILE: {named} does not exist (the node's environment file)") from None
+        return {}, None
+    except OSError as error:
+        raise LaunchError(f"{path}: cannot be read ({error.strerror})") from None
+    values = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        name, sep, value = line.partition("=")
+        if not sep or not ENV_NAME.fullmatch(name):
+            raise LaunchError(f"{path}:{number}: expected NAME=value (the node's environment file)")
+        values[name] = value
+    return values, str(path)
 
 
 def software_versions(environ: Mapping[str, str]) -> SoftwareVersions:
@@ -99,8 +132,10 @@ def plan(
     environ: Mapping[str, str] = os.environ,
     overrides: Mapping[str, str] | None = None,
     versions: SoftwareVersions | None = None,
+    node_file: tuple[Mapping[str, str], str | None] = ({}, None),
 ) -> NcclPlan:
-    """Return the NCCL/EFA plan for INSTANCE_TYPE given the current ENVIRON."""
+    """Return the NCCL/EFA plan for INSTANCE_TYPE given the current ENVIRON and the node's environment file
+    (node_environment: its values and path)."""
     overrides = dict(overrides or {})
     check_overrides(overrides)
     versions = versions or software_versions(environ)
@@ -116,6 +151,11 @@ def plan(
             notes.append(f"{error}: no catalog preset applied")
         else:
             wanted.update({name: (value, f"preset {instance_type}") for name, value in preset.items()})
+    values, path = node_file
+    # The file repeats the preset it was rendered from: a value the preset gives alike keeps the preset as source.
+    wanted.update(
+        {name: (value, path) for name, value in values.items() if name not in wanted or wanted[name][0] != value}
+    )
     wanted.update({name: (value, "override") for name, value in overrides.items()})
     kept = {
         name: {"value": environ[name], "instead_of": value, "source": source}
@@ -128,6 +168,11 @@ def plan(
         if forbidden_variable(name)
     )
     return NcclPlan(instance_type=instance_type, wanted=wanted, kept=kept, notes=tuple(notes))
+
+
+def with_value(nccl_plan: NcclPlan, name: str, value: str, source: str) -> NcclPlan:
+    """Return NCCL_PLAN that also sets NAME to VALUE from SOURCE (kept, as every value is, where the user set NAME)."""
+    return replace(nccl_plan, wanted={**nccl_plan.wanted, name: (value, source)})
 
 
 def apply(nccl_plan: NcclPlan, environ: MutableMapping[str, str] = os.environ) -> dict[str, str]:

@@ -12,3 +12,12 @@ DEFAULT_CHECKPOINT_DIR = "/fsx/checkpoints"
 def checkpoint_dir(environ: Mapping[str, str] = os.environ, flag: str | None = None) -> Path:
     """Return the checkpoint root: --checkpoint-dir, else KILN_CHECKPOINT_DIR, else /fsx/checkpoints."""
     return Path(flag or environ.get("KILN_CHECKPOINT_DIR") or DEFAULT_CHECKPOINT_DIR)
+
+
+def not_own_directory(directory: Path) -> str | None:
+    """Return why DIRECTORY is not this user's own (another owner, or group/other may write it), or None when it is:
+    what runs from it (an image, compiled graphs) runs as this user."""
+    info = directory.stat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o022:
+        return f"owner uid {info.st_uid}, mode {info.st_mode & 0o777:o}"
+    return None

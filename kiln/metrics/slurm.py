@@ -17,6 +17,8 @@ from typing import TypeVar
 from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from kiln.catalog.names import GPU_GRES, NEURON_GRES
+
 SEPARATOR = "|"
 DEFAULT_TIMEOUT_S = 10.0
 SINFO_FIELDS = ("NodeList", "PartitionName", "StateLong", "CPUsState", "Gres", "GresUsed")
@@ -133,10 +135,10 @@ def parse_sinfo(text: str) -> list[NodeRow]:
                 state=base_state(state),
                 cpus=total,
                 cpus_allocated=allocated,
-                gpus=gres_count(gres, "gpu"),
-                gpus_allocated=gres_count(gres_used, "gpu"),
-                neuron_devices=gres_count(gres, "neuron"),
-                neuron_devices_allocated=gres_count(gres_used, "neuron"),
+                gpus=gres_count(gres, GPU_GRES),
+                gpus_allocated=gres_count(gres_used, GPU_GRES),
+                neuron_devices=gres_count(gres, NEURON_GRES),
+                neuron_devices_allocated=gres_count(gres_used, NEURON_GRES),
             )
         )
     return rows

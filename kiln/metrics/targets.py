@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kiln.catalog.exporters import EXPORTERS, Exporter
+from kiln.catalog.names import GPU_GRES
 from kiln.metrics.serve import StopSignals, log
 from kiln.metrics.slurm import (
     DEFAULT_TIMEOUT_S,
@@ -80,7 +81,7 @@ def parse_nodes(text: str) -> list[Node]:
         if not address or set(state_flags(state)) & set(NO_MACHINE_FLAGS):
             continue
         # A node in two partitions is one line per partition, the same node.
-        nodes.setdefault(name, Node(name=name, address=address, gpus=gres_count(gres, "gpu") > 0))
+        nodes.setdefault(name, Node(name=name, address=address, gpus=gres_count(gres, GPU_GRES) > 0))
     return sorted(nodes.values(), key=lambda node: node.name)
 
 

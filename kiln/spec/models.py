@@ -33,6 +33,7 @@ from kiln.catalog.names import (
     VERSION_RULE,
 )
 from kiln.catalog.nccl import MAX_OVERRIDE_NAME_CHARS, MAX_OVERRIDE_VALUE_CHARS, MAX_OVERRIDES, allowed_prefixes
+from kiln.catalog.neuron import known_neuron_releases, resolve_neuron_release
 from kiln.catalog.platforms import KILN_INSTALLS, Component, image_profile_for, newest_pcs_slurm
 from kiln.contracts.backends import EKS, HYPERPOD, HYPERPOD_EKS, PARALLELCLUSTER, PCS, Platform, platform_of
 from kiln.contracts.permissions_boundary import BOUNDARY_NAME, BOUNDARY_RULE, POLICY_ARN, POLICY_NAME
@@ -321,8 +322,12 @@ class Software(SpecModel):
     neuron: str | None = Field(
         None,
         pattern=VERSION_PATTERN,
-        description="AWS Neuron SDK release for Trainium/Inferentia nodes. "
-        + _ADOPTED.format(default=KILN_INSTALLS["neuron"]),
+        description="AWS Neuron SDK release for Trainium/Inferentia nodes, one kiln catalogues ("
+        + ", ".join(known_neuron_releases())
+        + "); refused where it cannot train on a Trainium group's type or serve on an Inferentia group's. Unset: "
+        "the copy the backend's image ships where it owns one (kiln adopts it and installs none; a differing pin is "
+        "refused unless software.replace names it in a bake), else the newest release whose training (Trainium) or "
+        "inference (Inferentia) is generally supported, not beta, on every group's type (`kiln catalog neuron`).",
     )
     slurm: str | None = Field(
         None,
@@ -393,12 +398,29 @@ class Launcher(SpecModel):
     checkpoint_dir: str = Field(
         "/fsx/checkpoints", description="Absolute path of letters, digits and . _ / + @ % = : , - only."
     )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description=f"The launcher's environment over kiln's NCCL/EFA and Neuron presets, at most {MAX_OVERRIDES}: "
+        f"a variable (starting with {' or '.join(allowed_prefixes())}; up to {MAX_OVERRIDE_NAME_CHARS} of A-Z, 0-9, _) "
+        f"to a value of at most {MAX_OVERRIDE_VALUE_CHARS} letters, digits and ^_,.:/=+-. NCCL_ only with a group "
+        "without Neuron devices, NEURON_ and CCOM_ only with a Neuron group; each type's nodes and pods get the names "
+        "they read.",
+    )
     nccl_env: dict[str, str] = Field(
         default_factory=dict,
-        description=f"Overrides of the NCCL/EFA presets, at most {MAX_OVERRIDES}: a variable of NCCL's or libfabric's "
-        f"(starting with {' or '.join(allowed_prefixes())}; up to {MAX_OVERRIDE_NAME_CHARS} of A-Z, 0-9, _) to a value "
-        f"of at most {MAX_OVERRIDE_VALUE_CHARS} letters, digits and ^_,.:/=+-.",
+        description="The older name of env, read the same way; a spec sets one of the two.",
     )
+
+    @property
+    def env_field(self) -> str:
+        """Return the name the spec gave the launcher's environment under: env, or its older name nccl_env (the one
+        that holds variables; a dumped spec has both, one empty)."""
+        return "nccl_env" if self.nccl_env and not self.env else "env"
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """Return the launcher's environment, under whichever of its two names the spec set."""
+        return dict(self.nccl_env if self.env_field == "nccl_env" else self.env)
 
 
 class Observability(SpecModel):
@@ -579,6 +601,12 @@ class ClusterSpec(SpecModel):
         if self.platform is not PCS:
             return None
         return self.software.slurm or newest_pcs_slurm()
+
+    @property
+    def neuron_release(self) -> str | None:
+        """Return the Neuron SDK release of the cluster's Neuron nodes (software.neuron, else the default for the
+        compute groups' types: kiln.catalog.neuron.default_neuron_release); None without Neuron devices."""
+        return resolve_neuron_release(self.software.neuron, [group.instance_type for group in self.compute.groups])
 
     @property
     def image_os(self) -> str:

@@ -61,8 +61,19 @@ from kiln.catalog.names import (
     known_regions,
     matches,
 )
-from kiln.catalog.nccl import override_count_problem, override_name_problem, override_value_problem
-from kiln.catalog.neuron import known_neuron_releases
+from kiln.catalog.nccl import (
+    override_count_problem,
+    override_name_problem,
+    override_value_problem,
+    variable_family,
+)
+from kiln.catalog.neuron import (
+    known_neuron_releases,
+    neuron_driver_problem,
+    neuron_release,
+    neuron_support_problem,
+    uncatalogued_reason,
+)
 from kiln.catalog.platforms import (
     PIN_FIELDS,
     image_profile,
@@ -770,14 +781,9 @@ EKS_UNUSED_SOFTWARE = {
 
 
 def software(spec: ClusterSpec) -> Iterator[Problem]:
-    """The Neuron release is one whose packages kiln knows; NCCL on EKS hosts has no use."""
-    release = spec.software.neuron
-    if release is not None and release not in known_neuron_releases():
-        yield _p(
-            ("software", "neuron"),
-            f"is not a Neuron SDK release kiln knows the packages of (got {shown(release)}; "
-            f"allowed: {', '.join(known_neuron_releases())})",
-        )
+    """The Neuron release is one kiln knows, that does every Neuron group's work on the nodes' OS; NCCL on EKS hosts
+    has no use."""
+    yield from neuron_release_support(spec)
     if spec.platform.uses_kubernetes:
         for field, why in EKS_POD_SOFTWARE.items():
             if getattr(spec.software, field) is not None:
@@ -785,6 +791,41 @@ def software(spec: ClusterSpec) -> Iterator[Problem]:
         for field, why in EKS_UNUSED_SOFTWARE.items():
             if field in spec.software.model_fields_set:
                 yield _p(("software", field), f"has no effect on EKS nodes: {why}; remove it", BACKEND, ORCHESTRATOR)
+
+
+def neuron_release_support(spec: ClusterSpec) -> Iterator[Problem]:
+    """The Neuron release (software.neuron, else kiln's default for the groups' types) is one kiln knows, trains on
+    every Trainium group's type and serves inference on every Inferentia one's (kiln.catalog.neuron), and installs on
+    the nodes' OS where kiln installs it (the image does not bring its own)."""
+    pinned = spec.software.neuron
+    if pinned is not None and pinned not in known_neuron_releases():
+        why = uncatalogued_reason(pinned)
+        yield _p(
+            ("software", "neuron"),
+            f"is not a Neuron SDK release kiln knows the packages of (got {shown(pinned)}{f': {why}' if why else ''}; "
+            f"allowed: {', '.join(known_neuron_releases())})",
+        )
+        return
+    version = spec.neuron_release
+    if version is None:
+        return
+    for index, group in enumerate(spec.compute.groups):
+        type_path = ("compute", "groups", index, "instance_type")
+        if problem := neuron_support_problem(version, group.instance_type):
+            if pinned is not None:
+                yield _p(("software", "neuron"), f"got {shown(pinned)}: {problem}", type_path)
+            else:
+                yield _p(type_path, f"no Neuron release kiln knows fits: {problem}")
+    owned = image_profile(spec.node_image).owned_on(spec.image_os)
+    release = neuron_release(version)
+    if ("neuron" not in owned or "neuron" in spec.software.replace) and spec.image_os not in release.os:
+        where = ("software", "neuron") if pinned is not None else ("compute", "image", "os")
+        yield _p(
+            where,
+            f"Neuron {version} installs on {', '.join(release.os)} only ({release.os_source}), and these nodes run "
+            f"{spec.image_os}: choose compute.image.os {release.os[0]} or another release",
+            ("compute", "image", "os"),
+        )
 
 
 def today() -> datetime.date:
@@ -887,6 +928,12 @@ def image_ownership(spec: ClusterSpec) -> Iterator[Problem]:
         pinned = getattr(spec.software, field) if field else None
         if pinned is None or component in replace or pinned == entry.version:
             continue
+        if component == "neuron":
+            # The pin names a Neuron release, whose runtime the pods or containers bring; the image keeps its driver.
+            known = pinned in known_neuron_releases() and entry.version is not None
+            if known and (problem := neuron_driver_problem(pinned, entry.version, profile.title)):
+                yield _p(("software", field), f"got {shown(pinned)}: {problem}", BACKEND)
+            continue
         yield _p(
             ("software", field),
             f"got {shown(pinned)}, but the {profile.title} ships {entry.describe()} and kiln adopts it "
@@ -919,22 +966,56 @@ def image_ownership(spec: ClusterSpec) -> Iterator[Problem]:
 
 
 def launcher(spec: ClusterSpec) -> Iterator[Problem]:
-    """Checkpoints go to a plain absolute path; NCCL overrides are a few plain NAME=value pairs of NCCL's and
-    libfabric's own variables (kiln.catalog.nccl), never ones that change what the node's shells run."""
+    """Checkpoints go to a plain absolute path; the launcher's environment (launcher.env, or its older name
+    nccl_env, not both) is a few plain NAME=value pairs of NCCL's, libfabric's and Neuron's own variables
+    (kiln.catalog.nccl), never ones that change what the node's shells run, and each one read by some group's type."""
     checkpoint = spec.launcher.checkpoint_dir
     if not checkpoint.startswith("/"):
         yield _p(("launcher", "checkpoint_dir"), f"must be an absolute path (got {shown(checkpoint)})")
     elif not matches(NODE_PATH, checkpoint):
         yield _p(("launcher", "checkpoint_dir"), f"must be {NODE_PATH_RULE} (got {shown(checkpoint)})")
-    nccl_env = spec.launcher.nccl_env
-    if why := override_count_problem(len(nccl_env)):
-        yield _p(("launcher", "nccl_env"), why)
-    for name, value in nccl_env.items():
-        path = ("launcher", "nccl_env", key_part(name))
+    field = spec.launcher.env_field
+    if spec.launcher.env and spec.launcher.nccl_env:
+        yield _p(
+            ("launcher", "nccl_env"),
+            "is the older name of launcher.env: set one of the two (move these variables into launcher.env)",
+            ("launcher", "env"),
+        )
+    environment = spec.launcher.environment
+    if why := override_count_problem(len(environment)):
+        yield _p(("launcher", field), why)
+    kinds = _group_kinds(spec)
+    for name, value in environment.items():
+        path = ("launcher", field, key_part(name))
         if why := override_name_problem(name):
             yield _p(path, f"{why} (got {shown(name)})")
         elif why := override_value_problem(value):
             yield _p(path, f"{why} (got {shown(value)})")
+        elif kinds and (family := variable_family(name)) is not None and family not in kinds:
+            yield _p(path, _unread(name, family), ("compute", "groups"))
+
+
+def _group_kinds(spec: ClusterSpec) -> set[str]:
+    """Return the kinds of the compute groups' types (neuron, not_neuron); empty when one is not in the catalog."""
+    kinds = set()
+    for group in spec.compute.groups:
+        try:
+            kinds.add("neuron" if instance_type(group.instance_type).neuron_count else "not_neuron")
+        except UnknownInstanceType:
+            return set()
+    return kinds
+
+
+def _unread(name: str, family: str) -> str:
+    if family == "neuron":
+        return (
+            f"is a Neuron variable (got {shown(name)}) and no compute group has Neuron devices: only the Neuron "
+            "runtime, compiler and collectives read it; remove it"
+        )
+    return (
+        f"is NCCL's own variable (got {shown(name)}) and every compute group has Neuron devices, whose collectives "
+        "do not use NCCL (they reach EFA through libfabric: FI_ variables apply); remove it"
+    )
 
 
 def ci(spec: ClusterSpec) -> Iterator[Problem]:

@@ -39,6 +39,7 @@ from kiln.catalog import instance_type
 from kiln.catalog.code_server import CODE_SERVER_NODE_UID, CODE_SERVER_NODE_USER, code_server_place
 from kiln.catalog.limits import USER_STEP_MAX_BYTES
 from kiln.catalog.names import ec2_type_name
+from kiln.catalog.neuron import neuron_beta_note
 from kiln.catalog.platforms import KILN_INSTALLS, PIN_FIELDS, image_profile
 from kiln.contracts.backends import EKS, PARALLELCLUSTER, PCS
 from kiln.spec import ClusterSpec, Problem, SpecError, load_spec
@@ -69,7 +70,7 @@ def config_from_spec(
         "locked": spec_lock(spec),
         "user_steps": user_steps(spec, target),
         **code_server_config(spec, target),
-        "nccl_env": dict(spec.launcher.nccl_env),
+        "nccl_env": spec.launcher.environment,
         "checkpoint_dir": spec.launcher.checkpoint_dir,
     }
     if profile.local_cluster:
@@ -140,7 +141,8 @@ PCS_ONLY = ("pcs_agent", "pcs_slurm")
 
 def installed_pins(spec: ClusterSpec, image: str, os: str) -> dict[str, str | None]:
     """Return the version kiln installs of each component on SPEC's nodes: none where the IMAGE owns it (adopted),
-    else the spec's pin or kiln's own choice (kiln.catalog.platforms.KILN_INSTALLS)."""
+    else the spec's pin or kiln's own choice (kiln.catalog.platforms.KILN_INSTALLS; Neuron's per instance type,
+    ClusterSpec.neuron_release)."""
     owned = image_profile(image).owned_on(os)
     pins: dict[str, str | None] = {}
     for component, field in PIN_FIELDS.items():
@@ -155,6 +157,9 @@ def installed_pins(spec: ClusterSpec, image: str, os: str) -> dict[str, str | No
         elif spec.platform is EKS and component == "nccl":
             # EKS pods bring their NCCL; the host has no use for one (the spec rules refuse a pin).
             pins[field] = None
+        elif component == "neuron":
+            # The pin, else the release that trains (serves) on the spec's Neuron types: kiln.catalog.neuron.
+            pins[field] = spec.neuron_release
         else:
             pins[field] = pinned or KILN_INSTALLS.get(component)
     return pins
@@ -416,6 +421,16 @@ def parallelcluster_timeouts(spec: ClusterSpec, config: BootstrapConfig) -> dict
     }
 
 
+def neuron_beta_warnings(spec: ClusterSpec) -> tuple[str, ...]:
+    """Return one warning per group type whose work (training on Trainium, inference on Inferentia) the spec's Neuron
+    release does only in a beta: valid (a pin opts in), but not what Neuron supports generally."""
+    version = spec.neuron_release
+    if version is None:
+        return ()
+    types = dict.fromkeys(group.instance_type for group in spec.compute.groups)
+    return tuple(note for name in types if (note := neuron_beta_note(version, name)))
+
+
 def load_and_judge(path: str) -> tuple[ClusterSpec, BootReadiness]:
     """Load the spec at PATH and judge its nodes (downloads they could not verify, setups that cannot fit their
     platform's deadline, what they adopt and install); every failure is a SpecError naming the file."""
@@ -427,7 +442,12 @@ def load_and_judge(path: str) -> tuple[ClusterSpec, BootReadiness]:
         kinds = node_kinds(spec)
         nodes = plan_lines(config, kinds, {kind: KIND_ROLES.get(kind, "worker") for kind in kinds})
         return spec, dataclasses.replace(
-            readiness, nodes=nodes, budget=budget, over_budget=refusals, tight_budget=warnings
+            readiness,
+            nodes=nodes,
+            budget=budget,
+            over_budget=refusals,
+            tight_budget=warnings,
+            beta=neuron_beta_warnings(spec),
         )
     except LockError as exc:
         raise SpecError(str(path), [Problem(path=("software", "lock_file"), message=str(exc))]) from None

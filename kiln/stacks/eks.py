@@ -8,6 +8,7 @@ from aws_cdk import aws_iam as iam
 from kiln.catalog import instance_type
 from kiln.catalog.code_server import pod_home
 from kiln.catalog.exporters import EXPORTERS
+from kiln.catalog.neuron import resolve_neuron_release
 from kiln.constructs import (
     AcceleratedNodeGroup,
     CodeServerPod,
@@ -84,6 +85,8 @@ def eks_props(
         **({"node_provision_seconds": node_provision_seconds} if node_provision_seconds else {}),
         # A short-lived environment's tag on the system nodes: `kiln ci run` may open sessions on those only.
         system_instance_tags={TAG_ENVIRONMENT: context.ci.name} if context.ci is not None else {},
+        # The Neuron release the nodes' device plugin and scheduler extension images follow (None without Neuron).
+        neuron_release=resolve_neuron_release(spec.software.neuron, [g.instance_type for g in groups]),
     )
 
 

@@ -95,7 +95,7 @@ PINS = SoftwarePins(
     nvidia_driver="570.172.08",
     efa_installer="1.43.2",
     nccl="2.27.3-1+cuda12.9",
-    neuron="2.32.0",
+    neuron="2.29.1",
     slurm="25.11",
     enroot="3.5.0",
     pyxis="0.20.0",
@@ -418,11 +418,16 @@ def make_node(
         "SHIM_STATE": str(state),
         "SHIM_PAYLOADS": str(payload_dir),
     }
+    if 'ID="amzn"' in os_release:
+        # Amazon Linux 2023 boots its own kernel (the shim's default is Ubuntu's AWS kernel).
+        env["SHIM_KERNEL"] = AL2023_KERNEL
     return Node(root=root, bundle=bundle, shim_log=state / "calls.log", state=state, env=env)
 
 
-# The kernel the shimmed uname reports (tests/bootstrap/shim.sh).
+# The kernel the shimmed uname reports (tests/bootstrap/shim.sh), and on Amazon Linux 2023 nodes one of its 6.1 series
+# (its default kernel; amazon_linux_2023.kernel_packages in platforms.json names each series' packages).
 SHIM_KERNEL = "6.8.0-1015-aws"
+AL2023_KERNEL = "6.1.150-174.273.amzn2023.x86_64"
 # A version for what an image ships where its data records only presence.
 PRESENT = {"enroot": "3.4.1-1", "nvidia_container_toolkit": "1.19.1-1"}
 

@@ -73,6 +73,12 @@ case "$name" in
       [[ -f "$state/active/${*: -1}" ]]
       exit
     fi
+    if [[ "${1:-}" == show ]]; then
+      # systemctl show --property=NAME --value UNIT: what $state/units/UNIT/NAME holds (nothing: systemd's default).
+      property="${2#--property=}"
+      [[ ! -f "$state/units/${*: -1}/$property" ]] || cat "$state/units/${*: -1}/$property"
+      exit 0
+    fi
     if [[ "${1:-}" == enable && "${2:-}" == --now ]]; then
       touch "$state/active/$3"
     fi

@@ -84,7 +84,7 @@ def test_bake_installs_for_every_instance_type_and_leaves_every_marker(baked: No
         assert marker.stat().st_mode & 0o777 == 0o644
     # Skipped (no Neuron device on any type), but it ran: its marker says with which pins.
     assert (baked.root / "etc/kiln/image/install_neuron.env").read_text() == (
-        "KILN_NEURON_VERSION='2.32.0'\nKILN_NEURON_PACKAGES=''\nKILN_IMAGE_NEURON=''\n"
+        "KILN_NEURON_VERSION='2.29.1'\nKILN_NEURON_PACKAGES=''\nKILN_IMAGE_NEURON=''\n"
     )
     assert (baked.root / "etc/kiln/baked").read_text() == "pcs\n"
     assert not (baked.root / "var/cache/kiln/downloads").exists(), "the image must carry no installer files"

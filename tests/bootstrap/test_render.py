@@ -452,8 +452,8 @@ def test_an_alias_amplified_spec_renders_nothing(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("nccl_env", "words"),
     [
-        ({"LD_PRELOAD": "/tmp/x.so"}, "nccl_env LD_PRELOAD: is not an NCCL or libfabric variable"),
-        ({"BASH_ENV": "/tmp/x"}, "nccl_env BASH_ENV: is not an NCCL or libfabric variable"),
+        ({"LD_PRELOAD": "/tmp/x.so"}, "nccl_env LD_PRELOAD: is not an NCCL, libfabric or Neuron variable"),
+        ({"BASH_ENV": "/tmp/x"}, "nccl_env BASH_ENV: is not an NCCL, libfabric or Neuron variable"),
         ({"NCCL_X": "a" * 257}, "nccl_env NCCL_X: value is 257 characters; at most 256"),
         ({f"NCCL_X{i}": "1" for i in range(65)}, "nccl_env: at most 64 variables (got 65)"),
     ],

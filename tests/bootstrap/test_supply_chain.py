@@ -37,11 +37,12 @@ FINGERPRINTS = {
     "nvidia-container-toolkit": "C95B321B61E88C1809C4F759DDCAE044F796ECB0",
     "fsx-lustre": "9C36DD9C515F10DBC3AA835C5D5CCC3383A962E1",
 }
+# Neuron 2.29.1's host packages (the test pins' release: the last whose PyTorch trains on trn1).
 NEURON_APT = [
-    "aws-neuronx-dkms=2.30.2.0*",
-    "aws-neuronx-collectives=2.34.10.0*",
-    "aws-neuronx-runtime-lib=2.34.10.0*",
-    "aws-neuronx-tools=2.32.28.0*",
+    "aws-neuronx-dkms=2.27.4.0*",
+    "aws-neuronx-collectives=2.31.24.0*",
+    "aws-neuronx-runtime-lib=2.31.24.0*",
+    "aws-neuronx-tools=2.29.22.0*",
 ]
 
 

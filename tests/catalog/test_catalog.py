@@ -436,7 +436,16 @@ class TestRefresh:
 class TestPresets:
     def test_every_type_excludes_container_and_loopback_interfaces(self) -> None:
         for name in known_instance_types():
-            assert preset_environment(name)["NCCL_SOCKET_IFNAME"] == "^docker,lo,veth"
+            # NCCL's own variable: not on Neuron devices, whose collectives do not use NCCL.
+            wanted = None if instance_type(name).neuron_count else "^docker,lo,veth"
+            assert preset_environment(name).get("NCCL_SOCKET_IFNAME") == wanted, name
+
+    def test_no_rule_sets_a_variable_the_types_it_matches_do_not_read(self) -> None:
+        for name in known_instance_types():
+            facts = instance_type(name)
+            for container in (False, True):
+                env = preset_environment(name, container=container, shared_cache=True)
+                assert all(nccl.reaches(variable, facts) for variable in env), (name, container)
 
     def test_modern_software_needs_no_fi_knobs_on_p5(self) -> None:
         env = preset_environment("p5.48xlarge", versions=SoftwareVersions(aws_ofi_nccl="1.13.2", libfabric="2.1.0"))
@@ -475,8 +484,8 @@ class TestPresets:
                      "p6-b200.48xlarge"]:  # fmt: skip
             assert preset_environment(name, versions=old) == {**legacy, "FI_EFA_USE_DEVICE_RDMA": "1"}, name
             assert preset_environment(name, versions=new) == base, name
-        # Trainium: AWS's Neuron EFA settings whatever the software; never NCCL's legacy protocol.
-        neuron = {**base, "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
+        # Trainium: AWS's Neuron EFA settings whatever the software; no NCCL variable (Neuron does not use NCCL).
+        neuron = {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1", "FI_EFA_FORK_SAFE": "1"}
         for name in ["trn1.32xlarge", "trn1n.32xlarge"]:
             assert preset_environment(name, versions=old) == neuron, name
             assert preset_environment(name, versions=new) == neuron, name
@@ -495,12 +504,12 @@ class TestPresets:
             assert "NCCL_SHM_USE_CUDA_MEMCPY" not in env, name
         # No EFA (trn1.2xlarge, inf2) or no device RDMA over it (inf1): single-node or inference, nothing to set.
         for name in ["trn1.2xlarge", "inf2.48xlarge", "inf1.24xlarge", "inf1.xlarge"]:
-            assert preset_environment(name) == {"NCCL_SOCKET_IFNAME": "^docker,lo,veth"}, name
+            assert preset_environment(name) == {}, name
 
     def test_nccl_only_rules_skip_neuron_types_and_fork_enomem_does_not(self) -> None:
         old = SoftwareVersions(aws_ofi_nccl="1.5.0", libfabric="1.16.1")
         assert "NCCL_PROTO" not in preset_environment("trn2.48xlarge", versions=old)
-        assert preset_environment("inf1.24xlarge", versions=old) == {"NCCL_SOCKET_IFNAME": "^docker,lo,veth"}
+        assert preset_environment("inf1.24xlarge", versions=old) == {}
         # EFA types without accelerators (c5n) keep the legacy knobs, as before.
         assert preset_environment("c5n.18xlarge", versions=old)["NCCL_PROTO"] == "simple"
         # Huge pages for EFA buffers break fork() whatever the accelerator.
@@ -614,8 +623,8 @@ class TestCatalogCommands:
 @pytest.mark.parametrize(
     ("overrides", "words"),
     [
-        ({"LD_PRELOAD": "/tmp/x.so"}, "'LD_PRELOAD': is not an NCCL or libfabric variable"),
-        ({"KILN_STEP": "x"}, "'KILN_STEP': is not an NCCL or libfabric variable"),
+        ({"LD_PRELOAD": "/tmp/x.so"}, "'LD_PRELOAD': is not an NCCL, libfabric or Neuron variable"),
+        ({"KILN_STEP": "x"}, "'KILN_STEP': is not an NCCL, libfabric or Neuron variable"),
         ({"NCCL_X": "a" * 257}, "'NCCL_X': value is 257 characters; at most 256"),
         ({f"NCCL_X{i}": "1" for i in range(65)}, r"NCCL/EFA overrides: at most 64 variables \(got 65\)"),
     ],
@@ -627,5 +636,5 @@ def test_preset_overrides_are_held_to_the_allowed_families_and_sizes(overrides: 
 
 
 def test_the_allowed_families_are_data() -> None:
-    assert nccl.allowed_prefixes() == tuple(nccl.presets()["allowed_prefixes"]) == ("NCCL_", "FI_")
+    assert nccl.allowed_prefixes() == tuple(nccl.presets()["allowed_prefixes"]) == ("NCCL_", "FI_", "NEURON_", "CCOM_")
     assert preset_environment("p5.48xlarge", overrides={"FI_EFA_FORK_SAFE": "1"})["FI_EFA_FORK_SAFE"] == "1"

@@ -20,6 +20,7 @@ from kiln.constructs.parallelcluster import (
     AMI_SETTINGS,
     UPDATE_POLICIES,
     ParallelCluster,
+    SlurmQueue,
     attachable_policy,
     update_refusals,
     update_verdicts,
@@ -76,6 +77,8 @@ def written() -> dict[str, str]:
             custom_ami="ami-0123456789abcdef0",
             compute_ami="ami-0fedcba9876543210",
             permissions_boundary="arn:aws:iam::111111111111:policy/kiln-permissions-boundary",
+            # A Neuron queue: whole nodes per job (JobExclusiveAllocation).
+            queues=[*base.queues, SlurmQueue(name="trn1", instance_type="trn1.32xlarge", max_count=2)],
         )
         paths |= schema_policies(st.resolve(ParallelCluster(st, "Full", props).config))
     return paths
@@ -247,6 +250,8 @@ CHANGES = {
     "compute timeout": (lambda c: c["DevSettings"]["Timeouts"].update(ComputeNodeBootstrapTimeout=3000), 0),
     "head timeout": (lambda c: c["DevSettings"]["Timeouts"].update(HeadNodeBootstrapTimeout=3000), 1),
     "a queue's own image": (lambda c: _queue(c, "p5").update(Image={"CustomAmi": "ami-0fedcba9876543210"}), 0),
+    # What this kiln release does to a Trainium queue of a running cluster: whole nodes per job, no drain needed.
+    "a queue made exclusive": (lambda c: _queue(c, "cpu").update(JobExclusiveAllocation=True), 0),
     "the cluster's image": (lambda c: c["Image"].update(CustomAmi="ami-0fedcba9876543210"), 1),
     "head node policy": (
         lambda c: c["HeadNode"]["Iam"]["AdditionalIamPolicies"].append(

@@ -39,7 +39,7 @@ from kiln.launcher.cli import main
         (["smoke", "--strategy", "zero3"], "smoke: argument --strategy: invalid choice"),
         (["--nccl-env", "NCCL_DEBUG", "smoke"], "--nccl-env: expected NAME=VALUE"),
         (["--nccl-env", "RDMAV_FORK_SAFE=1", "smoke"], "RDMAV_FORK_SAFE: variables starting with RDMAV_"),
-        (["--nccl-env", "LD_PRELOAD=/tmp/x.so", "smoke"], "'LD_PRELOAD': is not an NCCL or libfabric variable"),
+        (["--nccl-env", "LD_PRELOAD=/tmp/x.so", "smoke"], "'LD_PRELOAD': is not an NCCL, libfabric or Neuron variable"),
         (["--nccl-env", "NCCL_X=" + "a" * 257, "smoke"], "'NCCL_X': value is 257 characters; at most 256"),
         (["--job-id", "../../etc", "smoke"], "--job-id: '../../etc' is not a safe directory name"),
     ],

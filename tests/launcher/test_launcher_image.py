@@ -14,7 +14,7 @@ from kiln.launcher.image import BUNDLE_PINS, IMAGE_DIR, ImageScan, root_of, scan
 # What a PCS bundle wants of three of its install steps, as the bootstrap writes it at boot.
 WANTED = {
     "install_efa": {"KILN_EFA_INSTALLER_VERSION": "1.43.2", "KILN_IMAGE_DEVICES": "gpu nvswitch efa"},
-    "install_neuron": {"KILN_NEURON_VERSION": "2.32.0", "KILN_NEURON_PACKAGES": ""},
+    "install_neuron": {"KILN_NEURON_VERSION": "2.29.1", "KILN_NEURON_PACKAGES": ""},
     "install_lustre_client": {"KILN_LUSTRE": "1"},
 }
 

@@ -116,7 +116,9 @@ def test_cli_plan_shows_preset_override_and_kept_variable(tmp_path):
 
 @pytest.mark.parametrize("name", ["LD_PRELOAD", "BASH_ENV", "PATH", "PYTHONPATH", "KILN_STEP", "OMP_NUM_THREADS"])
 def test_an_override_outside_nccls_and_libfabrics_families_is_refused(name):
-    with pytest.raises(UsageError, match=rf"^'{name}': is not an NCCL or libfabric variable: names start with NCCL_"):
+    with pytest.raises(
+        UsageError, match=rf"^'{name}': is not an NCCL, libfabric or Neuron variable: names start with NCCL_"
+    ):
         plan("p5.48xlarge", environ={}, overrides={name: "x"})
 
 

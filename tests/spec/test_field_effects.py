@@ -38,8 +38,6 @@ from kiln.bootstrap.artifacts import lockable_artifacts
 from kiln.bootstrap.lock import LockedFile, lock_text
 from kiln.bootstrap.render import render_bundle
 from kiln.catalog.kubernetes import default_kubernetes_version, kubernetes_versions
-from kiln.catalog.neuron import known_neuron_releases
-from kiln.catalog.platforms import KILN_INSTALLS
 from kiln.changes import assembly_templates
 from kiln.cli import main
 from kiln.spec import ClusterSpec, load_spec
@@ -166,10 +164,6 @@ def image_pin(pin: str, component: str) -> dict[str, Verdict]:
         "hyperpod-slurm": Effect(pin, BUNDLE, bake_replacing(component)),
         **each(Refused(pin), EKS),
     }
-
-
-def neuron_releases() -> tuple[str, ...]:
-    return tuple(known_neuron_releases())
 
 
 TABLE: dict[str, dict[str, Verdict]] = {
@@ -313,13 +307,15 @@ TABLE: dict[str, dict[str, Verdict]] = {
         "hyperpod-slurm": Effect("1.17.7", BUNDLE, bake_replacing("nvidia_container_toolkit")),
         **each(Refused("1.17.7"), ("eks", "hyperpod-eks")),
     },
-    # kiln knows the packages of one Neuron SDK release, its default; EKS's Neuron AMI ships an older one.
+    # A pin installs another release's packages than the default for the type (trn1: 2.29.1); EKS's Neuron AMI
+    # ships its own driver, which kiln adopts.
     "software.neuron": {
         **each(
-            OneChoice(neuron_releases, lambda: KILN_INSTALLS["neuron"], "kiln knows one Neuron SDK release"),
-            ("pcs", "parallelcluster", "hyperpod-slurm", "hyperpod-eks"),
+            Effect("2.29.0", BUNDLE, context=TRAINIUM), ("pcs", "parallelcluster", "hyperpod-slurm", "hyperpod-eks")
         ),
-        "eks": Refused("2.32.0", context=TRAINIUM),
+        # On EKS the image keeps its driver and the pin names the release of the pods' runtime: the Neuron objects
+        # say whose images they run (and `kiln job submit` takes that release's training container).
+        "eks": Effect("2.29.0", TEMPLATES, context=TRAINIUM),
     },
     "software.slurm": {"pcs": Effect("25.05", BUNDLE), **each(Refused("25.11"), PLATFORMS[1:])},
     # On EKS the exporters run as Helm charts and AWS's collector scrapes them: no pin of kiln's is used.
@@ -351,6 +347,7 @@ TABLE: dict[str, dict[str, Verdict]] = {
         Refused("cluster.lock.json"),
     ),
     "launcher.checkpoint_dir": each(Effect("/fsx/ckpt", BUNDLE)),
+    "launcher.env": each(Effect({"NCCL_DEBUG": "INFO"}, BUNDLE)),
     "launcher.nccl_env": each(Effect({"NCCL_DEBUG": "INFO"}, BUNDLE)),
     "ci.ttl_hours": each(Effect(4, TEMPLATES)),
     # Every role of every stack, ParallelCluster's own cluster roles included (its Iam/PermissionsBoundary).

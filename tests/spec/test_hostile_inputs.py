@@ -152,8 +152,8 @@ SHELL_VARIABLES = [
 @pytest.mark.parametrize("name", SHELL_VARIABLES)
 def test_a_variable_outside_nccls_and_libfabrics_families_is_refused(name: str) -> None:
     assert _lines(_spec(launcher={"nccl_env": {name: "x"}})) == [
-        f"x.yaml: launcher.nccl_env.{name}: is not an NCCL or libfabric variable: names start with NCCL_ or FI_ "
-        f"(the families kiln's presets set) (got {name!r})"
+        f"x.yaml: launcher.nccl_env.{name}: is not an NCCL, libfabric or Neuron variable: names start with NCCL_ or "
+        f"FI_ or NEURON_ or CCOM_ (the families kiln's presets set) (got {name!r})"
     ]
 
 

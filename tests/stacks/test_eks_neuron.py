@@ -8,6 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from kiln.catalog.neuron import resolve_neuron_release
+from kiln.catalog.neuron_components import neuron_kubernetes_components
+from kiln.constructs.neuron_addons import NEURON_COMPONENTS_ANNOTATION
 from kiln.spec import load_spec
 from kiln.synth import nag_report, synthesize
 
@@ -92,6 +95,21 @@ def test_neuron_device_plugin_and_scheduler_run_pinned_images(assembly) -> None:
     (config,) = objects[("ConfigMap", "my-scheduler-config")]["data"].values()
     (extender,) = json.loads(config)["extenders"]
     assert [r["name"] for r in extender["managedResources"]] == ["aws.amazon.com/neuron", "aws.amazon.com/neuroncore"]
+
+
+def test_device_plugin_and_extension_run_the_chart_images_of_the_clusters_neuron_release(assembly) -> None:
+    _, template = assembly
+    objects = _kubernetes_objects(template)
+    # The Neuron release of the spec (unpinned: the one that trains on trn1), and the chart release kiln maps it to.
+    release = resolve_neuron_release(None, ["trn1.32xlarge"])
+    components = neuron_kubernetes_components(release)
+    plugin = objects[("DaemonSet", "neuron-device-plugin")]
+    extension = objects[("Deployment", "k8s-neuron-scheduler")]
+    assert (_image(plugin), _image(extension)) == (components.device_plugin, components.scheduler_extension)
+    # Each object says which chart release's images it runs, and why where the release has none of its own.
+    for workload in (plugin, extension):
+        assert workload["metadata"]["annotations"] == {NEURON_COMPONENTS_ANNOTATION: components.describe()}
+    assert f"Neuron {release}" in components.describe()
 
 
 def test_no_nvidia_device_plugin_but_efa_fsx_and_the_autoscaler(assembly) -> None:

@@ -65,7 +65,7 @@ def _kiln_release(data: dict, patch: pytest.MonkeyPatch, tmp: Path) -> None:
 SPEC_CHANGES = {
     "bundle content": _bundle_content,
     "software pin": lambda data, patch, tmp: data.setdefault("software", {}).update(nccl="2.27.3-1+cuda12.9"),
-    "NCCL setting": lambda data, patch, tmp: data["launcher"]["nccl_env"].update(NCCL_DEBUG="INFO"),
+    "NCCL setting": lambda data, patch, tmp: data["launcher"]["env"].update(NCCL_DEBUG="INFO"),
     "kiln release": _kiln_release,
     "queue instance type": lambda data, patch, tmp: data["compute"]["groups"][0].update(instance_type="p5en.48xlarge"),
     "head node instance type": lambda data, patch, tmp: data["compute"]["head_node"].update(instance_type="m5.4xlarge"),

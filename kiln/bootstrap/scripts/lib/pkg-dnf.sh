@@ -39,11 +39,21 @@ gpgkey=file://${keyring}
 REPO
 }
 
-# Install the headers and tools that DKMS kernel modules (NVIDIA, Neuron) build with.
+# Install the headers and tools that DKMS kernel modules (NVIDIA, Neuron) build with, for the running kernel. Amazon
+# Linux 2023 names its kernel packages per kernel series (kernel for 6.1, kernel6.12 for 6.12, ...): bundle.env's
+# KILN_KERNEL_PACKAGES holds series=stem pairs from kiln's platform data.
 install_kernel_build_packages() {
-  local kernel
+  local kernel minor series pair stem=""
   kernel="$(uname -r)"
-  ensure_packages "kernel-devel-${kernel}" "kernel-headers-${kernel}" dkms gcc make
+  minor="${kernel#*.}"
+  series="${kernel%%.*}.${minor%%.*}"
+  for pair in ${KILN_KERNEL_PACKAGES:-}; do
+    [[ "${pair%%=*}" != "$series" ]] || stem="${pair#*=}"
+  done
+  [[ -n "$stem" ]] ||
+    die "kernel ${kernel}: kiln's platform data names no Amazon Linux 2023 headers package for its series" \
+      "(known: ${KILN_KERNEL_PACKAGES:-none}); a DKMS module cannot build without them"
+  ensure_packages "${stem}-devel-${kernel}" "${stem}-headers-${kernel}" dkms gcc make
 }
 
 # Print dnf's spelling of package $1 at version $2: name-version.

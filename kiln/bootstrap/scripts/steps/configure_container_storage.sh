@@ -176,6 +176,10 @@ configure_container_storage() {
   fi
   bind_scratch containerd /var/lib/containerd containerd
   check_sandbox_image
+  # kiln-launch's training-container images (kiln.launcher.container): one directory per user below this one, each
+  # the user's own (the launcher refuses any other), on the same local disk as enroot's storage.
+  ensure_dir "$(root_path "${KILN_SCRATCH_DIR}/kiln-containers")" 1777
+  write_file "$(root_path /etc/kiln/container-cache)" <<<"${KILN_SCRATCH_DIR}/kiln-containers"
   if [[ -n "${KILN_ENROOT_VERSION:-}" ]]; then
     ensure_dir "$(root_path "${KILN_SCRATCH_DIR}/enroot")" 0755
     ensure_dir "$(root_path "${KILN_SCRATCH_DIR}/enroot/cache")" 1777

@@ -20,9 +20,13 @@ configure_training_env() {
   write_file "$(root_path /etc/kiln/launcher.env)" < <(
     printf 'KILN_CLUSTER_NAME=%q\n' "$KILN_CLUSTER_NAME"
     printf 'KILN_CHECKPOINT_DIR=%q\n' "$KILN_CHECKPOINT_DIR"
-    printf 'KILN_NCCL_ENV_FILE=%q\n' /etc/kiln/nccl.env
     printf 'KILN_VENV=%q\n' "${KILN_ROOT%/}/opt/kiln/venv"
     # Where kiln-launch check finds the image manifest (the local cluster's prefix; / on cloud nodes).
     printf 'KILN_ROOT=%q\n' "$KILN_ROOT"
+    # Neuron nodes of a Slurm target have no Neuron PyTorch on the host: kiln-launch runs in this container
+    # (kiln.launcher.container), through enroot. GPU and service nodes train on the host.
+    if ((KILN_NEURON_COUNT > 0)) && [[ -n "${KILN_TRAINING_IMAGE:-}" ]]; then
+      printf 'KILN_TRAINING_IMAGE=%q\n' "$KILN_TRAINING_IMAGE"
+    fi
   )
 }
