@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -15,9 +16,14 @@ def checkpoint_dir(environ: Mapping[str, str] = os.environ, flag: str | None = N
 
 
 def not_own_directory(directory: Path) -> str | None:
-    """Return why DIRECTORY is not this user's own (another owner, or group/other may write it), or None when it is:
-    what runs from it (an image, compiled graphs) runs as this user."""
-    info = directory.stat()
+    """Return why DIRECTORY is not this user's own (a symbolic link, not a directory, another owner, or group/other
+    may write it), or None when it is: what runs from it (an image, compiled graphs) runs as this user. The link
+    itself is judged, never its target: in a shared parent anyone may plant a link named as another user's directory."""
+    info = directory.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        return f"a symbolic link to {os.readlink(directory)}"
+    if not stat.S_ISDIR(info.st_mode):
+        return "not a directory"
     if info.st_uid != os.getuid() or info.st_mode & 0o022:
         return f"owner uid {info.st_uid}, mode {info.st_mode & 0o777:o}"
     return None

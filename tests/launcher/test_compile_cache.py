@@ -135,6 +135,20 @@ def test_every_directory_busy_or_unusable_is_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "not-mounted").exists()
 
 
+def test_a_link_planted_as_the_users_directory_is_refused_whatever_it_points_at(tmp_path: Path) -> None:
+    # In the shared root (mode 1777) anyone may create <root>/<uid> before its user does: a link to a directory the
+    # user owns would pass an ownership check that follows links, and the user's graphs would land where it points.
+    own = tmp_path / "home" / "cache"
+    own.mkdir(parents=True, mode=0o700)
+    root = _root(tmp_path)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / str(os.getuid())).symlink_to(own)
+    planned = root / str(os.getuid()) / "trn" / "node-0"
+    with pytest.raises(LaunchError, match=r"^the compile cache .* is not this user's own \(a symbolic link to "):
+        compile_cache.claim(str(planned))
+    assert list(own.iterdir()) == []
+
+
 def _tool(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     tool = directory / "neuron_parallel_compile"
