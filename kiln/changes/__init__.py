@@ -17,10 +17,12 @@ deploy time (parameters, dynamic references).
 
 The modules, each on its own concern: `schemas` (what a resource type fixes at creation), `templates` (reading
 templates and cloud assemblies), `replacement` (one stack: create, update, replace, name collisions), `deploy` (the
-app: exports and weak references across stacks), `findings` (the lines), `teardown` (`cdk destroy` and a redeploy).
+app: exports and weak references across stacks), `directions` (properties a service changes one way only: FSx's storage
+capacity grows, never shrinks), `findings` (the lines), `teardown` (`cdk destroy` and a redeploy).
 """
 
 from kiln.changes.deploy import blocked_exports, plan
+from kiln.changes.directions import OneWayChange, increase_only, one_way_changes
 from kiln.changes.findings import (
     CUSTOM_NAME_RULE,
     EXPORT_RULE,
@@ -71,6 +73,9 @@ from kiln.changes.templates import (
 )
 
 __all__ = [
+    "OneWayChange",
+    "increase_only",
+    "one_way_changes",
     "CUSTOM_NAME_RULE",
     "DEFAULT_REGION",
     "EXPORT_RULE",

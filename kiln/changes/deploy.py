@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kiln.changes.directions import one_way_changes
 from kiln.changes.findings import Action, BlockedExport, Plan
 from kiln.changes.replacement import Moves, StackChanges, stack_changes, value_change
 from kiln.changes.schemas import DEFAULT_REGION
@@ -106,6 +107,16 @@ def plan(
         blocked=tuple(_blocked(before_templates, after_templates, users, outputs)),
         collisions=tuple(c for s in both for c in stacks[s].collisions),
         actions={**{s: stacks[s].actions for s in both}, **new},
+        one_way=tuple(
+            change
+            for s in both
+            for change in one_way_changes(
+                before_templates[s].get("Resources", {}),
+                after_templates[s].get("Resources", {}),
+                stacks[s].actions,
+                stack=s,
+            )
+        ),
     )
 
 

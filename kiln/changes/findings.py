@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from kiln.changes.directions import OneWayChange
+
 # What kiln calls stateful: replacing or deleting it loses data or a running cluster.
 STATEFUL = {
     "AWS::FSx::FileSystem": "file system",
@@ -133,15 +135,22 @@ class Plan:
     collisions: tuple[Collision, ...] = ()
     # Per stack of the new templates, what the deploy does to each resource (logical id -> action).
     actions: Mapping[str, Mapping[str, Action]] = field(default_factory=dict)
+    # Properties updated in place in the direction their service refuses (kiln.changes.directions).
+    one_way: tuple[OneWayChange, ...] = ()
 
     def findings(self) -> list[str]:
         """Return one line per change CloudFormation refuses, then per stateful resource replaced or removed."""
         refused = [r.line() for r in self.replacements if r.refused] + [c.line() for c in self.collisions]
-        refused += [b.line() for b in self.blocked]
+        refused += [b.line() for b in self.blocked] + [o.line() for o in self.one_way]
         stateful = [r.line() for r in self.replacements if r.stateful and not r.refused]
         return refused + stateful + [r.line() for r in self.removals]
 
     @property
     def refused(self) -> bool:
         """Return whether CloudFormation would refuse the deploy (and roll it back)."""
-        return any(r.refused for r in self.replacements) or bool(self.collisions) or bool(self.blocked)
+        return (
+            any(r.refused for r in self.replacements)
+            or bool(self.collisions)
+            or bool(self.blocked)
+            or bool(self.one_way)
+        )

@@ -416,6 +416,22 @@ def test_kiln_diff_names_each_refused_change_in_one_line_and_exits_1(tmp_path, c
     assert summary == f"kiln diff: 3 stacks compared with {before}; refused by CloudFormation"
 
 
+def test_kiln_diff_refuses_a_smaller_file_system_offline(tmp_path, capsys, persistent) -> None:
+    before = _write(tmp_path / "before.yaml", changed(persistent, storage__lustre__storage_gib=4800))
+    after = _write(tmp_path / "after.yaml", persistent)
+    code, out, err = _kiln(capsys, "--spec", after, "--before", before)
+    assert code == 1 and err == []
+    *findings, summary = out
+    [line] = findings
+    assert line.startswith("t-storage Lustre")
+    assert line.endswith(
+        "StorageCapacity 4800 -> 2400: FSx for Lustre only increases a file system's storage capacity, never "
+        "decreases it (https://docs.aws.amazon.com/fsx/latest/LustreGuide/managing-storage-capacity.html), so the "
+        "update fails and rolls the deploy back; keep 4800 or more"
+    )
+    assert summary == f"kiln diff: 3 stacks compared with {before}; refused by CloudFormation"
+
+
 def test_kiln_diff_of_an_update_exits_0(tmp_path, capsys, persistent) -> None:
     before = _write(tmp_path / "before.yaml", persistent)
     after = _write(tmp_path / "after.yaml", changed(persistent, tags={"team": "ml"}))
