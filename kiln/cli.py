@@ -23,18 +23,32 @@ from kiln.spec import SpecError
 
 if TYPE_CHECKING:
     from kiln.bootstrap.readiness import BootReadiness
-    from kiln.spec.models import ComputeGroup
+    from kiln.spec.models import ClusterSpec, ComputeGroup
 
 
 def _validate(args: argparse.Namespace) -> int:
     from kiln.bootstrap.readiness import ACCEPT_UNREADY
     from kiln.spec.problems import printable
     from kiln.stacks.bootstrap_config import load_and_judge
+    from kiln.stacks.zones import zone_choice
 
+    deployed = None
+    if args.before is not None:
+        from kiln.spec import load_spec
+
+        try:
+            deployed = load_spec(args.before, deployed=True)
+        except SpecError as exc:
+            for line in exc.lines_out():
+                print(line, file=sys.stderr)
+            return 2
     worst = 0
     for given in args.files:
         try:
             spec, readiness = load_and_judge(given)
+            # The AZs a deploy takes: the spec's, or CDK's lookup as ./cdk.context.json records it; where the spec
+            # needs the lookup and none is recorded, one line naming network.second_availability_zone, as synth says.
+            zones = zone_choice(spec)
         except SpecError as exc:
             worst = 2
             for line in exc.lines_out():
@@ -42,12 +56,15 @@ def _validate(args: argparse.Namespace) -> int:
             continue
         # Echoed as the problem lines echo it: a file name's control characters never reach the terminal.
         path = printable(given)
+        if deployed is not None and _refuse_one_way_changes(path, deployed, spec):
+            worst = 2
+            continue
         summary = "; ".join([spec.compute.backend, *map(_group_summary, spec.compute.groups)])
         for warning in (*readiness.tight_budget, *readiness.beta):
             print(f"{path}: {warning}", file=sys.stderr)
         if readiness.ready:
             print(f"{path}: ok ({summary}); boot-ready")
-            _print_nodes(readiness.nodes + readiness.budget)
+            _print_nodes(zones.lines + readiness.nodes + readiness.budget)
             continue
         for reason in readiness.reasons():
             print(f"{path}: {reason}", file=sys.stderr)
@@ -57,8 +74,19 @@ def _validate(args: argparse.Namespace) -> int:
         else:
             print(verdict)
             worst = max(worst, 1)
-        _print_nodes(readiness.nodes + readiness.budget)
+        _print_nodes(zones.lines + readiness.nodes + readiness.budget)
     return worst
+
+
+def _refuse_one_way_changes(path: str, deployed: ClusterSpec, spec: ClusterSpec) -> bool:
+    """Print one line per change from DEPLOYED (the spec the cluster was made from) to SPEC that its service refuses
+    (kiln.changes.directions, the rules `kiln diff` judges templates by); return whether there was one."""
+    from kiln.changes import spec_one_way_changes
+
+    lines = spec_one_way_changes(deployed, spec)
+    for line in lines:
+        print(f"{path}: {line}", file=sys.stderr)
+    return bool(lines)
 
 
 def _group_summary(group: ComputeGroup) -> str:
@@ -254,6 +282,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="check spec files: one line per problem (exit 2), and whether the nodes would boot (exit 1 if not)",
     )
     validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.add_argument(
+        "--before",
+        metavar="OLD",
+        help="the spec the deployed cluster was made from: also refuse, one line each (exit 2), the changes from it "
+        "that a service refuses in that direction (a smaller storage.lustre.storage_gib, an older software.slurm or "
+        "compute.kubernetes_version), by the rules kiln diff judges templates with",
+    )
     _accept_unready_flag(validate)
     validate.set_defaults(func=_validate)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,13 +20,21 @@ Synthesize the spec and compare each stack's template with what it replaces:
   (default)              the deployed stacks (CloudFormation GetTemplate, in the spec's region)
   --before OLD.yaml      the templates of another spec (offline)
   --stack-templates DIR  the templates in DIR, <stack>.template.json (a cloud assembly, such as cdk.out)
+The spec is synthesized as the CDK CLI synthesizes it: for the account it deploys to (the credentials', or the
+assembly's), with the AZs its lookup recorded in ./cdk.context.json (run kiln diff where you run npx cdk).
 
 One line per change that CloudFormation refuses (an export another stack imports would change or go; a resource
-with a custom name would be replaced), then one per file system, bucket, cluster, workspace, key or log group
-that the deploy replaces (the new one starts empty) or drops. A resource is replaced when a create-only property
-of its CloudFormation resource schema changes (the schemas come with cfn-lint).
+with a custom name would be replaced) or that the service refuses during the update (a property it changes one way
+only: FSx storage grows, Slurm and Kubernetes versions move up; a new data repository link where the old one still
+holds the path). Then one per file system, bucket, cluster, workspace, key or log group that the deploy replaces
+(the new one starts empty) or drops; one per EKS node group whose size changes or that is replaced or removed (EKS
+terminates nodes past their pods' disruption budgets); one per PCS node group replaced or removed (PCS deletes it
+with its nodes). A resource is replaced when a create-only property of its CloudFormation resource schema changes
+(the schemas come with cfn-lint). Then, for reading only, one per EKS node group whose update replaces every node
+(within its pods' disruption budgets).
 
-Exit 0 when there is no such line, 1 when there is one, 2 for a bad spec or a comparison that could not be made.
+Exit 0 when there is no line of the first kinds, 1 when there is one, 2 for a bad spec or a comparison that could
+not be made.
 Nothing is created or changed."""
 
 
@@ -37,8 +46,17 @@ class DiffError(Failure):
     """The comparison could not be made: str() is one line."""
 
 
-def synthesized(path: str, outdir: Path) -> tuple[dict[str, dict[str, Any]], str | None]:
-    """Synthesize the spec at PATH as app.py builds it into OUTDIR; return its templates and its region.
+NO_REGION = (
+    "no region: set `region` in the spec, pass --region, or set AWS_DEFAULT_REGION (boto3 does not read AWS_REGION)"
+)
+
+
+def synthesized(
+    path: str, outdir: Path, account: str | None = None, *, deployed: bool = False
+) -> tuple[dict[str, dict[str, Any]], str | None]:
+    """Synthesize the spec at PATH as app.py builds it into OUTDIR, for ACCOUNT as the CDK CLI would (its account,
+    and the AZs its lookup recorded in ./cdk.context.json); return its templates and its region. DEPLOYED: the spec
+    describes the cluster already there (`--before`), read despite what only binds a new cluster.
 
     A bad spec raises SpecError (its own lines); a spec the constructs refuse raises DiffError with one line.
     """
@@ -46,20 +64,78 @@ def synthesized(path: str, outdir: Path) -> tuple[dict[str, dict[str, Any]], str
     from kiln.changes import assembly_templates
     from kiln.node_runtime import require_node
     from kiln.spec import SpecError, load_spec
+    from kiln.spec.problems import printable
 
     require_node()  # before the CDK loads: jsii starts Node.js then
     from kiln.stacks.ci_mode import ci_environment
+    from kiln.stacks.zones import zone_choice
     from kiln.synth import synthesize
 
-    spec = load_spec(path)
+    spec = load_spec(path, deployed=deployed)
+    # The AZs the CDK CLI takes from ./cdk.context.json, or one line where it would synthesize placeholders.
+    zones = zone_choice(spec, account=account)
+    for line in zones.lines:
+        print(f"kiln diff: {printable(path)}: {line}", file=sys.stderr)
     try:
         # cdk-nag writes metadata only: the templates' resources are the same without it.
-        synthesize(spec, outdir, nag=False, ci=ci_environment(spec))
+        synthesize(spec, outdir, nag=False, ci=ci_environment(spec), context=zones.context, account=account)
     except SpecError:
         raise
     except Exception as exc:  # jsii and the constructs refuse with their own exception types
         raise DiffError(f"{path}: synthesis failed: {one_line(str(exc))}") from None
     return assembly_templates(outdir), spec.region
+
+
+def assembly_account(directory: Path) -> str | None:
+    """Return the one account the stacks of the cloud assembly in DIRECTORY were synthesized for (its manifest's
+    aws://ACCOUNT/REGION environments), or None (no manifest, account-agnostic stacks, or several accounts)."""
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    artifacts = manifest.get("artifacts") if isinstance(manifest, dict) else None
+    accounts = {
+        str(artifact.get("environment", "")).removeprefix("aws://").split("/")[0]
+        for artifact in (artifacts or {}).values()
+        if isinstance(artifact, dict) and artifact.get("type") == "aws:cloudformation:stack"
+    }
+    concrete = {account for account in accounts if account.isdigit()}
+    return concrete.pop() if len(concrete) == 1 else None
+
+
+def caller_account(region: str | None) -> str:
+    """Return the account of the credentials in use (STS GetCallerIdentity): the one the CDK CLI synthesizes and
+    deploys for. Raise NoCredentials without credentials AWS takes, DiffError (one line) when STS refuses."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
+
+    from kiln.aws_errors import explain, one_line, raise_if_no_credentials
+
+    try:
+        session = boto3.session.Session()
+        client = session.client("sts", region_name=region) if region else session.client("sts")
+        return str(client.get_caller_identity()["Account"])
+    except NoRegionError:
+        raise DiffError(NO_REGION) from None
+    except ClientError as exc:
+        raise_if_no_credentials(exc)
+        raise DiffError(explain("sts:GetCallerIdentity", exc)) from None
+    except BotoCoreError as exc:
+        raise_if_no_credentials(exc)
+        raise DiffError(f"sts:GetCallerIdentity failed: {one_line(str(exc))}") from None
+
+
+def deploying_account(args: argparse.Namespace) -> str | None:
+    """Return the account to synthesize for, as the CDK CLI did or will: the credentials' when comparing with the
+    deployed stacks, the assembly's with --stack-templates, CDK_DEFAULT_ACCOUNT's (if set) with --before, where both
+    sides are synthesized alike. Account-literal ARNs and asset buckets then match what CloudFormation holds."""
+    if args.before:
+        return None
+    if args.stack_templates:
+        return assembly_account(Path(args.stack_templates))
+    from kiln.spec import load_spec
+
+    return caller_account(args.region or load_spec(args.spec).region)
 
 
 def templates_in(directory: Path, names: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -87,10 +163,7 @@ def deployed_templates(names: Mapping[str, Any], region: str | None) -> dict[str
         session = boto3.session.Session()
         client = session.client("cloudformation", region_name=region) if region else session.client("cloudformation")
     except NoRegionError:
-        raise DiffError(
-            "no region: set `region` in the spec, pass --region, or set AWS_DEFAULT_REGION (boto3 does not read "
-            "AWS_REGION)"
-        ) from None
+        raise DiffError(NO_REGION) from None
     except BotoCoreError as exc:  # a profile that is not there
         raise_if_no_credentials(exc)
         raise DiffError(f"cloudformation: {one_line(str(exc))}") from None
@@ -135,12 +208,13 @@ def run_diff(args: argparse.Namespace) -> int:
     from kiln.changes import DEFAULT_REGION, plan
 
     with tempfile.TemporaryDirectory(prefix="kiln-diff-") as tmp:
-        after, region = synthesized(args.spec, Path(tmp) / "after")
+        account = deploying_account(args)
+        after, region = synthesized(args.spec, Path(tmp) / "after", account)
         if args.region and region and args.region != region:
             raise DiffError(f"--region {args.region}: the spec deploys to {region}")
         region = args.region or region
         if args.before:
-            before, _ = synthesized(args.before, Path(tmp) / "before")
+            before, _ = synthesized(args.before, Path(tmp) / "before", account, deployed=True)
             against = args.before
         elif args.stack_templates:
             directory = Path(args.stack_templates)
@@ -154,6 +228,10 @@ def run_diff(args: argparse.Namespace) -> int:
     findings = refusals + changes.findings()
     for line in findings:
         print(line)
+    # Lines to read that stop nothing: node groups rolled within their pods' disruption budgets.
+    notes = changes.notes()
+    for line in notes:
+        print(line)
     compared = [name for name in after if name in before]
     new = [name for name in after if name not in before]
     summary = f"{len(compared)} stack{'' if len(compared) == 1 else 's'} compared with {against}" + (
@@ -163,7 +241,8 @@ def run_diff(args: argparse.Namespace) -> int:
         verdict = "refused by CloudFormation" if changes.refused or refusals else "deploys, but look at the lines above"
         print(f"kiln diff: {summary}; {verdict}")
         return EXIT_REFUSED
-    print(f"kiln diff: {summary}; nothing is refused, and no stateful resource is replaced or dropped")
+    rolled = f"; {len(notes)} node group{'' if len(notes) == 1 else 's'} roll (above)" if notes else ""
+    print(f"kiln diff: {summary}; nothing is refused, and no stateful resource is replaced or dropped{rolled}")
     return EXIT_CLEAN
 
 

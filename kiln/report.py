@@ -18,6 +18,7 @@ from kiln.scan import CheckovResult, ScanError, run_checkov
 from kiln.spec import SpecError
 from kiln.stacks.bootstrap_config import load_and_judge
 from kiln.stacks.ci_mode import ci_environment
+from kiln.stacks.zones import zone_choice
 from kiln.synth import NagReport, StackResult, nag_report, stack_results, synthesize
 
 HEADER = (
@@ -106,11 +107,14 @@ def _synthesize(path: str, keep: Path, *, lint: bool, accept_unready: bool) -> _
     spec = _Spec(path)
     try:
         cluster, readiness = load_and_judge(path)
+        # The AZs a deploy takes, as ./cdk.context.json records CDK's lookup (one line where none is recorded).
+        zones = zone_choice(cluster)
     except SpecError as exc:
         spec.details.extend(exc.lines_out())
         spec.row, spec.worst = (path, "(invalid spec)", *["-"] * (len(HEADER) - 2)), 2
         return spec
     spec.boot_cell = "yes" if readiness.ready else f"NO ({readiness.problems})"
+    spec.details.extend(f"{path}: {line}" for line in zones.lines)
     spec.details.extend(f"{path}: {reason}" for reason in readiness.reasons())
     spec.details.extend(f"{path}: {warning}" for warning in (*readiness.tight_budget, *readiness.beta))
     spec.reasons.extend(f"{path}: nodes: {line}" for line in readiness.nodes)
@@ -120,7 +124,7 @@ def _synthesize(path: str, keep: Path, *, lint: bool, accept_unready: bool) -> _
         started = time.perf_counter()
         try:
             # As app.py builds it: a spec with ci.ttl_hours deploys as its own short-lived environment.
-            synthesize(cluster, Path(tmp), ci=ci_environment(cluster))
+            synthesize(cluster, Path(tmp), ci=ci_environment(cluster), context=zones.context)
         except RuntimeError as exc:
             # cdk-nag findings without an acknowledgement stop synthesis.
             spec.details.append(f"{path}: synthesis failed: {exc}")

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import tempfile
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aws_cdk as cdk
 
@@ -63,19 +65,29 @@ def nag_report(outdir: Path) -> NagReport:
 
 
 def synthesize(
-    spec: ClusterSpec, outdir: Path | None = None, *, nag: bool = True, ci: CiEnvironment | None = None
+    spec: ClusterSpec,
+    outdir: Path | None = None,
+    *,
+    nag: bool = True,
+    ci: CiEnvironment | None = None,
+    context: Mapping[str, Any] | None = None,
+    account: str | None = None,
 ) -> tuple[cdk.App, Path]:
     """Build SPEC's stacks (as CI's short-lived environment, if given) into a fresh app and synthesize them.
 
     Return the app and the assembly dir.
     OUTDIR must be missing, empty or kiln's own (UnsafeOutput otherwise); by default a new temp directory.
+    CONTEXT: what the app is given besides kiln's feature flags, as the CDK CLI gives it cdk.context.json's lookups
+    (kiln.stacks.zones.zone_choice). ACCOUNT: the stacks' account, as the CLI gives it (default: CDK_DEFAULT_ACCOUNT's).
     """
     if outdir is None:
         outdir = Path(tempfile.mkdtemp(prefix=f"kiln-{spec.name}-"))
     else:
         check_replaceable(Path(outdir), "synthesize")
     app = new_app(str(outdir))
-    build_cluster(app, spec, nag=nag, ci=ci)
+    for key, value in (context or {}).items():
+        app.node.set_context(key, value)
+    build_cluster(app, spec, nag=nag, ci=ci, account=account)
     app.synth()
     return app, outdir
 

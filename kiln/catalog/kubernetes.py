@@ -79,6 +79,10 @@ LUSTRE_CLAIM = "fsx-claim"
 # ClusterQueue of the same name).
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_QUEUE = "kiln"
+# Every training pod kiln makes (`kiln job submit`) carries this label; the disruption budget in JOB_NAMESPACE selects
+# by it (kiln.constructs.eks_disruption), so a node roll never evicts a running training pod. A pod of your own gets
+# the same protection with the same label.
+TRAINING_POD_LABEL = {"kiln.io/workload": "training"}
 
 
 def node_resources(instance: str) -> dict[str, int]:

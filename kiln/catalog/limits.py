@@ -42,10 +42,24 @@ PARALLELCLUSTER_QUEUE_NAME_MAX = PARALLELCLUSTER_NAME_MAX - len(PARALLELCLUSTER_
 MAX_TAGS_PER_RESOURCE = 50
 TAG_KEY_MAX = 128
 TAG_VALUE_MAX = 256
-# The most tags (outside aws:, which AWS does not count) kiln's stacks add to one resource: a subnet carries
-# kiln:cluster, Name, aws-cdk:subnet-name, aws-cdk:subnet-type and, with EKS, kubernetes.io/role/(internal-)elb.
-KILN_ADDED_TAGS_MAX = 5
-MAX_SPEC_TAGS = MAX_TAGS_PER_RESOURCE - KILN_ADDED_TAGS_MAX
+# The most tags (outside aws:, which AWS does not count) one resource carries beside the spec's: a ParallelCluster
+# node's instance, with ParallelCluster's own (platforms.json, parallelcluster.instance_tags) and kiln's own, up to
+# four in a short-lived environment (kiln:cluster, kiln:environment, kiln:part, kiln:ttl-hours). Others carry fewer:
+# a subnet kiln's, Name, aws-cdk:subnet-name, aws-cdk:subnet-type and, with EKS, kubernetes.io/role/(internal-)elb;
+# an EKS node kiln's (the system group's kiln:eks-cluster and kiln:node-group besides) and EKS's own (eks:*, and the
+# autoscaler's discovery and kubernetes.io/cluster/ tags, five at most).
+PARALLELCLUSTER_INSTANCE_TAGS = 10
+KILN_OWN_TAGS_MAX = 4
+KILN_ADDED_TAGS_MAX = PARALLELCLUSTER_INSTANCE_TAGS + KILN_OWN_TAGS_MAX
+# ParallelCluster 3.16.1 refuses a configuration whose Tags hold more than 40 keys (pcluster/constants.py
+# MAX_TAGS_COUNT, validators/tags_validators.py ComputeResourceTagsValidator), counted as its provider passes them:
+# kiln's own, the spec's, and its one parallelcluster:custom_resource (cloudformation/custom_resource/cluster.yaml).
+PARALLELCLUSTER_MAX_CONFIG_TAGS = 40
+PARALLELCLUSTER_PROVIDER_TAGS = 1
+MAX_SPEC_TAGS = min(
+    MAX_TAGS_PER_RESOURCE - KILN_ADDED_TAGS_MAX,
+    PARALLELCLUSTER_MAX_CONFIG_TAGS - KILN_OWN_TAGS_MAX - PARALLELCLUSTER_PROVIDER_TAGS,
+)
 
 # FSx for Lustre (PERSISTENT_2 and SCRATCH_2): 1,200 GiB, or a multiple of 2,400 GiB; PERSISTENT_2 throughput
 # 125, 250, 500 or 1,000 MB/s per TiB (default 250); automatic backups kept 0-90 days.

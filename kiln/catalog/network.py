@@ -5,8 +5,9 @@ Both the stacks (what the VPC gets) and preflight (what an account has) read the
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kiln.catalog.names import AVAILABILITY_ZONE
 from kiln.catalog.platforms import service_fact
@@ -31,6 +32,34 @@ def second_zone(first: str, zones: Iterable[str]) -> str | None:
     """
     region = first[:-1]
     return next((zone for zone in zones if zone != first and zone_in_region(zone, region)), None)
+
+
+def zones_context_file() -> str:
+    """Return the file the CDK CLI records its lookups in, in the directory it runs in (cdk.context.json)."""
+    return str(service_fact("cdk", "availability_zones_context").value["file"])
+
+
+def zones_context_key(account: str, region: str) -> str:
+    """Return the context key under which the CDK CLI records the AZs of ACCOUNT's REGION."""
+    template = service_fact("cdk", "availability_zones_context").value["key"]
+    return template.format(account=account, region=region)
+
+
+def zones_fallback_key() -> str:
+    """Return the context key whose AZ list CDK takes for a stack without an account (else Fn::GetAZs)."""
+    return str(service_fact("cdk", "availability_zones_context").value["fallback_key"])
+
+
+def recorded_zones(context: Mapping[str, Any], region: str) -> dict[str, list[str]]:
+    """Return the AZ lists CONTEXT (a cdk.context.json's content) records for REGION, by account."""
+    prefix, _, suffix = zones_context_key("\0", region).partition("\0")
+    found = {}
+    for key, value in context.items():
+        if key.startswith(prefix) and key.endswith(suffix) and isinstance(value, list):
+            account = key[len(prefix) : len(key) - len(suffix)]
+            if account and ":" not in account and all(isinstance(zone, str) for zone in value):
+                found[account] = list(value)
+    return found
 
 
 def eks_control_plane_zones() -> int:

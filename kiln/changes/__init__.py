@@ -8,7 +8,8 @@ templates of a spec and those of the deployed stacks (or of another spec); tests
   A replaced resource changes its physical id, so a create-only property that refers to it changes too.
 - CloudFormation refuses to replace a resource with a custom name (it would collide with itself), to create one
   under a name an old resource still holds in the same scope, and to change or remove an export another stack
-  imports; each rolls the deploy back.
+  imports (where the importer's new template no longer imports it, the order that works is the importer first,
+  alone); each rolls the deploy back.
 - A replaced or removed stateful resource (a file system, a bucket, a cluster, a workspace, a key, logs) deploys,
   but starts empty, or is deleted with its data, or stays behind outside the stack.
 
@@ -18,11 +19,16 @@ deploy time (parameters, dynamic references).
 The modules, each on its own concern: `schemas` (what a resource type fixes at creation), `templates` (reading
 templates and cloud assemblies), `replacement` (one stack: create, update, replace, name collisions), `deploy` (the
 app: exports and weak references across stacks), `directions` (properties a service changes one way only: FSx's storage
-capacity grows, never shrinks), `findings` (the lines), `teardown` (`cdk destroy` and a redeploy).
+capacity grows, EKS's and PCS's versions move up only; judged on templates and, for `kiln validate --before`, on
+specs), `rolls` (EKS node groups whose update replaces every node, or whose size changes or which go, past the
+pods' disruption budgets),
+`links` (links between a file system and S3 that a deploy would create on a directory an old link still
+holds), `subnets` (subnets a deploy would create on the addresses of one it drops), `findings` (the lines),
+`teardown` (`cdk destroy` and a redeploy).
 """
 
 from kiln.changes.deploy import blocked_exports, plan
-from kiln.changes.directions import OneWayChange, increase_only, one_way_changes
+from kiln.changes.directions import OneWayChange, OneWayRule, one_way_changes, one_way_rules, spec_one_way_changes
 from kiln.changes.findings import (
     CUSTOM_NAME_RULE,
     EXPORT_RULE,
@@ -34,6 +40,7 @@ from kiln.changes.findings import (
     Removal,
     Replacement,
 )
+from kiln.changes.links import LinkCollision, link_collisions
 from kiln.changes.replacement import (
     VOLATILE_ATTRIBUTES,
     StackChanges,
@@ -43,6 +50,7 @@ from kiln.changes.replacement import (
     replacements,
     stack_changes,
 )
+from kiln.changes.rolls import GroupDeleted, NodeRoll, Resize, deleted_groups, node_rolls, resizes
 from kiln.changes.schemas import (
     DEFAULT_REGION,
     SchemasUnavailable,
@@ -52,6 +60,7 @@ from kiln.changes.schemas import (
     name_properties,
     scope_properties,
 )
+from kiln.changes.subnets import SubnetCollision, subnet_collisions
 from kiln.changes.teardown import (
     Dangling,
     dangling_references,
@@ -73,9 +82,17 @@ from kiln.changes.templates import (
 )
 
 __all__ = [
+    "LinkCollision",
+    "link_collisions",
+    "SubnetCollision",
+    "subnet_collisions",
+    "GroupDeleted",
+    "NodeRoll",
     "OneWayChange",
-    "increase_only",
+    "OneWayRule",
     "one_way_changes",
+    "one_way_rules",
+    "spec_one_way_changes",
     "CUSTOM_NAME_RULE",
     "DEFAULT_REGION",
     "EXPORT_RULE",
@@ -89,6 +106,7 @@ __all__ = [
     "Plan",
     "Removal",
     "Replacement",
+    "Resize",
     "SchemasUnavailable",
     "StackChanges",
     "actions",
@@ -99,6 +117,7 @@ __all__ = [
     "collisions",
     "create_only",
     "dangling_references",
+    "deleted_groups",
     "deletion_order",
     "documented_replacements",
     "exports",
@@ -111,7 +130,9 @@ __all__ = [
     "plan",
     "references",
     "removals",
+    "node_rolls",
     "replacements",
+    "resizes",
     "retained",
     "scope_properties",
     "stack_changes",

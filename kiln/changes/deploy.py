@@ -9,9 +9,12 @@ from typing import Any
 
 from kiln.changes.directions import one_way_changes
 from kiln.changes.findings import Action, BlockedExport, Plan
+from kiln.changes.links import link_collisions
 from kiln.changes.replacement import Moves, StackChanges, stack_changes, value_change
+from kiln.changes.rolls import deleted_groups, node_rolls, resizes
 from kiln.changes.schemas import DEFAULT_REGION
-from kiln.changes.templates import exports, importers, references
+from kiln.changes.subnets import subnet_collisions
+from kiln.changes.templates import exports, importers, imports, references
 
 
 def _output_changes(
@@ -33,6 +36,25 @@ def _output_changes(
             because = "; ".join(f"{lid} is replaced: {', '.join(moves.replaced[lid])} create-only" for lid in hit)
             found[key] = f"would change value ({because or why})"
     return found
+
+
+def _importers_first(
+    name: str,
+    importing: tuple[str, ...],
+    before_templates: Mapping[str, Mapping[str, Any]],
+    after_templates: Mapping[str, Mapping[str, Any]],
+) -> bool:
+    """Return whether deploying the stacks IMPORTING export NAME first, alone, removes the import: their new templates
+    no longer import it, and import only what the deployed stacks (BEFORE_TEMPLATES) export already."""
+    exported = {export for template in before_templates.values() for export in exports(template)}
+    for stack in importing:
+        template = after_templates.get(stack)
+        if template is None:
+            return False
+        wanted = imports(template.get("Resources", {})) | imports(template.get("Outputs", {}))
+        if name in wanted or not wanted <= exported:
+            return False
+    return True
 
 
 def _blocked(
@@ -57,7 +79,12 @@ def _blocked(
                 reason = outputs[(s, key)]
             else:
                 continue
-            blocked.append(BlockedExport(stack=s, export=name, output=key, importers=importing, reason=reason))
+            first = _importers_first(name, importing, before_templates, after_templates)
+            blocked.append(
+                BlockedExport(
+                    stack=s, export=name, output=key, importers=importing, reason=reason, importers_first=first
+                )
+            )
     return blocked
 
 
@@ -114,6 +141,50 @@ def plan(
                 before_templates[s].get("Resources", {}),
                 after_templates[s].get("Resources", {}),
                 stacks[s].actions,
+                stack=s,
+            )
+        ),
+        rolls=tuple(
+            roll
+            for s in both
+            for roll in node_rolls(
+                before_templates[s].get("Resources", {}),
+                after_templates[s].get("Resources", {}),
+                stacks[s].actions,
+                stacks[s].moves,
+                stack=s,
+            )
+        ),
+        subnets=subnet_collisions(before_templates, after_templates),
+        links=tuple(
+            link
+            for s in both
+            for link in link_collisions(
+                before_templates[s].get("Resources", {}),
+                after_templates[s].get("Resources", {}),
+                stacks[s].actions,
+                stack=s,
+                outputs=before_templates[s].get("Outputs", {}),
+            )
+        ),
+        resizes=tuple(
+            resize
+            for s in both
+            for resize in resizes(
+                before_templates[s].get("Resources", {}),
+                after_templates[s].get("Resources", {}),
+                stacks[s].actions,
+                stack=s,
+            )
+        ),
+        deleted_groups=tuple(
+            group
+            for s in both
+            for group in deleted_groups(
+                before_templates[s].get("Resources", {}),
+                after_templates[s].get("Resources", {}),
+                stacks[s].actions,
+                stacks[s].moves,
                 stack=s,
             )
         ),

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from kiln.changes.directions import OneWayChange
+from kiln.changes.links import LinkCollision
+from kiln.changes.subnets import SubnetCollision
+
+if TYPE_CHECKING:
+    from kiln.changes.rolls import GroupDeleted, NodeRoll, Resize
 
 # What kiln calls stateful: replacing or deleting it loses data or a running cluster.
 STATEFUL = {
@@ -110,16 +115,26 @@ class BlockedExport:
     output: str
     importers: tuple[str, ...]
     reason: str
+    # The importers' new templates no longer import it, and import nothing the deployed stacks do not export yet:
+    # deploying them first, alone, removes the import, and the rest deploys after.
+    importers_first: bool = False
 
     def line(self) -> str:
         users = ", ".join(self.importers)
         export = (
             self.export if self.export == f"{self.stack}:{self.output}" else f"{self.export} (output {self.output})"
         )
+        imports = "imports" if len(self.importers) == 1 else "import"
+        refused = f"{self.stack} export {export} {self.reason} while {users} {imports} it: {EXPORT_RULE}"
+        if self.importers_first:
+            templates = "template no longer imports" if len(self.importers) == 1 else "templates no longer import"
+            return (
+                f"{refused}, and rolls the deploy back when {self.stack} deploys first; deploy {users} first, whose "
+                f"new {templates} it: `npx cdk deploy {' '.join(self.importers)} --exclusively` removes the import, "
+                "then deploy the rest"
+            )
         return (
-            f"{self.stack} export {export} {self.reason} while {users} "
-            f"{'imports' if len(self.importers) == 1 else 'import'} it: {EXPORT_RULE}, and rolls the deploy back; "
-            f"deploy it once {users} no longer {'imports' if len(self.importers) == 1 else 'import'} it "
+            f"{refused}, and rolls the deploy back; deploy it once {users} no longer {imports} it "
             f"(`npx cdk destroy {' '.join(self.importers)}` removes the import, with whatever depends on it), "
             "or leave this change out"
         )
@@ -137,13 +152,31 @@ class Plan:
     actions: Mapping[str, Mapping[str, Action]] = field(default_factory=dict)
     # Properties updated in place in the direction their service refuses (kiln.changes.directions).
     one_way: tuple[OneWayChange, ...] = ()
+    # EKS node groups whose update replaces every node, those whose desired size changes, and those the deploy
+    # replaces or removes (kiln.changes.rolls).
+    rolls: tuple[NodeRoll, ...] = ()
+    resizes: tuple[Resize, ...] = ()
+    deleted_groups: tuple[GroupDeleted, ...] = ()
+    # Links to S3 created on a file system directory an old link still holds (kiln.changes.links).
+    links: tuple[LinkCollision, ...] = ()
+    # Subnets created on the addresses of a subnet the deploy drops (kiln.changes.subnets).
+    subnets: tuple[SubnetCollision, ...] = ()
 
     def findings(self) -> list[str]:
-        """Return one line per change CloudFormation refuses, then per stateful resource replaced or removed."""
+        """Return one line per change CloudFormation refuses, then per stateful resource replaced or removed, then
+        per EKS node group resized past its pods' disruption budgets, or replaced or removed with its nodes."""
         refused = [r.line() for r in self.replacements if r.refused] + [c.line() for c in self.collisions]
         refused += [b.line() for b in self.blocked] + [o.line() for o in self.one_way]
+        refused += [link.line() for link in self.links]
+        refused += [subnet.line() for subnet in self.subnets]
         stateful = [r.line() for r in self.replacements if r.stateful and not r.refused]
-        return refused + stateful + [r.line() for r in self.removals]
+        ended = [r.line() for r in self.resizes] + [g.line() for g in self.deleted_groups]
+        return refused + stateful + [r.line() for r in self.removals] + ended
+
+    def notes(self) -> list[str]:
+        """Return one line per change that deploys and ends no job but is worth knowing: EKS node groups rolled
+        within their pods' disruption budgets."""
+        return [r.line() for r in self.rolls]
 
     @property
     def refused(self) -> bool:
@@ -153,4 +186,6 @@ class Plan:
             or bool(self.collisions)
             or bool(self.blocked)
             or bool(self.one_way)
+            or bool(self.links)
+            or bool(self.subnets)
         )

@@ -129,6 +129,7 @@ def _up(args: argparse.Namespace) -> int:
     # The Node.js that synthesis (jsii) and the CDK CLI run on, decided before either starts and before AWS is asked.
     require_node()
     from kiln.stacks import ci_environment
+    from kiln.stacks.zones import zone_choice
     from kiln.synth import synthesize
 
     target = _Target(args)
@@ -151,7 +152,11 @@ def _up(args: argparse.Namespace) -> int:
     workdir = claim_directory(args.workdir or tempfile.mkdtemp(prefix=f"kiln-ci-{target.name}-"), what="kiln ci up")
     ttl_text = f", deleted by its reaper at {ci.delete_at:%Y-%m-%d %H:%M} UTC" if ci.delete_at else ", no TTL"
     progress(f"environment {target.name} in {target.region}{ttl_text}; synthesizing into {workdir}")
-    synthesize(spec, workdir / "assembly", ci=ci)
+    # The CDK CLI deploys the assembly as it is, so the AZs come from ./cdk.context.json's lookup here.
+    zones = zone_choice(spec)
+    for line in zones.lines:
+        progress(line)
+    synthesize(spec, workdir / "assembly", ci=ci, context=zones.context)
     deployment = deploy_stacks(workdir / "assembly", cdk=cdk, workdir=workdir, progress=progress, environ=cdk_env)
     result = {
         "environment": target.name,

@@ -460,7 +460,7 @@ CI_IDENTITY_GRANTS = (
         TEARDOWN_BUCKET_READS,
         arn_pattern("s3", rf"{_CI_ENVIRONMENT}-{one_of(BUCKET_FAMILIES)}\*-{ACCOUNT}", region=NONE, account=NONE),
         "Read-only: kiln ci down lists and reads the tags of an environment's buckets (<env>-data*-<account> and "
-        "<env>-lifecycle*-<account>, one pattern per pair keeps six clusters in one inline policy) before emptying "
+        "<env>-lifecycle*-<account>, one pattern per pair keeps five clusters in one inline policy) before emptying "
         "them. A long-lived cluster's <cluster>-data-<account> does not match (the run part is missing).",
     ),
     WildcardGrant(

@@ -96,8 +96,9 @@ AUTOSCALING_GROUP_TAG = "aws:autoscaling:groupName"
 # cluster name would be cut short in the environment's name, and the role's <cluster>-* scopes would miss it.
 MAX_CI_CLUSTER_NAME = MAX_WHOLE_CLUSTER_NAME
 # Each cluster name adds about 1,100 characters to the role's policy; IAM holds 10,240 inline per role, beyond
-# which CDK would split the policy into managed policies that kiln's wildcard review does not see.
-MAX_CI_CLUSTERS = 6
+# which CDK would split the policy into managed policies that kiln's wildcard review does not see. Five: with
+# preflight's network quota reads (kiln.contracts.permissions), six names of 18 characters no longer fit.
+MAX_CI_CLUSTERS = 5
 
 # GitHub: an owner of letters, digits and single inner '-' (39 at most); a repository of letters, digits, . _ -.
 REPOSITORY = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}/[A-Za-z0-9._-]{1,100}")
@@ -138,7 +139,7 @@ class GithubDeployIdentityProps:
     repository: the GitHub repository whose workflows may assume the role, as OWNER/NAME. IAM matches the
         token's sub claim case-sensitively, so spell it as GitHub does; the repository must use GitHub's default
         sub claim (no customized OIDC subject template).
-    cluster_names: the spec names whose CI environments (<cluster>-<run>) the role may manage; required, 1 to 6
+    cluster_names: the spec names whose CI environments (<cluster>-<run>) the role may manage; required, 1 to 5
         (IAM limits the role's policy size), each a cluster name of at most 18 characters (so environment names
         are never cut short). A name's scopes are <name>-*, which would also cover a cluster whose name starts
         with <name>-: a list holding both is refused.

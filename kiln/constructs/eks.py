@@ -38,6 +38,7 @@ from kiln.constructs.eks_addons import (
     pod_security_patch,
 )
 from kiln.constructs.eks_code_server import CodeServerPod, code_server_manifests
+from kiln.constructs.eks_disruption import training_budget_manifest
 from kiln.constructs.eks_install import (
     INSTALL_WAIT_MINUTES,
     JOB_FINISHED_PATH,
@@ -170,9 +171,9 @@ class EksTrainingClusterProps:
         boot budget's estimate for kiln's bundle, with headroom); default the autoscaler's 900.
     gang_scheduling: Kueue with one queue over the accelerated groups: a job labelled for it starts only when all of
         its pods fit, and is requeued when they do not all run in time; default True (with accelerated groups).
-    system_instance_tags: further tags of the system nodes' instances (a short-lived environment's, which
-        `kiln ci run`'s Session Manager grant names); default none. They always carry kiln's node-group and cluster
-        tags.
+    node_tags: the tags of every node's instance, volumes and network interfaces, system and accelerated groups alike
+        (the spec's and kiln:cluster; a short-lived environment's too, which `kiln ci run`'s Session Manager grant
+        names); default none. System nodes also carry kiln's node-group and cluster tags.
     neuron_release: the cluster's Neuron SDK release (kiln.catalog.neuron.resolve_neuron_release), whose chart
         release's device plugin and scheduler extension images Neuron nodes get (kiln.catalog.neuron_components);
         default none: the newest images kiln maps.
@@ -200,7 +201,7 @@ class EksTrainingClusterProps:
     cluster_autoscaler: bool = True
     node_provision_seconds: int = CLUSTER_AUTOSCALER_FACTS["default_provision_seconds"]
     gang_scheduling: bool = True
-    system_instance_tags: Mapping[str, str] = field(default_factory=dict)
+    node_tags: Mapping[str, str] = field(default_factory=dict)
     neuron_release: str | None = None
 
     def __post_init__(self) -> None:
@@ -364,7 +365,7 @@ class EksTrainingCluster(Construct):
                 subnet=props.node_subnet,
                 node_role=self.node_role,
                 security_groups=node_security_groups,
-                instance_tags=props.system_instance_tags,
+                node_tags=props.node_tags,
             )
         user_data = []
         if props.bootstrap is not None:
@@ -387,11 +388,16 @@ class EksTrainingCluster(Construct):
                 efa_security_group=props.efa_security_group,
                 user_data_parts=user_data,
                 autoscaled=props.cluster_autoscaler,
+                node_tags=props.node_tags,
             )
         for nodegroup in self._all_node_groups():
             # Pod Identity credentials are injected when a pod is created: aws-node must find its association
             # (and the agent) in place before the first node joins, or it falls back to the node role.
             nodegroup.node.add_dependency(self.cni_identity, self.pod_identity_agent)
+            # Each node group runs the cluster's version: EKS moves a cluster to a new version only while every managed
+            # node group is at its current one, so a group left at the version it was made with blocks the next
+            # upgrade (platforms.json, eks.node_group_version). A new version rolls the group after the cluster.
+            nodegroup.node.default_child.add_property_override("Version", release.version.version)
         kinds = props.accelerator_kinds
         # Device plugins only for the accelerators the cluster has; EFA's and the rest always.
         self.addons: dict[str, Construct] = {
@@ -438,6 +444,13 @@ class EksTrainingCluster(Construct):
         self.queues: eks.KubernetesManifest | None = None
         if props.accelerated_groups and props.gang_scheduling:
             self.queues = self._gang_scheduling()
+        # A node group update evicts no running training pod (kiln.constructs.eks_disruption); None without groups.
+        self.training_budget: eks.KubernetesManifest | None = None
+        if props.accelerated_groups:
+            self.training_budget = self.cluster.add_manifest(
+                "TrainingDisruptionBudget",
+                training_budget_manifest(sum(g.max_count for g in props.accelerated_groups)),
+            )
         # What a HyperPod cluster on this one waits for; None without hyperpod_dependencies.
         self.hyperpod_dependencies_ready: Construct | None = None
         if props.hyperpod_dependencies:

@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from aws_cdk import CfnTag
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -26,9 +25,15 @@ from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
 from kiln.catalog.platforms import image_profile, root_device_name
 from kiln.constructs._checks import field_name, require, require_in
 from kiln.constructs.eks_addons import GPU_PRESENT_LABEL, AcceleratorKind
+from kiln.constructs.eks_disruption import accelerated_update_config
 from kiln.constructs.eks_scheduling import node_template_tags
 from kiln.constructs.ids import hashed_id
-from kiln.constructs.launch_template import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
+from kiln.constructs.launch_template import (
+    CapacityOption,
+    EfaLaunchTemplate,
+    EfaLaunchTemplateProps,
+    launch_tag_specifications,
+)
 from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
 from kiln.contracts.tags import TAG_EKS_CLUSTER, TAG_NODE_GROUP
 
@@ -203,29 +208,20 @@ def add_system_node_group(
     subnet: ec2.ISubnet,
     node_role: iam.IRole,
     security_groups: Sequence[ec2.ISecurityGroup],
-    instance_tags: Mapping[str, str],
+    node_tags: Mapping[str, str],
 ) -> eks.Nodegroup:
-    """Add SYSTEM to CLUSTER in SUBNET: its launch template in SCOPE (IMDSv2, the encrypted root volume, SECURITY_GROUPS
-    and INSTANCE_TAGS beside kiln's own), its managed node group in CLUSTER, labelled as the system group."""
+    """Add SYSTEM to CLUSTER in SUBNET: its launch template in SCOPE (IMDSv2, the encrypted root volume,
+    SECURITY_GROUPS, and NODE_TAGS with kiln's own on each instance, volume and network interface), its managed node
+    group in CLUSTER, labelled as the system group."""
     template = ec2.CfnLaunchTemplate(
         scope,
         "SystemLaunchTemplate",
         launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
             security_group_ids=[g.security_group_id for g in security_groups],
-            # `kiln ci run` finds a system node by these and reaches the private endpoint through it.
-            tag_specifications=[
-                ec2.CfnLaunchTemplate.TagSpecificationProperty(
-                    resource_type="instance",
-                    tags=[
-                        CfnTag(key=key, value=value)
-                        for key, value in {
-                            **instance_tags,
-                            TAG_EKS_CLUSTER: cluster.cluster_name,
-                            TAG_NODE_GROUP: EKS_SYSTEM_NODE_GROUP,
-                        }.items()
-                    ],
-                )
-            ],
+            # `kiln ci run` finds a system node by kiln's two and reaches the private endpoint through it.
+            tag_specifications=launch_tag_specifications(
+                {**node_tags, TAG_EKS_CLUSTER: cluster.cluster_name, TAG_NODE_GROUP: EKS_SYSTEM_NODE_GROUP}
+            ),
             metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
                 http_endpoint="enabled", http_tokens="required", http_put_response_hop_limit=NODE_HOP_LIMIT
             ),
@@ -253,6 +249,8 @@ def add_system_node_group(
         node_role=node_role,
         launch_template_spec=eks.LaunchTemplateSpec(id=template.ref, version=template.attr_latest_version_number),
         labels={NODE_GROUP_LABEL: EKS_SYSTEM_NODE_GROUP},
+        # Drained within the services' own disruption budgets, never forced (CDK's default is to force).
+        force_update=False,
     )
 
 
@@ -267,10 +265,12 @@ def add_accelerated_node_group(
     efa_security_group: ec2.ISecurityGroup,
     user_data_parts: Sequence[str],
     autoscaled: bool,
+    node_tags: Mapping[str, str],
 ) -> tuple[EfaLaunchTemplate, eks.Nodegroup]:
     """Add GROUP to CLUSTER in SUBNET: its EFA launch template in SCOPE (every interface in EFA_SECURITY_GROUP, the
-    primary one in SECURITY_GROUPS too, USER_DATA_PARTS at boot) and its managed node group in CLUSTER, which carries
-    the tags the cluster-autoscaler reads when AUTOSCALED. Return both."""
+    primary one in SECURITY_GROUPS too, USER_DATA_PARTS at boot, NODE_TAGS on each instance, volume and network
+    interface) and its managed node group in CLUSTER, which carries the tags the cluster-autoscaler reads when
+    AUTOSCALED. Return both."""
     template = EfaLaunchTemplate(
         scope,
         hashed_id("LaunchTemplate", group.name),
@@ -284,6 +284,7 @@ def add_accelerated_node_group(
             user_data_parts=user_data_parts,
             placement_group=group.placement_group,
             hop_limit=NODE_HOP_LIMIT,
+            tags=node_tags,
         ),
     )
     # The template names the instance type, so the node group must name none.
@@ -298,11 +299,19 @@ def add_accelerated_node_group(
         node_role=node_role,
         launch_template_spec=eks.LaunchTemplateSpec(id=template.launch_template_id, version=template.latest_version),
         labels={**ACCELERATOR_LABELS[group.accelerator_kind], **group.labels, NODE_GROUP_LABEL: group.name},
-        # An update drains nodes as their pods' disruption budgets allow, or fails (and rolls back) rather than
-        # evicting a training job: CloudFormation's default, which CDK's node groups turn around
-        # (AWS::EKS::Nodegroup ForceUpdateEnabled).
+        # A version update (a new launch template version) drains every node through the eviction API, which the
+        # cluster's training disruption budget refuses for a running training pod (kiln.constructs.eks_disruption):
+        # after 15 minutes EKS fails the update and CloudFormation rolls the deploy back, rather than evicting the
+        # job. Unforced is CloudFormation's default, which CDK's node groups turn around (AWS::EKS::Nodegroup
+        # ForceUpdateEnabled); platforms.json, eks.node_group_rolls.
         force_update=False,
         # What a node offers before one exists: the autoscaler reads these from the node group (scale from zero).
         tags=node_template_tags(group.instance_type) if autoscaled else None,
     )
+    # The roll replaces nodes one at a time and launches no instance beyond the group (no surge): a capacity block or
+    # reservation has none to spare, and on-demand or spot ones would exceed max_count (platforms.json,
+    # eks.node_group_update_strategy). CDK's node group takes MaxUnavailable but not UpdateStrategy.
+    cfn = nodegroup.node.default_child
+    for key, value in accelerated_update_config(group.capacity.type).items():
+        cfn.add_property_override(f"UpdateConfig.{key}", value)
     return template, nodegroup

@@ -156,7 +156,12 @@ class HyperPodClusterProps:
 
 
 class HyperPodCluster(Construct):
-    """SageMaker HyperPod: instance groups, kiln's lifecycle scripts in S3, least-privilege role, recovery."""
+    """SageMaker HyperPod: instance groups, kiln's lifecycle scripts in S3, least-privilege role, recovery.
+
+    Tags (CDK's Tags.of) reach the cluster resource (AWS::SageMaker::Cluster Tags, CreateCluster's "custom tags for
+    managing the SageMaker HyperPod cluster as an AWS resource") and nothing HyperPod launches: no setting of the
+    cluster or its instance groups tags their instances, volumes or the network interfaces HyperPod makes in the VPC.
+    """
 
     def __init__(self, scope: Construct, construct_id: str, props: HyperPodClusterProps) -> None:
         super().__init__(scope, construct_id)

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from aws_cdk import Fn
+from aws_cdk import CfnTag, Fn
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
 from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.capacity import CAPACITY, CAPACITY_TYPES, CapacityType, is_reservation_id
 from kiln.catalog.interfaces import InterfaceLayout, efa_layout
-from kiln.catalog.limits import IMDS_HOP_LIMIT_MAX, IMDS_HOP_LIMIT_MIN, ROOT_VOLUME_MAX_GIB, ROOT_VOLUME_MIN_GIB
+from kiln.catalog.limits import (
+    IMDS_HOP_LIMIT_MAX,
+    IMDS_HOP_LIMIT_MIN,
+    MAX_TAGS_PER_RESOURCE,
+    ROOT_VOLUME_MAX_GIB,
+    ROOT_VOLUME_MIN_GIB,
+)
 from kiln.catalog.platforms import root_device_names, service_fact
 from kiln.constructs._checks import require, require_in, unresolved
 
@@ -21,6 +27,22 @@ SHELL_SCRIPT = 'text/x-shellscript; charset="utf-8"'
 # ec2.imds_host_hop_limit): nothing kiln runs needs more (PCS's agent, slurmd, enroot's containers share the host's
 # network; EKS pods get their own identity), and a container should not take the node role.
 IMDS_HOP_LIMIT: int = service_fact("ec2", "imds_host_hop_limit").value
+# What a launch template's TagSpecifications tag at launch (platforms.json, ec2.launch_template_tag_resource_types):
+# the instance, its volumes and its network interfaces. Every kiln template launches each (an encrypted root volume,
+# one interface per network card): naming a type the launch does not create would fail it.
+LAUNCH_TAG_RESOURCE_TYPES: tuple[str, ...] = tuple(service_fact("ec2", "launch_template_tag_resource_types").value)
+
+
+def launch_tag_specifications(tags: Mapping[str, str]) -> list[ec2.CfnLaunchTemplate.TagSpecificationProperty] | None:
+    """Return TAGS for the instance, the volumes and the network interfaces a launch creates (None without tags), in
+    key order: the same tags give the same launch template data."""
+    if not tags:
+        return None
+    listed = [CfnTag(key=key, value=value) for key, value in sorted(tags.items())]
+    return [
+        ec2.CfnLaunchTemplate.TagSpecificationProperty(resource_type=kind, tags=listed)
+        for kind in LAUNCH_TAG_RESOURCE_TYPES
+    ]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +100,8 @@ class EfaLaunchTemplateProps:
     image_id: the AMI; default: none here (PCS and EKS name it on the node group).
     placement_group: a cluster placement group (ec2.IPlacementGroup); default none.
     hop_limit: IMDSv2 hop limit; default 1 (IMDS_HOP_LIMIT): the host's processes only, no bridged container.
+    tags: the tags of every instance, volume and network interface launched from it (the spec's and kiln:cluster,
+        say), at most 50 (EC2's per resource); default none. A change is a new template version.
     """
 
     instance_type: str
@@ -90,9 +114,13 @@ class EfaLaunchTemplateProps:
     image_id: str | None = None
     placement_group: ec2.IPlacementGroup | None = None
     hop_limit: int = IMDS_HOP_LIMIT
+    tags: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         catalog_instance_type(self.instance_type)
+        require(
+            self, len(self.tags) <= MAX_TAGS_PER_RESOURCE, "tags", len(self.tags), f"at most {MAX_TAGS_PER_RESOURCE}"
+        )
         require(
             self,
             ROOT_VOLUME_MIN_GIB <= self.root_volume_gib <= ROOT_VOLUME_MAX_GIB,
@@ -141,6 +169,7 @@ class EfaLaunchTemplate(Construct):
             if props.placement_group
             else None,
             user_data=Fn.base64(self.user_data.render()) if props.user_data_parts else None,
+            tag_specifications=launch_tag_specifications(props.tags),
         )
         self.launch_template = ec2.CfnLaunchTemplate(self, "Resource", launch_template_data=data)
 

@@ -37,6 +37,9 @@ LUSTRE_RULES = service_fact("fsx_lustre", "security_group_rules").value
 LUSTRE_PORTS = tuple(
     ec2.Port.tcp(low) if low == high else ec2.Port.tcp_range(low, high) for low, high in LUSTRE_RULES["ports"]
 )
+# Which file systems FSx backs up (platforms.json, fsx_lustre.backups): persistent ones not linked to S3.
+BACKUPS = service_fact("fsx_lustre", "backups")
+DEFAULT_BACKUP_RETENTION_DAYS = 7
 
 
 @runtime_checkable
@@ -63,7 +66,8 @@ class DataRepositoryLink:
 
     bucket: the linked bucket.
     prefix: key prefix inside the bucket; default the whole bucket.
-    file_system_path: where the repository appears in Lustre; default "/".
+    file_system_path: where the repository appears in Lustre; default "/", which FSx takes only as a file system's one
+        link (platforms.json, fsx_lustre.data_repository_links; kiln.changes.links refuses a replacement on it).
     auto_import: new, changed and deleted S3 objects show up in Lustre; default True.
     auto_export: new, changed and deleted Lustre files go back to S3; default True.
     """
@@ -91,14 +95,15 @@ class LustreFileSystemProps:
 
     vpc: the VPC of the file servers.
     subnet: the subnet of the file servers (the compute subnet, for one-AZ EFA clusters).
-    deployment: PERSISTENT_2 (replicated, backed up) or SCRATCH_2; default PERSISTENT_2.
+    deployment: PERSISTENT_2 (replicated; backed up when not linked to S3) or SCRATCH_2; default PERSISTENT_2.
     storage_gib: 1200 or a multiple of 2400; default 1200.
     throughput_per_tib: PERSISTENT_2 only, 125/250/500/1000 MB/s per TiB; default 250.
     compression: LZ4 or NONE; default LZ4.
     efa: EFA-enabled file servers (PERSISTENT_2 only); needs efa_security_group; default False.
     efa_security_group: the EFA security group the file servers join when efa is on; default none.
     data_repository: link to S3; default none.
-    backup_retention_days: PERSISTENT_2 daily backups kept this many days, 0 for none; default 7.
+    backup_retention_days: PERSISTENT_2 daily backups kept this many days, 0 for none; default 7 without a
+        data_repository, 0 with one: FSx backs up persistent file systems not linked to S3 only (BACKUPS).
     retain: keep the file system on stack deletion; default: PERSISTENT_2 yes, SCRATCH_2 no (scratch holds
         no durable copy, so a retained one is only a bill). A kept file system keeps what it needs to keep working:
         its security group, every rule on that group (the clients' rules allow_from adds included) and its link to
@@ -114,7 +119,7 @@ class LustreFileSystemProps:
     efa: bool = False
     efa_security_group: ec2.ISecurityGroup | None = None
     data_repository: DataRepositoryLink | None = None
-    backup_retention_days: int = 7
+    backup_retention_days: int | None = None
     retain: bool | None = None
 
     def __post_init__(self) -> None:
@@ -133,10 +138,17 @@ class LustreFileSystemProps:
                 require_in(self, "throughput_per_tib", self.throughput_per_tib, PERSISTENT_2_THROUGHPUTS)
             require(
                 self,
-                0 <= self.backup_retention_days <= LUSTRE_BACKUP_RETENTION_MAX_DAYS,
+                0 <= self.effective_backup_retention_days <= LUSTRE_BACKUP_RETENTION_MAX_DAYS,
                 "backup_retention_days",
                 self.backup_retention_days,
                 f"0 to {LUSTRE_BACKUP_RETENTION_MAX_DAYS}",
+            )
+            require(
+                self,
+                self.data_repository is None or not self.backup_retention_days,
+                "backup_retention_days",
+                self.backup_retention_days,
+                f"0 with a data_repository: FSx backs up no file system linked to S3 ({BACKUPS.source})",
             )
         else:
             require(
@@ -161,6 +173,16 @@ class LustreFileSystemProps:
         return self.deployment == "PERSISTENT_2" if self.retain is None else self.retain
 
     @property
+    def effective_backup_retention_days(self) -> int:
+        """Return the days FSx keeps daily backups: 0 (none) for a file system FSx takes no backups of."""
+        backed_up = self.deployment in BACKUPS.value["deployments"] and (
+            self.data_repository is None or BACKUPS.value["linked_to_s3"]
+        )
+        if not backed_up:
+            return BACKUPS.value["off"]
+        return DEFAULT_BACKUP_RETENTION_DAYS if self.backup_retention_days is None else self.backup_retention_days
+
+    @property
     def effective_throughput_per_tib(self) -> int | None:
         if self.deployment != "PERSISTENT_2":
             return None
@@ -168,7 +190,7 @@ class LustreFileSystemProps:
 
 
 class LustreFileSystem(Construct):
-    """FSx for Lustre with LZ4, Lustre-port security group, backups, optional EFA and S3 link."""
+    """FSx for Lustre with LZ4, Lustre-port security group, optional EFA, and an S3 link or daily backups."""
 
     def __init__(self, scope: Construct, construct_id: str, props: LustreFileSystemProps) -> None:
         super().__init__(scope, construct_id)
@@ -176,15 +198,17 @@ class LustreFileSystem(Construct):
             self, "SecurityGroup", vpc=props.vpc, description="FSx for Lustre file servers and their clients"
         )
         persistent = props.deployment == "PERSISTENT_2"
+        # A linked persistent file system says 0 (off) rather than nothing: FSx's references give two defaults. It
+        # keeps CopyTagsToBackups, which asks for no backup: the property is create-only, and dropping it would
+        # replace every persistent file system deployed with it.
+        days = props.effective_backup_retention_days
         config = fsx.LustreConfiguration(
             deployment_type=fsx.LustreDeploymentType(props.deployment),
             per_unit_storage_throughput=props.effective_throughput_per_tib,
             data_compression_type=fsx.LustreDataCompressionType(props.compression),
-            automatic_backup_retention=Duration.days(props.backup_retention_days) if persistent else None,
+            automatic_backup_retention=Duration.days(days) if persistent else None,
             copy_tags_to_backups=True if persistent else None,
-            daily_automatic_backup_start_time=fsx.DailyAutomaticBackupStartTime(hour=3, minute=0)
-            if persistent and props.backup_retention_days
-            else None,
+            daily_automatic_backup_start_time=fsx.DailyAutomaticBackupStartTime(hour=3, minute=0) if days else None,
         )
         self.file_system = fsx.LustreFileSystem(
             self,

@@ -27,12 +27,21 @@ class ExistingNetwork:
     availability_zone: that subnet's AZ.
     cidr: the VPC's CIDR, where something must admit the whole VPC (ParallelCluster's SSH rule); default none:
         unknown.
+    kept: the VPC and subnet are the ones a TrainingVpc of `retain_for_data` kept when its stack was deleted (made
+        from CIDR, which it then needs): build again what the deletion removed, the public subnet where the VPC had
+        it (CIDR's first public-sized block), an internet gateway, a NAT gateway with its Elastic IP, the compute
+        subnet's route table with its default route to the NAT, the S3 gateway endpoint and the flow log. Default
+        False: the VPC is someone else's, and kiln adds nothing to it.
     """
 
     vpc_id: str
     private_subnet_id: str
     availability_zone: str
     cidr: str | None = None
+    kept: bool = False
+
+    def __post_init__(self) -> None:
+        require(self, not self.kept or self.cidr is not None, "cidr", self.cidr, "the kept VPC's CIDR, with kept")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,19 +122,26 @@ class TrainingVpc(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: TrainingVpcProps | None = None) -> None:
         super().__init__(scope, construct_id)
         props = props or TrainingVpcProps()
-        # The key of the flow logs of a VPC kiln creates (an existing VPC keeps its own logging).
+        # The key of the flow logs of a VPC kiln creates or rebuilds (an existing VPC keeps its own logging).
         self.flow_log_key: kms.Key | None = None
         # The group of the interface endpoints' network interfaces (None without interface endpoints).
         self.endpoint_security_group: ec2.SecurityGroup | None = None
         if props.existing:
-            self.vpc = self._import(props.existing)
+            existing = props.existing
+            # A kept VPC's compute subnet gets a route table of its own again (its old one went with the stack).
+            table = ec2.CfnRouteTable(self, "ComputeRouteTable", vpc_id=existing.vpc_id) if existing.kept else None
+            route_table_id = table.ref if table is not None else None
+            self.vpc = self._import(existing, route_table_id)
             self.compute_subnet = ec2.Subnet.from_subnet_attributes(
                 self,
                 "ComputeSubnet",
-                subnet_id=props.existing.private_subnet_id,
-                availability_zone=props.existing.availability_zone,
+                subnet_id=existing.private_subnet_id,
+                availability_zone=existing.availability_zone,
+                route_table_id=route_table_id,
             )
-            self.availability_zone = props.existing.availability_zone
+            self.availability_zone = existing.availability_zone
+            if table is not None:
+                self._rebuild_kept(existing, table, props)
             return
         self.vpc = self._create(props)
         self.compute_subnet = self.vpc.private_subnets[0]
@@ -134,7 +150,7 @@ class TrainingVpc(Construct):
             for kept in (self.vpc, self.compute_subnet):
                 kept.node.default_child.apply_removal_policy(RemovalPolicy.RETAIN)
 
-    def _import(self, existing: ExistingNetwork) -> ec2.IVpc:
+    def _import(self, existing: ExistingNetwork, route_table_id: str | None) -> ec2.IVpc:
         return ec2.Vpc.from_vpc_attributes(
             self,
             "Resource",
@@ -142,6 +158,67 @@ class TrainingVpc(Construct):
             vpc_cidr_block=existing.cidr,
             availability_zones=[existing.availability_zone],
             private_subnet_ids=[existing.private_subnet_id],
+            private_subnet_route_table_ids=[route_table_id] if route_table_id else None,
+        )
+
+    def _rebuild_kept(self, existing: ExistingNetwork, table: ec2.CfnRouteTable, props: TrainingVpcProps) -> None:
+        """Build in the kept VPC what its stack's deletion removed, as _create made it: the public subnet in the
+        compute AZ holding the NAT gateway behind an internet gateway, the compute subnet's default route to the NAT,
+        the S3 gateway endpoint on its table and the flow log."""
+        network = ipaddress.IPv4Network(existing.cidr)
+        # Where the VPC had its public subnet: CDK gives the first subnet configuration the VPC's first block.
+        public_cidr = next(network.subnets(new_prefix=network.prefixlen + PUBLIC_SUBNET_EXTRA_BITS))
+        gateway = ec2.CfnInternetGateway(self, "InternetGateway")
+        attachment = ec2.CfnVPCGatewayAttachment(
+            self, "InternetGatewayAttachment", vpc_id=existing.vpc_id, internet_gateway_id=gateway.ref
+        )
+        public = ec2.PublicSubnet(
+            self,
+            "PublicSubnet",
+            vpc_id=existing.vpc_id,
+            availability_zone=existing.availability_zone,
+            cidr_block=str(public_cidr),
+            map_public_ip_on_launch=False,
+        )
+        public.add_default_internet_route(gateway.ref, attachment)
+        nat = public.add_nat_gateway()
+        ec2.CfnSubnetRouteTableAssociation(
+            self, "ComputeRouteTableAssociation", subnet_id=existing.private_subnet_id, route_table_id=table.ref
+        )
+        ec2.CfnRoute(
+            self,
+            "ComputeDefaultRoute",
+            route_table_id=table.ref,
+            destination_cidr_block="0.0.0.0/0",
+            nat_gateway_id=nat.ref,
+        )
+        ec2.GatewayVpcEndpoint(
+            self,
+            "S3Endpoint",
+            vpc=self.vpc,
+            service=ec2.GatewayVpcEndpointAwsService.S3,
+            subnets=[ec2.SubnetSelection(subnets=[self.compute_subnet])],
+        )
+        public.node.default_child.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3010"]}})
+        ec2.FlowLog(
+            self,
+            "FlowLog",
+            resource_type=ec2.FlowLogResourceType.from_vpc(self.vpc),
+            destination=ec2.FlowLogDestination.to_cloud_watch_logs(self._flow_log_group(props)),
+            traffic_type=ec2.FlowLogTrafficType.ALL,
+        )
+
+    def _flow_log_group(self, props: TrainingVpcProps) -> logs.LogGroup:
+        """Return the flow logs' group: encrypted with the cluster's own key, kept as long."""
+        self.flow_log_key = logs_key(
+            self, "FlowLogsKey", description="kiln: encrypts the VPC flow logs", retain=props.retain_flow_logs
+        )
+        return logs.LogGroup(
+            self,
+            "FlowLogs",
+            retention=props.flow_log_retention,
+            encryption_key=self.flow_log_key,
+            removal_policy=RemovalPolicy.RETAIN if props.retain_flow_logs else RemovalPolicy.DESTROY,
         )
 
     def _create(self, props: TrainingVpcProps) -> ec2.Vpc:
@@ -173,17 +250,8 @@ class TrainingVpc(Construct):
         )
         vpc.add_gateway_endpoint("S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3)
         self._add_endpoints(vpc, props)
-        # Flow logs record who talked to whom in the cluster: encrypted with the cluster's own key, kept as long.
-        self.flow_log_key = logs_key(
-            self, "FlowLogsKey", description="kiln: encrypts the VPC flow logs", retain=props.retain_flow_logs
-        )
-        log_group = logs.LogGroup(
-            self,
-            "FlowLogs",
-            retention=props.flow_log_retention,
-            encryption_key=self.flow_log_key,
-            removal_policy=RemovalPolicy.RETAIN if props.retain_flow_logs else RemovalPolicy.DESTROY,
-        )
+        # Flow logs record who talked to whom in the cluster.
+        log_group = self._flow_log_group(props)
         self._mark_deliberate_az_choice(vpc)
         vpc.add_flow_log(
             "FlowLog",

@@ -34,7 +34,11 @@ from constructs import Construct
 
 from kiln.bootstrap.fetch import FETCH_SCRIPT, RESOLVE_SCRIPT, file_sha256, node_manifest
 from kiln.catalog import instance_type as catalog_instance_type
-from kiln.catalog.limits import SERVICE_NODE_ROOT_VOLUME_GIB
+from kiln.catalog.limits import (
+    PARALLELCLUSTER_MAX_CONFIG_TAGS,
+    PARALLELCLUSTER_PROVIDER_TAGS,
+    SERVICE_NODE_ROOT_VOLUME_GIB,
+)
 from kiln.catalog.platforms import service_fact
 from kiln.constructs import acknowledgements
 from kiln.constructs._checks import require, require_in, require_node_group, unresolved
@@ -207,6 +211,12 @@ class ParallelClusterProps:
         (its cluster configuration's Iam/PermissionsBoundary); with one, the provider runs as a role of the stack's
         own from ParallelCluster's policies template given this boundary (its CustomLambdaRole), and makes no role of
         its own. Default none.
+    tags: the cluster configuration's Tags (the spec's and kiln:cluster, say), which ParallelCluster puts on the
+        instances and volumes of the head node, the login pools and the queues (their launch templates'
+        TagSpecifications) and, as its own stack's tags, on what that stack makes; not on the network interfaces a
+        queue's or login pool's launch makes. The provider adds the custom resource's stack's tags, a key given here
+        winning. A change is an update (Tags: SUPPORTED_UNLESS_ADC, outside the us-iso regions); nodes launched after
+        it carry the new tags. Default none.
     """
 
     cluster_name: str
@@ -233,6 +243,7 @@ class ParallelClusterProps:
     delete_with_stack: bool = True
     bootstrap_bucket: s3.IBucket | None = None
     permissions_boundary: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         require(
@@ -243,6 +254,8 @@ class ParallelClusterProps:
             "a letter, then up to 59 letters, digits or '-'",
         )
         require(self, bool(self.queues), "queues", list(self.queues), "at least one queue")
+        most_tags = PARALLELCLUSTER_MAX_CONFIG_TAGS - PARALLELCLUSTER_PROVIDER_TAGS
+        require(self, len(self.tags) <= most_tags, "tags", len(self.tags), f"at most {most_tags}")
         names = [q.name for q in self.queues]
         require(self, len(set(names)) == len(names), "queue names", names, "unique names")
         require_in(self, "os", self.os, OPERATING_SYSTEMS)
@@ -559,6 +572,8 @@ class ParallelCluster(Construct):
             # Iam/PermissionsBoundary (https://docs.aws.amazon.com/parallelcluster/latest/ug/Iam-v3.html; 3.16.1's
             # ClusterIamSchema.permissions_boundary, an ARN matching ^arn:.*:policy/, update policy SUPPORTED).
             config["Iam"] = {"PermissionsBoundary": props.permissions_boundary}
+        if props.tags:
+            config["Tags"] = [{"Key": key, "Value": value} for key, value in sorted(props.tags.items())]
         if props.bootstrap_timeouts:
             config["DevSettings"] = {"Timeouts": dict(props.bootstrap_timeouts)}
         if props.file_system is not None:
@@ -615,6 +630,10 @@ _LOGIN_STOP = (
     "count back"
 )
 _UNKNOWN = "kiln knows no update policy for this setting: keep it, or delete the cluster and deploy anew"
+# SUPPORTED_UNLESS_ADC (the cluster's Tags) refuses in the ADC regions, those whose name begins so (3.16.1's
+# pcluster.config.update_policy._is_adc_region): ParallelCluster blocks tag updates there until CloudFormation's
+# behaviour in them is fixed.
+ADC_REGION_PREFIX = "us-iso"
 # Clusters made by kiln releases before issue 44 ran an OnNodeConfigured Script from CDK's file-asset bucket,
 # cdk-<qualifier>-assets-<account>-<region> (DefaultStackSynthesizer's DEFAULT_FILE_ASSETS_BUCKET_NAME,
 # https://docs.aws.amazon.com/cdk/api/v2/python/aws_cdk/DefaultStackSynthesizer.html), which whoever may publish
@@ -846,6 +865,9 @@ def _refusal(
     strategy_applies = in_queues and strategy != "COMPUTE_FLEET_STOP"
     if policy in ("SUPPORTED", "IGNORED"):
         return None
+    if policy == "SUPPORTED_UNLESS_ADC":
+        region = after.get("Region")
+        return _NEW_CLUSTER if isinstance(region, str) and region.startswith(ADC_REGION_PREFIX) else None
     if policy == "QUEUE_UPDATE_STRATEGY":
         return None if strategy_applies else _FLEET_STOP
     if policy == "MANAGED_PLACEMENT_GROUP":

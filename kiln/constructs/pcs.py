@@ -147,6 +147,8 @@ class PcsClusterProps:
     scale_down_idle_seconds: idle time before dynamic nodes are stopped; default 600.
     slurm_custom_settings: further slurm.conf parameters PCS accepts at cluster level; default none.
     security_groups: further groups for the nodes' primary interface (file systems, ...); default none.
+    node_tags: the tags of every node's instance, volumes and network interfaces, compute and login alike (the
+        spec's and kiln:cluster): their launch templates' TagSpecifications; default none.
     """
 
     vpc: ec2.IVpc
@@ -163,6 +165,7 @@ class PcsClusterProps:
     scale_down_idle_seconds: int = 600
     slurm_custom_settings: Mapping[str, str] = field(default_factory=dict)
     security_groups: Sequence[ec2.ISecurityGroup] = ()
+    node_tags: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         require_in(self, "size", self.size, CLUSTER_SIZES)
@@ -311,6 +314,7 @@ class PcsCluster(Construct):
                 capacity=group.capacity,
                 placement_group=group.placement_group,
                 user_data_parts=[user_data],
+                tags=props.node_tags,
             ),
         )
         return pcs.CfnComputeNodeGroup(

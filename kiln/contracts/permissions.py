@@ -4,17 +4,21 @@ from __future__ import annotations
 
 # Read-only calls that IAM cannot scope to a resource, so a role grants them on "*".
 UNSCOPED_READS = (
+    "ec2:DescribeAddresses",
     "ec2:DescribeAvailabilityZones",
     "ec2:DescribeCapacityReservations",
     "ec2:DescribeImages",
     "ec2:DescribeInstanceTypeOfferings",
     "ec2:DescribeInstanceTypes",
     "ec2:DescribeInstances",
+    "ec2:DescribeInternetGateways",
+    "ec2:DescribeNatGateways",
     "ec2:DescribeNetworkInterfaces",
     "ec2:DescribeRouteTables",
     "ec2:DescribeSecurityGroups",
     "ec2:DescribeSubnets",
     "ec2:DescribeVpcEndpoints",
+    "ec2:DescribeVpcs",
     "fsx:DescribeFileSystems",
     "servicequotas:GetAWSDefaultServiceQuota",
     "servicequotas:GetServiceQuota",

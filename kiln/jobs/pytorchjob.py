@@ -17,6 +17,8 @@ What a job carries:
   pod that restarts, or the job resubmitted under its name, resumes from its last checkpoint;
 - Kueue's queue label: Kueue admits the job only when all of its pods fit, and evicts it when they do not all start
   in time (gang scheduling, kiln.constructs.eks_queue);
+- kiln's training label on every pod (TRAINING_POD_LABEL): the cluster's disruption budget refuses to evict a running
+  training pod, so a node group update waits for the job instead of killing it (kiln.constructs.eks_disruption);
 - `kiln-launch` as the entry point. The image brings Python and torch; the launcher and the script travel in a
   ConfigMap beside the job (kiln's node wheel, unpacked at start), so any PyTorch image runs it. On a GPU type with
   EFA the image must also bring libfabric and aws-ofi-nccl: the launcher's first step reads them in the pod and
@@ -42,6 +44,7 @@ from kiln.catalog.kubernetes import (
     NEURON_SCHEDULER_NAME,
     NODE_GROUP_LABEL,
     QUEUE_NAME_LABEL,
+    TRAINING_POD_LABEL,
     node_resources,
 )
 from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE
@@ -132,7 +135,8 @@ def job_manifests(request: JobRequest, cluster: ClusterFacts, wheel: bytes) -> l
     request = _with_image(request, cluster, group, facts)
     files = _config_map(request, wheel)
     labels = {"app.kubernetes.io/name": request.name, "app.kubernetes.io/managed-by": "kiln"}
-    pod = _pod_template(request, cluster, group, files["metadata"]["name"], labels)
+    # The pods also carry the training label: the cluster's disruption budget refuses to evict them while they run.
+    pod = _pod_template(request, cluster, group, files["metadata"]["name"], {**labels, **TRAINING_POD_LABEL})
     replicas = {"Master": _replica(1, pod)}
     if request.nodes > 1:
         replicas["Worker"] = _replica(request.nodes - 1, pod)

@@ -77,6 +77,11 @@ class Plan:
     bucket_existing: bool = False
     # A short-lived environment's plan (`kiln ci up`): name is that environment's, its resources carry its tag.
     environment: str | None = None
+    # vpc_id and subnet_id are the VPC and compute subnet an earlier deploy kept (network.kept): kiln builds their
+    # egress again, and must prove them this cluster's.
+    kept: bool = False
+    # The CIDR of the VPC kiln creates, or of the kept one (network.vpc_cidr).
+    vpc_cidr: str = "10.0.0.0/16"
 
     @property
     def kubernetes(self) -> bool:
@@ -224,4 +229,6 @@ def plan_for(
         node_endpoints=_node_endpoints(spec),
         interface_endpoints=spec.network.interface_endpoints,
         environment=environment,
+        kept=spec.network.kept,
+        vpc_cidr=spec.network.vpc_cidr,
     )

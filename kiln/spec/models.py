@@ -9,7 +9,13 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from kiln.catalog.capacity import CapacityType
 from kiln.catalog.kubernetes import default_kubernetes_version, kubernetes_versions
-from kiln.catalog.limits import ROOT_VOLUME_MAX_GIB, ROOT_VOLUME_MIN_GIB, SERVICE_NODE_ROOT_VOLUME_GIB, TTL_RULE
+from kiln.catalog.limits import (
+    MAX_SPEC_TAGS,
+    ROOT_VOLUME_MAX_GIB,
+    ROOT_VOLUME_MIN_GIB,
+    SERVICE_NODE_ROOT_VOLUME_GIB,
+    TTL_RULE,
+)
 from kiln.catalog.names import (
     AVAILABILITY_ZONE,
     CLUSTER_NAME,
@@ -112,14 +118,23 @@ class Network(SpecModel):
         None,
         pattern=AZ_PATTERN,
         description="A new VPC's second AZ (EKS's control plane needs subnets in two), another of region's than "
-        "availability_zone; unset: the first other AZ the account lists, looked up at deploy (needed on EKS when "
-        "synthesizing without an account). Not with vpc_id.",
+        "availability_zone; unset: on EKS and HyperPod with EKS the first other AZ the account lists, by CDK's "
+        "lookup as cdk.context.json records it (kiln validate, diff and report read it there, and ask for this "
+        "field where none is recorded); on Slurm backends one AZ. Not with vpc_id.",
     )
     interface_endpoints: bool = Field(
         False,
         description="Interface VPC endpoints in the compute subnet for the AWS services the nodes call (SSM, ECR, "
         "EKS auth, CloudWatch Logs, PCS, ...: the backend's list), HTTPS from the VPC only, so their traffic skips "
         "the NAT gateway; each costs an hourly fee. Not with vpc_id: preflight checks an existing VPC's.",
+    )
+    kept: bool = Field(
+        False,
+        description="vpc_id and private_subnet_id are the VPC and compute subnet an earlier deploy of this cluster "
+        "kept on `cdk destroy` (a PERSISTENT_2 file system's): kiln deploys into them and builds again what the "
+        "destroy removed (public subnet, internet gateway, NAT gateway, routes, S3 endpoint, flow log), so a "
+        "redeploy takes no new VPC. `kiln leftovers` prints these lines; `kiln preflight` proves the VPC is this "
+        "cluster's by the tags CloudFormation set on it. Slurm backends only; vpc_cidr: the kept VPC's.",
     )
 
 
@@ -570,9 +585,9 @@ class ClusterSpec(SpecModel):
     )
     tags: dict[str, str] = Field(
         default_factory=dict,
-        description="Tags for every resource: at most 45, keys 1-128 and values 0-256 of letters, digits, spaces "
-        "and _ . : / = + - @; no key that starts (in any case, after spaces) with aws:, parallelcluster:, eks:, "
-        "sagemaker:, k8s.io/cluster-autoscaler/ or kiln:.",
+        description=f"Tags for every resource: at most {MAX_SPEC_TAGS}, keys 1-128 and values 0-256 of letters, "
+        "digits, spaces and _ . : / = + - @; no key that starts (in any case, after spaces) with aws:, "
+        "parallelcluster:, eks:, sagemaker:, k8s.io/cluster-autoscaler/ or kiln:.",
     )
 
     @property

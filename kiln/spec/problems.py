@@ -78,6 +78,9 @@ class Problem:
     # Where the problem is in the file when it is known exactly (YAML syntax errors), 1-based.
     line: int | None = None
     column: int | None = None
+    # True for what only a new cluster must meet (a version past its end of support): a spec that describes a cluster
+    # already deployed (`--before OLD.yaml`) is read despite it.
+    new_cluster_only: bool = False
 
     def render(self, source: str, lines: Mapping[Path, int] | None = None) -> str:
         """Return the one-line form: FILE[:LINE]: FIELD: MESSAGE, or FILE:LINE:COL: MESSAGE where exact."""

@@ -29,6 +29,7 @@ from kiln.catalog.limits import (
     MAX_SPEC_TAGS,
     MAX_TAGS_PER_RESOURCE,
     PARALLELCLUSTER_COMPUTE_RESOURCE_SUFFIX,
+    PARALLELCLUSTER_MAX_CONFIG_TAGS,
     PARALLELCLUSTER_MAX_QUEUES,
     PARALLELCLUSTER_NAME_MAX,
     PARALLELCLUSTER_QUEUE_NAME_MAX,
@@ -199,7 +200,11 @@ def network(spec: ClusterSpec) -> Iterator[Problem]:
                 "is required with an existing vpc_id (the AZ of private_subnet_id)",
                 ("network", "vpc_id"),
             )
-        if "vpc_cidr" in net.model_fields_set:
+        if net.kept:
+            # kiln made the kept VPC from vpc_cidr by a new VPC's rules, and carves the public subnet it builds
+            # again from it.
+            yield from _vpc_cidr(spec, existing=False)
+        elif "vpc_cidr" in net.model_fields_set:
             yield from _vpc_cidr(spec, existing=True)
         elif spec.platform is PARALLELCLUSTER:
             yield _p(
@@ -212,6 +217,13 @@ def network(spec: ClusterSpec) -> Iterator[Problem]:
         return
     if net.private_subnet_id:
         yield _p(("network", "private_subnet_id"), "needs vpc_id (the subnet's VPC)", ("network", "vpc_id"))
+    if net.kept:
+        yield _p(
+            ("network", "kept"),
+            "needs vpc_id and private_subnet_id: the VPC and compute subnet an earlier deploy of this cluster kept "
+            "(`kiln leftovers --spec` prints the lines)",
+            ("network", "vpc_id"),
+        )
     yield from _vpc_cidr(spec, existing=False)
 
 
@@ -847,10 +859,11 @@ def slurm(spec: ClusterSpec) -> Iterator[Problem]:
     if pinned not in versions:
         yield _p(path, f"got {shown(pinned)}; allowed: {', '.join(versions)} (Slurm versions PCS runs, {fact.source})")
     elif versions[pinned] is not None and datetime.date.fromisoformat(versions[pinned]) < today():
-        yield _p(
-            path,
-            f"got {shown(pinned)}, which PCS stopped supporting on {versions[pinned]}: no new cluster may run it "
-            f"({fact.source}); use {newest_pcs_slurm()}",
+        yield Problem(
+            path=path,
+            message=f"got {shown(pinned)}, which PCS stopped supporting on {versions[pinned]}: no new cluster may run "
+            f"it ({fact.source}); use {newest_pcs_slurm()}",
+            new_cluster_only=True,
         )
 
 
@@ -1121,9 +1134,10 @@ def tags(spec: ClusterSpec) -> Iterator[Problem]:
     if len(spec.tags) > MAX_SPEC_TAGS:
         yield _p(
             ("tags",),
-            f"at most {MAX_SPEC_TAGS} tags (got {len(spec.tags)}): AWS allows {MAX_TAGS_PER_RESOURCE} per resource "
-            f"and kiln's stacks add up to {KILN_ADDED_TAGS_MAX} of their own (kiln:cluster, and Name, aws-cdk:* and "
-            "kubernetes.io/* on subnets)",
+            f"at most {MAX_SPEC_TAGS} tags (got {len(spec.tags)}): every node carries them, EC2 allows "
+            f"{MAX_TAGS_PER_RESOURCE} per resource and a ParallelCluster node up to {KILN_ADDED_TAGS_MAX} of "
+            f"ParallelCluster's and kiln's own beside them, and ParallelCluster takes at most "
+            f"{PARALLELCLUSTER_MAX_CONFIG_TAGS} in its configuration, kiln's and its provider's included",
         )
     for key, value in spec.tags.items():
         if why := _tag_problem(key, value):

@@ -11,10 +11,9 @@ from cdk_nag import AwsSolutionsChecks
 from kiln.contracts.environment import REAPER_PART, stack_name
 from kiln.contracts.errors import InputError
 from kiln.contracts.image import IMAGE_PART, image_stack_name
-from kiln.contracts.tags import TAG_CLUSTER
 from kiln.spec import ClusterSpec
 from kiln.spec.rules import NO_BAKE_IN_CI
-from kiln.stacks.ci_mode import CiEnvironment, environment_spec
+from kiln.stacks.ci_mode import CiEnvironment, environment_spec, own_tags
 from kiln.stacks.compute import ComputeStack, has_compute
 from kiln.stacks.feature_flags import FEATURE_FLAGS
 from kiln.stacks.image import ImageStack, bakes_image
@@ -74,20 +73,27 @@ class ClusterStacks:
         return [s for s in stacks if s is not None]
 
 
-def environment(spec: ClusterSpec) -> cdk.Environment | None:
-    """Return the stacks' environment: pinned to the spec's region, or env-agnostic without one."""
+def environment(spec: ClusterSpec, account: str | None = None) -> cdk.Environment | None:
+    """Return the stacks' environment: pinned to the spec's region, or env-agnostic without one; in ACCOUNT, else in
+    the one the CDK CLI names (CDK_DEFAULT_ACCOUNT: its credentials'), else account-agnostic."""
     if spec.region is None:
         return None
-    return cdk.Environment(account=os.environ.get("CDK_DEFAULT_ACCOUNT"), region=spec.region)
+    return cdk.Environment(account=account or os.environ.get("CDK_DEFAULT_ACCOUNT"), region=spec.region)
 
 
 def build_cluster(
-    app: cdk.App, spec: ClusterSpec, *, nag: bool = True, ci: CiEnvironment | None = None
+    app: cdk.App,
+    spec: ClusterSpec,
+    *,
+    nag: bool = True,
+    ci: CiEnvironment | None = None,
+    account: str | None = None,
 ) -> ClusterStacks:
-    """Add the stacks for SPEC to APP and return them; CI: build it as that short-lived environment."""
+    """Add the stacks for SPEC to APP and return them; CI: build it as that short-lived environment; ACCOUNT: the
+    account the stacks deploy to, as the CDK CLI gives it (default: CDK_DEFAULT_ACCOUNT's, if set)."""
     if ci is not None:
         spec = environment_spec(spec, ci)
-    env = environment(spec)
+    env = environment(spec, account)
     reaper = None
     if ci is not None and ci.ttl_hours is not None:
         reaper = ReaperStack(app, stack_name(spec.name, REAPER_PART), ci=ci, env=env)
@@ -128,7 +134,7 @@ def build_cluster(
         add_template_aspects(stack)
         if boundary is not None:
             apply_boundary(stack, boundary)
-        tags = ci.tags(part) if ci is not None else {TAG_CLUSTER: spec.name}
+        tags = own_tags(spec, ci, part)
         if ci is not None:
             tag_plain_roles(stack, tags)
         for key, value in tags.items():

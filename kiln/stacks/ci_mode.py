@@ -56,6 +56,12 @@ class CiEnvironment:
         return environment_bucket_name(self.name, purpose, cdk.Aws.ACCOUNT_ID)
 
 
+def own_tags(spec: ClusterSpec, ci: CiEnvironment | None, part: str) -> dict[str, str]:
+    """Return kiln's own tags on the PART stack of SPEC and on each of its resources: a short-lived environment CI's,
+    else kiln:cluster."""
+    return ci.tags(part) if ci is not None else {TAG_CLUSTER: spec.name}
+
+
 def retains_data(spec: ClusterSpec) -> bool:
     """Return whether a short-lived environment of SPEC keeps its data: only when the spec sets retain itself."""
     bucket = spec.storage.bucket

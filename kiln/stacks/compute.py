@@ -32,7 +32,7 @@ from kiln.contracts.ssm_documents import session_document
 from kiln.spec import ClusterSpec
 from kiln.stacks.bootstrap_config import config_from_spec, eks_node_provision_seconds, parallelcluster_timeouts
 from kiln.stacks.ci_mode import CiEnvironment
-from kiln.stacks.compute_context import ComputeContext
+from kiln.stacks.compute_context import ComputeContext, cluster_placement_groups
 from kiln.stacks.eks import eks_observability_props, eks_props
 from kiln.stacks.hyperpod import hyperpod_props
 from kiln.stacks.image import ImageStack
@@ -76,6 +76,7 @@ class ComputeStack(cdk.Stack):
             ci=ci,
             image_id=self._node_image(spec, image),
             agent_workspace=storage.prometheus if config.prometheus_agent else None,
+            placement_groups=cluster_placement_groups(self, spec),
         )
         self.spec = spec
         self.ci = ci
@@ -131,10 +132,23 @@ class ComputeStack(cdk.Stack):
                 self.hyperpod.cluster.node.add_dependency(self.eks.cni_identity, self.eks.pod_identity_agent)
                 if self.eks.hyperpod_dependencies_ready is not None:
                     self.hyperpod.cluster.node.add_dependency(self.eks.hyperpod_dependencies_ready)
+        self._place_node_groups(context)
         self._grant_agent(context)
         self._grant_session_logs()
         self._observability(storage)
         self._outputs()
+
+    def _place_node_groups(self, context: ComputeContext) -> None:
+        """Each node group names its placement group in DependsOn. Its launch template refers to the group, but when a
+        change replaces the node group (kept launch template) and drops the placement group, only a direct dependency
+        makes CloudFormation delete the old node group, and so its instances, first: "resource A is deleted before
+        resource B" (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-attribute-dependson.html),
+        and EC2 deletes no placement group that holds an instance
+        (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/delete-placement-group.html)."""
+        backend = self.pcs or self.eks
+        node_groups = backend.node_groups if backend is not None else {}
+        for name, placement in context.placement_groups.items():
+            node_groups[name].node.add_dependency(placement)
 
     def _agent_policies(self, context: ComputeContext) -> list[iam.IManagedPolicy]:
         """ParallelCluster's head node runs the agent: a managed policy letting it write to the workspace."""

@@ -19,7 +19,6 @@ from kiln.constructs import (
     SystemNodeGroup,
 )
 from kiln.constructs.eks_observability import GPU_NODE_SELECTOR
-from kiln.contracts.tags import TAG_ENVIRONMENT
 from kiln.stacks.compute_context import MOUNT_POINT, ComputeContext
 
 
@@ -83,8 +82,9 @@ def eks_props(
         cluster_autoscaler=own_nodes,
         gang_scheduling=own_nodes,
         **({"node_provision_seconds": node_provision_seconds} if node_provision_seconds else {}),
-        # A short-lived environment's tag on the system nodes: `kiln ci run` may open sessions on those only.
-        system_instance_tags={TAG_ENVIRONMENT: context.ci.name} if context.ci is not None else {},
+        # On every node's instance, volumes and interfaces; a short-lived environment's tag among them, by which
+        # `kiln ci run` may open sessions on its system nodes only.
+        node_tags=context.node_tags,
         # The Neuron release the nodes' device plugin and scheduler extension images follow (None without Neuron).
         neuron_release=resolve_neuron_release(spec.software.neuron, [g.instance_type for g in groups]),
     )

@@ -8,8 +8,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 
 from kiln.constructs import NodeBootstrap, ParallelClusterProps, SlurmQueue
-from kiln.stacks.compute_context import MOUNT_POINT, ComputeContext, capacity_option
-from kiln.stacks.network import wants_placement_group
+from kiln.stacks.compute_context import MOUNT_POINT, ComputeContext, capacity_option, wants_placement_group
 from kiln.stacks.permissions_boundary import boundary_name, boundary_policy_arn
 
 
@@ -62,4 +61,6 @@ def parallelcluster_props(
         bootstrap_timeouts=bootstrap_timeouts,
         bootstrap_bucket=bootstrap_bucket,
         permissions_boundary=boundary_policy_arn(boundary) if (boundary := boundary_name(spec, context.ci)) else None,
+        # Its custom resource is no taggable resource: ParallelCluster tags what it launches from the config's Tags.
+        tags=context.node_tags,
     )

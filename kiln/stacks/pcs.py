@@ -66,4 +66,5 @@ def pcs_cluster_props(context: ComputeContext, *, bootstrap: NodeBootstrap, ami_
         slurm_version=spec.slurm_version,
         size=pcs_size(spec),
         security_groups=context.client_groups(),
+        node_tags=context.node_tags,
     )

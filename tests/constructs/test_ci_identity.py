@@ -132,16 +132,20 @@ def _expected_grants() -> set[tuple[str, str, str | None]]:
     rows |= {
         (action, "*", None)
         for action in (
+            "ec2:DescribeAddresses",
             "ec2:DescribeAvailabilityZones",
             "ec2:DescribeCapacityReservations",
             "ec2:DescribeImages",
             "ec2:DescribeInstanceTypeOfferings",
             "ec2:DescribeInstanceTypes",
+            "ec2:DescribeInternetGateways",
+            "ec2:DescribeNatGateways",
             "ec2:DescribeNetworkInterfaces",
             "ec2:DescribeRouteTables",
             "ec2:DescribeSecurityGroups",
             "ec2:DescribeSubnets",
             "ec2:DescribeVpcEndpoints",
+            "ec2:DescribeVpcs",
             "fsx:DescribeFileSystems",
             # ... and its leftovers check (advisory): the tagging API, AMP's listing, and what they found.
             "aps:ListWorkspaces",
@@ -455,8 +459,8 @@ def test_an_existing_provider_is_trusted_and_none_is_created() -> None:
     assert f"arn:aws:iam::{ACCOUNT}:role/cdk-abc-deploy-role-{ACCOUNT}-*" in assumed
 
 
-def test_six_clusters_of_the_longest_name_keep_one_inline_policy() -> None:
-    names = tuple(f"cluster-{i}-abcdefgh" for i in range(6))
+def test_five_clusters_of_the_longest_name_keep_one_inline_policy() -> None:
+    names = tuple(f"cluster-{i}-abcdefgh" for i in range(5))
     assert all(len(name) == 18 for name in names)
     props = GithubDeployIdentityProps(
         repository="o/r", cluster_names=names, branch_trust=True, branches=("main",), pull_requests=True
@@ -477,11 +481,11 @@ def test_six_clusters_of_the_longest_name_keep_one_inline_policy() -> None:
         ({"repository": "octo/*"}, r"repository: got 'octo/\*'"),
         ({"repository": "-octo/kiln"}, r"repository: got '-octo/kiln'"),
         ({"repository": "octo/.."}, r"repository: got 'octo/\.\.'"),
-        ({"cluster_names": ()}, r"cluster_names: got \[\]; allowed: 1 to 6"),
+        ({"cluster_names": ()}, r"cluster_names: got \[\]; allowed: 1 to 5"),
         ({"cluster_names": "ci"}, r"cluster_names: got 'ci'; allowed: a list of strings"),
         ({"cluster_names": ("Bad_Name",)}, r"cluster_names: got 'Bad_Name'; allowed: a lowercase letter"),
         ({"cluster_names": ("a" * 19,)}, r"allowed: at most 18 characters"),
-        ({"cluster_names": tuple(f"c{i}" for i in range(7))}, r"allowed: 1 to 6 cluster names"),
+        ({"cluster_names": tuple(f"c{i}" for i in range(6))}, r"allowed: 1 to 5 cluster names"),
         ({"branches": ("refs/heads/main",)}, r"branches: got 'refs/heads/main'; allowed: a branch name"),
         ({"branches": ("main:evil",)}, r"branches: got 'main:evil'"),
         ({"branches": ("a..b",)}, r"branches: got 'a\.\.b'"),

@@ -199,12 +199,13 @@ def test_groups_without_an_accelerator_kind_get_zero_quota_of_the_others() -> No
 def test_system_nodes_carry_the_tags_kiln_ci_run_finds_them_by(eks) -> None:
     cluster = eks["cluster"]
     data = _props(eks["template"], cluster.node.find_child("SystemLaunchTemplate"))["LaunchTemplateData"]
-    [spec] = data["TagSpecifications"]
-    assert spec["ResourceType"] == "instance"
-    assert {t["Key"]: t["Value"] for t in spec["Tags"]} == {
-        TAG_EKS_CLUSTER: ref(cluster.cluster.node.default_child),
-        TAG_NODE_GROUP: EKS_SYSTEM_NODE_GROUP,
-    }
+    specs = data["TagSpecifications"]
+    assert [spec["ResourceType"] for spec in specs] == ["instance", "volume", "network-interface"]
+    for spec in specs:
+        assert {t["Key"]: t["Value"] for t in spec["Tags"]} == {
+            TAG_EKS_CLUSTER: ref(cluster.cluster.node.default_child),
+            TAG_NODE_GROUP: EKS_SYSTEM_NODE_GROUP,
+        }
 
 
 def test_scaling_and_queues_need_system_nodes_and_a_sane_provision_time(eks) -> None:

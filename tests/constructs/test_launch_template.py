@@ -199,3 +199,11 @@ def test_a_root_device_no_image_boots_from_is_refused(templates, device: str) ->
         EfaLaunchTemplateProps(
             instance_type="p5.48xlarge", efa_security_group=templates["efa"], root_device_name=device
         )
+
+
+def test_more_tags_than_ec2_puts_on_a_resource_are_refused(templates) -> None:
+    tags = {f"k{i}": "v" for i in range(51)}
+    with pytest.raises(ValueError, match="tags: got 51; allowed: at most 50"):
+        EfaLaunchTemplateProps(
+            instance_type="p5.48xlarge", efa_security_group=templates["efa"], root_device_name="/dev/xvda", tags=tags
+        )

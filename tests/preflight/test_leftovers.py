@@ -2,7 +2,8 @@
 
 moto answers the tagging API (S3, FSx, EC2, KMS, CloudWatch Logs), AMP's listing, FSx, EC2, KMS, S3 and
 CloudFormation. Its file systems lack the VPC, interfaces and mount name FSx reports; where a test needs those, FSx
-answers through a Stubber.
+answers through a Stubber. moto has no data repository associations: `_linked` adds a kiln-tagged link to the
+tagging API's answer.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import boto3
 import pytest
 import yaml
+from botocore.stub import ANY
 
 from kiln.cli import main
 from kiln.contracts.tags import TAG_CLUSTER, TAG_ENVIRONMENT
@@ -117,6 +119,24 @@ def _keep(aws, tags: dict[str, str] = OURS, name: str = "pf") -> Kept:
     )
 
 
+LINK = "dra-0123456789abcdef0"
+
+
+def _linked(aws, file_system: str):
+    """Return AWS whose tagging API also answers the kiln-tagged link of FILE_SYSTEM to S3, as kiln makes every file
+    system with one (its ARN: association/<file system id>/<link id>)."""
+    found = aws.tagging.get_resources(
+        TagFilters=[{"Key": TAG_CLUSTER, "Values": ["pf"]}], ResourceTypeFilters=list(leftovers.RESOURCE_TYPES)
+    )["ResourceTagMappingList"]
+    link = {"ResourceARN": f"arn:aws:fsx:{REGION}:{aws.account}:association/{file_system}/{LINK}", "Tags": _tags(OURS)}
+    tagged, stubber = stubbed(aws, "tagging")
+    stubber.add_response(
+        "get_resources", {"ResourceTagMappingList": [*found, link]}, {"TagFilters": ANY, "ResourceTypeFilters": ANY}
+    )
+    stubber.activate()
+    return tagged
+
+
 @pytest.fixture
 def clients(aws):
     """Preflight's clients on the moto account."""
@@ -125,7 +145,8 @@ def clients(aws):
 
 def test_everything_a_destroy_kept_is_listed_in_delete_order_with_what_a_deploy_does(clients) -> None:
     kept = _keep(clients)
-    found = leftovers.find_leftovers(make_plan(storage={"lustre": {"deployment": "PERSISTENT_2"}}), clients)
+    linked = _linked(clients, kept.file_system)
+    found = leftovers.find_leftovers(make_plan(storage={"lustre": {"deployment": "PERSISTENT_2"}}), linked)
     assert [item.subject for item in found] == [
         f"Prometheus workspace {kept.workspace}",
         "log group pf-network-VpcFlowLogs-abc",
@@ -149,9 +170,11 @@ def test_everything_a_destroy_kept_is_listed_in_delete_order_with_what_a_deploy_
         f"storage.lustre: {{file_system_id: {kept.file_system}, mount_name: <its mount name>, security_group_id: "
         f"{kept.clients}}} and network: {{vpc_id: <its VPC>, private_subnet_id: {kept.subnet}}}"
     )
+    # Linked to S3: FSx takes no final backup of it (platforms.json, fsx_lustre.backups).
     assert fs.delete == (
-        f"aws fsx delete-file-system --file-system-id {kept.file_system} --lustre-configuration SkipFinalBackup=false "
-        f"--region {REGION}  # keeps a final backup; SkipFinalBackup=true keeps none",
+        f"aws fsx delete-file-system --file-system-id {kept.file_system} --region {REGION}  # linked to S3 ({LINK}): "
+        "FSx keeps no backup of it, so first let its last changes reach S3 (AgeOfOldestQueuedMessage at 0, or an "
+        "export data repository task)",
     )
     assert by_subject[f"security group {kept.clients}"].about.startswith(
         f"the Lustre clients' group of {kept.file_system}"
@@ -292,3 +315,25 @@ def test_kiln_leftovers_prints_the_list_and_the_commands_and_deletes_nothing(
     assert main(["leftovers", "--spec", str(spec), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     assert [item["subject"] for item in listed["leftovers"]][0] == f"Prometheus workspace {kept.workspace}"
+
+
+def test_a_final_backup_is_asked_for_only_where_fsx_takes_one(clients) -> None:
+    # Not linked to S3 and persistent: FSx keeps a final backup when asked (platforms.json, fsx_lustre.final_backup).
+    kept = _keep(clients)
+    scratch = clients.fsx.create_file_system(
+        FileSystemType="LUSTRE",
+        StorageCapacity=1200,
+        SubnetIds=[kept.subnet],
+        SecurityGroupIds=[kept.servers],
+        LustreConfiguration={"DeploymentType": "SCRATCH_2"},
+        Tags=_tags(OURS),
+    )["FileSystem"]["FileSystemId"]
+    found = {item.ident: item.delete for item in leftovers.find_leftovers(make_plan(), clients)}
+    assert found[kept.file_system] == (
+        f"aws fsx delete-file-system --file-system-id {kept.file_system} --lustre-configuration SkipFinalBackup=false "
+        f"--region {REGION}  # keeps a final backup; SkipFinalBackup=true keeps none",
+    )
+    assert found[scratch] == (
+        f"aws fsx delete-file-system --file-system-id {scratch} --region {REGION}  # a scratch file system: FSx keeps "
+        "no backup of it",
+    )

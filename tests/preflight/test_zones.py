@@ -31,11 +31,23 @@ def _answering(aws, *listed: dict):
 
 
 def test_the_second_az_is_the_first_other_the_account_lists_as_cdks_lookup_takes_it(aws) -> None:
-    (finding,) = zones.check(make_plan(), aws)
+    (finding,) = zones.check(make_plan(compute=EKS), aws)
     assert finding.line() == (
         "OK        zones: availability zones: us-east-1a (use1-az6), us-east-1b (use1-az1): the second is the first "
-        "other AZ the account lists, which CDK's lookup gives the VPC; nothing needs a second AZ"
+        "other AZ the account lists, which CDK's lookup gives the VPC; EKS takes both for its control plane"
     )
+
+
+def test_a_slurm_backends_vpc_keeps_one_az_whatever_the_account_lists(aws) -> None:
+    # As the network stack builds it (kiln.stacks.zones.wants_zone_lookup): no lookup where nothing needs a second.
+    (finding,) = zones.check(make_plan(), aws)
+    assert finding.line() == (
+        "OK        zones: availability zones: us-east-1a (use1-az6): the VPC lies in this AZ alone (nothing needs a "
+        "second AZ)"
+    )
+    # A second AZ the spec names is the VPC's, and is checked.
+    (finding,) = zones.check(make_plan(network={"second_availability_zone": "us-east-1c"}), aws)
+    assert finding.message.startswith("us-east-1a (use1-az6), us-east-1c (use1-az2): the second as network.")
 
 
 def test_eks_takes_both_azs_of_an_ordinary_pair(aws) -> None:
@@ -112,7 +124,7 @@ def test_one_az_in_the_account_fails_eks_and_suits_the_rest(aws) -> None:
     with stubber:
         (finding,) = zones.check(make_plan(), clients)
     assert finding.status == "ok"
-    assert finding.message == "us-east-1a (use1-az1): the VPC lies in this AZ alone (the account lists no other)"
+    assert finding.message == "us-east-1a (use1-az1): the VPC lies in this AZ alone (nothing needs a second AZ)"
 
 
 def test_without_availability_zone_eks_takes_the_regions_first_two(aws) -> None:

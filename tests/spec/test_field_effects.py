@@ -185,6 +185,8 @@ TABLE: dict[str, dict[str, Verdict]] = {
     ),
     "network.second_availability_zone": split(Effect("us-east-1b"), Effect("us-east-1c")),
     "network.interface_endpoints": each(Effect(True)),
+    # Slurm: the kept VPC gets its egress built again; EKS takes no vpc_id, so kept has none to adopt.
+    "network.kept": split(Effect(True, context=EXISTING_VPC), Refused(True)),
     "storage.bucket.name": each(Effect("fx-data-bucket")),
     "storage.bucket.retain": each(Effect(False)),
     "storage.bucket.existing": each(Effect(True, context={"storage.bucket.name": "fx-data-bucket"})),

@@ -433,14 +433,17 @@ def test_the_eks_system_nodes_carry_the_environment_kiln_ci_run_may_open_session
     compute = eks.stack(f"{EKS_ENV}-compute").eks
     template = eks.raw(f"{EKS_ENV}-compute")
     data = template["Resources"][_lid(compute.node.find_child("SystemLaunchTemplate"))]["Properties"]
-    [spec] = data["LaunchTemplateData"]["TagSpecifications"]
-    tags = {tag["Key"]: tag["Value"] for tag in spec["Tags"]}
-    assert spec["ResourceType"] == "instance"
-    assert tags == {
+    specs = data["LaunchTemplateData"]["TagSpecifications"]
+    assert [spec["ResourceType"] for spec in specs] == ["instance", "volume", "network-interface"]
+    tags = {tag["Key"]: tag["Value"] for tag in specs[0]["Tags"]}
+    assert all(spec["Tags"] == specs[0]["Tags"] for spec in specs)
+    # The environment's own tags with the spec's, and the two `kiln ci run` finds a system node by.
+    expected = {
         TAG_ENVIRONMENT: EKS_ENV,
         TAG_EKS_CLUSTER: {"Ref": _lid(compute.cluster.node.default_child)},
         TAG_NODE_GROUP: EKS_SYSTEM_NODE_GROUP,
     }
+    assert tags.items() >= expected.items()
 
 
 def test_the_ci_role_is_cluster_admin_on_eks(eks: Built) -> None:

@@ -324,8 +324,8 @@ def quickstart() -> dict[str, Any]:
 def test_a_tags_change_deploys_as_an_update(quickstart) -> None:
     after = changed(quickstart, tags={"team": "research", "cost-center": "42"})
     assert_updates(quickstart, after)
-    # The placement group, whose Tags are create-only and whose name compute imports, carries kiln's tag only.
-    (group,) = [r for r in templates(after)["quickstart-network"]["Resources"].values() if r["Type"] in FIXED_TAG_TYPES]
+    # The placement group, whose Tags are create-only (a change would replace it), carries kiln's tag only.
+    (group,) = [r for r in templates(after)["quickstart-compute"]["Resources"].values() if r["Type"] in FIXED_TAG_TYPES]
     assert group["Properties"]["Tags"] == [{"Key": "kiln:cluster", "Value": "quickstart"}]
 
 

@@ -65,12 +65,16 @@ def test_resources_follow_the_spec(example_assemblies) -> None:
     network, storage = pcs["llm-pcs-network"]["Resources"], pcs["llm-pcs-storage"]["Resources"]
     assert [r["Properties"]["CidrBlock"] for r in network.values() if r["Type"] == "AWS::EC2::VPC"] == ["10.10.0.0/16"]
     # the p5 group runs in a capacity block, which places the nodes itself
-    assert not [r for r in network.values() if r["Type"] == "AWS::EC2::PlacementGroup"]
+    compute = pcs["llm-pcs-compute"]["Resources"]
+    assert not [r for r in {**network, **compute}.values() if r["Type"] == "AWS::EC2::PlacementGroup"]
     (fs,) = [r for r in storage.values() if r["Type"] == "AWS::FSx::FileSystem"]
     assert fs["Properties"]["LustreConfiguration"]["EfaEnabled"] is True
     assert fs["Properties"]["LustreConfiguration"]["PerUnitStorageThroughput"] == 500
-    eks = example_assemblies["p5-eks"].templates()["llm-eks-network"]["Resources"]
-    assert [r["Properties"]["Strategy"] for r in eks.values() if r["Type"] == "AWS::EC2::PlacementGroup"] == ["cluster"]
+    # The p5 group's placement group, in the compute stack beside its launch template.
+    eks = example_assemblies["p5-eks"].templates()
+    assert not [r for r in eks["llm-eks-network"]["Resources"].values() if r["Type"] == "AWS::EC2::PlacementGroup"]
+    eks_compute = eks["llm-eks-compute"]["Resources"].values()
+    assert [r["Properties"]["Strategy"] for r in eks_compute if r["Type"] == "AWS::EC2::PlacementGroup"] == ["cluster"]
 
 
 def test_spec_tags_reach_every_resource_that_takes_tags(example_assemblies) -> None:

@@ -22,8 +22,9 @@ from kiln.contracts.backends import platform_of
 from kiln.spec import SpecError
 from kiln.spec.load import parse_spec
 from kiln.stacks import new_app
-from kiln.stacks.network import NetworkStack, endpoint_names, needs_two_zones
+from kiln.stacks.network import NetworkStack, endpoint_names
 from kiln.stacks.tidy import add_template_aspects
+from kiln.stacks.zones import needs_two_zones
 from kiln.synth import lint_template, nag_report
 from tests.conftest import EXAMPLES, MINIMAL_SPEC, ROOT
 

@@ -215,7 +215,7 @@ def test_report_scans_every_template_with_checkov_and_reviews_every_iam_wildcard
 def _synthesizes(monkeypatch: pytest.MonkeyPatch, resources: dict) -> None:
     """Let the report's synthesis write one hand-written template, quickstart-compute, instead of the spec's stacks."""
 
-    def synthesize(spec: object, outdir: Path, ci: object = None) -> tuple[None, Path]:
+    def synthesize(spec: object, outdir: Path, ci: object = None, context: object = None) -> tuple[None, Path]:
         (outdir / "quickstart-compute.template.json").write_text(json.dumps({"Resources": resources}))
         return None, outdir
 

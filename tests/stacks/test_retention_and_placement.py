@@ -54,7 +54,9 @@ def test_only_a_persistent_file_system_outlives_the_stack(deployment: str, polic
 )
 def test_placement_groups_exist_only_where_node_groups_use_them(example: str, placement_groups: int) -> None:
     stacks = _stacks(example)
-    Template.from_stack(stacks.network).resource_count_is("AWS::EC2::PlacementGroup", placement_groups)
+    # In the compute stack, beside the launch templates that name them (tests/stacks/test_placement_groups.py).
+    Template.from_stack(stacks.compute).resource_count_is("AWS::EC2::PlacementGroup", placement_groups)
+    Template.from_stack(stacks.network).resource_count_is("AWS::EC2::PlacementGroup", 0)
 
 
 # Data's lifecycle: what `cdk destroy` keeps, and that nothing kept needs anything deleted (issue 33, item 1).

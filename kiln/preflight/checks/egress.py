@@ -119,6 +119,12 @@ def check(plan: Plan, aws: AwsClients) -> list[Finding]:
     carries it all, else one line per thing missing."""
     if plan.vpc_id is None or plan.subnet_id is None:
         return [_new_vpc(plan)]
+    if plan.kept:
+        message = (
+            f"the deploy gives kept {plan.vpc_id} a NAT gateway again and routes {plan.subnet_id}'s {DEFAULT_ROUTE} "
+            "to it, with an S3 gateway endpoint (the kept_vpc check proves the VPC this cluster's)"
+        )
+        return [Finding(check=NAME, status="ok", subject="kept VPC", message=message)]
     subject = f"network.private_subnet_id {plan.subnet_id}"
     table = route_table(aws, plan.vpc_id, plan.subnet_id)
     if table is None:

@@ -18,12 +18,14 @@ from dataclasses import dataclass, field
 from botocore.exceptions import ClientError
 
 from kiln.aws_errors import error_code
+from kiln.catalog.platforms import service_fact
 from kiln.contracts.environment import DELETE_ORDER, stack_name
 from kiln.contracts.image import image_stack_name
 from kiln.contracts.tags import TAG_CLUSTER, TAG_ENVIRONMENT
 from kiln.preflight.aws import AWS_ERRORS, AwsClients, unchecked
 from kiln.preflight.check import Check
 from kiln.preflight.checks.bucket import stack_alive
+from kiln.preflight.checks.kept_vpc import adopt_lines, kept_problems
 from kiln.preflight.checks.lustre import admits_lustre
 from kiln.preflight.findings import Finding
 from kiln.preflight.plan import Plan
@@ -45,6 +47,10 @@ DELETE_RANK = {
     "KMS key": 7,
     "bucket": 8,
 }
+# Which file systems FSx backs up, so which a delete may leave a final backup of (platforms.json, fsx_lustre.backups
+# and fsx_lustre.final_backup): persistent ones not linked to S3.
+BACKUPS = service_fact("fsx_lustre", "backups")
+FINAL_BACKUP = service_fact("fsx_lustre", "final_backup")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +110,8 @@ def _kind(arn: str) -> tuple[str, str] | None:
     kind, _, ident = resource.partition("/")
     kinds = {
         ("fsx", "file-system"): "file system",
+        # A link to S3 (association/<file system id>/<dra id>): it says its file system is linked.
+        ("fsx", "association"): "data repository link",
         ("fsx", "backup"): "file system backup",
         ("ec2", "security-group"): "security group",
         ("ec2", "vpc"): "VPC",
@@ -201,7 +209,15 @@ def _describe(aws: AwsClients, found: dict[str, _Found]) -> None:
             Filters=[{"Name": "group-id", "Values": list(groups.arns)}]
         ):
             groups.details |= {g["GroupId"]: g for g in page["SecurityGroups"]}
-    for kind in ("VPC", "subnet", "log group", "Prometheus workspace"):
+    for kind, call, key, ident_key in (
+        ("VPC", "describe_vpcs", "Vpcs", "VpcId"),
+        ("subnet", "describe_subnets", "Subnets", "SubnetId"),
+    ):
+        if (items := found.get(kind)) and items.arns:
+            ident_filter = "vpc-id" if kind == "VPC" else "subnet-id"
+            pages = aws.ec2.get_paginator(call).paginate(Filters=[{"Name": ident_filter, "Values": list(items.arns)}])
+            items.details = {item[ident_key]: item for page in pages for item in page[key]}
+    for kind in ("log group", "Prometheus workspace"):
         if kind in found:
             found[kind].details = {ident: {} for ident in found[kind].arns}
 
@@ -236,6 +252,11 @@ class _Describer:
         self.plan, self.aws, self.found = plan, aws, found
         self.region = f"--region {plan.region}"
         self.groups = found.get("security group", _Found()).details
+        # The links to S3 found under kiln's tags, by file system: every file system kiln makes has one.
+        self.links: dict[str, list[str]] = {}
+        for ident in found.get("data repository link", _Found()).arns:
+            file_system, _, link = ident.partition("/")
+            self.links.setdefault(file_system, []).append(link)
         self.roles: dict[str, str] = {}
 
     def details(self, kind: str) -> dict[str, dict]:
@@ -283,10 +304,7 @@ class _Describer:
                 f"{clients or '<a group it admits Lustre clients from>'}}} and network: {{vpc_id: "
                 f"{vpc or '<its VPC>'}, private_subnet_id: {subnets[0] if subnets else '<its subnet>'}}}"
             )
-            delete = (
-                f"aws fsx delete-file-system --file-system-id {ident} --lustre-configuration SkipFinalBackup=false "
-                f"{self.region}  # keeps a final backup; SkipFinalBackup=true keeps none",
-            )
+            delete = (self._delete_file_system(ident, config),)
             yield Leftover(
                 kind="file system",
                 ident=ident,
@@ -297,6 +315,26 @@ class _Describer:
                 delete=delete,
                 rank=self._rank("file system"),
             )
+
+    def _delete_file_system(self, ident: str, config: dict) -> str:
+        """Return the command that deletes file system IDENT (its LustreConfiguration CONFIG): with a final backup
+        where FSx takes one (a persistent file system not linked to S3), else the plain delete and what is lost."""
+        command = f"aws fsx delete-file-system --file-system-id {ident}"
+        # Linked through a data repository association kiln tagged, or through an import path (older file systems).
+        legacy = config.get("DataRepositoryConfiguration", {}).get("ImportPath")
+        links = sorted(self.links.get(ident, [])) + ([legacy] if legacy else [])
+        if config.get("DeploymentType") not in BACKUPS.value["deployments"]:
+            return f"{command} {self.region}  # a scratch file system: FSx keeps no backup of it"
+        if links and not BACKUPS.value["linked_to_s3"]:
+            return (
+                f"{command} {self.region}  # linked to S3 ({', '.join(links)}): FSx keeps no backup of it, so first "
+                "let its last changes reach S3 (AgeOfOldestQueuedMessage at 0, or an export data repository task)"
+            )
+        option = FINAL_BACKUP.value["option"]
+        return (
+            f"{command} --lustre-configuration {option}=false {self.region}  # keeps a final backup; {option}=true "
+            "keeps none"
+        )
 
     def backups(self) -> Iterable[Leftover]:
         for ident, backup in self.details("file system backup").items():
@@ -343,21 +381,46 @@ class _Describer:
                 rank=self._rank("security group", position),
             )
 
+    def _adoptable(self) -> dict[str, tuple[str, str]]:
+        """Return, by VPC and by subnet id, the spec lines that adopt each kept VPC this cluster's network stack
+        provably kept with its compute subnet (kept_vpc), and the subnet's and VPC's ids."""
+        vpcs, subnets = self.details("VPC"), self.details("subnet")
+        lines: dict[str, tuple[str, str]] = {}
+        for vpc_id, vpc in vpcs.items():
+            for subnet_id, subnet in subnets.items():
+                if subnet.get("VpcId") == vpc_id and not kept_problems(self.plan, self.aws, vpc, subnet):
+                    text = adopt_lines(vpc_id, subnet_id, vpc.get("CidrBlock", self.plan.vpc_cidr), self.plan)
+                    lines[vpc_id] = lines[subnet_id] = (text, vpc_id)
+        return lines
+
     def network(self) -> Iterable[Leftover]:
+        adoptable = self._adoptable()
         for kind, spec_id, flag, command in (
             ("subnet", self.plan.subnet_id, "private_subnet_id", "delete-subnet --subnet-id"),
             ("VPC", self.plan.vpc_id, "vpc_id", "delete-vpc --vpc-id"),
         ):
             for ident in self.details(kind):
                 attached = spec_id == ident
+                attach, vpc_of = adoptable.get(ident, ("", ""))
+                if attached:
+                    redeploy = f"this spec deploys into it (network.{flag}" + (", kept)" if self.plan.kept else ")")
+                elif attach:
+                    redeploy = (
+                        f"kept by this cluster's network stack: a deploy of this spec makes a new {kind} and leaves "
+                        f"this one, unless the spec adopts {vpc_of} again (network.kept: no new VPC)"
+                    )
+                else:
+                    redeploy = (
+                        f"a deploy of this spec makes a new {kind} and leaves this one (its CloudFormation tags do not "
+                        "prove it this cluster's network stack's, so kiln does not adopt it)"
+                    )
                 yield Leftover(
                     kind=kind,
                     ident=ident,
                     about="kept because a kept file system's interfaces were in it",
-                    redeploy=f"this spec deploys into it (network.{flag})"
-                    if attached
-                    else f"a deploy of this spec makes a new {kind} and leaves this one",
+                    redeploy=redeploy,
                     attached=attached,
+                    attach=attach,
                     delete=(f"aws ec2 {command} {ident} {self.region}  # once no file system is in it",),
                     rank=self._rank(kind),
                 )

@@ -64,6 +64,9 @@ def _pair(plan: Plan, zones: list[Zone]) -> tuple[list[tuple[str, str, Zone | No
         second = plan.second_availability_zone
         pair.append(("network.second_availability_zone", second, by_name.get(second)))
         return pair, "the second as network.second_availability_zone names it"
+    if not plan.kubernetes:
+        # kiln.stacks.zones.wants_zone_lookup: only an EKS control plane takes a second AZ from the account's list.
+        return pair, "the VPC lies in this AZ alone"
     looked_up = second_zone(first, [zone.name for zone in zones])
     if looked_up is not None:
         pair.append(("second AZ", looked_up, by_name[looked_up]))
@@ -138,7 +141,8 @@ def check(plan: Plan, aws: AwsClients) -> list[Finding]:
         return findings
     needs = "EKS takes both for its control plane" if plan.kubernetes else "nothing needs a second AZ"
     if len(present) == 1:
-        message = f"{_named([present[0][2]])}: the VPC lies in this AZ alone (the account lists no other)"
+        # Only a cluster without EKS gets here with one AZ (EKS without a second fails above).
+        message = f"{_named([present[0][2]])}: the VPC lies in this AZ alone (nothing needs a second AZ)"
     else:
         message = f"{_named([zone for _, _, zone in present])}: {how}; {needs}"
     return [Finding(check=NAME, status="ok", subject="availability zones", message=message)]
