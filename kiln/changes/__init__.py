@@ -18,11 +18,11 @@ deploy time (parameters, dynamic references).
 
 The modules, each on its own concern: `schemas` (what a resource type fixes at creation), `templates` (reading
 templates and cloud assemblies), `replacement` (one stack: create, update, replace, name collisions), `deploy` (the
-app: exports and weak references across stacks), `directions` (properties a service changes one way only: FSx's storage
-capacity grows, EKS's and PCS's versions move up only; judged on templates and, for `kiln validate --before`, on
-specs), `rolls` (EKS node groups whose update replaces every node, or whose size changes or which go, past the
-pods' disruption budgets),
-`links` (links between a file system and S3 that a deploy would create on a directory an old link still
+app: exports and weak references across stacks), `directions` (properties a service changes one way only: FSx's
+storage capacity grows, EKS's and PCS's versions move up only; judged on templates and, for `kiln validate
+--before`, on specs), `rolls` (node groups whose jobs a deploy ends or waits for: EKS groups rolled, resized,
+replaced or removed; PCS groups replaced or removed; HyperPod instance groups removed, made smaller or given another
+type), `links` (links between a file system and S3 that a deploy would create on a directory an old link still
 holds), `subnets` (subnets a deploy would create on the addresses of one it drops), `findings` (the lines),
 `teardown` (`cdk destroy` and a redeploy).
 """
@@ -50,7 +50,18 @@ from kiln.changes.replacement import (
     replacements,
     stack_changes,
 )
-from kiln.changes.rolls import GroupDeleted, NodeRoll, Resize, deleted_groups, node_rolls, resizes
+from kiln.changes.rolls import (
+    GroupDeleted,
+    InstanceGroupShrunk,
+    InstanceTypeChanged,
+    NodeRoll,
+    Resize,
+    deleted_groups,
+    node_rolls,
+    resizes,
+    retyped_instance_groups,
+    shrunk_instance_groups,
+)
 from kiln.changes.schemas import (
     DEFAULT_REGION,
     SchemasUnavailable,
@@ -87,6 +98,8 @@ __all__ = [
     "SubnetCollision",
     "subnet_collisions",
     "GroupDeleted",
+    "InstanceGroupShrunk",
+    "InstanceTypeChanged",
     "NodeRoll",
     "OneWayChange",
     "OneWayRule",
@@ -133,6 +146,8 @@ __all__ = [
     "node_rolls",
     "replacements",
     "resizes",
+    "retyped_instance_groups",
+    "shrunk_instance_groups",
     "retained",
     "scope_properties",
     "stack_changes",

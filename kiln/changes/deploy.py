@@ -4,14 +4,20 @@ another stack imports that CloudFormation refuses to change or remove, and chang
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kiln.changes.directions import one_way_changes
 from kiln.changes.findings import Action, BlockedExport, Plan
 from kiln.changes.links import link_collisions
 from kiln.changes.replacement import Moves, StackChanges, stack_changes, value_change
-from kiln.changes.rolls import deleted_groups, node_rolls, resizes
+from kiln.changes.rolls import (
+    deleted_groups,
+    node_rolls,
+    resizes,
+    retyped_instance_groups,
+    shrunk_instance_groups,
+)
 from kiln.changes.schemas import DEFAULT_REGION
 from kiln.changes.subnets import subnet_collisions
 from kiln.changes.templates import exports, importers, imports, references
@@ -128,66 +134,34 @@ def plan(
         for s, template in after_templates.items()
         if s not in before_templates
     }
+
+    def per_stack(
+        judge: Callable[..., Iterable[Any]], *, with_moves: bool = False, with_outputs: bool = False
+    ) -> tuple:
+        """Return what JUDGE finds in each stack both sides have: its old and new resources, what the deploy does to
+        each (and, WITH_MOVES, why; WITH_OUTPUTS, the old template's outputs)."""
+        found = []
+        for s in both:
+            old, new = before_templates[s].get("Resources", {}), after_templates[s].get("Resources", {})
+            extra: dict[str, Any] = {"outputs": before_templates[s].get("Outputs", {})} if with_outputs else {}
+            moves = (stacks[s].moves,) if with_moves else ()
+            found += judge(old, new, stacks[s].actions, *moves, stack=s, **extra)
+        return tuple(found)
+
     return Plan(
         replacements=tuple(r for s in both for r in stacks[s].replacements),
         removals=tuple(r for s in both for r in stacks[s].removals),
         blocked=tuple(_blocked(before_templates, after_templates, users, outputs)),
         collisions=tuple(c for s in both for c in stacks[s].collisions),
         actions={**{s: stacks[s].actions for s in both}, **new},
-        one_way=tuple(
-            change
-            for s in both
-            for change in one_way_changes(
-                before_templates[s].get("Resources", {}),
-                after_templates[s].get("Resources", {}),
-                stacks[s].actions,
-                stack=s,
-            )
-        ),
-        rolls=tuple(
-            roll
-            for s in both
-            for roll in node_rolls(
-                before_templates[s].get("Resources", {}),
-                after_templates[s].get("Resources", {}),
-                stacks[s].actions,
-                stacks[s].moves,
-                stack=s,
-            )
-        ),
+        one_way=per_stack(one_way_changes),
+        rolls=per_stack(node_rolls, with_moves=True),
         subnets=subnet_collisions(before_templates, after_templates),
-        links=tuple(
-            link
-            for s in both
-            for link in link_collisions(
-                before_templates[s].get("Resources", {}),
-                after_templates[s].get("Resources", {}),
-                stacks[s].actions,
-                stack=s,
-                outputs=before_templates[s].get("Outputs", {}),
-            )
-        ),
-        resizes=tuple(
-            resize
-            for s in both
-            for resize in resizes(
-                before_templates[s].get("Resources", {}),
-                after_templates[s].get("Resources", {}),
-                stacks[s].actions,
-                stack=s,
-            )
-        ),
-        deleted_groups=tuple(
-            group
-            for s in both
-            for group in deleted_groups(
-                before_templates[s].get("Resources", {}),
-                after_templates[s].get("Resources", {}),
-                stacks[s].actions,
-                stacks[s].moves,
-                stack=s,
-            )
-        ),
+        links=per_stack(link_collisions, with_outputs=True),
+        resizes=per_stack(resizes),
+        deleted_groups=per_stack(deleted_groups, with_moves=True),
+        shrunk_groups=per_stack(shrunk_instance_groups),
+        retyped_groups=per_stack(retyped_instance_groups),
     )
 
 

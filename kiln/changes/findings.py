@@ -11,7 +11,7 @@ from kiln.changes.links import LinkCollision
 from kiln.changes.subnets import SubnetCollision
 
 if TYPE_CHECKING:
-    from kiln.changes.rolls import GroupDeleted, NodeRoll, Resize
+    from kiln.changes.rolls import GroupDeleted, InstanceGroupShrunk, InstanceTypeChanged, NodeRoll, Resize
 
 # What kiln calls stateful: replacing or deleting it loses data or a running cluster.
 STATEFUL = {
@@ -157,6 +157,10 @@ class Plan:
     rolls: tuple[NodeRoll, ...] = ()
     resizes: tuple[Resize, ...] = ()
     deleted_groups: tuple[GroupDeleted, ...] = ()
+    # HyperPod instance groups removed or given fewer nodes: HyperPod terminates nodes (kiln.changes.rolls).
+    shrunk_groups: tuple[InstanceGroupShrunk, ...] = ()
+    # HyperPod instance groups given another instance type: their nodes go (kiln.changes.rolls).
+    retyped_groups: tuple[InstanceTypeChanged, ...] = ()
     # Links to S3 created on a file system directory an old link still holds (kiln.changes.links).
     links: tuple[LinkCollision, ...] = ()
     # Subnets created on the addresses of a subnet the deploy drops (kiln.changes.subnets).
@@ -164,13 +168,15 @@ class Plan:
 
     def findings(self) -> list[str]:
         """Return one line per change CloudFormation refuses, then per stateful resource replaced or removed, then
-        per EKS node group resized past its pods' disruption budgets, or replaced or removed with its nodes."""
+        per node group whose running jobs the deploy ends: an EKS group resized past its pods' disruption budgets, an
+        EKS or PCS group replaced or removed with its nodes, a HyperPod instance group removed or made smaller."""
         refused = [r.line() for r in self.replacements if r.refused] + [c.line() for c in self.collisions]
         refused += [b.line() for b in self.blocked] + [o.line() for o in self.one_way]
         refused += [link.line() for link in self.links]
         refused += [subnet.line() for subnet in self.subnets]
         stateful = [r.line() for r in self.replacements if r.stateful and not r.refused]
         ended = [r.line() for r in self.resizes] + [g.line() for g in self.deleted_groups]
+        ended += [g.line() for g in self.shrunk_groups] + [g.line() for g in self.retyped_groups]
         return refused + stateful + [r.line() for r in self.removals] + ended
 
     def notes(self) -> list[str]:

@@ -13,6 +13,9 @@ Facts: platforms.json eks.node_group_rolls, with EKS's pages.
 - A node group the deploy replaces (a create-only property: instance types, AMI type, capacity type, ...) or removes
   is deleted: EKS drains each node for at most 5 minutes, then terminates it whatever the budgets say, so jobs
   running there end: a line that stops the user.
+- A HyperPod instance group (InstanceGroups of AWS::SageMaker::Cluster, updated in place) left out of the new template,
+  or given a smaller InstanceCount, loses nodes HyperPod chooses, with the jobs on them (platforms.json
+  hyperpod.scale_down): a line that stops the user.
 - A PCS compute node group the deploy replaces (its name carries the instance type) or removes is deleted with its
   nodes, draining nothing (platforms.json pcs.node_group_deletion): the same line, PCS's words.
 """
@@ -230,4 +233,115 @@ def deleted_groups(
         found.append(
             GroupDeleted(stack=stack, logical_id=lid, group=_group(old, lid), because=because, resource_type=kind)
         )
+    return found
+
+
+HYPERPOD_CLUSTER = "AWS::SageMaker::Cluster"
+
+
+@dataclass(frozen=True)
+class InstanceGroupShrunk:
+    """A HyperPod instance group the deploy removes (AFTER None) or gives fewer nodes: HyperPod terminates nodes."""
+
+    stack: str
+    logical_id: str
+    group: str
+    before: int | None
+    after: int | None
+
+    def line(self) -> str:
+        fact = service_fact("hyperpod", "scale_down")
+        if self.after is None:
+            what = "is removed"
+        else:
+            was = self.before if self.before is not None else "more"
+            what = f"goes from {was} to {self.after} node{'' if self.after == 1 else 's'}"
+        return (
+            f"{self.stack} {self.logical_id}: HyperPod instance group {self.group} {what}: HyperPod {fact.value} of "
+            f"its choosing without draining them ({fact.source}), so a job running there ends; let the group's jobs "
+            "finish (or stop them) first"
+        )
+
+
+@dataclass(frozen=True)
+class InstanceTypeChanged:
+    """A HyperPod instance group the deploy gives another instance type: its nodes go (platforms.json,
+    hyperpod.instance_type_change)."""
+
+    stack: str
+    logical_id: str
+    group: str
+    before: Any
+    after: Any
+
+    def line(self) -> str:
+        fact = service_fact("hyperpod", "instance_type_change")
+        return (
+            f"{self.stack} {self.logical_id}: HyperPod instance group {self.group} InstanceType {self.before} -> "
+            f"{self.after}: UpdateCluster {fact.value} ({fact.source}), so a job running there ends, and "
+            "CloudFormation's reference calls the change a replacement, which the cluster's fixed name refuses; "
+            "let the group's jobs finish first, or add a group of the new type and remove this one"
+        )
+
+
+def _instance_groups(resource: Mapping[str, Any], key: str = "InstanceCount") -> dict[str, Any]:
+    """Return each instance group's KEY by its name."""
+    groups = resource.get("Properties", {}).get("InstanceGroups")
+    if not isinstance(groups, list):
+        return {}
+    return {
+        g["InstanceGroupName"]: g.get(key)
+        for g in groups
+        if isinstance(g, Mapping) and isinstance(g.get("InstanceGroupName"), str)
+    }
+
+
+def _updated_clusters(
+    old_resources: Mapping[str, Any], new_resources: Mapping[str, Any], actions: Mapping[str, Action]
+) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
+    return [
+        (lid, old_resources[lid], new)
+        for lid, new in new_resources.items()
+        if lid in old_resources and new.get("Type") == HYPERPOD_CLUSTER and actions.get(lid) == "update"
+    ]
+
+
+def retyped_instance_groups(
+    old_resources: Mapping[str, Any],
+    new_resources: Mapping[str, Any],
+    actions: Mapping[str, Action],
+    *,
+    stack: str = "",
+) -> list[InstanceTypeChanged]:
+    """Return the instance groups of each HyperPod cluster of one stack updated in place whose instance type changes."""
+    found = []
+    for lid, old, new in _updated_clusters(old_resources, new_resources, actions):
+        after = _instance_groups(new, "InstanceType")
+        for name, was in _instance_groups(old, "InstanceType").items():
+            if name in after and after[name] != was:
+                found.append(
+                    InstanceTypeChanged(stack=stack, logical_id=lid, group=name, before=was, after=after[name])
+                )
+    return found
+
+
+def shrunk_instance_groups(
+    old_resources: Mapping[str, Any],
+    new_resources: Mapping[str, Any],
+    actions: Mapping[str, Action],
+    *,
+    stack: str = "",
+) -> list[InstanceGroupShrunk]:
+    """Return the instance groups of each HyperPod cluster of one stack that the deploy updates in place (ACTIONS)
+    and that lose nodes: removed, or a smaller count (a count only known at deploy is not judged)."""
+    found = []
+    for lid, old, new in _updated_clusters(old_resources, new_resources, actions):
+        before, after = _instance_groups(old), _instance_groups(new)
+        for name, count in before.items():
+            if name not in after:
+                found.append(InstanceGroupShrunk(stack=stack, logical_id=lid, group=name, before=count, after=None))
+                continue
+            now = after[name]
+            if isinstance(count, int) and isinstance(now, int) and now < count:
+                found.append(InstanceGroupShrunk(stack=stack, logical_id=lid, group=name, before=count, after=now))
     return found

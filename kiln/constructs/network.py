@@ -50,7 +50,9 @@ class TrainingVpcProps:
 
     cidr: CIDR of a new VPC (ignored with `existing`); default 10.0.0.0/16.
     availability_zone: the AZ of compute, FSx and the placement group; default: the region's first AZ (and then the
-        VPC spans the region's first two).
+        VPC spans the region's first `zone_count`).
+    zone_count: without availability_zone, how many of the region's AZs the VPC spans; default 2 (an EKS control
+        plane needs two), 1 for a cluster whose every part lies in the compute subnet's AZ.
     second_availability_zone: with availability_zone, a second AZ the VPC's public and private subnets span too (EKS's
         control plane needs two); default none: the VPC lies in availability_zone alone. Never guessed: the caller
         names it.
@@ -68,6 +70,7 @@ class TrainingVpcProps:
 
     cidr: str = "10.0.0.0/16"
     availability_zone: str | None = None
+    zone_count: int = 2
     second_availability_zone: str | None = None
     interface_endpoints: Sequence[str] = ()
     gateway_endpoints: Sequence[str] = ()
@@ -94,6 +97,7 @@ class TrainingVpcProps:
             zone = "second_availability_zone"
             require(self, self.availability_zone is not None, zone, second, "set together with availability_zone")
             require(self, second != self.availability_zone, zone, second, f"an AZ other than {self.availability_zone}")
+        require(self, self.zone_count in (1, 2), "zone_count", self.zone_count, "1 or 2")
         for name in self.gateway_endpoints:
             require_in(self, "gateway_endpoints", name, GATEWAY_SERVICES)
         require(
@@ -223,7 +227,7 @@ class TrainingVpc(Construct):
 
     def _create(self, props: TrainingVpcProps) -> ec2.Vpc:
         prefix = ipaddress.IPv4Network(props.cidr).prefixlen
-        zones = {"max_azs": 2}
+        zones = {"max_azs": props.zone_count}
         if props.availability_zone:
             named = [props.availability_zone, props.second_availability_zone]
             zones = {"availability_zones": [zone for zone in named if zone]}

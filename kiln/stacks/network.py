@@ -20,7 +20,7 @@ from kiln.constructs.retention import retain_all
 from kiln.spec import ClusterSpec
 from kiln.stacks.ci_mode import CiEnvironment
 from kiln.stacks.retention import retention
-from kiln.stacks.zones import looked_up_line, second_availability_zone, wants_zone_lookup
+from kiln.stacks.zones import looked_up_line, needs_two_zones, second_availability_zone, wants_zone_lookup
 
 
 def account_zones(stack: cdk.Stack) -> list[str] | None:
@@ -70,6 +70,8 @@ def vpc_props(
     return TrainingVpcProps(
         cidr=net.vpc_cidr,
         availability_zone=spec.availability_zone,
+        # Without availability_zone as with it: two AZs only where an EKS control plane needs them.
+        zone_count=2 if needs_two_zones(spec) else 1,
         second_availability_zone=second_availability_zone(spec, zones),
         interface_endpoints=interface,
         gateway_endpoints=gateway,

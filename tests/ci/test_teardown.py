@@ -33,7 +33,11 @@ from tests.ci.conftest import (
 )
 
 ENV = "ci-smoke-r42"
-pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS..CloudFormation..WaitConditionHandle:UserWarning")
+# The slow tier (`make test-slow`): about 10 s of moto CloudFormation stacks.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:Tried to parse AWS..CloudFormation..WaitConditionHandle:UserWarning"),
+]
 
 
 def recording_clients(session: boto3.Session, calls: list) -> Clients:

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from kiln.constructs import GithubDeployIdentityProps, acknowledgements
+from kiln.constructs.ci_identity import MAX_CI_CLUSTERS
 from kiln.constructs.review import review_wildcards
 from kiln.contracts import execution_policy
 from kiln.contracts.execution_policy import (
@@ -35,7 +36,8 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.slow
 
 CLUSTERS = ("ci-smoke", "llm")
-LONGEST = tuple(f"cluster-{i}-abcdefgh" for i in range(6))
+# The most clusters one CI role takes, each with the longest name its environments allow.
+LONGEST = tuple(f"cluster-{i}-abcdefgh" for i in range(MAX_CI_CLUSTERS))
 # ParallelCluster's cluster provider and policies templates, nested stacks of kiln's compute stack (the policies
 # template nested by the provider itself outside CI, by kiln with the boundary in CI) (aws-parallelcluster:
 # cloudformation/custom_resource/cluster.yaml and cloudformation/policies/parallelcluster-policies.yaml):

@@ -230,3 +230,16 @@ def test_dropping_lustre_on_hyperpod_is_refused_in_one_line_naming_the_cluster(h
     # spec's, so CloudFormation would have to replace it under the name it holds. kiln diff refuses it first.
     without = {**hyperpod["before"], "storage": {"bucket": hyperpod["before"].get("storage", {}).get("bucket", {})}}
     assert_refused(hyperpod["before"], without, "(HyperPod cluster) would be replaced (VpcConfig is create-only)")
+
+
+def test_fewer_hyperpod_nodes_or_a_group_removed_is_said_to_end_jobs(hyperpod) -> None:
+    # The reverse of "more nodes" and "a second group": HyperPod terminates nodes of its choosing, draining nothing
+    # (platforms.json hyperpod.scale_down), and kiln diff says so before the deploy.
+    fewer = deploy_plan(hyperpod["more nodes"], hyperpod["before"])
+    assert not fewer.refused
+    [shrunk] = fewer.shrunk_groups
+    assert shrunk.after is not None and shrunk.before is not None and shrunk.after < shrunk.before
+    assert fewer.findings() == [shrunk.line()]
+    removed = deploy_plan(hyperpod["a second group"], hyperpod["before"])
+    assert [g.after for g in removed.shrunk_groups] == [None]
+    assert removed.shrunk_groups[0].line() in removed.findings()

@@ -28,6 +28,9 @@ from kiln.stacks.zones import needs_two_zones
 from kiln.synth import lint_template, nag_report
 from tests.conftest import EXAMPLES, MINIMAL_SPEC, ROOT
 
+# The slow tier (`make test-slow`): about 10 s of syntheses, beside test_zone_answer.py.
+pytestmark = pytest.mark.slow
+
 ACCOUNT = "123456789012"
 LOOKUP = f"availability-zones:account={ACCOUNT}:region=us-east-1"
 ACCOUNT_ENV = cdk.Environment(account=ACCOUNT, region="us-east-1")

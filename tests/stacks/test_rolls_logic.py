@@ -99,3 +99,44 @@ def test_a_replaced_or_removed_pcs_node_group_ends_its_jobs() -> None:
     [removed] = deleted_groups({"N": pcs_group}, {}, {"N": "delete"}, MOVES, stack="s")
     assert "PCS node group p5-1a2b3c4d is removed" in removed.line()
     assert deleted_groups({"N": pcs_group}, {"N": pcs_group}, {"N": "update"}, MOVES, stack="s") == []
+
+
+def test_a_hyperpod_group_removed_or_made_smaller_loses_nodes() -> None:
+    from kiln.changes import shrunk_instance_groups
+
+    def cluster(**counts) -> dict:
+        groups = [{"InstanceGroupName": name, "InstanceCount": count} for name, count in counts.items()]
+        return {"Type": "AWS::SageMaker::Cluster", "Properties": {"InstanceGroups": groups}}
+
+    old = cluster(controller=1, p5=4, login=1)
+    found = shrunk_instance_groups({"C": old}, {"C": cluster(controller=1, p5=2)}, {"C": "update"}, stack="s")
+    assert [(g.group, g.before, g.after) for g in found] == [("p5", 4, 2), ("login", 1, None)]
+    fact = service_fact("hyperpod", "scale_down")
+    assert found[0].line() == (
+        f"s C: HyperPod instance group p5 goes from 4 to 2 nodes: HyperPod {fact.value} of its choosing without "
+        f"draining them ({fact.source}), so a job running there ends; let the group's jobs finish (or stop them) first"
+    )
+    assert "HyperPod instance group login is removed" in found[1].line()
+    # More nodes, a new group, a count known only at deploy, or a cluster replaced: nothing here.
+    grown = cluster(controller=1, p5=8, login=1, extra=2)
+    assert shrunk_instance_groups({"C": old}, {"C": grown}, {"C": "update"}, stack="s") == []
+    unknown = cluster(controller=1, p5={"Ref": "Count"}, login=1)
+    assert shrunk_instance_groups({"C": old}, {"C": unknown}, {"C": "update"}, stack="s") == []
+    assert shrunk_instance_groups({"C": old}, {"C": cluster(p5=1)}, {"C": "replace"}, stack="s") == []
+
+
+def test_a_hyperpod_group_given_another_instance_type_loses_its_nodes() -> None:
+    from kiln.changes import retyped_instance_groups
+
+    def cluster(kind: str) -> dict:
+        group = {"InstanceGroupName": "p5", "InstanceCount": 2, "InstanceType": kind}
+        return {"Type": "AWS::SageMaker::Cluster", "Properties": {"InstanceGroups": [group]}}
+
+    old, new = cluster("ml.p5.48xlarge"), cluster("ml.p5e.48xlarge")
+    [changed] = retyped_instance_groups({"C": old}, {"C": new}, {"C": "update"}, stack="s")
+    fact = service_fact("hyperpod", "instance_type_change")
+    assert changed.line().startswith(
+        f"s C: HyperPod instance group p5 InstanceType ml.p5.48xlarge -> ml.p5e.48xlarge: UpdateCluster {fact.value} "
+        f"({fact.source}), so a job running there ends"
+    )
+    assert retyped_instance_groups({"C": old}, {"C": old}, {"C": "update"}, stack="s") == []

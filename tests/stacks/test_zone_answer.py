@@ -18,6 +18,7 @@ from moto.core import DEFAULT_ACCOUNT_ID as MOTO_ACCOUNT
 from kiln.catalog.network import recorded_zones, zones_context_key, zones_fallback_key
 from kiln.contracts.errors import InputError
 from kiln.spec import SpecError
+from kiln.spec.load import parse_spec
 from kiln.stacks import new_app
 from kiln.stacks.network import NetworkStack
 from kiln.stacks.zones import ACCOUNT_VARIABLE, looked_up, read_cdk_context, zone_choice
@@ -86,6 +87,18 @@ def test_a_slurm_backend_keeps_one_az_whatever_the_account_lists(backend: str) -
     template.resource_count_is("AWS::EC2::Subnet", 2)
     template.resource_count_is("AWS::EC2::NatGateway", 1)
     assert not Annotations.from_stack(stack).find_info("*", Match.string_like_regexp("second AZ"))
+
+
+@pytest.mark.parametrize("backend", sorted(SLURM))
+def test_without_availability_zone_a_slurm_vpc_takes_one_az_and_eks_two(backend: str) -> None:
+    # The region's first AZ for Slurm; its first two where an EKS control plane needs them (an earlier kiln gave
+    # every VPC two).
+    data = copy.deepcopy(MINIMAL_SPEC)
+    data.pop("availability_zone", None)
+    slurm = parse_spec({**data, "compute": copy.deepcopy(SLURM[backend] or MINIMAL_SPEC["compute"])}, "spec.yaml")
+    eks = parse_spec({**data, "compute": copy.deepcopy(EKS)}, "spec.yaml")
+    assert subnet_zones(network(slurm, env=ACCOUNT_ENV, zones=ZONES)) == ["us-east-1a"]
+    assert subnet_zones(network(eks, env=ACCOUNT_ENV, zones=ZONES)) == ["us-east-1a", "us-east-1c"]
 
 
 def test_the_context_key_is_the_one_cdk_records_its_lookup_under() -> None:
