@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import http.server
 import json
@@ -11,9 +12,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -173,3 +175,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+# A spec edit's marker for a key to drop (changed).
+DELETE = object()
+
+
+def changed(data: Mapping[str, Any], **changes: Any) -> dict[str, Any]:
+    """Return a copy of spec DATA with CHANGES: `a__b=value` sets data[a][b] (making dicts on the way), DELETE drops."""
+    result = copy.deepcopy(dict(data))
+    for dotted, value in changes.items():
+        *parents, last = dotted.split("__")
+        node = result
+        for key in parents:
+            node = node.setdefault(key, {})
+        if value is DELETE:
+            node.pop(last, None)
+        else:
+            node[last] = copy.deepcopy(value)
+    return result

@@ -15,6 +15,7 @@ from functools import cache
 from typing import Any, Literal
 
 from kiln.catalog.platforms import service_fact, version_key
+from kiln.changes.replacement import updated_in_place
 
 Direction = Literal["increase", "newer"]
 
@@ -156,10 +157,7 @@ def one_way_changes(
     their service refuses, on a resource the deploy updates in place (UPDATED: logical id -> action; a replaced
     resource starts anew)."""
     found = []
-    for lid, new in after_resources.items():
-        old = before_resources.get(lid)
-        if updated.get(lid) != "update" or old is None or old.get("Type") != new.get("Type"):
-            continue
+    for lid, old, new in updated_in_place(before_resources, after_resources, updated):
         for rule in one_way_rules():
             if rule.type != new.get("Type"):
                 continue

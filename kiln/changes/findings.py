@@ -6,12 +6,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from kiln.changes.directions import OneWayChange
-from kiln.changes.links import LinkCollision
-from kiln.changes.subnets import SubnetCollision
-
 if TYPE_CHECKING:
+    # The judges' findings, each in its own module (which reads this one's Action): named for the Plan's fields only.
+    from kiln.changes.directions import OneWayChange
+    from kiln.changes.links import LinkCollision
     from kiln.changes.rolls import GroupDeleted, InstanceGroupShrunk, InstanceTypeChanged, NodeRoll, Resize
+    from kiln.changes.subnets import SubnetCollision
 
 # What kiln calls stateful: replacing or deleting it loses data or a running cluster.
 STATEFUL = {

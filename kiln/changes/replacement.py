@@ -9,7 +9,7 @@ or the template drops, so a resource created under a custom name an old one hold
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +91,24 @@ def deploy_moves(
             return moves
         moves.replaced.update(replaced)
         moves.updated = updated
+
+
+def updated_in_place(
+    old_resources: Mapping[str, Any],
+    new_resources: Mapping[str, Any],
+    actions: Mapping[str, Action],
+    resource_types: Iterable[str] | None = None,
+) -> Iterator[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
+    """Yield (logical id, old, new) for each resource of one stack the deploy updates in place (ACTIONS), of one of
+    RESOURCE_TYPES (default any), with the same type before and after."""
+    wanted = None if resource_types is None else frozenset(resource_types)
+    for lid, new in new_resources.items():
+        old = old_resources.get(lid)
+        kind = new.get("Type")
+        if old is None or actions.get(lid) != "update" or old.get("Type") != kind:
+            continue
+        if wanted is None or kind in wanted:
+            yield lid, old, new
 
 
 def _shown(value: Any, path: str) -> str:

@@ -7,9 +7,10 @@ Facts: platforms.json eks.node_group_rolls, with EKS's pages.
   then rolls the deploy back). kiln's training pods have a budget that refuses their eviction
   (kiln.constructs.eks_disruption), so a roll takes the idle nodes and waits at a busy one: a line to read, not a
   refusal.
-- A changed desired size is applied at once, and EKS's scaling does not honour disruption budgets: nodes beyond the
-  new size are terminated with whatever runs on them. With the cluster-autoscaler the group may run more nodes than
-  either template says, so any change of it may end running jobs: a line that stops the user.
+- A changed desired size is applied as given, and EKS's scaling does not honour disruption budgets: the pods of the
+  nodes beyond the new size are evicted for up to 15 minutes regardless, then the nodes are terminated. With the
+  cluster-autoscaler the group may run more nodes than either template says, so any change of it may end running
+  jobs: a line that stops the user.
 - A node group the deploy replaces (a create-only property: instance types, AMI type, capacity type, ...) or removes
   is deleted: EKS drains each node for at most 5 minutes, then terminates it whatever the budgets say, so jobs
   running there end: a line that stops the user.
@@ -30,7 +31,7 @@ from typing import Any
 from kiln.catalog.kubernetes import NODE_GROUP_LABEL
 from kiln.catalog.platforms import service_fact
 from kiln.changes.findings import Action
-from kiln.changes.replacement import Moves, value_change
+from kiln.changes.replacement import Moves, updated_in_place, value_change
 
 NODEGROUP = "AWS::EKS::Nodegroup"
 # A PCS compute node group: deleted, its nodes go with the jobs on them (platforms.json, pcs.node_group_deletion).
@@ -112,9 +113,9 @@ class Resize:
         nodes = f"{self.after} node{'' if self.after == 1 else 's'}"
         return (
             f"{self.stack} {self.logical_id}: sets group {self.group}'s size to {nodes} ({was} in the "
-            "template): EKS applies a desired size at once and terminates the nodes beyond it without their "
-            "pods' disruption budgets, and the autoscaler may be running more; stop the group's jobs first, or keep "
-            "its min_count as it is"
+            f"template): EKS applies a desired size as given, evicting the pods of the nodes beyond it for up to "
+            f"{drain_minutes()} minutes without their disruption budgets, then terminating those nodes, and the "
+            "autoscaler may be running more; stop the group's jobs first, or keep its min_count as it is"
         )
 
 
@@ -174,10 +175,7 @@ def node_rolls(
     """Return the node groups of one stack that the deploy updates (ACTIONS, MOVES: replacement.stack_changes) with a
     version update: each replaces every node."""
     found = []
-    for lid, new in new_resources.items():
-        old = old_resources.get(lid)
-        if old is None or new.get("Type") != NODEGROUP or actions.get(lid) != "update":
-            continue
+    for lid, old, new in updated_in_place(old_resources, new_resources, actions, (NODEGROUP,)):
         because = _why_rolled(old, new, moves)
         if because:
             capacity = new.get("Properties", {}).get("CapacityType")
@@ -203,10 +201,7 @@ def resizes(
 ) -> list[Resize]:
     """Return the node groups of one stack whose desired size the deploy changes (an update, not a new group)."""
     found = []
-    for lid, new in new_resources.items():
-        old = old_resources.get(lid)
-        if old is None or new.get("Type") != NODEGROUP or actions.get(lid) != "update":
-            continue
+    for lid, old, new in updated_in_place(old_resources, new_resources, actions, (NODEGROUP,)):
         before, after = _size(old, "DesiredSize"), _size(new, "DesiredSize")
         # Left out of the new template, the size stays as it is ("no action occurs", NodegroupScalingConfig).
         if after is not None and before != after:
@@ -296,16 +291,6 @@ def _instance_groups(resource: Mapping[str, Any], key: str = "InstanceCount") ->
     }
 
 
-def _updated_clusters(
-    old_resources: Mapping[str, Any], new_resources: Mapping[str, Any], actions: Mapping[str, Action]
-) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
-    return [
-        (lid, old_resources[lid], new)
-        for lid, new in new_resources.items()
-        if lid in old_resources and new.get("Type") == HYPERPOD_CLUSTER and actions.get(lid) == "update"
-    ]
-
-
 def retyped_instance_groups(
     old_resources: Mapping[str, Any],
     new_resources: Mapping[str, Any],
@@ -315,7 +300,7 @@ def retyped_instance_groups(
 ) -> list[InstanceTypeChanged]:
     """Return the instance groups of each HyperPod cluster of one stack updated in place whose instance type changes."""
     found = []
-    for lid, old, new in _updated_clusters(old_resources, new_resources, actions):
+    for lid, old, new in updated_in_place(old_resources, new_resources, actions, (HYPERPOD_CLUSTER,)):
         after = _instance_groups(new, "InstanceType")
         for name, was in _instance_groups(old, "InstanceType").items():
             if name in after and after[name] != was:
@@ -335,7 +320,7 @@ def shrunk_instance_groups(
     """Return the instance groups of each HyperPod cluster of one stack that the deploy updates in place (ACTIONS)
     and that lose nodes: removed, or a smaller count (a count only known at deploy is not judged)."""
     found = []
-    for lid, old, new in _updated_clusters(old_resources, new_resources, actions):
+    for lid, old, new in updated_in_place(old_resources, new_resources, actions, (HYPERPOD_CLUSTER,)):
         before, after = _instance_groups(old), _instance_groups(new)
         for name, count in before.items():
             if name not in after:

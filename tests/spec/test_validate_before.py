@@ -4,7 +4,6 @@ templates with (platforms.json, cloudformation.one_way_properties): exit 2, like
 
 from __future__ import annotations
 
-import copy
 import datetime
 from pathlib import Path
 from typing import Any
@@ -14,25 +13,7 @@ import yaml
 
 from kiln.cli import main
 from kiln.spec import rules as spec_rules
-from tests.conftest import MINIMAL_SPEC
-
-DELETE = object()
-
-
-def changed(data: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    """Return a copy of spec DATA with CHANGES: `a__b=value` sets data[a][b], DELETE drops it (no CDK to import)."""
-    result = copy.deepcopy(data)
-    for dotted, value in changes.items():
-        *parents, last = dotted.split("__")
-        node = result
-        for key in parents:
-            node = node.setdefault(key, {})
-        if value is DELETE:
-            node.pop(last, None)
-        else:
-            node[last] = value
-    return result
-
+from tests.conftest import DELETE, MINIMAL_SPEC, changed
 
 FSX = "https://docs.aws.amazon.com/fsx/latest/LustreGuide/managing-storage-capacity.html"
 EKS = "https://docs.aws.amazon.com/eks/latest/userguide/update-cluster.html"

@@ -6,13 +6,14 @@ each resource (`Plan.actions`: create, update, replace, same, delete), which cre
 replacement that keeps its custom name, a resource created under a name an old one holds in the same scope), which
 exports it refuses to change or remove, and which stateful resources start empty or are dropped.
 
-    from tests.stacks.day_two import assert_refused, assert_updates, changed, example
+    from tests.conftest import changed
+    from tests.stacks.day_two import assert_refused, assert_updates, example
 
     def test_a_tags_change_is_an_update() -> None:
         before = example("quickstart")
         assert_updates(before, changed(before, tags={"team": "research"}))
 
-`changed` takes dotted paths as keyword arguments (`storage__lustre__efa=True`) and DELETE to drop a key.
+`changed` (tests.conftest) takes dotted paths as keyword arguments (`storage__lustre__efa=True`) and DELETE to drop a key.
 Synthesis runs in this process and is cached per spec, so a test module pays for each distinct spec once.
 """
 
@@ -35,27 +36,10 @@ from kiln.stacks import FEATURE_FLAGS, build_cluster
 from kiln.stacks.ci_mode import ci_environment
 from tests.conftest import ROOT
 
-DELETE = object()
-
 
 def example(stem: str) -> dict[str, Any]:
     """Return the spec data of examples/STEM.yaml."""
     return yaml.safe_load((ROOT / "examples" / f"{stem}.yaml").read_text())
-
-
-def changed(data: Mapping[str, Any], **changes: Any) -> dict[str, Any]:
-    """Return a copy of spec DATA with CHANGES: `a__b=value` sets data[a][b] (making dicts on the way), DELETE drops."""
-    result = copy.deepcopy(dict(data))
-    for dotted, value in changes.items():
-        *parents, last = dotted.split("__")
-        node = result
-        for key in parents:
-            node = node.setdefault(key, {})
-        if value is DELETE:
-            node.pop(last, None)
-        else:
-            node[last] = copy.deepcopy(value)
-    return result
 
 
 @lru_cache(maxsize=64)

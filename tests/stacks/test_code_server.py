@@ -13,8 +13,8 @@ import pytest
 
 from kiln.catalog.code_server import CODE_SERVER_PORT
 from kiln.spec import load_spec
-from tests.conftest import EXAMPLES
-from tests.stacks.day_two import assert_updates, changed, example, templates
+from tests.conftest import EXAMPLES, changed
+from tests.stacks.day_two import assert_updates, example, templates
 from tests.stacks.test_code_server_eks import _ingress_rules, _opens
 
 SLURM_EXAMPLES = [

@@ -13,8 +13,8 @@ import pytest
 
 from kiln.catalog.code_server import CODE_SERVER_DEPLOYMENT, CODE_SERVER_NAMESPACE, CODE_SERVER_PORT, pod_home
 from kiln.spec import load_spec
-from tests.conftest import EXAMPLES
-from tests.stacks.day_two import DELETE, assert_updates, changed, example, templates
+from tests.conftest import DELETE, EXAMPLES, changed
+from tests.stacks.day_two import assert_updates, example, templates
 
 EKS_EXAMPLES = [
     path.stem

@@ -26,10 +26,10 @@ from kiln.constructs.parallelcluster import UPDATE_POLICIES, cluster_configurati
 from kiln.contracts.tags import TAG_CLUSTER
 from kiln.diff_cli import backend_refusals
 from kiln.stacks.ci_mode import CiEnvironment
-from tests.conftest import spec_problems
+from tests.conftest import changed, spec_problems
 from tests.constructs.pcluster_schema import concrete, load_with_official_schema
 from tests.constructs.test_parallelcluster_updates import kilns_verdict, parallelclusters_verdict
-from tests.stacks.day_two import assert_updates, changed, deploy_plan, example, templates
+from tests.stacks.day_two import assert_updates, deploy_plan, example, templates
 
 pytestmark = pytest.mark.slow
 

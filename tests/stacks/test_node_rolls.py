@@ -12,7 +12,8 @@ import yaml
 
 from kiln.changes import Plan
 from kiln.cli import main
-from tests.stacks.day_two import changed, deploy_plan, example
+from tests.conftest import changed
+from tests.stacks.day_two import deploy_plan, example
 
 pytestmark = pytest.mark.slow  # the EKS example synthesized before and after each change
 

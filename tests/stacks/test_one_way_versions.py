@@ -15,7 +15,8 @@ import yaml
 from kiln.changes import one_way_rules
 from kiln.spec import parse_spec
 from kiln.spec import rules as spec_rules
-from tests.stacks.day_two import changed, deploy_plan, example, templates
+from tests.conftest import changed
+from tests.stacks.day_two import deploy_plan, example, templates
 
 # The slow tier: each case synthesizes specs (several seconds each on 2 cores).
 pytestmark = pytest.mark.slow

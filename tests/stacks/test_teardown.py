@@ -22,8 +22,8 @@ from kiln.changes import (
     imports_out_of_order,
     retained,
 )
-from tests.conftest import EXAMPLES
-from tests.stacks.day_two import changed, example, templates
+from tests.conftest import EXAMPLES, changed
+from tests.stacks.day_two import example, templates
 
 STEMS = [path.stem for path in EXAMPLES]
 
