@@ -12,14 +12,9 @@ try:
 except NodeUnavailable as exc:
     sys.exit(f"kiln: {exc}")
 
-from kiln.stacks import (  # noqa: E402 - after the Node.js choice
-    NoSpecGiven,
-    build_cluster,
-    ci_environment,
-    load_and_judge,
-    new_app,
-    spec_path_from_context,
-)
+from kiln.node_config.judge import load_and_judge  # noqa: E402 - after the Node.js choice
+from kiln.stacks.app import NoSpecGiven, build_cluster, new_app, spec_path_from_context  # noqa: E402
+from kiln.stacks.ci_mode import ci_environment  # noqa: E402
 
 app = new_app()
 try:

@@ -41,7 +41,7 @@ def _median(fn, repeat: int) -> float:
 
 def synth(ci: bool) -> None:
     from kiln.spec import load_spec
-    from kiln.stacks import ci_environment
+    from kiln.stacks.ci_mode import ci_environment
     from kiln.synth import synthesize
 
     spec = load_spec(str(ROOT / "examples" / "quickstart.yaml"))

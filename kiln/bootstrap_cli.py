@@ -78,8 +78,9 @@ def role_summary(bundle_dir: Path) -> list[str]:
 
 def run_render(args: argparse.Namespace) -> int:
     """Render the bundle for --target from --spec into --out; return the exit code."""
+    from kiln.node_config.judge import lock_remedy
+    from kiln.node_config.translate import config_from_spec
     from kiln.spec import load_spec
-    from kiln.stacks.bootstrap_config import config_from_spec, lock_remedy
 
     spec = load_spec(args.spec)
     local = None
@@ -99,9 +100,10 @@ def run_lock(args: argparse.Namespace) -> int:
     """Write the lock file of --spec: 0 written, 1 a download failed or a digest changed, 2 bad spec or lock."""
     from kiln.bootstrap.artifacts import lockable_artifacts
     from kiln.bootstrap.lock import lock_text, plan_lock, read_lock
+    from kiln.node_config.judge import lock_remedy
+    from kiln.node_config.translate import config_from_spec
     from kiln.safe_output import write_file_atomically
     from kiln.spec import load_spec
-    from kiln.stacks.bootstrap_config import config_from_spec, lock_remedy
 
     spec = load_spec(args.spec)
     path = spec.lock_path

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 
 def _validate(args: argparse.Namespace) -> int:
     from kiln.bootstrap.readiness import ACCEPT_UNREADY
+    from kiln.node_config.judge import load_and_judge
     from kiln.spec.problems import printable
-    from kiln.stacks.bootstrap_config import load_and_judge
     from kiln.stacks.zones import zone_choice
 
     deployed = None

@@ -190,10 +190,7 @@ def backend_refusals(before: Mapping[str, Any], after: Mapping[str, Any]) -> lis
     """Return one line per change a backend's own update check refuses though CloudFormation would take it: a
     ParallelCluster configuration change its update policy forbids on a cluster in use (the custom resource then
     fails the update, and CloudFormation rolls it back)."""
-    from kiln.node_runtime import require_node
-
-    require_node()  # the constructs load the CDK
-    from kiln.constructs.parallelcluster import cluster_configuration, cluster_name_of, update_refusals
+    from kiln.changes.parallelcluster import cluster_configuration, cluster_name_of, update_refusals
 
     lines = []
     for stack, template in after.items():

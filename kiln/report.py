@@ -14,9 +14,9 @@ from pathlib import Path
 
 from kiln.bootstrap.readiness import ACCEPT_UNREADY
 from kiln.iam_wildcards import WildcardUse, managed_policy_uses, template_wildcards
+from kiln.node_config.judge import load_and_judge
 from kiln.scan import CheckovResult, ScanError, run_checkov
 from kiln.spec import SpecError
-from kiln.stacks.bootstrap_config import load_and_judge
 from kiln.stacks.ci_mode import ci_environment
 from kiln.stacks.zones import zone_choice
 from kiln.synth import NagReport, StackResult, nag_report, stack_results, synthesize

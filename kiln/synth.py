@@ -14,7 +14,7 @@ import aws_cdk as cdk
 
 from kiln.safe_output import check_replaceable
 from kiln.spec import ClusterSpec
-from kiln.stacks import build_cluster, new_app
+from kiln.stacks.app import build_cluster, new_app
 from kiln.stacks.ci_mode import CiEnvironment
 
 DEFAULT_LINT_REGION = "us-east-1"

@@ -18,24 +18,39 @@ THIRD_PARTY_CLOUD = ("aws_cdk", "constructs", "cdk_nag", "jsii", "boto3", "botoc
 FACES = ("kiln.ci", "kiln.preflight", "kiln.ami", "kiln.connect", "kiln.hyperpod", "kiln.jobs")
 # Package -> import prefixes it must never use (functions' own imports included).
 FORBIDDEN = {
-    "kiln.catalog": ("kiln.spec", "kiln.bootstrap", "kiln.constructs", "kiln.stacks", "kiln.local", "pydantic")
+    "kiln.catalog": ("kiln.spec", "kiln.bootstrap", "kiln.node_config", "kiln.constructs", "kiln.stacks", "kiln.local")
+    + ("pydantic",)
     + THIRD_PARTY_CLOUD,
-    "kiln.spec": ("kiln.bootstrap", "kiln.constructs", "kiln.stacks", "kiln.local") + THIRD_PARTY_CLOUD,
-    "kiln.bootstrap": ("kiln.spec", "kiln.constructs", "kiln.stacks", "kiln.local", "pydantic") + THIRD_PARTY_CLOUD,
+    "kiln.spec": ("kiln.bootstrap", "kiln.node_config", "kiln.constructs", "kiln.stacks", "kiln.local")
+    + THIRD_PARTY_CLOUD,
+    "kiln.bootstrap": ("kiln.spec", "kiln.node_config", "kiln.constructs", "kiln.stacks", "kiln.local", "pydantic")
+    + THIRD_PARTY_CLOUD,
+    # spec -> the nodes' bootstrap configuration, above kiln.spec and kiln.bootstrap and without the CDK: the stacks,
+    # the local cluster and the commands (`kiln validate`, report, bootstrap, ci, app.py) import it, never it them.
+    "kiln.node_config": ("kiln.constructs", "kiln.stacks", "kiln.local", "kiln.cli", "pydantic")
+    + FACES
+    + THIRD_PARTY_CLOUD,
     # The construct library sees its props and what lies below it (contracts, catalog, bootstrap's NodeBootstrap):
     # never a face, so a construct user needs none of kiln's commands.
-    "kiln.constructs": ("kiln.spec", "kiln.stacks", "kiln.local", "pydantic") + FACES,
+    "kiln.constructs": ("kiln.spec", "kiln.node_config", "kiln.stacks", "kiln.local", "pydantic") + FACES,
     # The stacks translate the spec into constructs; the faces run them, never the other way.
     "kiln.stacks": FACES,
-    "kiln.local": ("kiln.constructs",) + THIRD_PARTY_CLOUD,
+    # The local cluster reads the spec through kiln.node_config, never the stacks: it runs without the CDK.
+    "kiln.local": ("kiln.constructs", "kiln.stacks") + THIRD_PARTY_CLOUD,
     # Preflight asks AWS with boto3 and reads the spec; it never synthesizes, so it starts in a second.
     "kiln.preflight": ("kiln.constructs", "kiln.stacks", "kiln.local", "aws_cdk", "constructs", "cdk_nag", "jsii"),
     # `kiln job` writes manifests from the spec and the catalog; it never synthesizes, so it starts in a second.
     "kiln.jobs": ("kiln.constructs", "kiln.stacks", "kiln.local", "aws_cdk", "constructs", "cdk_nag", "jsii"),
     # `kiln hyperpod` and `kiln leftovers` ask AWS with boto3; they never synthesize either.
     "kiln.hyperpod": ("kiln.constructs", "kiln.stacks", "kiln.local", "aws_cdk", "constructs", "cdk_nag", "jsii"),
+    # What a deploy does, judged on templates and ParallelCluster configurations alone: `kiln validate --before`
+    # and `kiln diff`'s verdicts need no CDK, no Node.js and no AWS call.
+    "kiln.changes": ("kiln.spec", "kiln.bootstrap", "kiln.constructs", "kiln.stacks", "kiln.local", "pydantic")
+    + THIRD_PARTY_CLOUD
+    + FACES,
     # What the layers agree on: the standard library and itself (test_contracts_use_the_standard_library_only).
-    "kiln.contracts": ("kiln.spec", "kiln.bootstrap", "kiln.constructs", "kiln.stacks", "kiln.local", "kiln.ci")
+    "kiln.contracts": ("kiln.spec", "kiln.bootstrap", "kiln.node_config", "kiln.constructs", "kiln.stacks")
+    + ("kiln.local", "kiln.ci")
     + ("kiln.preflight", "kiln.ami", "kiln.catalog", "pydantic", "yaml", "jinja2")
     + THIRD_PARTY_CLOUD,
     # The reaper's Lambda code: what the Lambda runtime has (stdlib, boto3), nothing of kiln's beyond itself.
@@ -93,7 +108,7 @@ def test_package_imports_only_what_its_layer_may(package: str) -> None:
         for name in imports_of(path)
         if _under(name, FORBIDDEN[package]) and not _under(name, EXEMPT.get(str(path.relative_to(ROOT)), ()))
     }
-    assert offenders == set()
+    assert _modules(package) and offenders == set()
 
 
 def test_metrics_imports_only_the_standard_library_and_prometheus_client() -> None:
@@ -136,14 +151,15 @@ def test_compute_constructs_never_render_or_read_a_bootstrap_config() -> None:
     assert offenders == set()
 
 
-def test_local_reads_the_spec_only_through_the_cdk_free_translation() -> None:
-    stacks = {
-        f"{path.relative_to(ROOT)}: {name}"
-        for path in _modules("kiln.local")
-        for name in imports_of(path)
-        if _under(name, ("kiln.stacks",)) and name != "kiln.stacks.bootstrap_config"
+def test_no_package_loads_its_names_lazily() -> None:
+    # Each name has one module to import it from: no package defines a module __getattr__ (PEP 562).
+    lazy = {
+        str(path.relative_to(ROOT))
+        for path in KILN.rglob("__init__.py")
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.FunctionDef) and node.name == "__getattr__"
     }
-    assert stacks == set()
+    assert lazy == set()
 
 
 def test_construct_tests_build_from_plain_props_without_a_spec() -> None:
@@ -151,7 +167,7 @@ def test_construct_tests_build_from_plain_props_without_a_spec() -> None:
         f"{path.name}: {name}"
         for path in sorted((ROOT / "tests" / "constructs").glob("*.py"))
         for name in imports_of(path)
-        if _under(name, ("kiln.spec", "kiln.stacks.bootstrap_config"))
+        if _under(name, ("kiln.spec", "kiln.node_config"))
     }
     examples = {
         path.name
@@ -171,12 +187,35 @@ def test_the_check_sees_imports_inside_functions(tmp_path: Path) -> None:
 
 
 def test_spec_to_bootstrap_translation_loads_without_cdk() -> None:
+    # Every module of kiln.node_config, the local cluster, the command line, and what `kiln validate` imports of the
+    # stacks' package (zones): none of them starts aws-cdk-lib.
+    modules = sorted(f"kiln.node_config.{p.stem}" for p in _modules("kiln.node_config") if p.stem != "__init__")
     program = (
-        "import json, sys, kiln.stacks.bootstrap_config, kiln.local.provision, kiln.cli\n"
+        f"import json, sys, {', '.join(modules)}, kiln.local.provision, kiln.local.cluster, kiln.cli\n"
+        "import kiln.stacks.zones\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('aws_cdk', 'jsii', 'constructs'))))"
     )
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(done.stdout) == []
+
+
+def test_kiln_diff_judges_a_parallelcluster_update_without_cdk() -> None:
+    # backend_refusals reads ParallelCluster's update policies from kiln.changes, never from the construct: no Node.js.
+    program = (
+        "import json, sys\n"
+        "from kiln.diff_cli import backend_refusals\n"
+        "def template(size):\n"
+        "    config = {'HeadNode': {'InstanceType': size}}\n"
+        "    cluster = {'ClusterName': 'c', 'ClusterConfiguration': config}\n"
+        "    return {'s': {'Resources': {'C': {'Type': 'Custom::PclusterCluster', 'Properties': cluster}}}}\n"
+        "lines = backend_refusals(template('m5.large'), template('m5.xlarge'))\n"
+        "cdk = sorted(m for m in sys.modules if m.split('.')[0] in ('aws_cdk', 'jsii', 'constructs'))\n"
+        "print(json.dumps([lines, cdk]))"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True)
+    [line], cdk = json.loads(done.stdout)
+    assert line.startswith("s: ParallelCluster c: HeadNode/InstanceType ") and "update policy UNSUPPORTED" in line
+    assert cdk == []
 
 
 def test_contracts_use_the_standard_library_only() -> None:

@@ -285,15 +285,13 @@ def test_the_spawn_check_sees_the_ways_to_spawn_them() -> None:
     ]
 
 
-def _imported(node: ast.stmt, modules: set[str], exports: dict[str, str]) -> set[str]:
-    """The modules (with their packages) an import statement loads; `from kiln.stacks import X` loads X's module."""
+def _imported(node: ast.stmt, modules: set[str]) -> set[str]:
+    """The modules (with their packages) an import statement loads; `from kiln.stacks import app` loads its module."""
     if isinstance(node, ast.Import):
         names = [a.name for a in node.names]
     elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
         names = [node.module]
         names += [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules]
-        if node.module == "kiln.stacks":
-            names += [exports[a.name] for a in node.names if a.name in exports]
     else:
         return set()
     return {".".join(n.split(".")[:i]) for n in names for i in range(1, n.count(".") + 2)}
@@ -315,19 +313,11 @@ def _flat(body: list[ast.stmt]) -> list[ast.stmt]:
     return out
 
 
-def _stacks_exports(modules: dict[str, tuple[Path, ast.Module]]) -> dict[str, str]:
-    """kiln.stacks's lazy names (PEP 562) -> the module each loads."""
-    for node in modules["kiln.stacks"][1].body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "_EXPORTS" for t in node.targets):
-            return ast.literal_eval(node.value)
-    return {}
-
-
 def cdk_starters(modules: dict[str, tuple[Path, ast.Module]]) -> set[str]:
     """The modules whose import starts jsii (they import the CDK on import, themselves or through another)."""
-    exports, names = _stacks_exports(modules), set(modules)
+    names = set(modules)
     loads = {
-        name: set().union(set(), *(_imported(n, names, exports) for n in _flat(tree.body)))
+        name: set().union(set(), *(_imported(n, names) for n in _flat(tree.body)))
         for name, (_, tree) in modules.items()
     }
     starters: set[str] = set()
@@ -352,7 +342,7 @@ def import_offences(modules: dict[str, tuple[Path, ast.Module]]) -> list[str]:
 
     The construct and stack layers and the modules that load the CDK on import (kiln.synth, kiln.report) are what
     the commands import; the commands choose the Node first."""
-    starters, exports, names = cdk_starters(modules), _stacks_exports(modules), set(modules)
+    starters, names = cdk_starters(modules), set(modules)
     offences = []
     for name, (_, tree) in modules.items():
         if name.startswith(LIBRARY_LAYERS) or (name in starters and name != "app"):
@@ -361,7 +351,7 @@ def import_offences(modules: dict[str, tuple[Path, ast.Module]]) -> list[str]:
         for scope_name, body in [("<module>", tree.body)] + [(f.name, f.body) for f in functions]:
             chosen = False
             for statement in _flat(body):
-                loads = _imported(statement, names, exports)
+                loads = _imported(statement, names)
                 starting = sorted(i for i in loads if i.split(".")[0] in CDK_PACKAGES or i in starters)
                 if starting and not chosen:
                     offences.append(f"{name}:{statement.lineno}: {scope_name} imports {starting[-1]}")
@@ -374,7 +364,7 @@ def test_every_command_chooses_node_before_it_loads_the_cdk() -> None:
     starters = cdk_starters(modules)
     assert {"kiln.synth", "kiln.report", "kiln.stacks.app", "kiln.constructs", "app"} <= starters
     # `kiln` itself and `kiln validate` start without Node.js; a command loads the CDK when it runs.
-    assert "kiln.stacks.bootstrap_config" not in starters
+    assert {n for n in starters if n == "kiln.stacks" or n.startswith("kiln.node_config")} == set()
     assert {n for n in starters if n == "kiln.cli" or n.endswith(("_cli", ".cli"))} == set()
     assert import_offences(modules) == []
 
@@ -393,16 +383,16 @@ def test_the_import_check_sees_a_command_that_loads_the_cdk_first(tmp_path: Path
             from kiln.node_runtime import require_node
 
             require_node()
-            from kiln.stacks import new_app
+            from kiln.stacks.app import new_app
 
-        def lazy_name_of_stacks(args):
-            from kiln.stacks import new_app
+        def module_of_stacks(args):
+            from kiln.stacks import app
         """
     )
     modules["kiln.faces_under_test"] = (tmp_path / "x.py", ast.parse(source))
     assert [o for o in import_offences(modules) if o.startswith("kiln.faces_under_test")] == [
         "kiln.faces_under_test:3: late imports kiln.synth",
-        "kiln.faces_under_test:15: lazy_name_of_stacks imports kiln.stacks.app",
+        "kiln.faces_under_test:15: module_of_stacks imports kiln.stacks.app",
     ]
 
 

@@ -15,7 +15,7 @@ SLURM_NAME_RULE = "a lowercase letter, then up to 62 lowercase letters, digits o
 
 class BootstrapInputError(InputError, ValueError):
     """A bootstrap input outside what is allowed (a config value, a local cluster, a step): one line naming what was
-    received and what is allowed. A ValueError too: the constructs and kiln.stacks.bootstrap_config take the
+    received and what is allowed. A ValueError too: the constructs and kiln.node_config take the
     bootstrap's refusals as ValueErrors, as props validate."""
 
 

@@ -24,7 +24,9 @@ storage capacity grows, EKS's and PCS's versions move up only; judged on templat
 replaced or removed; PCS groups replaced or removed; HyperPod instance groups removed, made smaller or given another
 type), `links` (links between a file system and S3 that a deploy would create on a directory an old link still
 holds), `subnets` (subnets a deploy would create on the addresses of one it drops), `findings` (the lines),
-`teardown` (`cdk destroy` and a redeploy).
+`teardown` (`cdk destroy` and a redeploy), `parallelcluster` (what ParallelCluster's own update check refuses
+though CloudFormation would take it: the settings that change between two cluster configurations, each judged by
+its update policy on a cluster in use; import it from there, its names are ParallelCluster's alone).
 """
 
 from kiln.changes.deploy import blocked_exports, plan

@@ -104,10 +104,10 @@ def _up(args: argparse.Namespace) -> int:
     from kiln.bootstrap.readiness import ACCEPT_UNREADY
     from kiln.catalog.limits import ttl_problem
     from kiln.ci.deploy import cdk_command, check_cdk_version, deploy_stacks, github_output_lines, write_github_output
+    from kiln.node_config.judge import load_and_judge
     from kiln.node_runtime import require_node
     from kiln.safe_output import claim_directory, write_file_atomically
     from kiln.spec.rules import NO_BAKE_IN_CI
-    from kiln.stacks.bootstrap_config import load_and_judge
 
     progress = Progress("up")
     given_ttl = parse_hours(args.ttl) if args.ttl else None
@@ -128,7 +128,7 @@ def _up(args: argparse.Namespace) -> int:
             return 1
     # The Node.js that synthesis (jsii) and the CDK CLI run on, decided before either starts and before AWS is asked.
     require_node()
-    from kiln.stacks import ci_environment
+    from kiln.stacks.ci_mode import ci_environment
     from kiln.stacks.zones import zone_choice
     from kiln.synth import synthesize
 

@@ -18,8 +18,9 @@ from kiln.local.layout import DEFAULT_SUBNET, DEFAULT_TAG, PREFIX_ENV, ClusterLa
 from kiln.local.progress import Progress, table
 from kiln.local.state import ClusterState, ProcessRecord
 from kiln.local.torchlink import link_torch, missing_companions
+from kiln.node_config.code_server import local_code_server_user
+from kiln.node_config.exporters import local_exporters, local_prometheus
 from kiln.safe_output import UnsafeOutput, claim_directory, remove_owned_directory
-from kiln.stacks.bootstrap_config import local_code_server_user, local_exporters, local_prometheus
 
 DEFAULT_NODES = 2
 DEFAULT_SLURMCTLD_PORT = 6817

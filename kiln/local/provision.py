@@ -16,7 +16,7 @@ from kiln.local import daemons
 from kiln.local.errors import LocalError, LocalFailure
 from kiln.local.layout import ClusterLayout, NodeLayout
 from kiln.local.progress import Progress
-from kiln.stacks.bootstrap_config import config_from_spec
+from kiln.node_config.translate import config_from_spec
 
 _STEP_START = re.compile(r"\[(\w+)\] start$")
 _STEP_DONE = re.compile(r"\[(\w+)\] done in \d+s$")

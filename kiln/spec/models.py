@@ -559,7 +559,7 @@ class ClusterSpec(SpecModel):
     # (software.lock_file) are below it. None for a spec built in code: the current directory.
     _source_dir: Path | None = PrivateAttr(None)
     # The file itself and the line of each field (load_spec sets them), for problems found past the rules: a script of
-    # bootstrap.steps that cannot be shipped (kiln.stacks.bootstrap_config). None and empty for a spec built in code.
+    # bootstrap.steps that cannot be shipped (kiln.node_config.user_steps). None and empty for a spec built in code.
     _source_file: str | None = PrivateAttr(None)
     _source_lines: dict = PrivateAttr(default_factory=dict)
 

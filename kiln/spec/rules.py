@@ -1146,7 +1146,7 @@ def tags(spec: ClusterSpec) -> Iterator[Problem]:
 
 def bootstrap_steps(spec: ClusterSpec) -> Iterator[Problem]:
     """The user's steps: at most USER_STEPS_MAX, names unique, each role once and only roles the platform's nodes have;
-    login only with login nodes. (Their files are read where the bundle is built: kiln.stacks.bootstrap_config.)"""
+    login only with login nodes. (Their files are read where the bundle is built: kiln.node_config.user_steps.)"""
     steps = spec.bootstrap.steps
     if len(steps) > USER_STEPS_MAX:
         yield _p(("bootstrap", "steps"), f"at most {USER_STEPS_MAX} steps (got {len(steps)})")

@@ -1,36 +1,10 @@
-"""The one layer that reads the spec to build: spec -> bootstrap config (no CDK), spec -> props -> stacks.
+"""The one layer that reads the spec to build: spec -> props -> stacks (aws-cdk-lib), one module per stack and per
+backend. Import each name from its module (kiln.stacks.app, kiln.stacks.compute, ...): the package itself loads no
+CDK, so its CDK-free modules (zones, retention, feature_flags) serve `kiln validate` without aws-cdk-lib. The spec's
+translation into the nodes' bootstrap configuration is kiln.node_config's."""
 
-Names load on first use (PEP 562), so `kiln.stacks.bootstrap_config` serves the local cluster and the
-CLI without importing aws-cdk-lib.
-"""
+from kiln.stacks.feature_flags import FEATURE_FLAGS
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
-_EXPORTS = {
-    "FEATURE_FLAGS": "kiln.stacks.feature_flags",
-    "ClusterStacks": "kiln.stacks.app",
-    "NoSpecGiven": "kiln.stacks.app",
-    "build_cluster": "kiln.stacks.app",
-    "environment": "kiln.stacks.app",
-    "new_app": "kiln.stacks.app",
-    "spec_path_from_context": "kiln.stacks.app",
-    "CiEnvironment": "kiln.stacks.ci_mode",
-    "ci_environment": "kiln.stacks.ci_mode",
-    "ComputeStack": "kiln.stacks.compute",
-    "ReaperStack": "kiln.stacks.reaper",
-    "NetworkStack": "kiln.stacks.network",
-    "StorageStack": "kiln.stacks.storage",
-    "config_from_spec": "kiln.stacks.bootstrap_config",
-    "load_and_judge": "kiln.stacks.bootstrap_config",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'kiln.stacks' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+# The flags kiln synthesizes with, for your own app: cdk.App(context=FEATURE_FLAGS) (README, "Using the constructs
+# in your own CDK app").
+__all__ = ["FEATURE_FLAGS"]

@@ -29,8 +29,9 @@ from kiln.constructs.session_logs import SessionLogs, SessionLogsProps
 from kiln.contracts.backends import BACKENDS, EKS, PARALLELCLUSTER, PCS
 from kiln.contracts.outputs import ComputeOutput
 from kiln.contracts.ssm_documents import session_document
+from kiln.node_config.budget import eks_node_provision_seconds, parallelcluster_timeouts
+from kiln.node_config.translate import config_from_spec
 from kiln.spec import ClusterSpec
-from kiln.stacks.bootstrap_config import config_from_spec, eks_node_provision_seconds, parallelcluster_timeouts
 from kiln.stacks.ci_mode import CiEnvironment
 from kiln.stacks.compute_context import ComputeContext, cluster_placement_groups
 from kiln.stacks.eks import eks_observability_props, eks_props

@@ -16,9 +16,9 @@ from kiln.contracts.image import (
 )
 from kiln.contracts.outputs import ImageOutput
 from kiln.contracts.tags import TAG_CLUSTER
+from kiln.node_config.translate import config_from_spec
 from kiln.spec import ClusterSpec
 from kiln.spec.problems import Problem, SpecError
-from kiln.stacks.bootstrap_config import config_from_spec
 from kiln.stacks.network import NetworkStack
 
 

@@ -9,8 +9,8 @@ from kiln.catalog.limits import PCS_CLUSTER_SIZES
 from kiln.catalog.platforms import image_profile, root_device_name
 from kiln.constructs import NodeBootstrap, PcsClusterProps, PcsNodeGroup
 from kiln.contracts.backends import PCS_LOGIN_NODE_GROUP
+from kiln.node_config.nodes import node_architecture
 from kiln.spec import ClusterSpec
-from kiln.stacks.bootstrap_config import node_architecture
 from kiln.stacks.compute_context import ComputeContext
 
 

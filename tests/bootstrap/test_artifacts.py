@@ -18,8 +18,8 @@ from kiln.bootstrap.artifacts import (
     resolve_repository,
 )
 from kiln.bootstrap.config import NodeGroup
+from kiln.node_config.translate import config_from_spec
 from kiln.spec import load_spec, parse_spec
-from kiln.stacks.bootstrap_config import config_from_spec
 from tests.bootstrap.conftest import pcs_config
 from tests.conftest import ROOT
 

@@ -19,7 +19,7 @@ from kiln.bootstrap.budget import (
 )
 from kiln.catalog.platforms import service_fact
 from kiln.cli import main
-from kiln.stacks.bootstrap_config import load_and_judge
+from kiln.node_config.judge import load_and_judge
 from tests.conftest import ROOT
 
 PCS_SECONDS = service_fact("pcs", "resume_timeout_seconds").value

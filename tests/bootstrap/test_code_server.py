@@ -429,7 +429,7 @@ def test_a_named_user_without_sudo_runs_it_beside_the_images_sudoer(tmp_path):
 
 
 def test_kilns_own_user_is_created_on_every_node_with_one_uid_and_runs_code_server(tmp_path):
-    """Without code_server.user the spec's bundle carries kiln's user (kiln.stacks.bootstrap_config): configure_users
+    """Without code_server.user the spec's bundle carries kiln's user (kiln.node_config.code_server): configure_users
     creates it with a home and its own group only, and configure_code_server runs code-server as it, not as the
     image's sudoer."""
     from kiln.bootstrap.config import ClusterUser

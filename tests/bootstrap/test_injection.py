@@ -18,8 +18,8 @@ from kiln.bootstrap.cluster_env import check_cluster_env, cluster_env_text
 from kiln.bootstrap.config import NodeGroup, SoftwarePins
 from kiln.bootstrap.local_target import LocalCluster
 from kiln.bootstrap.render import render_bundle
+from kiln.node_config.translate import config_from_spec
 from kiln.spec import parse_spec
-from kiln.stacks.bootstrap_config import config_from_spec
 from tests.bootstrap.conftest import CLUSTER_ENV, make_node, pcs_config
 from tests.conftest import MINIMAL_SPEC
 

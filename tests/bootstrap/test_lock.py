@@ -16,8 +16,9 @@ from kiln.bootstrap import lock
 from kiln.bootstrap.artifacts import Artifact, lockable_artifacts
 from kiln.bootstrap.lock import LockedFile, LockError, lock_text, plan_lock, read_lock
 from kiln.cli import main
+from kiln.node_config.judge import load_and_judge
+from kiln.node_config.translate import config_from_spec
 from kiln.spec import load_spec
-from kiln.stacks.bootstrap_config import config_from_spec, load_and_judge
 from tests.conftest import ROOT, loopback_server
 
 # The test spec installs an EFA installer release AWS publishes no digest for: the one download kiln cannot check

@@ -11,8 +11,8 @@ import yaml
 
 from kiln.bootstrap.render import render_bundle
 from kiln.catalog import preset_environment
+from kiln.node_config.translate import config_from_spec
 from kiln.spec import parse_spec
-from kiln.stacks.bootstrap_config import config_from_spec
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "examples" / "trn1-pcs.yaml"

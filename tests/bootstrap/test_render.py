@@ -16,8 +16,8 @@ from kiln.bootstrap.steps import STEPS
 from kiln.bootstrap_cli import register
 from kiln.catalog import SoftwareVersions, instance_type, preset_environment
 from kiln.catalog.envfile import parse_env_file
+from kiln.node_config.translate import config_from_spec
 from kiln.spec import load_spec
-from kiln.stacks.bootstrap_config import config_from_spec
 from tests.bootstrap.conftest import SHELLCHECK, pcs_config
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.

@@ -21,7 +21,7 @@ from kiln.constructs import (
     TrainingVpc,
     TrainingVpcProps,
 )
-from kiln.stacks import new_app
+from kiln.stacks.app import new_app
 from kiln.stacks.tidy import add_template_aspects
 
 ENV = cdk.Environment(account="111111111111", region="us-east-1")

@@ -20,7 +20,7 @@ from kiln.constructs import (
 from kiln.constructs.eks import EksTrainingCluster, EksTrainingClusterProps, LustreVolume
 from kiln.constructs.eks_code_server import CodeServerPod
 from kiln.constructs.eks_node_groups import AcceleratedNodeGroup, SystemNodeGroup
-from kiln.stacks import new_app
+from kiln.stacks.app import new_app
 from tests.constructs.conftest import ENV, efa_network, logical_id, plain_bootstrap, synth_as_kiln
 
 REGION = "us-east-1"

@@ -14,7 +14,7 @@ from aws_cdk.assertions import Template
 
 from kiln.constructs import GithubDeployIdentityProps, acknowledgements
 from kiln.contracts.permissions_boundary import BOUNDARY_NAME
-from kiln.stacks import new_app
+from kiln.stacks.app import new_app
 from kiln.stacks.ci_identity import CiIdentityStack, build_identity, identity_execution_policies, identity_stack_name
 from kiln.synth import nag_report
 from tests.constructs.conftest import ENV, logical_id

@@ -39,7 +39,7 @@ from kiln.constructs.eks_install import (
 )
 from kiln.constructs.eks_node_groups import AcceleratedNodeGroup, SystemNodeGroup
 from kiln.constructs.neuron_addons import NEURON_DEVICE_PLUGIN, NEURON_SCHEDULER
-from kiln.stacks import new_app
+from kiln.stacks.app import new_app
 from kiln.synth import lint_template, nag_report
 from tests.constructs.conftest import (
     ENV,

@@ -27,7 +27,7 @@ from kiln.constructs.neuron_addons import (
     NEURON_SCHEDULER_NAME,
     scheduler_configuration,
 )
-from kiln.stacks import new_app
+from kiln.stacks.app import new_app
 from kiln.synth import lint_template, nag_report
 from tests.constructs.conftest import ENV, efa_network, logical_id, plain_bootstrap, synth_as_kiln
 from tests.constructs.test_eks import _manifest, _props, validate_manifests

@@ -36,7 +36,7 @@ from kiln.constructs.eks_observability import (
     scrape_config,
 )
 from kiln.scan import run_checkov
-from kiln.stacks import new_app
+from kiln.stacks.app import new_app
 from kiln.synth import lint_template, nag_report
 from tests.constructs.conftest import ENV, efa_network, get_att, logical_id, ref, synth_as_kiln
 

@@ -36,7 +36,7 @@ from kiln.constructs.grafana import (
 from kiln.constructs.grafana_code.kiln_grafana import contract, grafana_api, handler, provision
 from kiln.dashboards import dashboard_names, load_dashboard
 from kiln.scan import run_checkov
-from kiln.stacks import new_app
+from kiln.stacks.app import new_app
 from kiln.synth import lint_template, nag_report
 from tests.constructs.conftest import (
     ENV,

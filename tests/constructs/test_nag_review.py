@@ -17,7 +17,7 @@ from kiln.constructs.acknowledgements import CheckovSkip, WildcardGrant
 from kiln.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from kiln.constructs.review import SkipReviewedCheckovChecks, review_wildcards
 from kiln.iam_wildcards import wildcard_pairs
-from kiln.stacks import new_app
+from kiln.stacks.app import new_app
 from kiln.synth import nag_report
 from tests.constructs.conftest import ENV, imported_vpc, plain_bootstrap
 

@@ -34,7 +34,7 @@ from kiln.constructs.parallelcluster import (
     is_attachable,
 )
 from kiln.iam_wildcards import template_wildcards
-from kiln.stacks import new_app
+from kiln.stacks.app import new_app
 from kiln.synth import nag_report
 from tests.constructs.conftest import (
     PLAIN_BUNDLE_SHA256,

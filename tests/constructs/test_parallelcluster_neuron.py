@@ -7,7 +7,8 @@ import dataclasses
 from aws_cdk import Stack
 
 from kiln.catalog.platforms import service_fact
-from kiln.constructs.parallelcluster import UPDATE_POLICIES, ParallelCluster, SlurmQueue
+from kiln.changes.parallelcluster import UPDATE_POLICIES
+from kiln.constructs.parallelcluster import ParallelCluster, SlurmQueue
 from tests.constructs.pcluster_schema import concrete, load_with_official_schema
 from tests.constructs.test_parallelcluster import build_props
 

@@ -16,15 +16,8 @@ from aws_cdk import CfnParameter, Stack
 from aws_cdk import aws_iam as iam
 
 from kiln.catalog.platforms import service_fact
-from kiln.constructs.parallelcluster import (
-    AMI_SETTINGS,
-    UPDATE_POLICIES,
-    ParallelCluster,
-    SlurmQueue,
-    attachable_policy,
-    update_refusals,
-    update_verdicts,
-)
+from kiln.changes.parallelcluster import UPDATE_POLICIES, update_refusals, update_verdicts
+from kiln.constructs.parallelcluster import AMI_SETTINGS, ParallelCluster, SlurmQueue, attachable_policy
 from tests.constructs.test_parallelcluster import CAPACITIES, build, build_props
 
 # ---- The table: each setting kiln writes, with the update policy the installed schema declares for it. ----
@@ -270,7 +263,7 @@ def in_use() -> dict:
     (each compares as itself, as the deployed value it stands for would)."""
     cluster = build("on-demand", "fs-0123456789abcdef0", login_count=1)
     config = Stack.of(cluster).resolve(cluster.config)
-    # kiln sets both timeouts on every cluster (kiln.stacks.bootstrap_config.parallelcluster_timeouts).
+    # kiln sets both timeouts on every cluster (kiln.node_config.budget.parallelcluster_timeouts).
     return {
         **config,
         "DevSettings": {"Timeouts": {"HeadNodeBootstrapTimeout": 2100, "ComputeNodeBootstrapTimeout": 2100}},

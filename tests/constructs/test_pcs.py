@@ -13,7 +13,7 @@ from kiln.constructs import CapacityOption
 from kiln.constructs.acknowledgements import NODE_SSM_CHANNELS, NODE_SSM_GRANTS
 from kiln.constructs.pcs import NAME_DIGEST_LENGTH, PcsCluster, PcsClusterProps, PcsNodeGroup, node_group_name
 from kiln.iam_wildcards import template_wildcards
-from kiln.stacks import new_app
+from kiln.stacks.app import new_app
 from kiln.synth import nag_report
 from tests.constructs.conftest import (
     PLAIN_BUNDLE_SHA256,

@@ -21,7 +21,7 @@ from kiln.constructs.pcs import (
     group_slurm_settings,
 )
 from kiln.metrics.slurm import parse_sinfo
-from kiln.stacks import new_app
+from kiln.stacks.app import new_app
 from kiln.synth import lint_template, nag_report
 from tests.constructs.conftest import imported_vpc, logical_id, plain_bootstrap, stack, synth_as_kiln
 

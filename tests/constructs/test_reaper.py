@@ -14,7 +14,7 @@ from aws_cdk.assertions import Template
 from kiln.constructs import acknowledgements
 from kiln.constructs import reaper as reaper_module
 from kiln.constructs.reaper import HANDLER, REAPER_CODE, EnvironmentReaper, EnvironmentReaperProps
-from kiln.stacks import new_app
+from kiln.stacks.app import new_app
 from kiln.synth import nag_report
 from tests.constructs.conftest import (
     ENV,

@@ -12,8 +12,8 @@ import pytest
 
 from kiln.bootstrap import LocalCluster, render_bundle
 from kiln.launcher.image import scan_image
+from kiln.node_config.translate import config_from_spec
 from kiln.spec import parse_spec
-from kiln.stacks.bootstrap_config import config_from_spec
 from tests.bootstrap.conftest import stub_network
 from tests.conftest import MINIMAL_SPEC
 

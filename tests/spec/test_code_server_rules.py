@@ -9,8 +9,9 @@ import copy
 import pytest
 
 from kiln.bootstrap.local_target import LocalCluster
+from kiln.node_config.code_server import local_code_server_user
+from kiln.node_config.translate import config_from_spec
 from kiln.spec import parse_spec
-from kiln.stacks.bootstrap_config import config_from_spec, local_code_server_user
 from tests.conftest import MINIMAL_SPEC
 from tests.conftest import spec_problems as problems
 

@@ -40,10 +40,10 @@ from kiln.bootstrap.render import render_bundle
 from kiln.catalog.kubernetes import default_kubernetes_version, kubernetes_versions
 from kiln.changes import assembly_templates
 from kiln.cli import main
+from kiln.node_config.translate import config_from_spec
 from kiln.spec import ClusterSpec, load_spec
 from kiln.spec import rules as spec_rules
 from kiln.stacks.app import build_cluster, environment, new_app
-from kiln.stacks.bootstrap_config import config_from_spec
 from kiln.stacks.ci_mode import ci_environment
 from kiln.stacks.network import NetworkStack
 from kiln.stacks.storage import StorageStack

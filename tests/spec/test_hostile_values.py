@@ -550,8 +550,8 @@ def test_a_spec_at_a_limit_validates_builds_and_renders(
     case: str, render_root: Path, capsys: pytest.CaptureFixture
 ) -> None:
     from kiln.bootstrap.render import render_bundle
-    from kiln.stacks import build_cluster, new_app
-    from kiln.stacks.bootstrap_config import config_from_spec
+    from kiln.node_config.translate import config_from_spec
+    from kiln.stacks.app import build_cluster, new_app
 
     spec_path = render_root / f"{case}.yaml"
     spec_path.write_text(yaml.safe_dump(AT_THE_LIMIT[case], sort_keys=False))

@@ -7,9 +7,10 @@ import copy
 import pytest
 import yaml
 
+from kiln.node_config.exporters import LOCAL_EXPORTERS, local_exporters, node_exporters
+from kiln.node_config.translate import config_from_spec
 from kiln.spec import ClusterSpec, SpecError, load_spec
 from kiln.spec.rules import check
-from kiln.stacks.bootstrap_config import LOCAL_EXPORTERS, config_from_spec, local_exporters, node_exporters
 from tests.conftest import MINIMAL_SPEC
 
 

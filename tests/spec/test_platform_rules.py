@@ -7,9 +7,9 @@ import datetime
 
 import pytest
 
+from kiln.node_config.translate import config_from_spec
 from kiln.spec import parse_spec
 from kiln.spec import rules as spec_rules
-from kiln.stacks.bootstrap_config import config_from_spec
 from tests.conftest import MINIMAL_SPEC
 from tests.conftest import spec_problems as problems
 

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from kiln.cli import main
+from kiln.node_config.translate import config_from_spec
 from kiln.spec import SpecError, load_spec, parse_spec
-from kiln.stacks.bootstrap_config import config_from_spec
 from tests.conftest import MINIMAL_SPEC
 
 SCRIPT = "#!/bin/bash\necho ready\n"

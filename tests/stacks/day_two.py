@@ -13,7 +13,8 @@ exports it refuses to change or remove, and which stateful resources start empty
         before = example("quickstart")
         assert_updates(before, changed(before, tags={"team": "research"}))
 
-`changed` (tests.conftest) takes dotted paths as keyword arguments (`storage__lustre__efa=True`) and DELETE to drop a key.
+`changed` (tests.conftest) takes dotted paths as keyword arguments (`storage__lustre__efa=True`) and DELETE to drop
+a key.
 Synthesis runs in this process and is cached per spec, so a test module pays for each distinct spec once.
 """
 
@@ -32,8 +33,9 @@ import yaml
 
 from kiln.changes import Plan, assembly_dependencies, assembly_templates, plan
 from kiln.spec import parse_spec
-from kiln.stacks import FEATURE_FLAGS, build_cluster
+from kiln.stacks.app import build_cluster
 from kiln.stacks.ci_mode import ci_environment
+from kiln.stacks.feature_flags import FEATURE_FLAGS
 from tests.conftest import ROOT
 
 

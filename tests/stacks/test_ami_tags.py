@@ -11,7 +11,7 @@ from kiln.catalog.limits import MAX_TAGS_PER_RESOURCE
 from kiln.contracts.tags import TAG_PIN_PREFIX
 from kiln.spec import SpecError
 from kiln.spec.load import load_spec, parse_spec
-from kiln.stacks import build_cluster, new_app
+from kiln.stacks.app import build_cluster, new_app
 from tests.conftest import ROOT
 
 BAKED = ROOT / "examples" / "p5-pcs-baked.yaml"

@@ -12,8 +12,9 @@ import yaml
 
 from kiln.catalog.platforms import service_fact
 from kiln.cli import main
+from kiln.node_config.budget import boot_budget, parallelcluster_timeouts
+from kiln.node_config.translate import config_from_spec
 from kiln.spec import load_spec
-from kiln.stacks.bootstrap_config import boot_budget, config_from_spec, parallelcluster_timeouts
 from tests.conftest import MINIMAL_SPEC
 from tests.constructs.pcluster_schema import concrete, load_with_official_schema
 
@@ -89,7 +90,7 @@ def test_eks_nodes_get_the_budgets_time_to_become_ready(example_assemblies, stem
     """The autoscaler waits for a new node as long as kiln's estimate of its setup (with headroom, at least its own
     15 minutes), and Kueue for a job's pods that long plus their image pull."""
     from kiln.constructs.eks_scheduling import CLUSTER_AUTOSCALER_FACTS, IMAGE_PULL_SECONDS
-    from kiln.stacks.bootstrap_config import eks_node_provision_seconds
+    from kiln.node_config.budget import eks_node_provision_seconds
 
     spec = load_spec(example_assemblies[stem].spec_path)
     default = CLUSTER_AUTOSCALER_FACTS["default_provision_seconds"]

@@ -18,7 +18,7 @@ from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
 from kiln.contracts.environment import BUCKET_PURPOSES
 from kiln.contracts.tags import TAG_EKS_CLUSTER, TAG_ENVIRONMENT, TAG_NODE_GROUP
 from kiln.spec import ClusterSpec, SpecError, load_spec, parse_spec
-from kiln.stacks import build_cluster, new_app
+from kiln.stacks.app import build_cluster, new_app
 from kiln.stacks.ci_mode import CiEnvironment, ci_environment, environment_spec, retains_data
 from kiln.stacks.network import NetworkStack
 from kiln.synth import nag_report, stack_results

@@ -139,7 +139,8 @@ def test_pinned_cdk_cli_synthesizes_an_example(tmp_path: Path) -> None:
 def test_every_example_is_boot_ready_as_shipped(stem: str) -> None:
     """No lock step: every download its nodes make has a published digest, a signature or a pinned commit."""
     from kiln.bootstrap.artifacts import bundle_artifacts
-    from kiln.stacks.bootstrap_config import config_from_spec, load_and_judge
+    from kiln.node_config.judge import load_and_judge
+    from kiln.node_config.translate import config_from_spec
 
     spec, readiness = load_and_judge(f"examples/{stem}.yaml")
     assert readiness.ready, readiness.reasons()

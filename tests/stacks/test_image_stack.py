@@ -13,7 +13,7 @@ from kiln.catalog.platforms import service_fact
 from kiln.contracts.image import image_parameter_name
 from kiln.contracts.outputs import ImageOutput
 from kiln.spec import parse_spec
-from kiln.stacks import build_cluster, new_app
+from kiln.stacks.app import build_cluster, new_app
 from kiln.stacks.ci_mode import ci_environment
 from tests.conftest import ROOT
 

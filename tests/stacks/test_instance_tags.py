@@ -22,7 +22,7 @@ from kiln.catalog.limits import (
     PARALLELCLUSTER_MAX_CONFIG_TAGS,
 )
 from kiln.catalog.platforms import service_fact
-from kiln.constructs.parallelcluster import UPDATE_POLICIES, cluster_configuration, update_refusals
+from kiln.changes.parallelcluster import UPDATE_POLICIES, cluster_configuration, update_refusals
 from kiln.contracts.tags import TAG_CLUSTER
 from kiln.diff_cli import backend_refusals
 from kiln.stacks.ci_mode import CiEnvironment

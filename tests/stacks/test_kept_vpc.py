@@ -21,8 +21,7 @@ from kiln.constructs import ExistingNetwork, TrainingVpc, TrainingVpcProps
 from kiln.constructs._checks import PropError
 from kiln.contracts.kept_network import KEPT_SUBNET_LOGICAL_ID, KEPT_VPC_LOGICAL_ID
 from kiln.spec import parse_spec
-from kiln.stacks import new_app
-from kiln.stacks.app import environment
+from kiln.stacks.app import environment, new_app
 from kiln.stacks.network import NetworkStack
 from tests.conftest import MINIMAL_SPEC, spec_problems
 

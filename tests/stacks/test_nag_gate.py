@@ -9,7 +9,7 @@ from cdk_nag import AwsSolutionsChecks
 
 from kiln.constructs.acknowledgements import Finding
 from kiln.constructs.review import acknowledge
-from kiln.stacks import new_app
+from kiln.stacks.app import new_app
 from kiln.synth import nag_report
 
 

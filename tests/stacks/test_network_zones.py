@@ -21,7 +21,7 @@ from kiln.catalog.platforms import service_fact
 from kiln.contracts.backends import platform_of
 from kiln.spec import SpecError
 from kiln.spec.load import parse_spec
-from kiln.stacks import new_app
+from kiln.stacks.app import new_app
 from kiln.stacks.network import NetworkStack, endpoint_names
 from kiln.stacks.tidy import add_template_aspects
 from kiln.stacks.zones import needs_two_zones

@@ -17,9 +17,9 @@ from aws_cdk.assertions import Template
 import kiln.constructs.bootstrap_assets as bootstrap_assets
 import kiln.constructs.parallelcluster as parallelcluster
 from kiln.bootstrap.fetch import FETCH_SCRIPT, file_sha256
-from kiln.constructs.parallelcluster import UPDATE_POLICIES, cluster_configuration, config_changes, update_refusals
+from kiln.changes.parallelcluster import UPDATE_POLICIES, cluster_configuration, config_changes, update_refusals
 from kiln.spec import parse_spec
-from kiln.stacks import build_cluster, new_app
+from kiln.stacks.app import build_cluster, new_app
 from tests.conftest import ROOT
 from tests.constructs.conftest import logical_id
 from tests.constructs.pcluster_schema import concrete, load_with_official_schema

@@ -36,7 +36,7 @@ from kiln.contracts.permissions_boundary import (
 from kiln.contracts.tags import TAG_ENVIRONMENT
 from kiln.iam_wildcards import nag_text
 from kiln.spec import load_spec
-from kiln.stacks import build_cluster, new_app
+from kiln.stacks.app import build_cluster, new_app
 from tests.conftest import ROOT
 from tests.contracts.iam_eval import decision, like
 from tests.stacks import test_security_review

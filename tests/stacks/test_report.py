@@ -15,10 +15,10 @@ from kiln.bootstrap.artifacts import lockable_artifacts
 from kiln.bootstrap.lock import LockedFile, lock_text
 from kiln.cli import main
 from kiln.iam_wildcards import REVIEW_METADATA, review_metadata, template_wildcards
+from kiln.node_config.translate import config_from_spec
 from kiln.report import UNREVIEWED_REMEDY, VERBOSE_HINT, Review, _summary, checkov_review, wildcard_review
 from kiln.scan import MISSING, CheckovFinding, CheckovResult
 from kiln.spec import load_spec
-from kiln.stacks.bootstrap_config import config_from_spec
 from tests.conftest import ROOT
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.

@@ -11,8 +11,7 @@ import yaml
 from aws_cdk.assertions import Template
 
 from kiln.spec import parse_spec
-from kiln.stacks import build_cluster, new_app
-from kiln.stacks.app import environment
+from kiln.stacks.app import build_cluster, environment, new_app
 from kiln.stacks.ci_mode import ci_environment, environment_spec
 from kiln.stacks.compute_context import ComputeContext
 from kiln.stacks.network import NetworkStack

@@ -11,7 +11,7 @@ from aws_cdk.assertions import Template
 
 from kiln.catalog.platforms import image_profile, root_device_name
 from kiln.spec import load_spec, parse_spec
-from kiln.stacks import build_cluster, new_app
+from kiln.stacks.app import build_cluster, new_app
 from tests.conftest import ROOT
 from tests.constructs.conftest import root_devices
 

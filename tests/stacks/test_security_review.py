@@ -22,7 +22,7 @@ from kiln.constructs.ci_identity import GithubDeployIdentityProps
 from kiln.iam_wildcards import template_wildcards
 from kiln.scan import CheckovFinding, CheckovResult, run_checkov
 from kiln.spec import load_spec
-from kiln.stacks import build_cluster, new_app
+from kiln.stacks.app import build_cluster, new_app
 from kiln.stacks.ci_identity import build_identity
 from kiln.stacks.ci_mode import CiEnvironment
 from tests.conftest import ROOT, built_once

@@ -14,11 +14,13 @@ import pytest
 import yaml
 
 from kiln.catalog.platforms import service_fact
-from kiln.constructs.parallelcluster import ATTACHABLE_PATH, cluster_configuration, update_refusals
+from kiln.changes.parallelcluster import cluster_configuration, update_refusals
+from kiln.constructs.parallelcluster import ATTACHABLE_PATH
 from kiln.contracts.outputs import ComputeOutput
 from kiln.contracts.ssm_documents import DEFAULT_SHELL_DOCUMENT, session_document
 from kiln.spec import parse_spec
-from kiln.stacks import FEATURE_FLAGS, build_cluster
+from kiln.stacks.app import build_cluster
+from kiln.stacks.feature_flags import FEATURE_FLAGS
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ import yaml
 from aws_cdk import Stack
 
 from kiln.spec import load_spec, parse_spec
-from kiln.stacks import build_cluster, new_app
+from kiln.stacks.app import build_cluster, new_app
 from kiln.stacks.compute_context import ComputeContext
 from kiln.stacks.hyperpod import hyperpod_groups, provisioning_parameters
 from kiln.stacks.pcs import pcs_size

@@ -19,7 +19,7 @@ from kiln.catalog.network import recorded_zones, zones_context_key, zones_fallba
 from kiln.contracts.errors import InputError
 from kiln.spec import SpecError
 from kiln.spec.load import parse_spec
-from kiln.stacks import new_app
+from kiln.stacks.app import new_app
 from kiln.stacks.network import NetworkStack
 from kiln.stacks.zones import ACCOUNT_VARIABLE, looked_up, read_cdk_context, zone_choice
 from kiln.synth import synthesize
