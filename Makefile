@@ -19,15 +19,15 @@ PCLUSTER_VERSION := $(shell sed -n 's/^PARALLELCLUSTER_VERSION = "\(.*\)"/\1/p' 
 
 # checkov, the second IaC scanner `kiln report` runs, lives in its own venv: it pins boto3 and packaging
 # versions the project's own environment (moto, cfn-lint) has moved past. $(BIN)/checkov links to it, at the
-# version kiln/scan.py expects (its one place).
-CHECKOV_VERSION := $(shell sed -n 's/^CHECKOV_VERSION = "\(.*\)"/\1/p' kiln/scan.py)
+# version kiln/review/scan.py expects (its one place).
+CHECKOV_VERSION := $(shell sed -n 's/^CHECKOV_VERSION = "\(.*\)"/\1/p' kiln/review/scan.py)
 CHECKOV_VENV ?= .venv-checkov
 
 # The pinned Node 22 and the venv come first for the commands below. kiln picks its Node itself
-# (kiln/node_runtime.py), and cdk.json runs app.py with .venv's Python through ./venv-python.
+# (kiln/host/node_runtime.py), and cdk.json runs app.py with .venv's Python through ./venv-python.
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup system-deps demo test test-slow lint bench clean
+.PHONY: setup system-deps demo test test-slow lint typecheck bench clean
 
 setup: system-deps $(BIN)/.installed $(BIN)/checkov node_modules/.installed
 
@@ -48,7 +48,7 @@ $(BIN)/.installed: pyproject.toml kiln/constructs/parallelcluster.py
 	$(BIN)/pip install --quiet --no-deps aws-parallelcluster==$(PCLUSTER_VERSION)
 	touch $@
 
-$(BIN)/checkov: $(BIN)/.installed kiln/scan.py
+$(BIN)/checkov: $(BIN)/.installed kiln/review/scan.py
 	$(PYTHON) -m venv $(CHECKOV_VENV)
 	$(CHECKOV_VENV)/bin/pip install --quiet --upgrade pip
 	$(CHECKOV_VENV)/bin/pip install --quiet checkov==$(CHECKOV_VERSION)
@@ -82,9 +82,13 @@ test: setup
 test-slow: setup
 	$(PYTEST) -m "slow or e2e"
 
-lint: setup
+lint: typecheck
 	$(BIN)/ruff check .
 	$(BIN)/kiln report --no-lint examples/*.yaml >/dev/null
+
+# mypy, strict on kiln.contracts, kiln.spec and kiln.constructs (pyproject.toml's [tool.mypy]).
+typecheck: setup
+	$(BIN)/mypy
 
 bench: setup
 	$(BIN)/python benchmarks/synth_examples.py

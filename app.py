@@ -4,7 +4,7 @@
 import sys
 
 from kiln.bootstrap.readiness import ACCEPT_UNREADY_CONTEXT, unready_lines
-from kiln.node_runtime import NodeUnavailable, require_node
+from kiln.host.node_runtime import NodeUnavailable, require_node
 from kiln.spec import SpecError
 
 try:

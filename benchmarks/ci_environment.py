@@ -42,7 +42,7 @@ def _median(fn, repeat: int) -> float:
 def synth(ci: bool) -> None:
     from kiln.spec import load_spec
     from kiln.stacks.ci_mode import ci_environment
-    from kiln.synth import synthesize
+    from kiln.stacks.synth import synthesize
 
     spec = load_spec(str(ROOT / "examples" / "quickstart.yaml"))
     environment = ci_environment(spec, name="quickstart-bench", ttl_hours=2) if ci else None

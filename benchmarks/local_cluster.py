@@ -24,7 +24,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-KILN_LOCAL = [sys.executable, "-m", "kiln.local", "local"]
+KILN_LOCAL = [sys.executable, "-m", "kiln.cli", "local"]
 PHASE = re.compile(r"^  (.+?) \.\.\. (\d+\.\d)s$")
 FIRST_STEP = re.compile(r"smoke: first step (\d+\.\d+) s after submission")
 THROUGHPUT = re.compile(r"smoke: throughput ([\d,]+) tokens/s")

@@ -108,9 +108,9 @@ class FakeAccount:
 
 
 def measure(spec_name: str, repeat: int, latency_s: float, sagemaker_quotas: int) -> dict[str, float]:
-    import boto3
     from moto import mock_aws
 
+    from kiln.aws.session import aws_session
     from kiln.preflight.aws import AwsClients
     from kiln.preflight.plan import plan_for
     from kiln.preflight.run import run_preflight
@@ -123,7 +123,7 @@ def measure(spec_name: str, repeat: int, latency_s: float, sagemaker_quotas: int
     for _ in range(repeat):
         with mock_aws():
             started = time.perf_counter()
-            session = boto3.Session(region_name=region)
+            session = aws_session(region=region, profile=None)
             time.sleep(latency_s)  # sts:GetCallerIdentity's round trip (its client is not kept)
             aws = AwsClients.from_session(session, region)
             figures["clients"].append(time.perf_counter() - started)

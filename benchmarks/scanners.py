@@ -6,7 +6,7 @@ The examples are synthesized once (not timed); then, each the median of N runs:
   cfn-lint        every template linted in this process, as `kiln report` does;
   checkov once    one checkov process over every template (what `kiln report` runs);
   checkov per     one checkov process per stack (the alternative it avoids), measured once;
-  wildcards       the IAM wildcard review of every template (kiln.iam_wildcards).
+  wildcards       the IAM wildcard review of every template (kiln.contracts.iam_wildcards).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ["PATH"] = f"{ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ['PATH']}"
 
-from kiln.iam_wildcards import template_wildcards  # noqa: E402
-from kiln.scan import run_checkov  # noqa: E402
+from kiln.contracts.iam_wildcards import template_wildcards  # noqa: E402
+from kiln.review.scan import run_checkov  # noqa: E402
 from kiln.spec import load_spec  # noqa: E402
-from kiln.synth import DEFAULT_LINT_REGION, lint_template, synthesize  # noqa: E402
+from kiln.stacks.synth import DEFAULT_LINT_REGION, lint_template, synthesize  # noqa: E402
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 

@@ -25,7 +25,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 ENV = {**os.environ, "PATH": f"{ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ['PATH']}"}
 EMPTY = "import aws_cdk as cdk; cdk.App().synth()"
 ALL = (
-    "import sys; from kiln.spec import load_spec; from kiln.synth import synthesize\n"
+    "import sys; from kiln.spec import load_spec; from kiln.stacks.synth import synthesize\n"
     "for path in sys.argv[1:]: synthesize(load_spec(path))"
 )
 

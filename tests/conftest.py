@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from kiln.node_runtime import use_pinned_node
+from kiln.host.node_runtime import use_pinned_node
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

@@ -20,7 +20,7 @@ import yaml
 from botocore.client import BaseClient
 from botocore.exceptions import ClientError, NoCredentialsError
 
-from kiln.aws_errors import (
+from kiln.aws.errors import (
     NoCredentials,
     credentials_wording,
     explain,
@@ -28,7 +28,7 @@ from kiln.aws_errors import (
     no_credentials,
     raise_if_no_credentials,
 )
-from kiln.cli import main
+from kiln.cli.main import main
 from tests.conftest import MINIMAL_SPEC, ROOT
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
@@ -70,6 +70,8 @@ SITUATIONS = {
     "none": "",
     "partial": re.escape(" (the environment has only some of them: AWS_SECRET_ACCESS_KEY is missing)"),
     "missing-profile": re.escape(f" (profile {MISSING_PROFILE} is not in the AWS config)"),
+    # The same profile named by --profile, which every command that asks AWS takes (kiln.cli.options.aws_options).
+    "profile-flag": re.escape(f" (profile {MISSING_PROFILE} is not in the AWS config)"),
     "rejected": r" \(AWS rejected those found: ExpiredToken on [A-Za-z]+\)",
 }
 
@@ -140,6 +142,9 @@ def test_every_command_says_no_credentials_in_one_wording(
     paths = _spec_files(tmp_path)
     monkeypatch.chdir(tmp_path)
     no_credentials_env(situation)
+    if situation == "profile-flag":
+        words = len(command.split()) - 1  # `kiln ci up`: the flag goes after `ci up`
+        argv = [*argv[:words], "--profile", MISSING_PROFILE, *argv[words:]]
     code = main([paths.get(word, word) for word in argv])
     out, err = capsys.readouterr()
     line = rf"{re.escape(command)}: no AWS credentials{SITUATIONS[situation]}: {re.escape(REMEDY + otherwise)}"

@@ -1,4 +1,4 @@
-"""One place decides which Node.js kiln runs (kiln/node_runtime.py): for jsii, the CDK CLI, every command."""
+"""One place decides which Node.js kiln runs (kiln/host/node_runtime.py): for jsii, the CDK CLI, every command."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from kiln import node_runtime
 from kiln.ci.deploy import DeployFailed, check_cdk_version, deploy_stacks
-from kiln.node_runtime import CDK_CLI_VERSION, NodeUnavailable, cdk_command, choose_node
+from kiln.host import node_runtime
+from kiln.host.node_runtime import CDK_CLI_VERSION, NodeUnavailable, cdk_command, choose_node
 from tests.conftest import NODE_BIN, ROOT
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
@@ -246,7 +246,7 @@ def test_no_module_but_node_runtime_spawns_node_npx_or_the_cdk_cli() -> None:
     offences = [
         f"{path.relative_to(ROOT)}:{offence}"
         for name, (path, tree) in _modules().items()
-        if name != "kiln.node_runtime"
+        if name != "kiln.host.node_runtime"
         for offence in spawn_offences(tree)
     ]
     assert offences == []
@@ -340,8 +340,8 @@ def _calls_require_node(node: ast.AST) -> bool:
 def import_offences(modules: dict[str, tuple[Path, ast.Module]]) -> list[str]:
     """Imports that start jsii before `require_node()` ran in the same function (or module body): `module:line: what`.
 
-    The construct and stack layers and the modules that load the CDK on import (kiln.synth, kiln.report) are what
-    the commands import; the commands choose the Node first."""
+    The construct and stack layers and the modules that load the CDK on import (kiln.stacks.synth,
+    kiln.review.report) are what the commands import; the commands choose the Node first."""
     starters, names = cdk_starters(modules), set(modules)
     offences = []
     for name, (_, tree) in modules.items():
@@ -362,10 +362,10 @@ def import_offences(modules: dict[str, tuple[Path, ast.Module]]) -> list[str]:
 def test_every_command_chooses_node_before_it_loads_the_cdk() -> None:
     modules = _modules()
     starters = cdk_starters(modules)
-    assert {"kiln.synth", "kiln.report", "kiln.stacks.app", "kiln.constructs", "app"} <= starters
+    assert {"kiln.stacks.synth", "kiln.review.report", "kiln.stacks.app", "kiln.constructs", "app"} <= starters
     # `kiln` itself and `kiln validate` start without Node.js; a command loads the CDK when it runs.
     assert {n for n in starters if n == "kiln.stacks" or n.startswith("kiln.node_config")} == set()
-    assert {n for n in starters if n == "kiln.cli" or n.endswith(("_cli", ".cli"))} == set()
+    assert {n for n in starters if n == "kiln.cli" or n.startswith("kiln.cli.")} == set()
     assert import_offences(modules) == []
 
 
@@ -374,13 +374,13 @@ def test_the_import_check_sees_a_command_that_loads_the_cdk_first(tmp_path: Path
     source = textwrap.dedent(
         """
         def late(args):
-            from kiln.synth import synthesize
-            from kiln.node_runtime import require_node
+            from kiln.stacks.synth import synthesize
+            from kiln.host.node_runtime import require_node
 
             require_node()
 
         def early(args):
-            from kiln.node_runtime import require_node
+            from kiln.host.node_runtime import require_node
 
             require_node()
             from kiln.stacks.app import new_app
@@ -391,7 +391,7 @@ def test_the_import_check_sees_a_command_that_loads_the_cdk_first(tmp_path: Path
     )
     modules["kiln.faces_under_test"] = (tmp_path / "x.py", ast.parse(source))
     assert [o for o in import_offences(modules) if o.startswith("kiln.faces_under_test")] == [
-        "kiln.faces_under_test:3: late imports kiln.synth",
+        "kiln.faces_under_test:3: late imports kiln.stacks.synth",
         "kiln.faces_under_test:15: module_of_stacks imports kiln.stacks.app",
     ]
 
@@ -401,7 +401,7 @@ def test_the_import_check_sees_a_command_that_loads_the_cdk_first(tmp_path: Path
 
 def _kiln(argv: list[str], cwd: Path, env: dict[str, str], *, prelude: str = "") -> subprocess.CompletedProcess:
     """Run `kiln ARGV` in a fresh interpreter (jsii not yet started), after PRELUDE."""
-    code = f"import sys\n{prelude}\nfrom kiln.cli import main\nsys.exit(main({argv!r}))\n"
+    code = f"import sys\n{prelude}\nfrom kiln.cli.main import main\nsys.exit(main({argv!r}))\n"
     return subprocess.run(
         [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False
     )
@@ -482,7 +482,8 @@ def test_without_the_pinned_node_a_command_says_make_setup_in_one_line(tmp_path:
     _fake_node(tmp_path / "old", "v20.20.2")
     env = _clean_env(tmp_path, f"{tmp_path / 'old'}:/usr/bin:/bin")
     # This checkout's pinned Node, taken away.
-    prelude = f"import kiln.node_runtime, pathlib\nkiln.node_runtime.PINNED_NODE_BIN = pathlib.Path({str(tmp_path)!r})"
+    pinned = f"kiln.host.node_runtime.PINNED_NODE_BIN = pathlib.Path({str(tmp_path)!r})"
+    prelude = f"import kiln.host.node_runtime, pathlib\n{pinned}"
     result = _kiln(argv, ROOT, env, prelude=prelude)
     assert result.returncode == 1
     command = " ".join(argv[:2]) if argv[0] == "ci" else argv[0]

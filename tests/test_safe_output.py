@@ -14,8 +14,8 @@ import pytest
 
 from kiln.bootstrap.config import BootstrapConfig, NodeGroup, SoftwarePins
 from kiln.bootstrap.render import render_bundle
-from kiln.cli import main
-from kiln.safe_output import (
+from kiln.cli.main import main
+from kiln.host.safe_output import (
     MARKER,
     UnsafeOutput,
     claim_directory,
@@ -226,7 +226,7 @@ def test_local_down_removes_only_a_prefix_kiln_made(world: Path, monkeypatch: py
 
 def test_synthesize_refuses_an_outdir_it_did_not_make(world: Path) -> None:
     from kiln.spec import load_spec
-    from kiln.synth import synthesize
+    from kiln.stacks.synth import synthesize
 
     theirs = world / "theirs"
     theirs.mkdir()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.scan import (
+from kiln.review.scan import (
     CHECKOV_VERSION,
     CheckovFinding,
     CheckovResult,

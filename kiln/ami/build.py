@@ -12,9 +12,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kiln.aws_errors import aws_call
+from kiln.aws.errors import aws_call
+from kiln.aws.remote.cluster import UNUSABLE_STACK_STATES
 from kiln.ci.reaper_code.kiln_reaper.teardown import describe_stack
-from kiln.ci.remote.cluster import UNUSABLE_STACK_STATES
 from kiln.contracts.errors import Failure
 from kiln.contracts.image import image_stack_name
 from kiln.contracts.outputs import ImageOutput

@@ -8,7 +8,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from kiln.aws_errors import aws_call, error_code, explain, raise_if_no_credentials
+from kiln.aws.errors import aws_call, error_code, explain, raise_if_no_credentials
 from kiln.contracts.image import image_parameter_name
 from kiln.contracts.tags import TAG_ARCHITECTURE, TAG_CLUSTER, TAG_OS, TAG_PIN_PREFIX, TAG_RECIPE, TAG_TARGET
 

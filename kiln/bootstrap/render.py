@@ -33,7 +33,7 @@ from kiln.catalog.names import (
 from kiln.catalog.nccl import efa_software
 from kiln.catalog.neuron import neuron_packages
 from kiln.catalog.platforms import COMPONENTS, lustre_efa_interfaces, service_fact
-from kiln.safe_output import replaced_directory
+from kiln.host.safe_output import replaced_directory
 
 PACKAGE_DIR = Path(__file__).parent
 SCRIPTS_DIR = PACKAGE_DIR / "scripts"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ipaddress
 
 # EBS gp3 volume size (EC2 CreateVolume: 1-16,384 GiB for gp3).
-EBS_GP3_MIN_GIB = 1
 EBS_GP3_MAX_GIB = 16384
 # kiln's floor for a node's root volume: the GPU images kiln boots (Ubuntu/AL2023 with drivers, CUDA,
 # EFA and container layers before the first pull) do not fit in less. Spec rule and EfaLaunchTemplate share it.

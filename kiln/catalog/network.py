@@ -12,7 +12,6 @@ from typing import Any
 from kiln.catalog.names import AVAILABILITY_ZONE
 from kiln.catalog.platforms import service_fact
 
-INTERFACE = "Interface"
 GATEWAY = "Gateway"
 # The S3 gateway endpoint every VPC kiln creates has, whatever else it gets.
 S3 = "s3"

@@ -1,7 +1,7 @@
 """Regenerate the instance facts from EC2 DescribeInstanceTypes: a live account, or moto's bundled copy."""
 
-# Both sources go through the same select() and normalize(). boto3 and botocore (and kiln.aws_errors, which imports
-# botocore) are imported only for a live refresh, so this module stays importable without them.
+# Both sources go through the same select() and normalize(). boto3 and botocore (and kiln.aws, which imports them)
+# are imported only for a live refresh, so this module stays importable without them.
 
 from __future__ import annotations
 
@@ -177,55 +177,26 @@ def moto_items() -> tuple[list[dict[str, Any]], str]:
     return list(json.loads(raw).values()), version
 
 
-def ec2_client(region: str | None) -> Any:
-    """Return a boto3 EC2 client for REGION (None: boto3's own resolution)."""
+def ec2_client(region: str | None, profile: str | None = None) -> Any:
+    """Return an EC2 client in REGION with PROFILE (kiln.aws.session's rule and retries; None: botocore's region)."""
     try:
-        import boto3
+        from kiln.aws.session import aws_session
     except ImportError:
         raise RefreshError("a live refresh needs boto3 (pip install boto3); or use --source moto") from None
-    # A session of its own: credentials are resolved now, never taken from boto3's process-wide default session.
-    return boto3.session.Session(region_name=region).client("ec2")
+    return aws_session(region=region, profile=profile).client("ec2")
 
 
-def explain(exc: Exception, region: str | None) -> str:
-    """Turn a boto3 failure into one actionable line.
+def _live_items(region: str | None, profile: str | None, client: Any) -> tuple[list[dict[str, Any]], str]:
+    """Return every item EC2 describes and the region it described them in; AWS's refusals are one line (aws_call).
 
-    Missing or rejected credentials are no failure of this call: _live_items raises NoCredentials for them, and the
-    command words them as every kiln command does (kiln.aws_errors.no_credentials).
+    Missing or rejected credentials raise NoCredentials: the command words them as every kiln command does.
     """
-    from botocore import exceptions as bx
+    ec2 = client or ec2_client(region, profile)
+    region = str(ec2.meta.region_name)
+    from kiln.aws.errors import aws_call  # after ec2_client: it says so in one line when botocore is missing
 
-    from kiln.aws_errors import ACCESS_DENIED, THROTTLED, error_code, error_message, one_line
-
-    where = f" in {region}" if region else ""
-    if isinstance(exc, bx.NoRegionError):
-        return "no region: pass --region or set AWS_REGION (EC2 describes the types offered in that region)"
-    if isinstance(exc, bx.ClientError):
-        code, message = error_code(exc) or "Unknown", error_message(exc)
-        if code in ACCESS_DENIED:
-            return f"access denied ({code}): the caller needs the IAM permission ec2:DescribeInstanceTypes"
-        if code in THROTTLED:
-            return f"EC2 throttled DescribeInstanceTypes{where} ({code}) after botocore's retries; run it again later"
-        return f"DescribeInstanceTypes failed{where}: {code}: {message}".rstrip(": ")
-    if isinstance(exc, (bx.EndpointConnectionError, bx.ConnectTimeoutError, bx.ReadTimeoutError)):
-        return f"cannot reach EC2{where}: {one_line(str(exc))}"
-    return one_line(str(exc)) or type(exc).__name__
-
-
-def _live_items(region: str | None, client: Any) -> tuple[list[dict[str, Any]], str]:
-    try:
-        from botocore.exceptions import BotoCoreError, ClientError
-    except ImportError:
-        raise RefreshError("a live refresh needs boto3 (pip install boto3); or use --source moto") from None
-    from kiln.aws_errors import raise_if_no_credentials
-
-    try:
-        ec2 = client or ec2_client(region)
-        region = region or ec2.meta.region_name
+    with aws_call(f"ec2:DescribeInstanceTypes in {region}", RefreshError):
         return describe_all(ec2), region
-    except (BotoCoreError, ClientError) as exc:
-        raise_if_no_credentials(exc)
-        raise RefreshError(explain(exc, region)) from None
 
 
 def render(document: dict[str, Any]) -> str:
@@ -251,6 +222,7 @@ def refresh(
     *,
     source: str = "ec2",
     region: str | None = None,
+    profile: str | None = None,
     out: Path | str = GENERATED_PATH,
     client: Any = None,
     keep_missing: bool = False,
@@ -260,7 +232,7 @@ def refresh(
     RefreshError when there is nothing to write, UnsafeOutput for an OUT kiln must not replace, NoCredentials without
     credentials AWS takes.
     """
-    from kiln.safe_output import check_file_target, write_file_atomically
+    from kiln.host.safe_output import check_file_target, write_file_atomically
 
     # Refused before EC2 is asked anything.
     out = check_file_target(out, WHAT)
@@ -277,7 +249,7 @@ def refresh(
             "regenerate": REGENERATE,
         }
     elif source == "ec2":
-        items, region = _live_items(region, client)
+        items, region = _live_items(region, profile, client)
         origin = f"ec2:DescribeInstanceTypes in {region}"
         header = {
             "about": ABOUT,

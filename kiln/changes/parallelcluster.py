@@ -2,7 +2,7 @@
 which of those changes its update check refuses on a cluster in use, with what to do instead.
 
 Pure: ParallelCluster configurations in (a Custom::PclusterCluster's ClusterConfiguration, read from a synthesized
-or deployed template), lines out; no CDK and no AWS call. `kiln diff` (kiln/diff_cli.py, backend_refusals) runs
+or deployed template), lines out; no CDK and no AWS call. `kiln diff` (kiln/cli/diff.py, backend_refusals) runs
 it beside CloudFormation's own findings, since the provider's custom resource fails an update ParallelCluster
 refuses and CloudFormation rolls it back. Each setting's update policy is data (platforms.json,
 parallelcluster.update_policies), and update_verdicts judges a change the way ParallelCluster's own check

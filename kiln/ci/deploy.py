@@ -8,10 +8,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Which CDK CLI and which Node.js run it are kiln.node_runtime's to decide; `kiln ci up` takes them from here.
+# Which CDK CLI and which Node.js run it are kiln.host.node_runtime's to decide; `kiln ci up` takes them from here.
 from kiln.contracts.errors import Failure
-from kiln.node_runtime import CDK_CLI_VERSION, CDK_ENV, last_line, run_cdk
-from kiln.node_runtime import cdk_command as cdk_command
+from kiln.host.node_runtime import CDK_CLI_VERSION, CDK_ENV, last_line, run_cdk
+from kiln.host.node_runtime import cdk_command as cdk_command
 
 
 class DeployFailed(Failure):

@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kiln.aws_errors import aws_call
+from kiln.aws.errors import aws_call
+from kiln.aws.remote.cluster import ClusterHandle, RemoteError, Unreachable
+from kiln.aws.remote.nodes import Target, find_head
+from kiln.aws.remote.transport import run_command
 from kiln.catalog.kubernetes import NODE_GROUP_LABEL
-from kiln.ci.remote.cluster import ClusterHandle, RemoteError, Unreachable
-from kiln.ci.remote.nodes import Target, find_head
-from kiln.ci.remote.transport import run_command
 from kiln.contracts.backends import HYPERPOD_EKS
 
 # install_launcher.sh links the launcher venv's entry point here on every Slurm node.

@@ -9,7 +9,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from kiln.aws_errors import ACCESS_DENIED, error_code
+from kiln.aws.errors import ACCESS_DENIED, error_code
 from kiln.ci.reaper_code.kiln_reaper.teardown import describe_stack, tags_of
 from kiln.contracts.environment import DELETE_ORDER, SCHEDULE_GROUP, parse_at_expression, schedule_name, stack_name
 from kiln.contracts.tags import TAG_ENVIRONMENT, TAG_PART, TAG_TTL_HOURS

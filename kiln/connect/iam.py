@@ -61,14 +61,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kiln.catalog.platforms import service_fact
-from kiln.ci.remote.nodes import (
+from kiln.aws.remote.nodes import (
     PARALLELCLUSTER_HEAD_NODE,
     PARALLELCLUSTER_LOGIN_NODE,
     PARALLELCLUSTER_NAME_TAG,
     PARALLELCLUSTER_NODE_TYPE_TAG,
     PCS_NODE_GROUP_TAG,
 )
+from kiln.catalog.platforms import service_fact
 from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
 from kiln.contracts.ssm_documents import (
     DEFAULT_SHELL_DOCUMENT,

@@ -8,10 +8,10 @@ so the shell goes there too:
 - HyperPod with Slurm: a node of the `login` instance group when the spec has login nodes, else of `controller`;
   Session Manager names it sagemaker-cluster:<cluster-id>_<group>-<instance-id>.
 - EKS, and HyperPod orchestrated by EKS: no node to log in to (kubectl is the way in); --vscode runs
-  `kubectl port-forward` to code-server's Deployment with the kubeconfig kiln.ci.remote.kubectl writes (a private API
+  `kubectl port-forward` to code-server's Deployment with the kubeconfig kiln.aws.remote.kubectl writes (a private API
   endpoint is reached through a system node, as `kiln ci run` reaches it).
 The oldest running candidate, or the one --node names by its instance id. The cluster is the spec's: its compute
-stack `<name>-compute` names it (kiln.ci.remote.cluster.ClusterHandle).
+stack `<name>-compute` names it (kiln.aws.remote.cluster.ClusterHandle).
 
 How (never SSH, never an open port):
 - the shell: `aws ssm start-session --target T --region R` in the foreground on this terminal; its exit code is kiln's.
@@ -36,7 +36,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from kiln.aws_errors import one_line
+from kiln.aws.errors import one_line
+from kiln.aws.remote.cluster import ClusterHandle, NotRunning, RemoteError
+from kiln.aws.remote.forward import port_forward
+from kiln.aws.remote.nodes import (
+    PARALLELCLUSTER_HEAD_NODE,
+    PARALLELCLUSTER_LOGIN_NODE,
+    Target,
+    hyperpod_node,
+    parallelcluster_node,
+    pcs_login_node,
+)
+from kiln.aws.remote.processes import cli_environment
+from kiln.aws.remote.transport import run_command
 from kiln.catalog.code_server import (
     CODE_SERVER_DEPLOYMENT,
     CODE_SERVER_IMAGE_USER,
@@ -47,18 +59,6 @@ from kiln.catalog.code_server import (
     config_path,
     node_user,
 )
-from kiln.ci.remote.cluster import ClusterHandle, NotRunning, RemoteError
-from kiln.ci.remote.forward import port_forward
-from kiln.ci.remote.nodes import (
-    PARALLELCLUSTER_HEAD_NODE,
-    PARALLELCLUSTER_LOGIN_NODE,
-    Target,
-    hyperpod_node,
-    parallelcluster_node,
-    pcs_login_node,
-)
-from kiln.ci.remote.processes import cli_environment
-from kiln.ci.remote.transport import run_command
 from kiln.contracts.backends import HYPERPOD_CONTROLLER_GROUP, HYPERPOD_LOGIN_GROUP, PARALLELCLUSTER, PCS
 from kiln.contracts.errors import Failure, InputError
 from kiln.contracts.outputs import ComputeOutput
@@ -335,7 +335,7 @@ def forward_pod(
     session: Any, cluster: ClusterHandle, request: Request, *, out: TextIO, err: TextIO, poll_s: float
 ) -> int:
     """Forward 127.0.0.1:LOCAL_PORT here to the code-server pod of CLUSTER (Kubernetes) with `kubectl port-forward`
-    until Ctrl-C (exit 0); the kubeconfig is kiln.ci.remote.kubectl's, removed afterwards."""
+    until Ctrl-C (exit 0); the kubeconfig is kiln.aws.remote.kubectl's, removed afterwards."""
     name = cluster.eks_cluster_name
     target = Target("kubernetes", name, cluster.region, f"EKS cluster {name}")
     argv = [

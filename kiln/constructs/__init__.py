@@ -9,9 +9,10 @@ from kiln.constructs.efa import (
     EfaSecurityGroup,
     EfaSecurityGroupProps,
 )
-from kiln.constructs.eks import EksTrainingCluster, EksTrainingClusterProps, LustreVolume
+from kiln.constructs.eks import EksTrainingCluster
 from kiln.constructs.eks_code_server import CodeServerPod
 from kiln.constructs.eks_node_groups import AcceleratedNodeGroup, SystemNodeGroup
+from kiln.constructs.eks_props import EksTrainingClusterProps, LustreVolume
 from kiln.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from kiln.constructs.launch_template import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
 from kiln.constructs.lustre import (

@@ -4,7 +4,7 @@ and what is allowed; deploy-time tokens are skipped."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 import aws_cdk as cdk
 from constructs import Construct
@@ -51,7 +51,13 @@ def require_in(owner: object, name: str, value: Any, allowed: Iterable[Any]) -> 
 def require(owner: object, condition: bool, name: str, value: Any, allowed: str) -> None:
     """Raise PropError naming OWNER's field NAME, what was received and what is allowed, unless CONDITION."""
     if not condition:
-        raise PropError(f"{field_name(owner, name)}: got {value!r}; allowed: {allowed}")
+        refuse(owner, name, value, allowed)
+
+
+def refuse(owner: object, name: str, value: Any, allowed: str) -> NoReturn:
+    """Raise PropError naming OWNER's field NAME, what was received and what is allowed: require's refusal, for a
+    check that narrows a type (a value that must be given) where it stands."""
+    raise PropError(f"{field_name(owner, name)}: got {value!r}; allowed: {allowed}")
 
 
 def require_node_group(owner: object, name: str, min_count: int, max_count: int, *, what: str = "name") -> None:

@@ -861,7 +861,7 @@ class ManagedPolicyReview:
 
 
 # The reviewed AWS-managed policies of CDK's deploy-time handler roles cdk-nag does not see; `kiln report` lists
-# them with the other attachments (kiln.iam_wildcards.managed_policy_uses).
+# them with the other attachments (kiln.contracts.iam_wildcards.managed_policy_uses).
 MANAGED_POLICY_REVIEWS = (
     ManagedPolicyReview(
         "service-role/AWSLambdaBasicExecutionRole",

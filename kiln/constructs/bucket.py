@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aws_cdk import Duration, RemovalPolicy
@@ -58,36 +59,56 @@ class DataBucketProps:
         )
 
 
+def _locked_bucket(
+    scope: Construct,
+    construct_id: str,
+    *,
+    bucket_name: str | None,
+    retain: bool,
+    lifecycle_rules: Sequence[s3.LifecycleRule],
+    object_ownership: s3.ObjectOwnership,
+    server_access_logs_bucket: s3.IBucket | None = None,
+    server_access_logs_prefix: str | None = None,
+) -> s3.Bucket:
+    """Return a bucket as both of DataBucket's are: versioned, S3-managed encryption, no public access, SSL and TLS
+    1.2 or later only; kept on stack deletion when RETAIN, otherwise emptied and deleted."""
+    return s3.Bucket(
+        scope,
+        construct_id,
+        bucket_name=bucket_name,
+        versioned=True,
+        server_access_logs_bucket=server_access_logs_bucket,
+        server_access_logs_prefix=server_access_logs_prefix,
+        lifecycle_rules=lifecycle_rules,
+        encryption=s3.BucketEncryption.S3_MANAGED,
+        block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+        enforce_ssl=True,
+        minimum_tls_version=1.2,
+        object_ownership=object_ownership,
+        removal_policy=RemovalPolicy.RETAIN if retain else RemovalPolicy.DESTROY,
+        auto_delete_objects=not retain,
+    )
+
+
 class DataBucket(Construct):
     """Encrypted, versioned, SSL-only, private bucket for datasets, checkpoints and node scripts."""
 
     def __init__(self, scope: Construct, construct_id: str, props: DataBucketProps | None = None) -> None:
         super().__init__(scope, construct_id)
         props = props or DataBucketProps()
-        removal = RemovalPolicy.RETAIN if props.retain else RemovalPolicy.DESTROY
-        common = {
-            "encryption": s3.BucketEncryption.S3_MANAGED,
-            "block_public_access": s3.BlockPublicAccess.BLOCK_ALL,
-            "enforce_ssl": True,
-            "minimum_tls_version": 1.2,
-            "object_ownership": s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            "removal_policy": removal,
-            "auto_delete_objects": not props.retain,
-        }
         expire_old_versions = s3.LifecycleRule(
             id="ExpireOldVersions", noncurrent_version_expiration=Duration.days(props.noncurrent_version_days)
         )
         self.access_log_bucket: s3.Bucket | None = None
         if props.access_logs:
             # Versioned, so a log object deleted or overwritten stays recoverable as long as old data versions do.
-            self.access_log_bucket = s3.Bucket(
+            self.access_log_bucket = _locked_bucket(
                 self,
                 "AccessLogs",
                 bucket_name=props.access_log_bucket_name,
-                versioned=True,
+                retain=props.retain,
                 lifecycle_rules=[expire_old_versions],
                 object_ownership=s3.ObjectOwnership.BUCKET_OWNER_PREFERRED,
-                **{k: v for k, v in common.items() if k != "object_ownership"},
             )
             acknowledge_wildcards(
                 self.access_log_bucket,
@@ -95,11 +116,11 @@ class DataBucket(Construct):
                 bucket=self.access_log_bucket.bucket_arn,
                 prefix=props.access_log_prefix,
             )
-        self.bucket = s3.Bucket(
+        self.bucket = _locked_bucket(
             self,
             "Resource",
             bucket_name=props.bucket_name,
-            versioned=True,
+            retain=props.retain,
             server_access_logs_bucket=self.access_log_bucket,
             server_access_logs_prefix=props.access_log_prefix if self.access_log_bucket else None,
             lifecycle_rules=[
@@ -109,7 +130,7 @@ class DataBucket(Construct):
                 ),
                 expire_old_versions,
             ],
-            **common,
+            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
         )
         acknowledge_wildcards(self.bucket, (acknowledgements.BUCKET_AUTO_DELETE,), bucket=self.bucket.bucket_arn)
         if props.retain:

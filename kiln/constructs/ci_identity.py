@@ -11,7 +11,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from kiln.catalog.names import CLUSTER_NAME, CLUSTER_NAME_RULE
-from kiln.constructs._checks import ARN_PARTITION, require, unresolved
+from kiln.constructs._checks import ARN_PARTITION, refuse, require, unresolved
 from kiln.constructs.acknowledgements import (
     ASSUME_ROLE,
     BOUNDARY_GRANTS,
@@ -85,7 +85,7 @@ HYPERPOD_SESSION_TAG = f"aws:ResourceTag/{TAG_ENVIRONMENT}"
 #   reach EC2 instances). ParallelCluster's head node is an instance of the cluster's own stack, which ParallelCluster
 #   names after the cluster (pcluster.models.cluster.Cluster.stack_name), here the environment.
 STACK_NAME_TAG = "aws:cloudformation:stack-name"
-# - PCS tags the instances it launches with their node group's id (kiln.ci.remote.nodes finds login nodes by it); the
+# - PCS tags the instances it launches with their node group's id (kiln.aws.remote.nodes finds login nodes by it); the
 #   id is PCS's, so this proves "launched by PCS", not "of this environment".
 PCS_NODE_GROUP_TAG = "aws:pcs:compute-node-group-id"
 # - Auto Scaling tags the instances a group launches with aws:autoscaling:groupName
@@ -127,8 +127,8 @@ PROVIDER_ARN_RULE = f"arn:PARTITION:iam::ACCOUNT:oidc-provider/{GITHUB_OIDC_HOST
 def _names(owner: object, name: str, value: object) -> tuple[str, ...]:
     """Return OWNER's field NAME, VALUE, as a tuple of strings; a bare string (a common slip for a one-item list) is
     refused."""
-    ok = not isinstance(value, str) and isinstance(value, Sequence) and all(isinstance(v, str) for v in value)
-    require(owner, ok, name, value, "a list of strings")
+    if isinstance(value, str) or not isinstance(value, Sequence) or not all(isinstance(v, str) for v in value):
+        refuse(owner, name, value, "a list of strings")
     return tuple(dict.fromkeys(value))
 
 
@@ -149,8 +149,8 @@ class GithubDeployIdentityProps:
     branch_trust: allow branches and pull_requests below; default False. Such runs pass no environment's protection
         rules: anyone who can push a matching branch (or open a pull request) gets the role.
     branches: branch name patterns (IAM StringLike: * and ? are wildcards) whose workflow runs may assume the role,
-        without refs/heads/; default none; needs branch_trust. A job that names a GitHub environment is not a branch
-        run.
+        without refs/heads/; default none: no branch run may assume it; needs branch_trust. A job that names a
+        GitHub environment is not a branch run.
     pull_requests: also trust workflow runs for pull requests (sub repo:OWNER/NAME:pull_request); default False; needs
         branch_trust. Any pull request that can run workflows with id-token: write could then assume the role.
     existing_provider_arn: the account's IAM OIDC provider for token.actions.githubusercontent.com, to reuse;

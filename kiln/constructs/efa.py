@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
+from kiln.constructs.children import l1_of
+
 # The rule CDK itself uses to mean "no egress": an ICMP type/code pair no packet carries.
 NO_TRAFFIC_EGRESS = {
     "CidrIp": "255.255.255.255/32",
@@ -42,7 +44,7 @@ class EfaSecurityGroup(Construct):
         # A self-reference is a separate SecurityGroupEgress resource, and CDK then drops its inline
         # placeholder; a group without inline egress gets EC2's default allow-all egress. This inline rule
         # matches no traffic and replaces that default, so egress is to members only.
-        group = self.security_group.node.default_child
+        group = l1_of(self.security_group, ec2.CfnSecurityGroup)
         group.add_property_override("SecurityGroupEgress", [NO_TRAFFIC_EGRESS])
 
     @property

@@ -3,8 +3,8 @@ checked, with a grant that never outlives the install.
 
 Each Job clones its add-on's tag and refuses any commit but the pinned one, runs only images pinned by digest and
 kubectl/helm binaries checked by sha256 (install_tools), holds a short-lived token only in the steps that reach the
-API, and empties its cluster-admin binding at its end; kiln.constructs.eks empties it from outside as well, once the
-Job finished either way.
+API, and empties its cluster-admin binding at its end; kiln.constructs.eks_install_wait empties it from outside as
+well, once the Job finished either way.
 """
 
 from __future__ import annotations
@@ -204,7 +204,7 @@ def install_job_manifests(
     What an install creates (CRDs, cluster roles, webhooks) only cluster-admin may grant. The grant lasts as long as
     the install: the Job's last step (its one container, which starts only after every step succeeds) empties the
     binding's subjects, and the stack does the same from outside once the Job has finished, succeeded or failed
-    (kiln.constructs.eks, EksTrainingCluster._install), so a failed install leaves no grant behind either. The Job
+    (kiln.constructs.eks_install_wait.install_and_wait), so a failed install leaves no grant behind either. The Job
     runs at most INSTALL_DEADLINE_SECONDS. Only steps marked "api" mount the account's token, a 10-minute one; the
     others (the fetch from the internet) get none. Every image is pinned by digest and every tool checked by sha256
     before it runs (install_tools). A finished Job and its pods are deleted after INSTALL_JOB_TTL_SECONDS, which
@@ -247,7 +247,7 @@ def install_job_manifests(
     # The stack's waits read the Job by name; a change to them must come with a new Job (a finished one is gone
     # after its TTL), so they are part of what names it.
     waits = {"finished": [JOB_FINISHED_PATH, INSTALL_WAIT_MINUTES], "succeeded": SUCCEEDED_WAIT_MINUTES}
-    job = {
+    job: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"namespace": namespace, "labels": labels, "annotations": {"kiln.io/waits": json.dumps(waits)}},

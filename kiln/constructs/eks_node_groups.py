@@ -23,6 +23,7 @@ from kiln.catalog.kubernetes import NODE_GROUP_LABEL
 from kiln.catalog.limits import EBS_GP3_MAX_GIB, EKS_SYSTEM_NODE_COUNT, EKS_SYSTEM_NODE_TYPE
 from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
 from kiln.catalog.platforms import image_profile, root_device_name
+from kiln.constructs import acknowledgements
 from kiln.constructs._checks import field_name, require, require_in
 from kiln.constructs.eks_addons import GPU_PRESENT_LABEL, AcceleratorKind
 from kiln.constructs.eks_disruption import accelerated_update_config
@@ -34,8 +35,20 @@ from kiln.constructs.launch_template import (
     EfaLaunchTemplateProps,
     launch_tag_specifications,
 )
+from kiln.constructs.node_access import ssm_agent_statements
+from kiln.constructs.node_bootstrap import NodeBootstrap
+from kiln.constructs.review import acknowledge_wildcards
 from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
 from kiln.contracts.tags import TAG_EKS_CLUSTER, TAG_NODE_GROUP
+
+# AWS-managed policies of the node role, what nodes themselves need (each acknowledged in
+# acknowledgements.EKS_NODE_POLICIES). The VPC CNI's policy is on its own Pod Identity role instead; Session Manager (an
+# operator's shell, `kiln ci run`'s port forward) takes SSM Agent's own actions (kiln.constructs.node_access), not
+# AmazonSSMManagedInstanceCore.
+NODE_POLICIES = (
+    "AmazonEKSWorkerNodePolicy",
+    "AmazonEC2ContainerRegistryPullOnly",
+)
 
 AcceleratedAmiType = Literal["AL2023_x86_64_NVIDIA", "AL2023_ARM_64_NVIDIA", "AL2023_x86_64_NEURON"]
 
@@ -95,10 +108,11 @@ class AcceleratedNodeGroup:
     desired_count: nodes at creation; default min_count.
     capacity: on-demand (default), spot, capacity-block or reservation.
     root_volume_gib: encrypted gp3 root volume; default 200.
-    placement_group: a cluster placement group for EFA (ec2.IPlacementGroup); default none.
+    placement_group: a cluster placement group for EFA (ec2.IPlacementGroup); default none: EC2 places the
+        nodes where it has capacity.
     ami_type: an EKS-optimized AL2023 accelerated image; default the one for the instance type's accelerators and
         architecture (NVIDIA x86_64 or ARM_64, or Neuron x86_64). One for other accelerators is refused.
-    labels: further Kubernetes node labels; default none.
+    labels: further Kubernetes node labels; default none: kiln's own labels alone.
     """
 
     name: str
@@ -198,6 +212,24 @@ class SystemNodeGroup:
         require(
             self, 20 <= self.root_volume_gib <= EBS_GP3_MAX_GIB, "root_volume_gib", self.root_volume_gib, "20 to 16384"
         )
+
+
+def node_role(scope: Construct, bootstrap: NodeBootstrap | None) -> iam.Role:
+    """Return the role of every node group's nodes, in SCOPE: join the cluster, pull images, SSM Agent, and read
+    BOOTSTRAP's bundle (None: the nodes run none)."""
+    role = iam.Role(
+        scope,
+        "NodeRole",
+        assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+        description="kiln EKS nodes: join the cluster, image pulls, SSM Agent, bootstrap bundle",
+        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name) for name in NODE_POLICIES],
+    )
+    for statement in ssm_agent_statements(scope):
+        role.add_to_policy(statement)
+    acknowledge_wildcards(role, acknowledgements.NODE_SSM_GRANTS)
+    if bootstrap is not None:
+        bootstrap.grant_read(role)
+    return role
 
 
 def add_system_node_group(

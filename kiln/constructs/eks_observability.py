@@ -17,7 +17,7 @@ from constructs import Construct
 
 from kiln.catalog.exporters import EXPORTERS, SCRAPE_INTERVAL_S
 from kiln.catalog.kubernetes import NODE_GROUP_LABEL
-from kiln.constructs._checks import require
+from kiln.constructs._checks import refuse, require
 from kiln.constructs.eks_addons import GPU_PRESENT_LABEL, TOLERATE_EVERYTHING, HelmAddon, kiln_labels
 from kiln.constructs.prometheus import IPrometheusWorkspace
 from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
@@ -287,7 +287,7 @@ class EksObservability(Construct):
 
     def _collector(self, workspace: IPrometheusWorkspace) -> None:
         cluster = self._props.cluster
-        self.source_role, self.target_role = self._write_roles()
+        self.source_role, self.target_role = self._write_roles(workspace)
         self.scraper = aps.CfnScraper(
             self,
             "Scraper",
@@ -326,7 +326,7 @@ class EksObservability(Construct):
         chart.node.add_dependency(self.namespace)
         return chart
 
-    def _write_roles(self) -> tuple[iam.Role, iam.Role]:
+    def _write_roles(self, workspace: IPrometheusWorkspace) -> tuple[iam.Role, iam.Role]:
         """The roles of the collector's role configuration, as AMP documents them for same-account writes."""
         stack = Stack.of(self)
         # The collector's ARN holds an id AMP assigns, and the collector names these roles: the trust can name only
@@ -349,7 +349,7 @@ class EksObservability(Construct):
             assumed_by=iam.ArnPrincipal(source.role_arn).with_conditions({"StringLike": {"sts:ExternalId": scrapers}}),
             description="kiln: AMP's collector of this EKS cluster writes its metrics to one workspace",
         )
-        self._props.workspace.grant_remote_write(target)
+        workspace.grant_remote_write(target)
         iam.Grant.add_to_principal(grantee=source, actions=["sts:AssumeRole"], resource_arns=[target.role_arn])
         return source, target
 
@@ -372,23 +372,29 @@ class EksObservability(Construct):
         if self._props.security_group_ids:
             return list(self._props.security_group_ids)
         group = _cluster_security_group_id(self._props.cluster)
-        require(
-            self,
-            group is not None,
-            "security_group_ids",
-            [],
-            "the collector's security groups: pass them when the cluster's security group is unknown",
-        )
+        if group is None:
+            refuse(
+                self,
+                "security_group_ids",
+                [],
+                "the collector's security groups: pass them when the cluster's security group is unknown",
+            )
         return [group]
 
     @property
     def scraper_arn(self) -> str:
-        return self.scraper.attr_arn
+        return self._scraper("scraper_arn").attr_arn
 
     @property
     def scraper_role_arn(self) -> str:
         """The service-linked role AMP's collector reaches the cluster with (its access entry's principal)."""
-        return self.scraper.attr_role_arn
+        return self._scraper("scraper_role_arn").attr_role_arn
+
+    def _scraper(self, attribute: str) -> aps.CfnScraper:
+        """Return the collector; raise AttributeError naming ATTRIBUTE when the props give no workspace."""
+        if self.scraper is None:
+            raise AttributeError(f"{self.node.path} has no collector (its props give no workspace), so no {attribute}")
+        return self.scraper
 
     @property
     def configuration_yaml(self) -> str:

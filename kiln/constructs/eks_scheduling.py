@@ -16,7 +16,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from aws_cdk import Stack
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 
 from kiln.catalog import instance_type
 from kiln.catalog.kubernetes import (
@@ -26,7 +30,13 @@ from kiln.catalog.kubernetes import (
     node_resources,
 )
 from kiln.catalog.platforms import service_fact
-from kiln.constructs.eks_addons import ALWAYS, GitHelmAddon, HelmAddon, kiln_labels
+from kiln.constructs import acknowledgements
+from kiln.constructs.eks_addons import ALWAYS, GitHelmAddon, HelmAddon, PodIdentity, kiln_labels
+from kiln.constructs.eks_install_wait import install_chart_and_wait
+from kiln.constructs.review import acknowledge_wildcards
+
+if TYPE_CHECKING:
+    from kiln.constructs.eks import EksTrainingCluster
 
 CLUSTER_AUTOSCALER_FACTS: Mapping[str, Any] = service_fact("eks", "cluster_autoscaler").value
 KUEUE_FACTS: Mapping[str, Any] = service_fact("eks", "kueue").value
@@ -196,3 +206,51 @@ def _group_quota(group: QueuedGroup) -> dict[str, str]:
     }
     quota.update({name: str(count * group.max_count) for name, count in node_resources(group.instance_type).items()})
     return quota
+
+
+def add_cluster_autoscaler(training: EksTrainingCluster, *, cluster_name: str, provision_seconds: int) -> iam.Role:
+    """Run the cluster-autoscaler on TRAINING's system nodes with a Pod Identity role of exactly its actions: reads
+    where they take no resource scope, the node groups of this cluster, and scaling only of the Auto Scaling groups EKS
+    tags as this cluster's. CLUSTER_NAME: the cluster's name as its props give it (a condition key cannot hold a
+    token); PROVISION_SECONDS: how long a new node may take to become ready."""
+    facts = CLUSTER_AUTOSCALER_FACTS
+    stack = Stack.of(training)
+    name = training.cluster.cluster_name
+    owned = {f"aws:ResourceTag/{autoscaler_owned_tag(cluster_name)}": facts["owned_tag_value"]}
+    statements = [
+        iam.PolicyStatement(actions=list(facts["describe_actions"]), resources=["*"]),
+        iam.PolicyStatement(
+            actions=list(facts["nodegroup_actions"]),
+            resources=[stack.format_arn(service="eks", resource="nodegroup", resource_name=f"{name}/*/*")],
+        ),
+        iam.PolicyStatement(actions=list(facts["scale_actions"]), resources=["*"], conditions={"StringEquals": owned}),
+    ]
+    identity = PodIdentity(namespace=AUTOSCALER_NAMESPACE, service_account=AUTOSCALER_SERVICE_ACCOUNT)
+    role, association = training.add_pod_identity("ClusterAutoscaler", identity, statements=statements)
+    addon = cluster_autoscaler_addon(
+        cluster_name=name,
+        region=stack.region,
+        kubernetes_version=training.kubernetes_version,
+        provision_seconds=provision_seconds,
+        node_selector=training.system_node_selector,
+    )
+    chart = training.add_helm_chart("ClusterAutoscaler", addon)
+    # Credentials are injected when the pod is created: the association must be there first.
+    chart.node.add_dependency(association, training.pod_identity_agent)
+    training.addons["cluster-autoscaler"] = chart
+    acknowledge_wildcards(role, acknowledgements.CLUSTER_AUTOSCALER_GRANTS, cluster=name)
+    return role
+
+
+def add_gang_scheduling(
+    training: EksTrainingCluster, groups: Sequence[QueuedGroup], *, provision_seconds: int
+) -> eks.KubernetesManifest:
+    """Install Kueue on TRAINING's system nodes, then its queues over GROUPS once its API is there; a job's pods may
+    take PROVISION_SECONDS for their nodes and IMAGE_PULL_SECONDS more to be ready."""
+    addon = kueue_addon(
+        pods_ready_seconds=provision_seconds + IMAGE_PULL_SECONDS, node_selector=training.system_node_selector
+    )
+    ready = install_chart_and_wait(training, addon, "KueueReady")
+    queues = training.add_manifest("KueueQueues", *queue_manifests(groups))
+    queues.node.add_dependency(ready)
+    return queues

@@ -92,7 +92,8 @@ class HyperPodClusterProps:
     lifecycle_bucket: the bucket the scripts go to; default a bucket of their own, so the copying handler never
         touches data. The execution role may read only the scripts.
     lifecycle_prefix: the key prefix of the scripts in it; default hyperpod/<cluster_name>/lifecycle/.
-    security_groups: further groups for the nodes (EFA, file system clients); default none.
+    security_groups: further groups for the nodes (EFA, file system clients); default none: the nodes join
+        only the groups HyperPod's VpcConfig gets from the other props.
     provisioning_parameters: written as provisioning_parameters.json beside the scripts; default none (no file).
     orchestrator: slurm (default; the lifecycle scripts configure Slurm) or eks.
     eks_cluster: the EKS cluster for orchestrator eks (EksTrainingCluster.cluster, or

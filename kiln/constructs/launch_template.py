@@ -92,16 +92,19 @@ class EfaLaunchTemplateProps:
         (aws ec2 describe-images), or kiln.catalog.platforms.root_device_name(os) for an AMI named only at deploy
         (/dev/xvda for Amazon Linux 2023, /dev/sda1 for Ubuntu). Any other name leaves the root at the image's size and
         adds a second, unformatted volume.
-    security_groups: further groups for the primary interface only (cluster, egress, file systems); default none.
+    security_groups: further groups for the primary interface only (cluster, egress, file systems); default
+        none: the primary interface joins the EFA group alone.
     root_volume_gib: size of the encrypted gp3 root volume, 40-16384 (kiln.catalog.limits); default 200.
     capacity: on-demand (default), spot, capacity-block or reservation.
     user_data_parts: shell scripts, each one part of the MIME multi-part user data, in order; default none (no user
         data).
-    image_id: the AMI; default: none here (PCS and EKS name it on the node group).
-    placement_group: a cluster placement group (ec2.IPlacementGroup); default none.
+    image_id: the AMI; default none (PCS and EKS name it on the node group).
+    placement_group: a cluster placement group (ec2.IPlacementGroup); default none: EC2 places the instances
+        where it has capacity.
     hop_limit: IMDSv2 hop limit; default 1 (IMDS_HOP_LIMIT): the host's processes only, no bridged container.
     tags: the tags of every instance, volume and network interface launched from it (the spec's and kiln:cluster,
-        say), at most 50 (EC2's per resource); default none. A change is a new template version.
+        say), at most 50 (EC2's per resource); default none: what it launches carries only the tags its
+        launcher adds. A change is a new template version.
     """
 
     instance_type: str

@@ -22,7 +22,8 @@ from kiln.catalog.limits import (
 )
 from kiln.catalog.names import regions_by_partition
 from kiln.catalog.platforms import service_fact
-from kiln.constructs._checks import require, require_in, unresolved
+from kiln.constructs._checks import refuse, require, require_in, unresolved
+from kiln.constructs.children import l1_of
 from kiln.constructs.retention import retain_all
 
 LustreDeployment = Literal["PERSISTENT_2", "SCRATCH_2"]
@@ -100,8 +101,9 @@ class LustreFileSystemProps:
     throughput_per_tib: PERSISTENT_2 only, 125/250/500/1000 MB/s per TiB; default 250.
     compression: LZ4 or NONE; default LZ4.
     efa: EFA-enabled file servers (PERSISTENT_2 only); needs efa_security_group; default False.
-    efa_security_group: the EFA security group the file servers join when efa is on; default none.
-    data_repository: link to S3; default none.
+    efa_security_group: the EFA security group the file servers join when efa is on; default none: only
+        efa False allows that.
+    data_repository: link to S3; default none: the file system holds only what nodes write to it.
     backup_retention_days: PERSISTENT_2 daily backups kept this many days, 0 for none; default 7 without a
         data_repository, 0 with one: FSx backs up persistent file systems not linked to S3 only (BACKUPS).
     retain: keep the file system on stack deletion; default: PERSISTENT_2 yes, SCRATCH_2 no (scratch holds
@@ -179,7 +181,8 @@ class LustreFileSystemProps:
             self.data_repository is None or BACKUPS.value["linked_to_s3"]
         )
         if not backed_up:
-            return BACKUPS.value["off"]
+            off: int = BACKUPS.value["off"]
+            return off
         return DEFAULT_BACKUP_RETENTION_DAYS if self.backup_retention_days is None else self.backup_retention_days
 
     @property
@@ -222,7 +225,8 @@ class LustreFileSystem(Construct):
             removal_policy=RemovalPolicy.RETAIN if props.effective_retain else RemovalPolicy.DESTROY,
         )
         self._admit_file_servers()
-        if props.efa:
+        # The props refuse efa without efa_security_group.
+        if props.efa and props.efa_security_group is not None:
             self._enable_efa(props.efa_security_group)
         self.data_repository = self._link(props.data_repository) if props.data_repository else None
         if props.effective_retain:
@@ -243,7 +247,7 @@ class LustreFileSystem(Construct):
 
     def _enable_efa(self, efa_group: ec2.ISecurityGroup) -> None:
         # The L2 has no EFA or metadata settings yet; EFA-enabled file systems need both.
-        cfn = self.file_system.node.default_child
+        cfn = l1_of(self.file_system, fsx.CfnFileSystem)
         cfn.add_property_override("LustreConfiguration.EfaEnabled", True)
         cfn.add_property_override("LustreConfiguration.MetadataConfiguration", {"Mode": "AUTOMATIC"})
         cfn.add_property_override(
@@ -293,7 +297,7 @@ class LustreFileSystem(Construct):
     @property
     def dns_name(self) -> str:
         # FSx's own answer (CloudFormation's DNSName attribute), not a name spelled from the region.
-        return self.file_system.node.default_child.attr_dns_name
+        return l1_of(self.file_system, fsx.CfnFileSystem).attr_dns_name
 
     @property
     def mount_name(self) -> str:
@@ -332,15 +336,11 @@ def file_system_dns_name(scope: Construct, file_system_id: str) -> str:
         domain, region = mapping.find_in_map(Aws.PARTITION, "domain"), Aws.REGION
     else:
         partition = next((p for p, names in regions_by_partition().items() if region in names), None)
-        require(
-            stack,
-            partition in domains,
-            "region",
-            region,
-            f"a region of a partition whose FSx DNS names kiln knows: {domains}",
-        )
+        if partition is None or partition not in domains:
+            refuse(stack, "region", region, f"a region of a partition whose FSx DNS names kiln knows: {domains}")
         domain = domains[partition]
-    return fact["pattern"].format(file_system_id=file_system_id, region=region, domain=domain)
+    pattern: str = fact["pattern"]
+    return pattern.format(file_system_id=file_system_id, region=region, domain=domain)
 
 
 @dataclass(frozen=True, kw_only=True)

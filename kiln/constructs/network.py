@@ -7,7 +7,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import CfnResource, RemovalPolicy
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
@@ -15,6 +15,7 @@ from constructs import Construct
 
 from kiln.catalog.limits import PRIVATE_SUBNET_EXTRA_BITS, PUBLIC_SUBNET_EXTRA_BITS, VPC_PREFIX_MAX, VPC_PREFIX_MIN
 from kiln.constructs._checks import require, require_in, unresolved
+from kiln.constructs.children import l1_of
 from kiln.constructs.keys import logs_key
 
 
@@ -57,8 +58,10 @@ class TrainingVpcProps:
         control plane needs two); default none: the VPC lies in availability_zone alone. Never guessed: the caller
         names it.
     interface_endpoints: endpoint services (platforms.json services.vpc_endpoints names: ssm, ecr.api, ...) that
-        get an interface endpoint in the compute subnet, admitting HTTPS from the VPC's CIDR alone; default none.
-    gateway_endpoints: gateway endpoint services besides S3, which every new VPC gets (dynamodb); default none.
+        get an interface endpoint in the compute subnet, admitting HTTPS from the VPC's CIDR alone; default
+        none: the nodes reach those services at their public endpoints.
+    gateway_endpoints: gateway endpoint services besides S3, which every new VPC gets (dynamodb); default none:
+        S3's alone.
     existing: import this VPC and subnet instead of creating a VPC; default none (a new VPC).
     flow_log_retention: how long VPC flow logs are kept; default one year.
     retain_flow_logs: keep the flow log group when the stack is deleted; default True (False for short-lived
@@ -152,7 +155,7 @@ class TrainingVpc(Construct):
         self.availability_zone = self.compute_subnet.availability_zone
         if props.retain_for_data:
             for kept in (self.vpc, self.compute_subnet):
-                kept.node.default_child.apply_removal_policy(RemovalPolicy.RETAIN)
+                l1_of(kept, CfnResource).apply_removal_policy(RemovalPolicy.RETAIN)
 
     def _import(self, existing: ExistingNetwork, route_table_id: str | None) -> ec2.IVpc:
         return ec2.Vpc.from_vpc_attributes(
@@ -203,7 +206,7 @@ class TrainingVpc(Construct):
             service=ec2.GatewayVpcEndpointAwsService.S3,
             subnets=[ec2.SubnetSelection(subnets=[self.compute_subnet])],
         )
-        public.node.default_child.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3010"]}})
+        l1_of(public, ec2.CfnSubnet).add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3010"]}})
         ec2.FlowLog(
             self,
             "FlowLog",
@@ -227,10 +230,10 @@ class TrainingVpc(Construct):
 
     def _create(self, props: TrainingVpcProps) -> ec2.Vpc:
         prefix = ipaddress.IPv4Network(props.cidr).prefixlen
-        zones = {"max_azs": props.zone_count}
+        # The named zones, or else how many of the region's the VPC spans (CDK takes one or the other).
+        named: list[str] = []
         if props.availability_zone:
-            named = [props.availability_zone, props.second_availability_zone]
-            zones = {"availability_zones": [zone for zone in named if zone]}
+            named = [zone for zone in (props.availability_zone, props.second_availability_zone) if zone]
         vpc = ec2.Vpc(
             self,
             "Resource",
@@ -250,7 +253,8 @@ class TrainingVpc(Construct):
                 ),
             ],
             restrict_default_security_group=True,
-            **zones,
+            availability_zones=named or None,
+            max_azs=None if named else props.zone_count,
         )
         vpc.add_gateway_endpoint("S3Endpoint", service=ec2.GatewayVpcEndpointAwsService.S3)
         self._add_endpoints(vpc, props)
@@ -297,4 +301,4 @@ class TrainingVpc(Construct):
     def _mark_deliberate_az_choice(vpc: ec2.Vpc) -> None:
         # EFA, FSx and reserved capacity pin one named AZ on purpose; tell cfn-lint (W3010).
         for subnet in vpc.public_subnets + vpc.private_subnets:
-            subnet.node.default_child.add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3010"]}})
+            l1_of(subnet, ec2.CfnSubnet).add_metadata("cfn-lint", {"config": {"ignore_checks": ["W3010"]}})

@@ -15,11 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3_deployment
 from constructs import Construct
 
 from kiln.constructs import acknowledgements
+from kiln.constructs.children import parent_of
 from kiln.constructs.review import acknowledge, acknowledge_wildcards
 
 # The object writes the bucket policy leaves to the deployment alone: s3:PutObject covers PutObject, CopyObject and
@@ -50,7 +52,7 @@ def deploy_node_scripts(
         sources=list(sources),
         retain_on_delete=False,
     )
-    handler = deployment.handler_role.node.scope
+    handler = parent_of(deployment.handler_role, lambda_.Function)
     acknowledge(handler, acknowledgements.LIFECYCLE_HANDLER_LOGS, acknowledgements.LIFECYCLE_HANDLER_RUNTIME)
     acknowledge_wildcards(
         handler,

@@ -42,6 +42,7 @@ from kiln.catalog.platforms import service_fact
 from kiln.constructs import acknowledgements
 from kiln.constructs._checks import require, require_in, require_node_group, unresolved
 from kiln.constructs.bucket import DataBucket, DataBucketProps
+from kiln.constructs.children import l1_of
 from kiln.constructs.launch_template import CapacityOption
 from kiln.constructs.lustre import ILustreFileSystem
 from kiln.constructs.node_access import ssm_agent_statements
@@ -105,7 +106,7 @@ def attachable_policy(scope: Construct, construct_id: str, **kwargs: Any) -> iam
 def is_attachable(policy: iam.IManagedPolicy) -> bool:
     """Return whether the provider's default Lambda role may attach POLICY (kiln's path, or a matching ARN)."""
     if isinstance(policy, iam.ManagedPolicy):
-        return policy.node.default_child.path == ATTACHABLE_PATH
+        return l1_of(policy, iam.CfnManagedPolicy).path == ATTACHABLE_PATH
     arn = policy.managed_policy_arn
     if unresolved(arn):
         return False
@@ -183,21 +184,25 @@ class ParallelClusterProps:
         policy is QUEUE_UPDATE_STRATEGY, so with DRAIN a new image replaces each queue's nodes as their jobs finish.
         Default none: the queues boot the head node's image (custom_ami, or the official one).
     file_system: an FSx for Lustre file system (LustreFileSystem, or from_lustre_attributes) mounted at
-        fsx_mount_dir; default none.
+        fsx_mount_dir; default none: the nodes mount no shared file system.
     fsx_mount_dir: where file_system is mounted on every node; default /fsx.
-    security_groups: added to every node (e.g. one the file system admits); default none.
+    security_groups: added to every node (e.g. one the file system admits); default none: the nodes join
+        only the groups ParallelCluster makes.
     ssh_allowed_ips: the CIDR (or prefix list) that may reach the head and login nodes over SSH; ParallelCluster's
         own default is 0.0.0.0/0, so it is required (the VPC's CIDR, say).
     head_node_policies: managed policies for the head node alone (e.g. writing to a Prometheus workspace). The
         provider's Lambda role attaches only policies ParallelCluster's own policy lets it (ATTACHABLE_POLICIES):
-        make them with attachable_policy (path /parallelcluster/). Default none.
+        make them with attachable_policy (path /parallelcluster/). Default none: the head node has
+        ParallelCluster's own policies only.
     node_policies: managed policies for every node, head, login pools and queues alike (e.g. Session Manager's
-        session logging, which any node a session reaches needs); attachable as head_node_policies. Default none.
+        session logging, which any node a session reaches needs); attachable as head_node_policies. Default
+        none: ParallelCluster's own policies only.
     scaledown_idle_minutes: idle time before dynamic nodes stop; default 10.
     queue_update_strategy: how an update replaces the nodes of queues whose settings changed: DRAIN (default:
         running jobs finish, then the nodes are replaced), TERMINATE (running jobs are killed) or
         COMPUTE_FLEET_STOP (such an update needs the fleet stopped).
-    slurm_settings: further Scheduling.SlurmSettings entries; default none.
+    slurm_settings: further Scheduling.SlurmSettings entries; default none: ParallelCluster's own
+        values beside the ones these props set (ScaledownIdletime, QueueUpdateStrategy).
     bootstrap_timeouts: DevSettings/Timeouts in seconds (HeadNodeBootstrapTimeout, ComputeNodeBootstrapTimeout),
         long enough for the nodes' setup; unset: ParallelCluster's defaults.
     delete_with_stack: delete the cluster with the stack (default True; data lives in FSx and S3).
@@ -207,13 +212,13 @@ class ParallelClusterProps:
     permissions_boundary: the ARN of the managed policy every role ParallelCluster creates for the cluster carries
         (its cluster configuration's Iam/PermissionsBoundary); with one, the provider runs as a role of the stack's
         own from ParallelCluster's policies template given this boundary (its CustomLambdaRole), and makes no role of
-        its own. Default none.
+        its own. Default none: no boundary, and the provider makes its own role.
     tags: the cluster configuration's Tags (the spec's and kiln:cluster, say), which ParallelCluster puts on the
         instances and volumes of the head node, the login pools and the queues (their launch templates'
         TagSpecifications) and, as its own stack's tags, on what that stack makes; not on the network interfaces a
         queue's or login pool's launch makes. The provider adds the custom resource's stack's tags, a key given here
         winning. A change is an update (Tags: SUPPORTED_UNLESS_ADC, outside the us-iso regions); nodes launched after
-        it carry the new tags. Default none.
+        it carry the new tags. Default none: only the tags ParallelCluster and the stack add.
     """
 
     cluster_name: str

@@ -107,7 +107,8 @@ class PcsNodeGroup:
     capacity: on-demand (default), spot, capacity-block or reservation.
     root_volume_gib: encrypted gp3 root volume; default 200.
     placement_group: a cluster placement group for EFA (kiln's ClusterPlacementGroup.placement_group, or
-        ec2.PlacementGroup.from_placement_group_name for one made elsewhere); default none.
+        ec2.PlacementGroup.from_placement_group_name for one made elsewhere); default none: EC2 places the
+        nodes where it has capacity.
     """
 
     name: str
@@ -138,17 +139,20 @@ class PcsClusterProps:
         RootDeviceName, or kiln.catalog.platforms.root_device_name(os) for an AMI named only at deploy (/dev/xvda for
         PCS's sample AMIs, which run Amazon Linux 2023).
     compute_groups: compute node groups, each with its own queue.
-    login: the login node group (static); default none.
+    login: the login node group (static); default none: no login nodes.
     bootstrap: the bundle nodes fetch and run at boot (BootstrapAssets.node_bootstrap for kiln's `pcs` bundle); the
         launch template's user data carries its digest, and a node refuses a zip that does not match it.
     cluster_env: the bundle's deploy-time values.
     slurm_version: PCS Slurm version; default the newest PCS runs (kiln.catalog.platforms).
     size: controller size, SMALL (default), MEDIUM or LARGE.
     scale_down_idle_seconds: idle time before dynamic nodes are stopped; default 600.
-    slurm_custom_settings: further slurm.conf parameters PCS accepts at cluster level; default none.
-    security_groups: further groups for the nodes' primary interface (file systems, ...); default none.
+    slurm_custom_settings: further slurm.conf parameters PCS accepts at cluster level; default none: PCS's own
+        values.
+    security_groups: further groups for the nodes' primary interface (file systems, ...); default none: the
+        nodes join the EFA group alone.
     node_tags: the tags of every node's instance, volumes and network interfaces, compute and login alike (the
-        spec's and kiln:cluster): their launch templates' TagSpecifications; default none.
+        spec's and kiln:cluster): their launch templates' TagSpecifications; default none: the nodes carry only
+        the tags PCS adds.
     """
 
     vpc: ec2.IVpc

@@ -54,7 +54,8 @@ class EnvironmentReaperProps:
         -reaper (kiln.ci contract), its roles <environment>-reaper and <environment>-reaper-invoke.
     delete_at: when the environment goes (timezone-aware).
     bucket_names: the buckets the reaper may empty before their stacks delete them (names, tokens allowed);
-        default none. It empties only those whose stack deletes them and that carry the environment's tag.
+        default none: it empties no bucket. It empties only those whose stack deletes them and that carry the
+        environment's tag.
     log_retention: how long the reaper's log lines are kept; default one year.
     """
 

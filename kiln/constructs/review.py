@@ -28,7 +28,7 @@ from kiln.constructs.acknowledgements import (
     wildcard_action,
     wildcard_resource,
 )
-from kiln.iam_wildcards import (
+from kiln.contracts.iam_wildcards import (
     MANAGED_POLICY_RESOURCE,
     POLICY_PROPERTIES,
     REVIEW_METADATA,
@@ -112,7 +112,7 @@ _NAG_JUDGED = {"AWS::IAM::Policy", "AWS::IAM::ManagedPolicy", "AWS::IAM::Role", 
 class _ReviewWildcards:
     """At synthesis, record the reviewed wildcard grants of every policy under a construct and acknowledge their IAM5.
 
-    The reasons go into the resource's template metadata (kiln.iam_wildcards.REVIEW_METADATA), where
+    The reasons go into the resource's template metadata (kiln.contracts.iam_wildcards.REVIEW_METADATA), where
     `kiln report` reads them back beside the grants themselves.
     """
 

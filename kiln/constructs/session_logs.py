@@ -39,7 +39,7 @@ class SessionLogsProps:
 
     document_name: the Session document's name (kiln.contracts.ssm_documents.session_document).
     destination: s3 (the bucket, under SESSION_LOG_PREFIX) or cloudwatch (a log group of this construct's).
-    bucket: where s3 logs go (the cluster's bucket); default None, as cloudwatch wants.
+    bucket: where s3 logs go (the cluster's bucket); required by s3, and None (the default) for cloudwatch.
     log_retention: how long the cloudwatch group keeps a session's log; default ONE_YEAR.
     retain: keep the key and the log group when the stack goes, so kept logs stay readable; default False.
     """

@@ -69,7 +69,8 @@ class TrainingImageProps:
         default 100.
     build_instance_types: the build and test instances' EC2 types; default an m6i (x86_64) or m7g (arm64) 2xlarge.
     retain: keep the AMIs and build logs when the stack or a recipe goes; default True (running nodes use them).
-    tags: further tags for every AMI (kiln:cluster, the spec's tags); default none.
+    tags: further tags for every AMI (kiln:cluster, the spec's tags); default none: only the tags Image
+        Builder and the stack add.
     """
 
     name: str

@@ -1,4 +1,4 @@
-"""The two kinds of error every kiln command tells apart, and their exit codes (kiln.command_errors maps them).
+"""The two kinds of error every kiln command tells apart, and their exit codes (kiln.cli.errors maps them).
 
 An InputError is what the user gave: a spec, an argument, a file or an output path kiln will not act on; nothing was
 done, exit 2. A Failure happened while acting: AWS refused, a remote command, a deploy or a teardown failed; exit 1.

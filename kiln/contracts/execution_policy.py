@@ -680,8 +680,13 @@ def policy_size(document: dict[str, Any]) -> int:
 
 
 def _statement(
-    sid: str, actions: Sequence[str], resources: Sequence[str], condition: dict | None = None, *, effect: str = "Allow"
-) -> dict:
+    sid: str,
+    actions: Sequence[str],
+    resources: Sequence[str],
+    condition: dict[str, Any] | None = None,
+    *,
+    effect: str = "Allow",
+) -> dict[str, Any]:
     statement: dict[str, Any] = {
         "Sid": sid,
         "Effect": effect,
@@ -826,7 +831,7 @@ def execution_policies(
     Raises ExecutionPolicyError when one statement alone exceeds the limit or more than MAX_POLICIES are needed.
     """
     statements = execution_statements(cluster_names, qualifier=qualifier, partition=partition, boundary=boundary)
-    documents: list[list[dict]] = [[]]
+    documents: list[list[dict[str, Any]]] = [[]]
     for statement in statements:
         if policy_size(_document([statement])) > MANAGED_POLICY_MAX_CHARS:
             raise ExecutionPolicyError(
@@ -842,7 +847,7 @@ def execution_policies(
     return [NamedPolicy(f"{name_base}-{n}", _document(found)) for n, found in enumerate(documents, start=1)]
 
 
-def _document(statements: list[dict]) -> dict[str, Any]:
+def _document(statements: list[dict[str, Any]]) -> dict[str, Any]:
     return {"Version": "2012-10-17", "Statement": statements}
 
 

@@ -74,10 +74,6 @@ class ComponentDocument:
             "phases": list(self.phases),
         }
 
-    @property
-    def phase_names(self) -> tuple[str, ...]:
-        return tuple(phase["name"] for phase in self.phases)
-
 
 def _bash(name: str, *commands: str) -> dict[str, Any]:
     return {"name": name, "action": "ExecuteBash", "inputs": {"commands": ["set -euo pipefail", *commands]}}

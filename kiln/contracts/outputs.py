@@ -1,5 +1,5 @@
 """The stacks' outputs: kiln.stacks writes them under these keys; `kiln ci` and `kiln connect` find the cluster by
-the compute stack's (kiln.ci.remote.cluster.ClusterHandle), `kiln ami build` the image pipeline by the image stack's.
+the compute stack's (kiln.aws.remote.cluster.ClusterHandle), `kiln ami build` the image pipeline by the image stack's.
 A key is part of what a deployed stack promises: renaming one breaks every cluster deployed before."""
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kiln.aws_errors import aws_call, error_code, explain, one_line, raise_if_no_credentials
+from kiln.aws.errors import aws_call, error_code, explain, one_line, raise_if_no_credentials
 from kiln.contracts.errors import Failure, InputError
 
 # The cluster state UpdateClusterSoftware starts from (ClusterStatus of DescribeCluster).

@@ -16,7 +16,7 @@ What a job carries:
 - kiln's FSx for Lustre claim at the mount point nodes use, with checkpoints under `launcher.checkpoint_dir`, so a
   pod that restarts, or the job resubmitted under its name, resumes from its last checkpoint;
 - Kueue's queue label: Kueue admits the job only when all of its pods fit, and evicts it when they do not all start
-  in time (gang scheduling, kiln.constructs.eks_queue);
+  in time (gang scheduling, kiln.constructs.eks_scheduling);
 - kiln's training label on every pod (TRAINING_POD_LABEL): the cluster's disruption budget refuses to evict a running
   training pod, so a node group update waits for the job instead of killing it (kiln.constructs.eks_disruption);
 - `kiln-launch` as the entry point. The image brings Python and torch; the launcher and the script travel in a
@@ -113,7 +113,7 @@ class JobRequest:
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterFacts:
-    """What the job needs to know of the cluster, read from its spec (kiln.jobs.submit.cluster_facts)."""
+    """What the job needs to know of the cluster, read from its spec by cluster_facts."""
 
     backend: str
     groups: Mapping[str, tuple[str, int]]  # name -> (instance type, max nodes)
@@ -123,6 +123,18 @@ class ClusterFacts:
     nccl_env: Mapping[str, str] = field(default_factory=dict)
     # The cluster's Neuron release (ClusterSpec.neuron_release); None without Neuron devices.
     neuron_release: str | None = None
+
+
+def cluster_facts(spec: Any) -> ClusterFacts:
+    """Return what a job needs of SPEC's cluster."""
+    return ClusterFacts(
+        backend=spec.compute.backend,
+        groups={g.name: (g.instance_type, g.max_count) for g in spec.compute.groups},
+        lustre=spec.storage.lustre is not None,
+        checkpoint_dir=spec.launcher.checkpoint_dir,
+        nccl_env=spec.launcher.environment,
+        neuron_release=spec.neuron_release,
+    )
 
 
 def job_manifests(request: JobRequest, cluster: ClusterFacts, wheel: bytes) -> list[dict[str, Any]]:

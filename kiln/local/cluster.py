@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from kiln.host.safe_output import UnsafeOutput, claim_directory, remove_owned_directory
 from kiln.local import code_server as local_code_server
 from kiln.local import daemons, network, preflight, procs, provision, slurm
 from kiln.local import state as state_file
@@ -20,7 +21,6 @@ from kiln.local.state import ClusterState, ProcessRecord
 from kiln.local.torchlink import link_torch, missing_companions
 from kiln.node_config.code_server import local_code_server_user
 from kiln.node_config.exporters import local_exporters, local_prometheus
-from kiln.safe_output import UnsafeOutput, claim_directory, remove_owned_directory
 
 DEFAULT_NODES = 2
 DEFAULT_SLURMCTLD_PORT = 6817
@@ -186,7 +186,7 @@ class _Up:
             self.progress.note(
                 f"no {' or '.join(missing)} here: torch warns at every import in a job; install kiln's launcher extra"
             )
-        self.save(bootstrapped=True, torch_source=source)
+        self.save(bootstrapped=True)
 
     def network(self) -> None:
         layout = self.layout

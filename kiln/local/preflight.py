@@ -11,10 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kiln.host.safe_output import protected_reason
 from kiln.local import network
 from kiln.local.errors import LocalError
 from kiln.local.layout import DEFAULT_PREFIX, ClusterLayout
-from kiln.safe_output import protected_reason
 
 # What the local cluster runs itself; Slurm and munge come from the bootstrap's install steps.
 TOOLS = {

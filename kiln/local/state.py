@@ -35,7 +35,6 @@ class ClusterState:
 
     layout: ClusterLayout
     bootstrapped: bool = False
-    torch_source: str | None = None
     bridge: str | None = None
     namespaces: tuple[str, ...] = ()
     veths: tuple[str, ...] = ()
@@ -65,7 +64,6 @@ class ClusterState:
         return cls(
             layout=ClusterLayout.from_dict(data["layout"]),
             bootstrapped=data.get("bootstrapped", False),
-            torch_source=data.get("torch_source"),
             bridge=data.get("bridge"),
             namespaces=tuple(data.get("namespaces", ())),
             veths=tuple(data.get("veths", ())),

@@ -65,7 +65,8 @@ def parallelcluster_timeouts(spec: ClusterSpec, config: BootstrapConfig) -> dict
         (boot_work(config, ec2_type_name(g.instance_type), baked=baked) for g in spec.compute.groups),
         key=lambda work: work.seconds,
     )
-    # The head node boots compute.image.ami_id, never the bake (kiln.stacks.parallelcluster): it installs at boot.
+    # The head node boots compute.image.ami_id, never the bake (kiln.stacks.backends.parallelcluster): it installs
+    # at boot.
     head_work = boot_work(config, ec2_type_name(spec.compute.head_node.instance_type), baked=False, role="controller")
     return {
         head.name: bootstrap_timeout(head_work, head.seconds),

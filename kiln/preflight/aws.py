@@ -5,15 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kiln.aws_errors import ACCESS_DENIED, BAD_CREDENTIALS, THROTTLED, error_code, error_message, one_line
+from kiln.aws.errors import ACCESS_DENIED, BAD_CREDENTIALS, THROTTLED, error_code, error_message, one_line
+from kiln.aws.session import MAX_ATTEMPTS
 from kiln.preflight.findings import Finding
 
-# Read-only calls, retried with botocore's standard backoff (throttling included) before a check gives up.
-MAX_ATTEMPTS = 4
-CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS}, connect_timeout=5, read_timeout=20)
 # IAM actions whose name is not the operation's (S3 authorizes HeadBucket as s3:ListBucket; the tagging API's
 # actions are tag:*, its signing name is tagging).
 IAM_ACTION_OVERRIDES = {("s3", "HeadBucket"): "s3:ListBucket", ("tagging", "GetResources"): "tag:GetResources"}
@@ -44,7 +41,7 @@ class AwsClients:
         """
 
         def client(name: str) -> Any:
-            return session.client(name, region_name=region, config=CLIENT_CONFIG)
+            return session.client(name, region_name=region)
 
         account = client("sts").get_caller_identity()["Account"]
         return cls(

@@ -9,7 +9,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from kiln.aws_errors import aws_call, one_line
+from kiln.aws.errors import aws_call, one_line
 from kiln.contracts.errors import Failure, InputError
 from kiln.preflight.aws import AWS_ERRORS, AwsClients, unchecked
 from kiln.preflight.check import Check
@@ -122,7 +122,7 @@ def preflight(
 ) -> Report:
     """Check SPEC against the account SESSION reaches, in REGION; NoAccount when no call can be made.
 
-    Without credentials AWS takes, NoCredentials (kiln.aws_errors): the command says so in its one wording.
+    Without credentials AWS takes, NoCredentials (kiln.aws.errors): the command says so in its one wording.
 
     ENVIRONMENT: check a short-lived environment of that name (`kiln ci up`) rather than the spec's own cluster.
     """

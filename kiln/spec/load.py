@@ -55,7 +55,7 @@ def _kept(problems: list[Problem], deployed: bool) -> list[Problem]:
     return [p for p in problems if not (deployed and p.new_cluster_only)]
 
 
-def _rules_despite(data: dict, exc: ValidationError, shape: list[Problem]) -> list[Problem]:
+def _rules_despite(data: dict[str, Any], exc: ValidationError, shape: list[Problem]) -> list[Problem]:
     """Return the cross-field problems of DATA that do not rest on any field a shape problem already names."""
     stand_in = without_shape_errors(ClusterSpec, data, exc)
     if stand_in is None:

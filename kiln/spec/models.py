@@ -561,7 +561,7 @@ class ClusterSpec(SpecModel):
     # The file itself and the line of each field (load_spec sets them), for problems found past the rules: a script of
     # bootstrap.steps that cannot be shipped (kiln.node_config.user_steps). None and empty for a spec built in code.
     _source_file: str | None = PrivateAttr(None)
-    _source_lines: dict = PrivateAttr(default_factory=dict)
+    _source_lines: dict[tuple[str | int, ...], int] = PrivateAttr(default_factory=dict)
 
     name: str = Field(pattern=NAME_PATTERN, description="Prefixes resource names.")
     region: str | None = Field(None, pattern=REGION_PATTERN, description="Omit for env-agnostic stacks.")

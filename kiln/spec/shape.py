@@ -9,10 +9,13 @@ import typing
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from kiln.spec.models import PATTERN_RULES
 from kiln.spec.problems import Path, Problem, shown
-from kiln.spec.rules import key_part
+from kiln.spec.rules.common import key_part
+
+Model = typing.TypeVar("Model", bound=BaseModel)
 
 _TYPE_WORDS = {
     "string_type": "must be a string",
@@ -64,7 +67,7 @@ def _did_you_mean(word: str, choices: list[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def _describe(root: type[BaseModel], loc: Path, error: dict[str, Any]) -> str:
+def _describe(root: type[BaseModel], loc: Path, error: ErrorDetails) -> str:
     kind = error["type"]
     got = error.get("input")
     ctx = error.get("ctx") or {}
@@ -138,14 +141,14 @@ def _repair_one(root: type[BaseModel], data: Any, loc: Path) -> bool:
     parent_path, key = loc[:-1], loc[-1]
     parent = _container(data, parent_path)
     model = model_at(root, parent_path)
-    if isinstance(parent, list) and _holds(parent, key):
+    if isinstance(parent, list) and isinstance(key, int) and _holds(parent, key):
         # A broken list item keeps its place (later items keep their index): it becomes an empty item.
         parent[key] = {}
         return True
     if not isinstance(parent, dict):
         return False
     field = model.model_fields.get(str(key)) if model else None
-    if field is not None and field.is_required():
+    if model is not None and field is not None and field.is_required():
         stand_in = _STAND_INS.get((model.__name__, str(key)))
         if stand_in is None:
             return False
@@ -156,7 +159,7 @@ def _repair_one(root: type[BaseModel], data: Any, loc: Path) -> bool:
     return True
 
 
-def without_shape_errors(root: type[BaseModel], data: Any, exc: ValidationError) -> BaseModel | None:
+def without_shape_errors(root: type[Model], data: Any, exc: ValidationError) -> Model | None:
     """Return ROOT built from DATA with every invalid value replaced, or None when that cannot be done."""
     repaired = copy.deepcopy(data)
     for _ in range(_REPAIR_ROUNDS):

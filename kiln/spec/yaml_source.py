@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path as FsPath
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -48,10 +48,17 @@ class _DuplicateKey(InputError):
         self.path, self.line, self.key = path, line, key
 
 
+class _Mark(Protocol):
+    """Where a YAML event starts: PyYAML's pure-Python and LibYAML marks both have these."""
+
+    line: int
+    column: int
+
+
 class _Refused(InputError):
     """A document past a reading limit, at the mark where the limit was crossed."""
 
-    def __init__(self, message: str, mark: yaml.Mark | None) -> None:
+    def __init__(self, message: str, mark: _Mark | None) -> None:
         super().__init__(message)
         self.message, self.mark = message, mark
 
@@ -84,13 +91,14 @@ class _BoundedLoader(yaml.SafeLoader):
         # id(node) -> (expanded nodes, expanded depth, expanded characters of its scalars)
         self._measured: dict[int, tuple[int, int, int]] = {}
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
+            event = self._next_event()
             node = super().compose_node(parent, index)
-            self._count_alias(event, node)
+            if node is not None and isinstance(event, yaml.AliasEvent):
+                self._count_alias(event, node)
             return node
-        event = self.peek_event()
+        event = self._next_event()
         self._nodes += 1
         if self._nodes > MAX_NODES:
             raise _Refused(_TOO_MANY, event.start_mark)
@@ -101,6 +109,8 @@ class _BoundedLoader(yaml.SafeLoader):
             node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
+        if node is None:
+            return None
         parts = [self._measured[id(child)] for child in _children(node)]
         chars = len(node.value) if isinstance(node, yaml.ScalarNode) else sum(text for _, _, text in parts)
         if isinstance(node, yaml.ScalarNode):
@@ -114,6 +124,11 @@ class _BoundedLoader(yaml.SafeLoader):
             chars,
         )
         return node
+
+    def _next_event(self) -> yaml.Event:
+        """The event compose_node is about to compose (PyYAML's stubs leave peek_event unannotated)."""
+        event: yaml.Event = self.peek_event()  # type: ignore[no-untyped-call]
+        return event
 
     def _count_alias(self, event: yaml.AliasEvent, node: yaml.Node) -> None:
         alias = _brief(f"*{event.anchor}")
@@ -236,7 +251,7 @@ def parse_yaml(text: str, source: str) -> tuple[Any, dict[Path, int]]:
             loader.dispose()
 
 
-def _syntax_problem(message: str, mark: yaml.Mark | None) -> Problem:
+def _syntax_problem(message: str, mark: _Mark | None) -> Problem:
     if mark is None:
         return Problem(path=(), message=message, line=1)
     return Problem(path=(), message=message, line=mark.line + 1, column=mark.column + 1)

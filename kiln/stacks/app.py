@@ -12,7 +12,7 @@ from kiln.contracts.environment import REAPER_PART, stack_name
 from kiln.contracts.errors import InputError
 from kiln.contracts.image import IMAGE_PART, image_stack_name
 from kiln.spec import ClusterSpec
-from kiln.spec.rules import NO_BAKE_IN_CI
+from kiln.spec.rules.image import NO_BAKE_IN_CI
 from kiln.stacks.ci_mode import CiEnvironment, environment_spec, own_tags
 from kiln.stacks.compute import ComputeStack, has_compute
 from kiln.stacks.feature_flags import FEATURE_FLAGS

@@ -16,10 +16,10 @@ from kiln.constructs import acknowledgements
 from kiln.constructs.ci_identity import GithubDeployIdentity, GithubDeployIdentityProps
 from kiln.constructs.review import review_wildcards
 from kiln.contracts.execution_policy import ExecutionPolicyError, NamedPolicy, execution_policies, policy_name_base
+from kiln.contracts.iam_wildcards import wildcard_pairs
 from kiln.contracts.permissions_boundary import BOUNDARY_NAME
 from kiln.contracts.tags import TAG_CI_IDENTITY
-from kiln.iam_wildcards import wildcard_pairs
-from kiln.safe_output import check_replaceable
+from kiln.host.safe_output import check_replaceable
 from kiln.stacks.app import new_app
 from kiln.stacks.tidy import add_template_aspects
 

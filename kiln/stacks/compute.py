@@ -1,45 +1,33 @@
-"""ComputeStack: the scheduler backend the spec names, with nodes booting kiln's bootstrap."""
+"""ComputeStack: the scheduler backend the spec names, with nodes booting kiln's bootstrap; the platform's builder
+(kiln.stacks.backends) adds its constructs, and the stack wires what it returns the same way for every platform."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import aws_cdk as cdk
-from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from kiln.constructs import (
     BootstrapAssets,
     BootstrapAssetsProps,
-    DataBucket,
-    DataBucketProps,
     EksObservability,
-    EksTrainingCluster,
     GrafanaWorkspace,
     GrafanaWorkspaceProps,
-    HyperPodCluster,
-    NodeBootstrap,
-    ParallelCluster,
-    PcsCluster,
-    attachable_policy,
 )
-from kiln.constructs.eks_scheduling import CLUSTER_AUTOSCALER_FACTS
 from kiln.constructs.session_logs import SessionLogs, SessionLogsProps
-from kiln.contracts.backends import BACKENDS, EKS, PARALLELCLUSTER, PCS
+from kiln.contracts.backends import BACKENDS
 from kiln.contracts.outputs import ComputeOutput
 from kiln.contracts.ssm_documents import session_document
-from kiln.node_config.budget import eks_node_provision_seconds, parallelcluster_timeouts
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import ClusterSpec
+from kiln.stacks.backends import BackendBuild, builder_for
+from kiln.stacks.backends.eks import eks_observability_props
 from kiln.stacks.ci_mode import CiEnvironment
 from kiln.stacks.compute_context import ComputeContext, cluster_placement_groups
-from kiln.stacks.eks import eks_observability_props, eks_props
-from kiln.stacks.hyperpod import hyperpod_props
 from kiln.stacks.image import ImageStack
 from kiln.stacks.network import NetworkStack
-from kiln.stacks.parallelcluster import parallelcluster_props
-from kiln.stacks.pcs import pcs_ami, pcs_cluster_props
 from kiln.stacks.retention import retention
 from kiln.stacks.storage import StorageStack
 
@@ -81,58 +69,13 @@ class ComputeStack(cdk.Stack):
         )
         self.spec = spec
         self.ci = ci
+        self.config = config
         self.context = context
-        self.pcs: PcsCluster | None = None
-        self.parallelcluster: ParallelCluster | None = None
-        self.hyperpod: HyperPodCluster | None = None
-        self.eks: EksTrainingCluster | None = None
         # The one rendered bundle of this spec's nodes (HyperPod's lifecycle scripts included).
         self.bootstrap = BootstrapAssets(self, "Bootstrap", BootstrapAssetsProps(config=config))
-        nodes: NodeBootstrap = self.bootstrap.node_bootstrap
-        platform = spec.platform
         self.session_logs = self._session_logs()
-        if platform is PCS:
-            props = pcs_cluster_props(context, bootstrap=nodes, ami_id=pcs_ami(self, context))
-            self.pcs = PcsCluster(self, "Pcs", props)
-        elif platform is PARALLELCLUSTER:
-            self.parallelcluster = ParallelCluster(
-                self,
-                "ParallelCluster",
-                parallelcluster_props(
-                    context,
-                    bootstrap=nodes,
-                    bootstrap_timeouts=parallelcluster_timeouts(spec, config),
-                    head_node_policies=self._agent_policies(context),
-                    node_policies=[self.session_logs.attachable_node_policy()] if self.session_logs else [],
-                    bootstrap_bucket=self._ci_lifecycle_bucket(),
-                ),
-            )
-        elif platform is EKS:
-            props = eks_props(
-                context,
-                bootstrap=nodes,
-                admin_role=self._ci_admin(),
-                node_provision_seconds=eks_node_provision_seconds(
-                    spec, config, CLUSTER_AUTOSCALER_FACTS["default_provision_seconds"]
-                ),
-            )
-            self.eks = EksTrainingCluster(self, "Eks", props)
-        else:
-            if platform.uses_kubernetes:
-                self.eks = EksTrainingCluster(
-                    self, "Eks", eks_props(context, bootstrap=None, admin_role=self._ci_admin())
-                )
-            eks_cluster = self.eks.cluster if self.eks else None
-            props = hyperpod_props(
-                context, lifecycle=nodes, eks_cluster=eks_cluster, lifecycle_bucket=self._ci_lifecycle_bucket()
-            )
-            self.hyperpod = HyperPodCluster(self, "HyperPod", props)
-            if self.eks is not None:
-                # HyperPod's nodes join as EKS workers: the CNI's identity must exist before the first one, and
-                # HyperPod's dependencies must be installed before the cluster is created.
-                self.hyperpod.cluster.node.add_dependency(self.eks.cni_identity, self.eks.pod_identity_agent)
-                if self.eks.hyperpod_dependencies_ready is not None:
-                    self.hyperpod.cluster.node.add_dependency(self.eks.hyperpod_dependencies_ready)
+        # What the platform's builder made: its construct (backend.construct), node role, node groups and outputs.
+        self.backend: BackendBuild[Construct] = builder_for(spec.platform)(self, context, self.bootstrap.node_bootstrap)
         self._place_node_groups(context)
         self._grant_agent(context)
         self._grant_session_logs()
@@ -146,30 +89,16 @@ class ComputeStack(cdk.Stack):
         resource B" (https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-attribute-dependson.html),
         and EC2 deletes no placement group that holds an instance
         (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/delete-placement-group.html)."""
-        backend = self.pcs or self.eks
-        node_groups = backend.node_groups if backend is not None else {}
         for name, placement in context.placement_groups.items():
-            node_groups[name].node.add_dependency(placement)
-
-    def _agent_policies(self, context: ComputeContext) -> list[iam.IManagedPolicy]:
-        """ParallelCluster's head node runs the agent: a managed policy letting it write to the workspace."""
-        workspace = context.agent_workspace
-        if workspace is None:
-            return []
-        policy = attachable_policy(
-            self,
-            "MetricsWriter",
-            description=f"kiln {self.spec.name}: the head node's Prometheus agent writes to the metrics workspace",
-            statements=workspace.remote_write_statements(),
-        )
-        return [policy]
+            self.backend.node_groups[name].node.add_dependency(placement)
 
     def _grant_agent(self, context: ComputeContext) -> None:
-        """PCS and HyperPod give all their nodes one role: the node running the agent writes through it."""
+        """PCS and HyperPod give all their nodes one role: the node running the agent writes through it
+        (ParallelCluster's head node has a managed policy from its builder)."""
         workspace = context.agent_workspace
         if workspace is None:
             return
-        role = self.pcs.role if self.pcs is not None else self.hyperpod.role if self.hyperpod is not None else None
+        role = self.backend.node_role
         if role is not None:
             workspace.grant_remote_write(role)
 
@@ -205,7 +134,7 @@ class ComputeStack(cdk.Stack):
     def _grant_session_logs(self) -> None:
         """PCS and HyperPod give all their nodes one role, with which SSM Agent logs a session: grant it there.
         ParallelCluster's nodes got the managed policy as their AdditionalIamPolicies (attachable_node_policy)."""
-        role = self.pcs.role if self.pcs is not None else self.hyperpod.role if self.hyperpod is not None else None
+        role = self.backend.node_role
         if self.session_logs is not None and role is not None:
             self.session_logs.attach_node_policy(role)
 
@@ -216,7 +145,8 @@ class ComputeStack(cdk.Stack):
         self.grafana: GrafanaWorkspace | None = None
         if wanted is None:
             return
-        props = eks_observability_props(self.context, self.eks.cluster) if self.eks is not None else None
+        eks = self.backend.eks
+        props = eks_observability_props(self.context, eks.cluster) if eks is not None else None
         if props is not None:
             self.eks_observability = EksObservability(self, "Observability", props)
         if wanted.grafana and storage.prometheus is not None:
@@ -235,8 +165,8 @@ class ComputeStack(cdk.Stack):
 
     def _node_image(self, spec: ClusterSpec, image: ImageStack | None) -> str | None:
         """Return the AMI nodes boot: the newest image the image stack baked (read at each deploy), else ami_id. On
-        ParallelCluster only the queues boot the bake (kiln.stacks.parallelcluster): an update never changes the
-        head node's or login nodes' image."""
+        ParallelCluster only the queues boot the bake (kiln.stacks.backends.parallelcluster): an update never changes
+        the head node's or login nodes' image."""
         if image is None:
             return spec.compute.image.ami_id
         self.add_stack_dependency(image)
@@ -249,25 +179,6 @@ class ComputeStack(cdk.Stack):
         )
         return parameter.value_as_string
 
-    def _ci_admin(self) -> iam.IRole | None:
-        if self.ci is None or self.ci.admin_role_arn is None:
-            return None
-        return iam.Role.from_role_arn(self, "CiAdminRole", self.ci.admin_role_arn, mutable=False)
-
-    def _ci_lifecycle_bucket(self) -> s3.IBucket | None:
-        """The bucket of the node scripts the stack deploys (HyperPod's lifecycle scripts, ParallelCluster's
-        OnNodeConfigured script) in a CI environment; elsewhere none, and the construct makes its own."""
-        # A short-lived environment names its buckets, so its reaper may empty them (kiln.stacks.ci_mode).
-        if self.ci is None:
-            return None
-        props = DataBucketProps(
-            bucket_name=self.ci.bucket_name("lifecycle"),
-            access_log_bucket_name=self.ci.bucket_name("lifecycle-logs"),
-            retain=False,
-            access_log_prefix="lifecycle-bucket/",
-        )
-        return DataBucket(self, "LifecycleBucket", props).bucket
-
     def _outputs(self) -> None:
         """Name the cluster in outputs with fixed keys: `kiln ci` finds its head node and readiness by them."""
         values = {
@@ -275,13 +186,6 @@ class ComputeStack(cdk.Stack):
             ComputeOutput.ORCHESTRATOR: self.spec.effective_orchestrator or "none",
             ComputeOutput.CLUSTER_NAME: self.spec.name,
         }
-        if self.pcs is not None:
-            values[ComputeOutput.PCS_CLUSTER_ID] = self.pcs.cluster.attr_id
-            if self.pcs.login_group is not None:
-                values[ComputeOutput.PCS_LOGIN_NODE_GROUP_ID] = self.pcs.login_group.attr_id
-        if self.hyperpod is not None:
-            values[ComputeOutput.HYPERPOD_CLUSTER_ARN] = self.hyperpod.cluster.attr_cluster_arn
-        if self.eks is not None:
-            values[ComputeOutput.EKS_CLUSTER_NAME] = self.eks.cluster.cluster_name
+        values.update(self.backend.outputs)
         for key, value in values.items():
             cdk.CfnOutput(self, key.value, value=value)

@@ -9,7 +9,8 @@ import boto3
 import pytest
 from botocore.stub import ANY
 
-from kiln.cli import main
+from kiln.aws.session import no_region
+from kiln.cli.main import main
 from tests.ami.conftest import (
     BUILD_ARN,
     CLUSTER,
@@ -46,8 +47,8 @@ STARTED = {"requestId": "r-1", "clientToken": "token", "imageBuildVersionArn": B
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     """The CLI's clock and sleep, moved only by sleeping, so waits take no time."""
     fake = Clock()
-    monkeypatch.setattr("kiln.ami.cli._clock", fake)
-    monkeypatch.setattr("kiln.ami.cli._sleep", fake.sleep)
+    monkeypatch.setattr("kiln.cli.ami._clock", fake)
+    monkeypatch.setattr("kiln.cli.ami._sleep", fake.sleep)
     return fake
 
 
@@ -163,9 +164,11 @@ def test_no_wait_prints_the_build_version_and_returns(
 
 
 def test_build_without_the_image_stack_says_how_to_deploy_it(
-    aws: boto3.Session, spec: Path, capsys: pytest.CaptureFixture[str]
+    aws: boto3.Session, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert build("--region", "eu-west-1") == 1
+    monkeypatch.chdir(tmp_path)
+    write_spec(tmp_path, region="eu-west-1")
+    assert build() == 1
     assert capsys.readouterr().err == (
         f"kiln ami build: the image stack {CLUSTER}-image is not deployed in eu-west-1: "
         f"run `npx cdk deploy {CLUSTER}-image -c spec=cluster.yaml` first\n"
@@ -177,10 +180,11 @@ def test_build_without_the_image_stack_says_how_to_deploy_it(
     [
         (None, [], REGION),
         ("eu-central-1", [], "eu-central-1"),
-        ("eu-central-1", ["--region", "ap-south-1"], "ap-south-1"),
+        ("eu-central-1", ["--region", "eu-central-1"], "eu-central-1"),
+        (None, ["--region", "ap-south-1"], "ap-south-1"),
     ],
 )
-def test_the_region_is_the_flag_else_the_specs_else_the_aws_default(
+def test_the_region_is_the_specs_else_the_flags_else_the_aws_default(
     aws: boto3.Session,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -227,9 +231,18 @@ def test_build_needs_a_region(
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     write_spec(tmp_path, region=None)
     assert build() == 2
-    assert capsys.readouterr().err == (
-        "kiln ami build: no region: pass --region, set `region` in the spec, or set AWS_DEFAULT_REGION\n"
-    )
+    assert capsys.readouterr().err == f"kiln ami build: {no_region(spec=True)}\n"
+
+
+@pytest.mark.parametrize("action", ["build", "list"])
+def test_a_region_other_than_the_specs_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], action: str
+) -> None:
+    # Before, --region won silently: `kiln ami build` ran the pipeline of another region than the spec's.
+    monkeypatch.chdir(tmp_path)
+    write_spec(tmp_path, region="eu-central-1")
+    assert main(["ami", action, "--spec", "cluster.yaml", "--region", "ap-south-1"]) == 2
+    assert capsys.readouterr().err == f"kiln ami {action}: --region ap-south-1: the spec deploys to eu-central-1\n"
 
 
 @pytest.mark.parametrize(
@@ -332,9 +345,7 @@ def test_list_needs_a_region(monkeypatch: pytest.MonkeyPatch, capsys: pytest.Cap
     monkeypatch.delenv("AWS_REGION")
     monkeypatch.delenv("AWS_DEFAULT_REGION")
     assert main(["ami", "list"]) == 2
-    assert capsys.readouterr().err == (
-        "kiln ami list: no region: pass --region, set `region` in the spec, or set AWS_DEFAULT_REGION\n"
-    )
+    assert capsys.readouterr().err == f"kiln ami list: {no_region(spec=False)}\n"
 
 
 def test_list_with_describe_images_denied_is_one_line(

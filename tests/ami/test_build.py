@@ -15,7 +15,7 @@ from kiln.ami.build import (
     start_build,
     wait_for_image,
 )
-from kiln.aws_errors import AwsCallFailed
+from kiln.aws.errors import AwsCallFailed
 from tests.ami.conftest import (
     BUILD_ARN,
     CLUSTER,

@@ -18,7 +18,7 @@ from kiln.bootstrap.budget import (
     tight_budget,
 )
 from kiln.catalog.platforms import service_fact
-from kiln.cli import main
+from kiln.cli.main import main
 from kiln.node_config.judge import load_and_judge
 from tests.conftest import ROOT
 

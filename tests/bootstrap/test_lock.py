@@ -15,7 +15,7 @@ import yaml
 from kiln.bootstrap import lock
 from kiln.bootstrap.artifacts import Artifact, lockable_artifacts
 from kiln.bootstrap.lock import LockedFile, LockError, lock_text, plan_lock, read_lock
-from kiln.cli import main
+from kiln.cli.main import main
 from kiln.node_config.judge import load_and_judge
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import load_spec

@@ -13,9 +13,9 @@ from kiln.bootstrap.local_target import LocalCluster, LocalNode
 from kiln.bootstrap.profiles import PROFILES
 from kiln.bootstrap.render import SCRIPTS_DIR, library_files, render_bundle
 from kiln.bootstrap.steps import STEPS
-from kiln.bootstrap_cli import register
 from kiln.catalog import SoftwareVersions, instance_type, preset_environment
 from kiln.catalog.envfile import parse_env_file
+from kiln.cli.bootstrap import register
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import load_spec
 from tests.bootstrap.conftest import SHELLCHECK, pcs_config
@@ -336,7 +336,7 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path, capsys):
 
 
 def test_render_tells_what_each_hyperpod_role_runs(tmp_path, capsys):
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     assert (
         main(
@@ -415,7 +415,7 @@ def test_a_bundle_past_the_cap_is_refused_before_a_byte_is_written(tmp_path, mon
 
 def test_render_refuses_an_oversized_bundle_in_one_line(tmp_path, capsys, monkeypatch):
     from kiln.bootstrap import render
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     monkeypatch.setattr(render, "MAX_RENDERED_BYTES", 1_000)
     argv = ["bootstrap", "render", "--spec", str(EXAMPLES / "p5-pcs.yaml"), "--target", "pcs"]
@@ -426,7 +426,7 @@ def test_render_refuses_an_oversized_bundle_in_one_line(tmp_path, capsys, monkey
 
 
 def test_render_names_the_users_own_steps_and_their_roles(tmp_path, capsys):
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     argv = ["bootstrap", "render", "--spec", str(EXAMPLES / "workshop-g6-pcs.yaml"), "--target", "pcs"]
     assert main([*argv, "--out", str(tmp_path / "out")]) == 0
@@ -436,7 +436,7 @@ def test_render_names_the_users_own_steps_and_their_roles(tmp_path, capsys):
 
 def test_an_alias_amplified_spec_renders_nothing(tmp_path, capsys):
     """The audit's case: 4,800 uses of one 500 KB launcher.nccl_env value rendered 1.8 GB; it is refused on reading."""
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     lines = ["name: llm", "compute: {backend: pcs, groups: [{name: gpu, instance_type: p5.48xlarge}]}"]
     lines += ["big: &v " + "a" * 500_000, "launcher:", "  nccl_env:"]

@@ -24,7 +24,7 @@ from kiln.catalog import (
 )
 from kiln.catalog.facts import CURATED_PATH, GENERATED_PATH
 from kiln.catalog.refresh import RefreshError, facts_from, refresh, render, select
-from kiln.cli import main
+from kiln.cli.main import main
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow
@@ -381,8 +381,16 @@ class TestRefresh:
     @pytest.mark.parametrize(
         ("code", "expected"),
         [
-            ("UnauthorizedOperation", "the caller needs the IAM permission ec2:DescribeInstanceTypes"),
-            ("RequestLimitExceeded", "EC2 throttled DescribeInstanceTypes in us-east-1"),
+            # kiln.aws.errors' wording, as every command words AWS's refusals (aws_call).
+            (
+                "UnauthorizedOperation",
+                "ec2:DescribeInstanceTypes in us-east-1 was denied (UnauthorizedOperation): allow it for the AWS "
+                "identity running kiln; AWS said: no way",
+            ),
+            (
+                "RequestLimitExceeded",
+                "ec2:DescribeInstanceTypes in us-east-1 was throttled by AWS (RequestLimitExceeded)",
+            ),
             ("AuthFailure", "no AWS credentials (AWS rejected those found: AuthFailure on DescribeInstanceTypes)"),
         ],
     )
@@ -399,7 +407,7 @@ class TestRefresh:
             "describe_instance_types", service_error_code=code, service_message="no\nway", http_status_code=403
         )
         stubber.activate()
-        monkeypatch.setattr("kiln.catalog.refresh.ec2_client", lambda region: client)
+        monkeypatch.setattr("kiln.catalog.refresh.ec2_client", lambda region, profile: client)
         out = tmp_path / "out.json"
         self.assert_one_line_failure(
             capsys, ["catalog", "refresh", "--region", "us-east-1", "--out", str(out)], expected, out
@@ -414,6 +422,19 @@ class TestRefresh:
     def test_a_directory_is_refused(self, tmp_path, capsys) -> None:
         assert main(["catalog", "refresh", "--source", "moto", "--out", str(tmp_path)]) == 1
         assert capsys.readouterr().err == f"kiln catalog refresh: refusing {tmp_path}: it is a directory; name a file\n"
+
+    def test_no_region_names_only_what_botocore_reads(self, tmp_path, monkeypatch, capsys) -> None:
+        # Before, the line said to set AWS_REGION, which botocore does not read for the region.
+        from kiln.aws.session import no_region
+
+        for name in ("AWS_DEFAULT_REGION", "AWS_PROFILE"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("AWS_REGION", "us-east-1")
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "no-config"))
+        out = tmp_path / "out.json"
+        assert main(["catalog", "refresh", "--out", str(out)]) == 2
+        assert capsys.readouterr().err == f"kiln catalog refresh: {no_region(spec=False)}\n"
+        assert not out.exists()
 
     def test_region_does_not_apply_to_moto(self, capsys) -> None:
         assert main(["catalog", "refresh", "--source", "moto", "--region", "us-east-1"]) == 2

@@ -321,7 +321,7 @@ def test_the_summary_says_what_each_release_trains_and_serves() -> None:
 
 
 def test_kiln_catalog_neuron_lists_the_releases_and_the_default_per_type(capsys) -> None:
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     assert main(["catalog", "neuron", "trn1n.32xlarge", "p5.48xlarge"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import urllib.request
@@ -15,7 +16,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 from moto.server import ThreadedMotoServer
 
-from kiln.cli import main
+from kiln.cli.main import main
 from kiln.contracts.environment import parse_at_expression
 from kiln.preflight.run import all_checks as every_check
 from tests.ci.conftest import ACCOUNT, REGION, launch, live_stacks, make_environment, make_stack, put_versions, tags
@@ -173,6 +174,24 @@ def test_up_refuses_a_cdk_cli_of_another_version_before_deploying(
     assert live_stacks(_session()) == set()
 
 
+def test_up_runs_the_cdk_cli_with_the_profile_it_asks_aws_with(
+    pipeline: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --profile names the credentials of kiln's own calls and of the CDK CLI's deploys alike: AWS_PROFILE, without
+    # the environment's keys (which the CDK CLI would prefer to it).
+    Path(os.environ["AWS_CONFIG_FILE"]).write_text(
+        "[profile lab]\naws_access_key_id = lab\naws_secret_access_key = x\n"
+    )
+    seen = pipeline / "cdk-env"
+    cdk = pipeline / "cdk"
+    cdk.write_text(f'#!/bin/sh\necho "$AWS_PROFILE ${{AWS_ACCESS_KEY_ID:-none}} $AWS_REGION" > {seen}\necho 2.0.0\n')
+    cdk.chmod(0o755)
+    monkeypatch.setenv("KILN_CDK", str(cdk))
+    assert main(["ci", "up", "--spec", "cluster.yaml", "--profile", "lab", "--accept-unready", "--skip-preflight"]) == 1
+    assert seen.read_text() == f"lab none {REGION}\n"
+    assert "CDK CLI" in capsys.readouterr().err
+
+
 def test_bad_input_is_one_line_and_exit_2(pipeline: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (pipeline / "bad.yaml").write_text(SPEC.replace("ci: {ttl_hours: 2}", "ci: {ttl_hours: 2}\nstorage2: {}"))
     assert main(["ci", "up", "--spec", "bad.yaml"]) == 2
@@ -230,7 +249,7 @@ def test_sweep_deletes_only_environments_past_their_time(
 ) -> None:
     # Every stack is created now (moto's clock); the sweep runs three hours later.
     later = datetime.now(timezone.utc) + timedelta(hours=3)
-    monkeypatch.setattr("kiln.ci.cli._now", lambda: later)
+    monkeypatch.setattr("kiln.cli.ci._now", lambda: later)
     make_environment(moto, "ci-a-1", ttl="2")  # TTL passed
     make_environment(moto, "ci-b-2", ttl="5")  # TTL not yet
     make_environment(moto, "ci-c-3", ttl=None)  # no TTL, older than --older-than

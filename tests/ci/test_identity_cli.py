@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from kiln.ci.identity_cli import BRANCH_TRUST, props_from_args, register_identity
+from kiln.cli.ci_identity import BRANCH_TRUST, props_from_args, register_identity
 from kiln.contracts.execution_policy import MANAGED_POLICY_MAX_CHARS, policy_size
-from kiln.safe_output import MARKER
-from kiln.synth import lint_template
+from kiln.host.safe_output import MARKER
+from kiln.stacks.synth import lint_template
 
 STACK = "kiln-ci-identity-octo-org-kiln"
 
 
 def parser() -> argparse.ArgumentParser:
-    """`kiln ci` as the lead's kiln/ci/cli.py builds it, reduced to the identity action."""
+    """`kiln ci` as the lead's kiln/cli/ci.py builds it, reduced to the identity action."""
     top = argparse.ArgumentParser(prog="kiln ci")
     register_identity(top.add_subparsers(dest="ci_command", required=True, metavar="ACTION"))
     return top
@@ -170,7 +170,7 @@ def test_the_kiln_ci_environment_is_trusted_unless_branch_trust_is_asked_for() -
 
 
 def test_kiln_ci_identity_is_wired_into_the_kiln_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     (tmp_path / "notes.txt").write_text("mine\n")
     assert main(["ci", *_identity_args(tmp_path)]) == 2

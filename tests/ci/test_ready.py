@@ -9,9 +9,9 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
+from kiln.aws.remote import nodes
+from kiln.aws.remote.cluster import ClusterHandle
 from kiln.ci.ready import NotReady, ReadyReport, SlurmNode, check_verdict, parse_sinfo, wait_until_ready
-from kiln.ci.remote import nodes
-from kiln.ci.remote.cluster import ClusterHandle
 from tests.ci.conftest import ACCOUNT, REGION, Clock, CommandWith, FakeSession, launch
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes about 14 s of test time on 2 cores.

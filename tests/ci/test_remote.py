@@ -1,4 +1,4 @@
-"""kiln.ci.remote against moto (CloudFormation outputs are stubbed: moto's CloudFormation needs extras) and Stubber."""
+"""kiln.aws.remote against moto (CloudFormation outputs are stubbed: moto's CloudFormation needs extras) and Stubber."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from kiln.ci.remote import nodes
-from kiln.ci.remote.cluster import ClusterHandle, RemoteError, Unreachable
-from kiln.ci.remote.exit_codes import EXIT_CANCELLED, EXIT_TIMED_OUT
-from kiln.ci.remote.kubectl import KubectlTransport
-from kiln.ci.remote.nodes import Target, find_head
-from kiln.ci.remote.session import SessionManagerTransport
-from kiln.ci.remote.ssm_run_command import RUN_COMMAND_OUTPUT_LIMIT, RunCommandTransport, node_script
-from kiln.ci.remote.transport import Transport, run_command, transport_for
+from kiln.aws.remote import nodes
+from kiln.aws.remote.cluster import ClusterHandle, RemoteError, Unreachable
+from kiln.aws.remote.exit_codes import EXIT_CANCELLED, EXIT_TIMED_OUT
+from kiln.aws.remote.kubectl import KubectlTransport
+from kiln.aws.remote.nodes import Target, find_head
+from kiln.aws.remote.session import SessionManagerTransport
+from kiln.aws.remote.ssm_run_command import RUN_COMMAND_OUTPUT_LIMIT, RunCommandTransport, node_script
+from kiln.aws.remote.transport import Transport, run_command, transport_for
 from kiln.spec import parse_spec
 from tests.ci.conftest import (
     ACCOUNT,
@@ -197,10 +197,10 @@ def test_access_denied_is_one_line_naming_the_call() -> None:
 
 
 def test_the_kiln_names_match_the_stacks_that_create_them() -> None:
-    # kiln.ci.remote and ready.py must not import the CDK: the group names they look for are the backend table's,
+    # kiln.aws.remote and ready.py must not import the CDK: the group names they look for are the backend table's,
     # which the stacks build from too. The group a HyperPod command runs in by default is the controller group the
     # stack makes.
-    from kiln.stacks.hyperpod import hyperpod_groups
+    from kiln.stacks.backends.hyperpod import hyperpod_groups
 
     spec = parse_spec(
         {
@@ -215,14 +215,14 @@ def test_the_kiln_names_match_the_stacks_that_create_them() -> None:
     assert inspect.signature(nodes.hyperpod_node).parameters["group"].default == controller
     # The system node group is found by kiln's tags; the EKS construct tags it with the backend table's name, the one
     # the finder looks for (tests/stacks/test_ci_mode.py reads the tags back from a synthesized template).
-    for module in (ROOT / "kiln/constructs/eks_node_groups.py", ROOT / "kiln/ci/remote/nodes.py"):
+    for module in (ROOT / "kiln/constructs/eks_node_groups.py", ROOT / "kiln/aws/remote/nodes.py"):
         assert ("kiln.contracts.backends", "EKS_SYSTEM_NODE_GROUP") in imported_names(module), module
     assert "/usr/local/bin/kiln-launch" in (ROOT / "kiln/bootstrap/scripts/steps/install_launcher.sh").read_text()
 
 
 # kiln modules of boto3, botocore and the standard library only (and the catalog, standard library only); the
 # remote package's own modules are held to the same rule, each of them below.
-LIGHT_KILN_MODULES = ("kiln.ci.remote", "kiln.aws_errors")
+LIGHT_KILN_MODULES = ("kiln.aws.remote", "kiln.aws.errors")
 
 
 def test_remote_and_ready_import_neither_the_cdk_nor_pydantic() -> None:
@@ -231,8 +231,8 @@ def test_remote_and_ready_import_neither_the_cdk_nor_pydantic() -> None:
     from tests.test_layers import imports_of
 
     heavy = ("aws_cdk", "constructs", "cdk_nag", "jsii", "pydantic", "yaml", "jinja2")
-    sources = [*sorted((ROOT / "kiln/ci/remote").glob("*.py")), ROOT / "kiln/ci/ready.py"]
-    assert ROOT / "kiln/ci/remote/transport.py" in sources
+    sources = [*sorted((ROOT / "kiln/aws/remote").glob("*.py")), ROOT / "kiln/ci/ready.py"]
+    assert ROOT / "kiln/aws/remote/transport.py" in sources
     found = {
         f"{path.relative_to(ROOT)}: {module}"
         for path in sources
@@ -241,7 +241,7 @@ def test_remote_and_ready_import_neither_the_cdk_nor_pydantic() -> None:
         or (
             module.startswith("kiln.")
             and module not in LIGHT_KILN_MODULES
-            and not module.startswith(("kiln.ci.remote.", "kiln.ci.reaper_code.", "kiln.catalog.", "kiln.contracts."))
+            and not module.startswith(("kiln.aws.remote.", "kiln.ci.reaper_code.", "kiln.catalog.", "kiln.contracts."))
         )
     }
     assert found == set()

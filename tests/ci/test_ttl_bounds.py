@@ -9,7 +9,7 @@ import boto3
 import pytest
 
 from kiln.catalog import limits
-from kiln.cli import main
+from kiln.cli.main import main
 from tests.ci.test_ci_cli import SPEC
 
 
@@ -21,7 +21,9 @@ def up_without_a_deploy(moto: boto3.Session, tmp_path: Path, monkeypatch: pytest
     (tmp_path / "cluster.yaml").write_text(SPEC)
     monkeypatch.setattr("kiln.ci.deploy.cdk_command", lambda environ, cwd: ["cdk"])
     monkeypatch.setattr("kiln.ci.deploy.check_cdk_version", lambda cdk, environ: None)
-    monkeypatch.setattr("kiln.synth.synthesize", lambda spec, out, ci=None, context=None: synthesized.append(str(ci)))
+    monkeypatch.setattr(
+        "kiln.stacks.synth.synthesize", lambda spec, out, ci=None, context=None: synthesized.append(str(ci))
+    )
     monkeypatch.setattr("kiln.ci.deploy.deploy_stacks", lambda *args, **kwargs: pytest.fail("deployed"))
     yield synthesized
 

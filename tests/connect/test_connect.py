@@ -20,9 +20,9 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from kiln.ci.remote.cluster import RemoteError
-from kiln.ci.remote.nodes import PARALLELCLUSTER_NAME_TAG, PARALLELCLUSTER_NODE_TYPE_TAG, PCS_NODE_GROUP_TAG
-from kiln.cli import main
+from kiln.aws.remote.cluster import RemoteError
+from kiln.aws.remote.nodes import PARALLELCLUSTER_NAME_TAG, PARALLELCLUSTER_NODE_TYPE_TAG, PCS_NODE_GROUP_TAG
+from kiln.cli.main import main
 from kiln.connect.run import Request, connect, prepare
 from kiln.contracts.backends import HYPERPOD_CONTROLLER_GROUP, HYPERPOD_LOGIN_GROUP
 from kiln.spec import load_spec
@@ -588,7 +588,7 @@ def test_a_profile_is_what_the_aws_cli_uses_too(
 
 def test_the_hyperpod_group_names_are_the_stacks(tmp_path: Path) -> None:
     # kiln connect looks for HyperPod's nodes in the backend table's groups; the stack makes its groups from it too.
-    from kiln.stacks import hyperpod
+    from kiln.stacks.backends import hyperpod
 
     spec = load_spec(write_spec(tmp_path, "hyperpod"))
     built = {group.role: group.name for group in hyperpod.hyperpod_groups(spec)}

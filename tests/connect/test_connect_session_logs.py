@@ -9,7 +9,7 @@ from typing import Any
 import boto3
 import pytest
 
-from kiln.ci.remote.nodes import PCS_NODE_GROUP_TAG
+from kiln.aws.remote.nodes import PCS_NODE_GROUP_TAG
 from kiln.connect import iam
 from kiln.contracts.ssm_documents import DEFAULT_SHELL_DOCUMENT, session_document
 from tests.connect import test_iam

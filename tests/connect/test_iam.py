@@ -16,8 +16,8 @@ import pytest
 from moto import mock_aws
 from moto.moto_api._internal import moto_api_backend
 
+from kiln.aws.remote.nodes import PARALLELCLUSTER_NAME_TAG, PARALLELCLUSTER_NODE_TYPE_TAG, PCS_NODE_GROUP_TAG
 from kiln.catalog.platforms import service_fact
-from kiln.ci.remote.nodes import PARALLELCLUSTER_NAME_TAG, PARALLELCLUSTER_NODE_TYPE_TAG, PCS_NODE_GROUP_TAG
 from kiln.connect import iam
 from kiln.connect.run import Request, connect, prepare
 from kiln.contracts.outputs import ComputeOutput

@@ -17,9 +17,10 @@ from kiln.constructs import (
     TrainingVpc,
     TrainingVpcProps,
 )
-from kiln.constructs.eks import EksTrainingCluster, EksTrainingClusterProps, LustreVolume
+from kiln.constructs.eks import EksTrainingCluster
 from kiln.constructs.eks_code_server import CodeServerPod
 from kiln.constructs.eks_node_groups import AcceleratedNodeGroup, SystemNodeGroup
+from kiln.constructs.eks_props import EksTrainingClusterProps, LustreVolume
 from kiln.stacks.app import new_app
 from tests.constructs.conftest import ENV, efa_network, logical_id, plain_bootstrap, synth_as_kiln
 

@@ -16,7 +16,7 @@ from kiln.constructs import GithubDeployIdentityProps, acknowledgements
 from kiln.contracts.permissions_boundary import BOUNDARY_NAME
 from kiln.stacks.app import new_app
 from kiln.stacks.ci_identity import CiIdentityStack, build_identity, identity_execution_policies, identity_stack_name
-from kiln.synth import nag_report
+from kiln.stacks.synth import nag_report
 from tests.constructs.conftest import ENV, logical_id
 
 ACCOUNT = ENV.account

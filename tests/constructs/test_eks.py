@@ -20,7 +20,7 @@ from kiln.constructs import (
     LustreFileSystemAttributes,
     acknowledgements,
 )
-from kiln.constructs.eks import KUBECTL_ECR_POLICIES, EksTrainingCluster, EksTrainingClusterProps, LustreVolume
+from kiln.constructs.eks import KUBECTL_ECR_POLICIES, EksTrainingCluster
 from kiln.constructs.eks_addons import (
     HELM_ADDONS,
     HYPERPOD_DEPENDENCIES,
@@ -38,9 +38,10 @@ from kiln.constructs.eks_install import (
     run_checked,
 )
 from kiln.constructs.eks_node_groups import AcceleratedNodeGroup, SystemNodeGroup
+from kiln.constructs.eks_props import EksTrainingClusterProps, LustreVolume
 from kiln.constructs.neuron_addons import NEURON_DEVICE_PLUGIN, NEURON_SCHEDULER
 from kiln.stacks.app import new_app
-from kiln.synth import lint_template, nag_report
+from kiln.stacks.synth import lint_template, nag_report
 from tests.constructs.conftest import (
     ENV,
     PLAIN_BUNDLE_SHA256,

@@ -26,9 +26,9 @@ from kiln.catalog.code_server import (
 )
 from kiln.catalog.kubernetes import NODE_GROUP_LABEL
 from kiln.catalog.limits import EKS_SYSTEM_NODE_TYPE
-from kiln.constructs.eks import EksTrainingClusterProps
 from kiln.constructs.eks_addons import KUBERNETES_RELEASES
 from kiln.constructs.eks_code_server import CODE_SERVER_IMAGE, CodeServerPod, code_server_manifests
+from kiln.constructs.eks_props import EksTrainingClusterProps
 from kiln.jobs.pytorchjob import FSX_MOUNT
 from kiln.stacks.compute_context import MOUNT_POINT
 from tests.constructs.conftest import logical_id

@@ -15,9 +15,10 @@ from kiln.constructs import (
     TrainingVpc,
     TrainingVpcProps,
 )
-from kiln.constructs.eks import EksTrainingCluster, EksTrainingClusterProps
+from kiln.constructs.eks import EksTrainingCluster
 from kiln.constructs.eks_addons import HELM_ADDONS, KUBERNETES_RELEASES
 from kiln.constructs.eks_node_groups import AcceleratedNodeGroup
+from kiln.constructs.eks_props import EksTrainingClusterProps
 from kiln.constructs.neuron_addons import (
     NEURON_DEVICE_PLUGIN,
     NEURON_RESOURCES,
@@ -28,7 +29,7 @@ from kiln.constructs.neuron_addons import (
     scheduler_configuration,
 )
 from kiln.stacks.app import new_app
-from kiln.synth import lint_template, nag_report
+from kiln.stacks.synth import lint_template, nag_report
 from tests.constructs.conftest import ENV, efa_network, logical_id, plain_bootstrap, synth_as_kiln
 from tests.constructs.test_eks import _manifest, _props, validate_manifests
 

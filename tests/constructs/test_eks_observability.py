@@ -35,9 +35,9 @@ from kiln.constructs.eks_observability import (
     SCRAPER_PRINCIPAL,
     scrape_config,
 )
-from kiln.scan import run_checkov
+from kiln.review.scan import run_checkov
 from kiln.stacks.app import new_app
-from kiln.synth import lint_template, nag_report
+from kiln.stacks.synth import lint_template, nag_report
 from tests.constructs.conftest import ENV, efa_network, get_att, logical_id, ref, synth_as_kiln
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.

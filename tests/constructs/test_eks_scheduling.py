@@ -17,11 +17,11 @@ from kiln.catalog.kubernetes import (
     NODE_GROUP_LABEL,
     node_resources,
 )
-from kiln.constructs.eks import EksTrainingClusterProps
 from kiln.constructs.eks_addons import (
     INSTALL_NAMESPACE,
 )
 from kiln.constructs.eks_node_groups import AcceleratedNodeGroup
+from kiln.constructs.eks_props import EksTrainingClusterProps
 from kiln.constructs.eks_scheduling import (
     AUTOSCALER_SERVICE_ACCOUNT,
     CLUSTER_AUTOSCALER_FACTS,

@@ -35,9 +35,9 @@ from kiln.constructs.grafana import (
 )
 from kiln.constructs.grafana_code.kiln_grafana import contract, grafana_api, handler, provision
 from kiln.dashboards import dashboard_names, load_dashboard
-from kiln.scan import run_checkov
+from kiln.review.scan import run_checkov
 from kiln.stacks.app import new_app
-from kiln.synth import lint_template, nag_report
+from kiln.stacks.synth import lint_template, nag_report
 from tests.constructs.conftest import (
     ENV,
     get_att,

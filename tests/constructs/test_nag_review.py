@@ -16,9 +16,9 @@ from kiln.constructs import acknowledgements
 from kiln.constructs.acknowledgements import CheckovSkip, WildcardGrant
 from kiln.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
 from kiln.constructs.review import SkipReviewedCheckovChecks, review_wildcards
-from kiln.iam_wildcards import wildcard_pairs
+from kiln.contracts.iam_wildcards import wildcard_pairs
 from kiln.stacks.app import new_app
-from kiln.synth import nag_report
+from kiln.stacks.synth import nag_report
 from tests.constructs.conftest import ENV, imported_vpc, plain_bootstrap
 
 DESCRIBE = WildcardGrant(("ec2:DescribeVpcs",), r"\*", "Describe takes no resource scope.")

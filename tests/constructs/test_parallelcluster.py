@@ -33,9 +33,9 @@ from kiln.constructs.parallelcluster import (
     attachable_policy,
     is_attachable,
 )
-from kiln.iam_wildcards import template_wildcards
+from kiln.contracts.iam_wildcards import template_wildcards
 from kiln.stacks.app import new_app
-from kiln.synth import nag_report
+from kiln.stacks.synth import nag_report
 from tests.constructs.conftest import (
     PLAIN_BUNDLE_SHA256,
     imported_vpc,

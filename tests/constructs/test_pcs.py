@@ -12,9 +12,9 @@ from kiln.catalog.platforms import root_device_name, service_fact
 from kiln.constructs import CapacityOption
 from kiln.constructs.acknowledgements import NODE_SSM_CHANNELS, NODE_SSM_GRANTS
 from kiln.constructs.pcs import NAME_DIGEST_LENGTH, PcsCluster, PcsClusterProps, PcsNodeGroup, node_group_name
-from kiln.iam_wildcards import template_wildcards
+from kiln.contracts.iam_wildcards import template_wildcards
 from kiln.stacks.app import new_app
-from kiln.synth import nag_report
+from kiln.stacks.synth import nag_report
 from tests.constructs.conftest import (
     PLAIN_BUNDLE_SHA256,
     get_att,

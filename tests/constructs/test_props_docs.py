@@ -2,8 +2,9 @@
 
 The convention: the class docstring has one entry per field, a line `name: what it is` at the body's indent, continued
 on lines indented deeper. The entry of a field with a default says `default`; a literal default (a number, a string,
-True or False) is written as it is, one taken from a constant, a factory or None is described in words. An entry
-names a field that exists.
+True or False) is written as it is, one taken from a constant, a factory or None is described in words: "default
+none" goes on to say what happens then (`default none: ...` or `default none (...)`). An entry names a field that
+exists.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import pytest
 import kiln.constructs
 
 ENTRY = re.compile(r"^(?P<name>[a-z_][a-z0-9_]*): ")
+# "default none" that stops there: the reader is left to guess what happens without the field.
+BARE_NONE = re.compile(r"default:? none(?![:(]| \()", re.IGNORECASE)
 
 
 def _props_classes() -> list[type]:
@@ -98,6 +101,8 @@ def docstring_problems(cls: type) -> list[str]:
         if "default" not in entry.lower():
             problems.append(f"{cls.__name__}.{name}: its default is not documented")
             continue
+        if BARE_NONE.search(entry):
+            problems.append(f"{cls.__name__}.{name}: its entry says 'default none' but not what happens then")
         literal = _literal(default)
         if literal is not None and literal != "":
             spelled = {str(literal)} | ({f"{literal:,}"} if type(literal) is int else set())
@@ -125,12 +130,14 @@ class _Undocumented:
     size: the default is a number, but the entry says another one; default 10.
     mode: an entry that says nothing of its value.
     gone: a field that no longer exists.
+    extra: further settings; default none.
     """
 
     name: str
     size: int = 20
     mode: str = "fast"
     labels: dict[str, str] = field(default_factory=dict)
+    extra: tuple[str, ...] = ()
 
 
 def test_the_check_finds_a_missing_entry_a_missing_or_wrong_default_and_a_stale_entry() -> None:
@@ -139,4 +146,5 @@ def test_the_check_finds_a_missing_entry_a_missing_or_wrong_default_and_a_stale_
         "_Undocumented: entry 'gone' is not a field",
         "_Undocumented.size: its entry does not say the default 20",
         "_Undocumented.mode: its default is not documented",
+        "_Undocumented.extra: its entry says 'default none' but not what happens then",
     ]

@@ -25,11 +25,11 @@ from kiln.contracts.execution_policy import (
     execution_policies,
     execution_statements,
 )
-from kiln.iam_wildcards import nag_text, wildcard_pairs
+from kiln.contracts.iam_wildcards import nag_text, wildcard_pairs
 from kiln.spec import parse_spec
 from kiln.stacks.ci_identity import identity_execution_policies
 from kiln.stacks.ci_mode import ci_environment
-from kiln.synth import synthesize
+from kiln.stacks.synth import synthesize
 from tests.conftest import ROOT
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.

@@ -16,7 +16,7 @@ import yaml
 from botocore.stub import Stubber
 
 from kiln.catalog.platforms import service_fact
-from kiln.cli import main
+from kiln.cli.main import main
 from kiln.hyperpod.software import plan_update, update_request
 from tests.ci.conftest import aws_env as aws_env  # autouse: fake credentials, no user AWS config, a region
 from tests.conftest import ROOT
@@ -84,7 +84,7 @@ class Clients:
             "list_objects_v2", {"Contents": contents, "IsTruncated": False}, {"Bucket": BUCKET, "Prefix": PREFIX}
         )
 
-    def session(self, region_name: str | None = None) -> Any:
+    def session(self, region_name: str | None = None, **_: object) -> Any:
         clients = self
 
         class Session:

@@ -9,9 +9,8 @@ from pathlib import Path
 from kiln.catalog import instance_type, preset_environment
 from kiln.catalog.kubernetes import EFA_RESOURCE, GPU_RESOURCE
 from kiln.catalog.nccl import presets
-from kiln.cli import main
-from kiln.jobs.cli import cluster_facts
-from kiln.jobs.pytorchjob import JOB_FILES_DIR, ClusterFacts, JobRequest, job_manifests
+from kiln.cli.main import main
+from kiln.jobs.pytorchjob import JOB_FILES_DIR, ClusterFacts, JobRequest, cluster_facts, job_manifests
 from kiln.spec import load_spec
 from tests.efa_node import PLUGIN_DIR, simulate_efa_node
 from tests.jobs.conftest import EXAMPLES, IMAGE, run_container_plan

@@ -13,9 +13,8 @@ import yaml
 
 from kiln.catalog import nccl
 from kiln.catalog.neuron import neuron_release
-from kiln.cli import main
-from kiln.jobs.cli import cluster_facts
-from kiln.jobs.pytorchjob import ClusterFacts, JobError, JobRequest, job_manifests
+from kiln.cli.main import main
+from kiln.jobs.pytorchjob import ClusterFacts, JobError, JobRequest, cluster_facts, job_manifests
 from kiln.spec import load_spec
 from tests.jobs.conftest import EXAMPLES, IMAGE, run_container_plan
 

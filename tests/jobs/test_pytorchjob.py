@@ -24,14 +24,14 @@ from kiln.catalog.kubernetes import (
     NODE_GROUP_LABEL,
     QUEUE_NAME_LABEL,
 )
-from kiln.cli import main
-from kiln.jobs.cli import cluster_facts
+from kiln.cli.main import main
 from kiln.jobs.pytorchjob import (
     JOB_FILES_DIR,
     LAUNCHER_WHEEL,
     ClusterFacts,
     JobError,
     JobRequest,
+    cluster_facts,
     job_manifests,
 )
 from kiln.spec import load_spec

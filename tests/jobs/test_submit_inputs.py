@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kiln.cli import main
-from kiln.jobs.cli import MAX_RESTARTS_MAX
+from kiln.cli.jobs import MAX_RESTARTS_MAX
+from kiln.cli.main import main
 from tests.conftest import ROOT
 from tests.jobs.conftest import IMAGE
 

@@ -8,8 +8,7 @@ import pytest
 
 from kiln.catalog.kubernetes import TRAINING_POD_LABEL
 from kiln.constructs.eks_disruption import training_budget_manifest
-from kiln.jobs.cli import cluster_facts
-from kiln.jobs.pytorchjob import JobRequest, job_manifests
+from kiln.jobs.pytorchjob import JobRequest, cluster_facts, job_manifests
 from kiln.spec import load_spec
 from tests.jobs.conftest import EXAMPLES, IMAGE
 

@@ -38,7 +38,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-KILN_LOCAL = (sys.executable, "-m", "kiln.local", "local")
+KILN_LOCAL = (sys.executable, "-m", "kiln.cli", "local")
 
 
 def _env(extra: dict[str, str] | None) -> dict[str, str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.local import cli as local_cli
+from kiln.cli.main import main as kiln_main
 from kiln.local import jobs, preflight, slurm
 from kiln.local.errors import LocalError
 from kiln.local.jobs import SmokeResult, job_preamble, parse_step, report_lines, run_command, smoke_script
@@ -215,7 +215,7 @@ def test_the_launcher_venv_gets_numpy_with_torch_so_torch_imports_without_a_warn
 
 def test_status_without_a_cluster_names_the_prefix_flag_and_variable(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KILN_LOCAL_PREFIX", str(tmp_path / "elsewhere"))
-    assert local_cli.main(["local", "status"]) == 2
+    assert kiln_main(["local", "status"]) == 2
     out, err = capsys.readouterr()
     assert out == ""
     assert err == (

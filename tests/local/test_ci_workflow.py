@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kiln.cli import build_parser
+from kiln.cli.main import build_parser
 from kiln.launcher import cli as launcher_cli
 from kiln.launcher import smoke_options
 from kiln.launcher.errors import UsageError

@@ -30,7 +30,7 @@ def test_up_as_a_normal_user_says_it_needs_root(e2e_ready, searchable_dir):
     if setpriv is None:
         pytest.skip("setpriv (util-linux) is not installed")
     nobody = (setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--")
-    probe = subprocess.run([*nobody, sys.executable, "-c", "import kiln.local.cli"], cwd=ROOT, capture_output=True)
+    probe = subprocess.run([*nobody, sys.executable, "-c", "import kiln.cli.local"], cwd=ROOT, capture_output=True)
     if probe.returncode != 0:
         pytest.skip("user nobody cannot run this venv's Python here")
     prefix = searchable_dir / "not-root"

@@ -17,7 +17,8 @@ import yaml
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from kiln.preflight.aws import CLIENT_CONFIG, AwsClients
+from kiln.aws.session import CLIENT_CONFIG
+from kiln.preflight.aws import AwsClients
 from kiln.preflight.plan import Plan, plan_for
 from kiln.spec.load import parse_spec
 from tests.ci.conftest import ACCOUNT, REGION

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from moto import mock_aws
 
-from kiln.cli import main
+from kiln.cli.main import main
 from kiln.preflight import run
 from tests.preflight.conftest import BASE_SPEC, merged
 

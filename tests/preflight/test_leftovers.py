@@ -17,7 +17,7 @@ import pytest
 import yaml
 from botocore.stub import ANY
 
-from kiln.cli import main
+from kiln.cli.main import main
 from kiln.contracts.tags import TAG_CLUSTER, TAG_ENVIRONMENT
 from kiln.preflight.checks import leftovers
 from kiln.preflight.run import run_check

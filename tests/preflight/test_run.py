@@ -8,7 +8,7 @@ import threading
 import pytest
 from botocore.exceptions import EndpointConnectionError, NoCredentialsError
 
-from kiln.aws_errors import NoCredentials as NoCredentialsFound
+from kiln.aws.errors import NoCredentials as NoCredentialsFound
 from kiln.contracts.errors import InputError
 from kiln.preflight import run
 from kiln.preflight.findings import Finding, Report

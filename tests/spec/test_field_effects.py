@@ -39,10 +39,10 @@ from kiln.bootstrap.lock import LockedFile, lock_text
 from kiln.bootstrap.render import render_bundle
 from kiln.catalog.kubernetes import default_kubernetes_version, kubernetes_versions
 from kiln.changes import assembly_templates
-from kiln.cli import main
+from kiln.cli.main import main
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import ClusterSpec, load_spec
-from kiln.spec import rules as spec_rules
+from kiln.spec.rules import software as software_rules
 from kiln.stacks.app import build_cluster, environment, new_app
 from kiln.stacks.ci_mode import ci_environment
 from kiln.stacks.network import NetworkStack
@@ -445,7 +445,7 @@ def specs(field_path: str, platform: str, verdict: Effect | Refused) -> tuple[di
 
 @pytest.fixture(autouse=True)
 def _fixed_today(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spec_rules, "today", lambda: TODAY)
+    monkeypatch.setattr(software_rules, "today", lambda: TODAY)
 
 
 def _write(data: Mapping[str, Any], directory: Path) -> Path:
@@ -535,7 +535,7 @@ def test_the_table_has_a_verdict_for_every_field_and_platform() -> None:
     assert len(fields) == len(set(fields))
     missing = [f for f in fields if f not in TABLE]
     assert not missing, (
-        f"fields without a row in TABLE (prove an effect, or refuse them in kiln/spec/rules.py): {missing}"
+        f"fields without a row in TABLE (prove an effect, or refuse them in kiln/spec/rules/): {missing}"
     )
     assert not [f for f in TABLE if f not in fields], "rows for fields the models no longer have"
     for field_path, row in TABLE.items():
@@ -566,7 +566,7 @@ def test_each_platforms_base_spec_is_valid_and_sets_no_service_nodes(tmp_path: P
 def test_an_effect_changes_what_kiln_builds(field_path: str, platform: str, verdict: Effect) -> None:
     without, with_field = specs(field_path, platform, verdict)
     assert built(without, verdict.proof) != built(with_field, verdict.proof), (
-        f"{field_path} has no effect on {platform} (in the {verdict.proof}): refuse it in kiln/spec/rules.py"
+        f"{field_path} has no effect on {platform} (in the {verdict.proof}): refuse it in kiln/spec/rules/"
     )
 
 

@@ -18,9 +18,11 @@ import yaml
 from pydantic import BaseModel
 
 from kiln.catalog import limits, nccl
-from kiln.cli import main
-from kiln.spec import ClusterSpec, Problem, SpecError, parse_spec, rules
+from kiln.cli.main import main
+from kiln.spec import ClusterSpec, Problem, SpecError, parse_spec
 from kiln.spec.problems import MAX_ECHO_CHARS, MAX_MESSAGE_CHARS, MAX_PROBLEM_LINES, dotted, printable, shown
+from kiln.spec.rules import ci as ci_rules
+from kiln.spec.rules import launcher as launcher_rules
 from tests.conftest import MINIMAL_SPEC
 from tests.conftest import spec_problems as _lines
 
@@ -208,7 +210,7 @@ def test_the_spec_renderer_and_launcher_share_the_catalogs_rule() -> None:
     from kiln.bootstrap import config
     from kiln.launcher import ncclenv
 
-    for module in (rules, config, ncclenv):
+    for module in (launcher_rules, config, ncclenv):
         assert module.override_name_problem is nccl.override_name_problem
         assert module.override_value_problem is nccl.override_value_problem
 
@@ -237,7 +239,7 @@ def test_a_ttl_within_the_bounds_passes(ttl: float) -> None:
 def test_the_ttl_bounds_live_in_the_catalog_only() -> None:
     from kiln.stacks import ci_mode
 
-    assert rules.ttl_problem is limits.ttl_problem and ci_mode.ttl_problem is limits.ttl_problem
+    assert ci_rules.ttl_problem is limits.ttl_problem and ci_mode.ttl_problem is limits.ttl_problem
     assert limits.MIN_TTL_HOURS == 0.5 and limits.MAX_TTL_HOURS == 720
 
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from kiln.catalog import limits
 from kiln.catalog.names import known_regions
-from kiln.cli import main
+from kiln.cli.main import main
 from kiln.spec import ClusterSpec, SpecError, parse_spec
 from kiln.spec.models import PATTERN_RULES
 from tests.conftest import MINIMAL_SPEC
@@ -359,11 +359,12 @@ def test_slurm_vpcs_stay_clear_of_dockers_default_bridge(backend: str, cidr: str
 def test_spec_rules_and_constructs_share_the_limits() -> None:
     """The numbers live in kiln.catalog.limits only: the rules and constructs import them, no literal copies."""
     from kiln.constructs import launch_template, lustre
-    from kiln.spec import rules
+    from kiln.spec.rules import compute as compute_rules
+    from kiln.spec.rules import storage as storage_rules
 
     assert lustre.PERSISTENT_2_THROUGHPUTS is limits.PERSISTENT_2_THROUGHPUTS
-    assert rules.PERSISTENT_2_THROUGHPUTS is limits.PERSISTENT_2_THROUGHPUTS
-    assert launch_template.ROOT_VOLUME_MAX_GIB == rules.ROOT_VOLUME_MAX_GIB == limits.EBS_GP3_MAX_GIB
+    assert storage_rules.PERSISTENT_2_THROUGHPUTS is limits.PERSISTENT_2_THROUGHPUTS
+    assert launch_template.ROOT_VOLUME_MAX_GIB == compute_rules.ROOT_VOLUME_MAX_GIB == limits.EBS_GP3_MAX_GIB
     assert limits.MAX_SPEC_TAGS + limits.KILN_ADDED_TAGS_MAX <= limits.MAX_TAGS_PER_RESOURCE
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kiln.cli import main
+from kiln.cli.main import main
 from tests.conftest import MINIMAL_SPEC
 
 VALID = MINIMAL_SPEC

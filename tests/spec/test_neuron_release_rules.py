@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kiln.cli import main
+from kiln.cli.main import main
 from kiln.spec import parse_spec
 from tests.conftest import MINIMAL_SPEC
 from tests.conftest import spec_problems as problems

@@ -9,7 +9,7 @@ import pytest
 
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import parse_spec
-from kiln.spec import rules as spec_rules
+from kiln.spec.rules import software as software_rules
 from tests.conftest import MINIMAL_SPEC
 from tests.conftest import spec_problems as problems
 
@@ -113,9 +113,9 @@ def test_platform_rules_say_one_line_naming_the_field(spec: dict, field: str, wo
 
 def test_a_slurm_version_past_pcs_support_is_refused_from_that_day(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = spec_with(software={"slurm": "24.11"})
-    monkeypatch.setattr(spec_rules, "today", lambda: datetime.date(2026, 5, 31))
+    monkeypatch.setattr(software_rules, "today", lambda: datetime.date(2026, 5, 31))
     assert problems(spec) == []
-    monkeypatch.setattr(spec_rules, "today", lambda: datetime.date(2026, 6, 1))
+    monkeypatch.setattr(software_rules, "today", lambda: datetime.date(2026, 6, 1))
     [line] = problems(spec)
     assert "which PCS stopped supporting on 2026-05-31: no new cluster may run it" in line and "use 25.11" in line
 

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 import yaml
 
-from kiln.cli import main
+from kiln.cli.main import main
 from kiln.spec import SpecError, load_spec, parse_spec
 from kiln.spec.schema import schema_text
 

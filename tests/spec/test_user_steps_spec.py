@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kiln.cli import main
+from kiln.cli.main import main
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import SpecError, load_spec, parse_spec
 from tests.conftest import MINIMAL_SPEC

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kiln.cli import main
-from kiln.spec import rules as spec_rules
+from kiln.cli.main import main
+from kiln.spec.rules import software as software_rules
 from tests.conftest import DELETE, MINIMAL_SPEC, changed
 
 FSX = "https://docs.aws.amazon.com/fsx/latest/LustreGuide/managing-storage-capacity.html"
@@ -87,7 +87,7 @@ def test_an_eks_version_one_minor_up_is_valid(tmp_path, capsys) -> None:
 
 def test_an_older_slurm_version_is_refused_and_a_newer_one_is_valid(tmp_path, capsys, monkeypatch) -> None:
     # A day PCS still supports 25.05; the spec without software.slurm runs PCS's newest, 25.11.
-    monkeypatch.setattr(spec_rules, "today", lambda: datetime.date(2026, 6, 1))
+    monkeypatch.setattr(software_rules, "today", lambda: datetime.date(2026, 6, 1))
     older = changed(MINIMAL_SPEC, software__slurm="25.05")
     code, _, lines = _validate(tmp_path, capsys, MINIMAL_SPEC, older)
     assert code == 2
@@ -101,7 +101,7 @@ def test_an_older_slurm_version_is_refused_and_a_newer_one_is_valid(tmp_path, ca
 def test_a_deployed_cluster_on_a_version_past_its_support_is_read(tmp_path, capsys, monkeypatch) -> None:
     # PCS no longer lets a new cluster run 25.05, but the cluster the old spec made still does, and moving it to
     # 25.11 is the way out: `--before` reads that spec, while a NEW spec on 25.05 is still refused.
-    monkeypatch.setattr(spec_rules, "today", lambda: datetime.date(2026, 12, 7))
+    monkeypatch.setattr(software_rules, "today", lambda: datetime.date(2026, 12, 7))
     older = changed(MINIMAL_SPEC, software__slurm="25.05")
     assert _validate(tmp_path, capsys, older, MINIMAL_SPEC)[::2] == (0, [])
     (tmp_path / "new.yaml").write_text(yaml.safe_dump(older))

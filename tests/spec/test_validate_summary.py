@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kiln.cli import main
+from kiln.cli.main import main
 
 CASES = [
     # The newcomer's spec: the quickstart's group `gpu` moved to Trainium2, which is Neuron, not a GPU.

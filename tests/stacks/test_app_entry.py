@@ -33,7 +33,7 @@ def _app(cwd: Path, context: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def _kiln_lines(stderr: str) -> list[str]:
-    # kiln chose the Node.js jsii runs (kiln/node_runtime.py): no banner of jsii's comes before kiln's lines.
+    # kiln chose the Node.js jsii runs (kiln/host/node_runtime.py): no banner of jsii's comes before kiln's lines.
     return [line for line in stderr.splitlines() if line]
 
 

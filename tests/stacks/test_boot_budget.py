@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from kiln.catalog.platforms import service_fact
-from kiln.cli import main
+from kiln.cli.main import main
 from kiln.node_config.budget import boot_budget, parallelcluster_timeouts
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import load_spec

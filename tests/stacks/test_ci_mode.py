@@ -21,8 +21,8 @@ from kiln.spec import ClusterSpec, SpecError, load_spec, parse_spec
 from kiln.stacks.app import build_cluster, new_app
 from kiln.stacks.ci_mode import CiEnvironment, ci_environment, environment_spec, retains_data
 from kiln.stacks.network import NetworkStack
-from kiln.synth import nag_report, stack_results
-from kiln.synth import synthesize as kiln_synthesize
+from kiln.stacks.synth import nag_report, stack_results
+from kiln.stacks.synth import synthesize as kiln_synthesize
 from tests.conftest import ROOT
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
@@ -100,7 +100,7 @@ def _built(app: cdk.App, outdir: Path, ci: CiEnvironment) -> Built:
 
 @pytest.fixture(scope="module")
 def pcs(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """quickstart as `kiln ci up` synthesizes it: through kiln.synth, with cdk-nag."""
+    """quickstart as `kiln ci up` synthesizes it: through kiln.stacks.synth, with cdk-nag."""
     spec = load_spec(ROOT / "examples" / "quickstart.yaml")
     ci = ci_environment(spec, name=PCS_ENV, created_at=PCS_CREATED_AT, ttl_hours=PCS_TTL_HOURS)
     assert ci is not None
@@ -317,7 +317,7 @@ def test_parallelclusters_bootstrap_script_goes_to_the_environments_lifecycle_bu
     app = new_app(str(tmp_path))
     stacks = build_cluster(app, spec, nag=False, ci=ci)
     app.synth()
-    cluster = stacks.compute.parallelcluster
+    cluster = stacks.compute.backend.construct
     lifecycle = stacks.compute.node.find_child("LifecycleBucket")
     assert cluster.bootstrap_bucket is lifecycle.bucket
     template = json.loads((tmp_path / f"{stacks.compute.stack_name}.template.json").read_text())
@@ -402,8 +402,8 @@ def test_compute_outputs_have_the_fixed_keys(pcs: Built, hyperpod: Built, eks: B
         "Backend": "pcs",
         "Orchestrator": "none",
         "ClusterName": PCS_ENV,
-        "PcsClusterId": _get_att(compute.pcs.cluster, "Id"),
-        "PcsLoginNodeGroupId": _get_att(compute.pcs.login_group, "Id"),
+        "PcsClusterId": _get_att(compute.backend.construct.cluster, "Id"),
+        "PcsLoginNodeGroupId": _get_att(compute.backend.construct.login_group, "Id"),
     }
     assert not {"HyperPodClusterArn", "EksClusterName"} & outputs.keys()
 
@@ -413,13 +413,13 @@ def test_compute_outputs_have_the_fixed_keys(pcs: Built, hyperpod: Built, eks: B
         "Backend": "hyperpod",
         "Orchestrator": "slurm",
         "ClusterName": HP_SPEC,
-        "HyperPodClusterArn": _get_att(compute.hyperpod.cluster, "ClusterArn"),
+        "HyperPodClusterArn": _get_att(compute.backend.construct.cluster, "ClusterArn"),
     }
     assert not {"PcsClusterId", "PcsLoginNodeGroupId", "EksClusterName"} & outputs.keys()
 
     compute = eks.stack(f"{EKS_ENV}-compute")
     outputs = _outputs(eks, f"{EKS_ENV}-compute")
-    cluster = compute.eks.cluster.node.default_child
+    cluster = compute.backend.construct.cluster.node.default_child
     assert {k: outputs[k] for k in ("Backend", "Orchestrator", "ClusterName", "EksClusterName")} == {
         "Backend": "eks",
         "Orchestrator": "none",
@@ -430,7 +430,7 @@ def test_compute_outputs_have_the_fixed_keys(pcs: Built, hyperpod: Built, eks: B
 
 
 def test_the_eks_system_nodes_carry_the_environment_kiln_ci_run_may_open_sessions_on(eks: Built) -> None:
-    compute = eks.stack(f"{EKS_ENV}-compute").eks
+    compute = eks.stack(f"{EKS_ENV}-compute").backend.construct
     template = eks.raw(f"{EKS_ENV}-compute")
     data = template["Resources"][_lid(compute.node.find_child("SystemLaunchTemplate"))]["Properties"]
     specs = data["LaunchTemplateData"]["TagSpecifications"]
@@ -451,7 +451,7 @@ def test_the_ci_role_is_cluster_admin_on_eks(eks: Built) -> None:
         "AWS::EKS::AccessEntry", {"Properties": {"PrincipalArn": ADMIN_ROLE}}
     )
     (entry,) = entries.values()
-    cluster = eks.stack(f"{EKS_ENV}-compute").eks.cluster.node.default_child
+    cluster = eks.stack(f"{EKS_ENV}-compute").backend.construct.cluster.node.default_child
     assert entry["Properties"]["ClusterName"] == {"Ref": _lid(cluster)}
     assert entry["Properties"]["AccessPolicies"] == [
         {

@@ -73,7 +73,7 @@ def test_changes_that_keep_the_link_or_make_a_new_file_system_deploy() -> None:
 
 
 def test_kiln_diff_prints_the_refusal_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     before, after = tmp_path / "before.yaml", tmp_path / "after.yaml"
     before.write_text(yaml.safe_dump(PERSISTENT))

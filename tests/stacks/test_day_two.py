@@ -395,7 +395,7 @@ def _write(path: Path, data: dict[str, Any]) -> str:
 
 
 def _kiln(capsys, *argv: str) -> tuple[int, list[str], list[str]]:
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     code = main(["diff", *argv])
     out, err = capsys.readouterr()
@@ -485,6 +485,13 @@ def test_kiln_diff_without_credentials_says_so_in_one_line(tmp_path, capsys, mon
         "kiln diff: no AWS credentials: set or refresh them (environment, profile, SSO or instance role) for the "
         "account to use, or compare offline with --before OLD.yaml or --stack-templates DIR"
     ]
+
+
+def test_kiln_diff_takes_a_profile_only_to_ask_aws(tmp_path, capsys, persistent) -> None:
+    spec = _write(tmp_path / "s.yaml", persistent)
+    code, out, err = _kiln(capsys, "--spec", spec, "--before", spec, "--profile", "lab")
+    assert (code, out) == (2, [])
+    assert err == ["kiln diff: --profile: --before and --stack-templates compare offline, without AWS credentials"]
 
 
 def test_kiln_diff_of_a_bad_spec_is_its_problem_lines(tmp_path, capsys) -> None:

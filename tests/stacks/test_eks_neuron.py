@@ -12,7 +12,7 @@ from kiln.catalog.neuron import resolve_neuron_release
 from kiln.catalog.neuron_components import neuron_kubernetes_components
 from kiln.constructs.neuron_addons import NEURON_COMPONENTS_ANNOTATION
 from kiln.spec import load_spec
-from kiln.synth import nag_report, synthesize
+from kiln.stacks.synth import nag_report, synthesize
 
 SPEC = """\
 # EKS for Trainium training: a trn1 node group with EFA in one AZ, Lustre through the FSx CSI driver.

@@ -13,7 +13,7 @@ import pytest
 
 from kiln.spec import load_spec
 from kiln.stacks.compute import has_compute
-from kiln.synth import lint_template, nag_report
+from kiln.stacks.synth import lint_template, nag_report
 from tests.conftest import EXAMPLES, NODE_BIN, ROOT, run_app
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.

@@ -23,8 +23,8 @@ from kiln.catalog.limits import (
 )
 from kiln.catalog.platforms import service_fact
 from kiln.changes.parallelcluster import UPDATE_POLICIES, cluster_configuration, update_refusals
+from kiln.cli.diff import backend_refusals
 from kiln.contracts.tags import TAG_CLUSTER
-from kiln.diff_cli import backend_refusals
 from kiln.stacks.ci_mode import CiEnvironment
 from tests.conftest import changed, spec_problems
 from tests.constructs.pcluster_schema import concrete, load_with_official_schema

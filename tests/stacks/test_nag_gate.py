@@ -10,7 +10,7 @@ from cdk_nag import AwsSolutionsChecks
 from kiln.constructs.acknowledgements import Finding
 from kiln.constructs.review import acknowledge
 from kiln.stacks.app import new_app
-from kiln.synth import nag_report
+from kiln.stacks.synth import nag_report
 
 
 def _app_with_open_ssh(tmp_path, acknowledged: bool) -> cdk.App:

@@ -23,9 +23,9 @@ from kiln.spec import SpecError
 from kiln.spec.load import parse_spec
 from kiln.stacks.app import new_app
 from kiln.stacks.network import NetworkStack, endpoint_names
+from kiln.stacks.synth import lint_template, nag_report
 from kiln.stacks.tidy import add_template_aspects
 from kiln.stacks.zones import needs_two_zones
-from kiln.synth import lint_template, nag_report
 from tests.conftest import EXAMPLES, MINIMAL_SPEC, ROOT
 
 # The slow tier (`make test-slow`): about 10 s of syntheses, beside test_zone_answer.py.

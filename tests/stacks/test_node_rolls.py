@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from kiln.changes import Plan
-from kiln.cli import main
+from kiln.cli.main import main
 from tests.conftest import changed
 from tests.stacks.day_two import deploy_plan, example
 

@@ -14,7 +14,7 @@ import yaml
 
 from kiln.changes import one_way_rules
 from kiln.spec import parse_spec
-from kiln.spec import rules as spec_rules
+from kiln.spec.rules import software as software_rules
 from tests.conftest import changed
 from tests.stacks.day_two import deploy_plan, example, templates
 
@@ -31,7 +31,7 @@ def _write(path: Path, data: dict[str, Any]) -> str:
 
 
 def _diff(capsys, before: str, after: str) -> tuple[int, list[str], list[str]]:
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     code = main(["diff", "--spec", after, "--before", before])
     out, err = capsys.readouterr()
@@ -48,7 +48,7 @@ def _value(properties: dict[str, Any], path: str) -> Any:
 def test_kiln_diff_refuses_an_older_slurm_version_offline(tmp_path, capsys, monkeypatch) -> None:
     # The quickstart pins no Slurm version: it runs PCS's newest (25.11); pinning an older one is a downgrade. On a
     # day PCS still supports 25.05 (after 2026-11-30 no spec may name it).
-    monkeypatch.setattr(spec_rules, "today", lambda: datetime.date(2026, 6, 1))
+    monkeypatch.setattr(software_rules, "today", lambda: datetime.date(2026, 6, 1))
     base = example("quickstart")
     before = _write(tmp_path / "before.yaml", base)
     after = _write(tmp_path / "after.yaml", changed(base, software__slurm="25.05"))

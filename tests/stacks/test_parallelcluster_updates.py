@@ -35,7 +35,7 @@ def _compute_config(data: dict) -> tuple[dict, dict]:
     """Synthesize spec DATA; return its cluster's configuration and the bootstrap parameter's value."""
     stacks = build_cluster(new_app(), parse_spec(data), nag=False)
     template = Template.from_stack(stacks.compute).to_json()
-    cluster = stacks.compute.parallelcluster
+    cluster = stacks.compute.backend.construct
     parameter = template["Resources"][logical_id(cluster.bootstrap_parameter.node.default_child)]
     return cluster_configuration(template), parameter["Properties"]["Value"]
 

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from kiln.catalog.platforms import service_fact
-from kiln.cli import main
+from kiln.cli.main import main
 from kiln.contracts.cdk_bootstrap import DEFAULT_CDK_QUALIFIER
 from kiln.contracts.execution_policy import PASSED_TO_SERVICES, execution_statements
+from kiln.contracts.iam_wildcards import nag_text
 from kiln.contracts.permissions_boundary import (
     ASSUME_ACTIONS,
     BOUNDARY_NAME,
@@ -34,7 +35,6 @@ from kiln.contracts.permissions_boundary import (
     boundary_document,
 )
 from kiln.contracts.tags import TAG_ENVIRONMENT
-from kiln.iam_wildcards import nag_text
 from kiln.spec import load_spec
 from kiln.stacks.app import build_cluster, new_app
 from tests.conftest import ROOT

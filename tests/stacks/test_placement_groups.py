@@ -191,7 +191,7 @@ def test_the_upgrade_from_placement_groups_in_the_network_stack_deploys_compute_
 
 
 def test_kiln_diff_gives_the_upgrade_order(tmp_path, capsys) -> None:
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     data = _two_groups("p5-pcs")
     network, compute = _stacks(data)

@@ -13,11 +13,11 @@ import yaml
 
 from kiln.bootstrap.artifacts import lockable_artifacts
 from kiln.bootstrap.lock import LockedFile, lock_text
-from kiln.cli import main
-from kiln.iam_wildcards import REVIEW_METADATA, review_metadata, template_wildcards
+from kiln.cli.main import main
+from kiln.contracts.iam_wildcards import REVIEW_METADATA, review_metadata, template_wildcards
 from kiln.node_config.translate import config_from_spec
-from kiln.report import UNREVIEWED_REMEDY, VERBOSE_HINT, Review, _summary, checkov_review, wildcard_review
-from kiln.scan import MISSING, CheckovFinding, CheckovResult
+from kiln.review.report import UNREVIEWED_REMEDY, VERBOSE_HINT, Review, _summary, checkov_review, wildcard_review
+from kiln.review.scan import MISSING, CheckovFinding, CheckovResult
 from kiln.spec import load_spec
 from tests.conftest import ROOT
 
@@ -219,7 +219,7 @@ def _synthesizes(monkeypatch: pytest.MonkeyPatch, resources: dict) -> None:
         (outdir / "quickstart-compute.template.json").write_text(json.dumps({"Resources": resources}))
         return None, outdir
 
-    monkeypatch.setattr("kiln.report.synthesize", synthesize)
+    monkeypatch.setattr("kiln.review.report.synthesize", synthesize)
 
 
 def test_an_unreviewed_iam_wildcard_fails_the_report_and_says_how_to_fix_it(

@@ -19,8 +19,8 @@ import pytest
 from kiln.constructs import acknowledgements
 from kiln.constructs.acknowledgements import CheckovSkip, WildcardGrant
 from kiln.constructs.ci_identity import GithubDeployIdentityProps
-from kiln.iam_wildcards import template_wildcards
-from kiln.scan import CheckovFinding, CheckovResult, run_checkov
+from kiln.contracts.iam_wildcards import template_wildcards
+from kiln.review.scan import CheckovFinding, CheckovResult, run_checkov
 from kiln.spec import load_spec
 from kiln.stacks.app import build_cluster, new_app
 from kiln.stacks.ci_identity import build_identity

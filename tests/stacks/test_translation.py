@@ -8,9 +8,9 @@ from aws_cdk import Stack
 
 from kiln.spec import load_spec, parse_spec
 from kiln.stacks.app import build_cluster, new_app
+from kiln.stacks.backends.hyperpod import hyperpod_groups, provisioning_parameters
+from kiln.stacks.backends.pcs import pcs_size
 from kiln.stacks.compute_context import ComputeContext
-from kiln.stacks.hyperpod import hyperpod_groups, provisioning_parameters
-from kiln.stacks.pcs import pcs_size
 from tests.conftest import ROOT
 
 
@@ -40,7 +40,7 @@ def test_hyperpod_groups_put_controller_and_login_first(hyperpod_slurm) -> None:
 def test_hyperpod_lifecycle_is_the_one_rendered_bundle(hyperpod_slurm) -> None:
     _, stacks = hyperpod_slurm
     compute = stacks.compute
-    assert compute.hyperpod.lifecycle_bundle is compute.bootstrap.node_bootstrap
+    assert compute.backend.construct.lifecycle_bundle is compute.bootstrap.node_bootstrap
     assert compute.bootstrap.node_bootstrap.entry_point == "on_create.sh"
 
 

@@ -21,8 +21,8 @@ from kiln.spec import SpecError
 from kiln.spec.load import parse_spec
 from kiln.stacks.app import new_app
 from kiln.stacks.network import NetworkStack
+from kiln.stacks.synth import synthesize
 from kiln.stacks.zones import ACCOUNT_VARIABLE, looked_up, read_cdk_context, zone_choice
-from kiln.synth import synthesize
 from tests.conftest import MINIMAL_SPEC
 from tests.stacks.test_network_zones import (
     ACCOUNT,
@@ -137,7 +137,7 @@ def test_kilns_synthesis_takes_the_az_the_cli_recorded_as_the_cli_does(tmp_path:
 
 
 def test_validate_asks_for_the_second_az_where_no_lookup_is_recorded(tmp_path: Path, monkeypatch, capsys) -> None:
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     eks, pcs = _spec_file(tmp_path, EKS, "eks.yaml"), _spec_file(tmp_path, None, "pcs.yaml")
@@ -169,7 +169,7 @@ def test_validate_asks_for_the_second_az_where_no_lookup_is_recorded(tmp_path: P
 
 
 def test_report_names_the_field_in_its_table_as_validate_does(tmp_path: Path, monkeypatch, capsys) -> None:
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     eks = _spec_file(tmp_path, EKS)
@@ -208,7 +208,7 @@ def test_a_bad_cdk_context_file_is_one_line(tmp_path: Path) -> None:
 
 
 def _kiln_diff(capsys, *argv: str) -> tuple[int, list[str], list[str]]:
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     code = main(["diff", *argv])
     out, err = capsys.readouterr()
@@ -259,25 +259,28 @@ def test_kiln_diff_says_in_one_line_that_no_lookup_is_recorded(tmp_path: Path, m
 def test_kiln_diff_synthesizes_for_the_account_the_cli_deploys_to(tmp_path: Path, monkeypatch, deployed) -> None:
     import argparse
 
-    from kiln.diff_cli import assembly_account, deploying_account
+    from kiln.aws.session import aws_session
+    from kiln.cli.diff import assembly_account, deploying_account
 
     # A cloud assembly names the account its stacks were synthesized for; a bare directory of templates does not.
     assert assembly_account(deployed) == ACCOUNT
     assert assembly_account(tmp_path) is None
     spec = _spec_file(tmp_path, EKS)
     args = argparse.Namespace(spec=spec, before=None, stack_templates=str(deployed), region=None)
-    assert deploying_account(args) == ACCOUNT
-    assert deploying_account(argparse.Namespace(**{**vars(args), "stack_templates": None, "before": spec})) is None
+    assert deploying_account(args, None) == ACCOUNT
+    offline = argparse.Namespace(**{**vars(args), "stack_templates": None, "before": spec})
+    assert deploying_account(offline, None) is None
     # Against the deployed stacks: the credentials' account, as the CDK CLI's CDK_DEFAULT_ACCOUNT is.
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     with mock_aws():
-        assert deploying_account(argparse.Namespace(**{**vars(args), "stack_templates": None})) == MOTO_ACCOUNT
+        session = aws_session(region="us-east-1", profile=None)
+        assert deploying_account(argparse.Namespace(**{**vars(args), "stack_templates": None}), session) == MOTO_ACCOUNT
 
 
 def test_ci_up_takes_the_recorded_az_or_stops_before_synthesis(tmp_path: Path, monkeypatch, capsys) -> None:
     # kiln ci up deploys the assembly it synthesizes, where the CDK CLI runs no lookup: the same answer as the rest.
-    from kiln.cli import main
+    from kiln.cli.main import main
 
     for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing")):
         monkeypatch.setenv(name, value)
@@ -287,7 +290,9 @@ def test_ci_up_takes_the_recorded_az_or_stops_before_synthesis(tmp_path: Path, m
     synthesized: list[object] = []
     monkeypatch.setattr("kiln.ci.deploy.cdk_command", lambda environ, cwd: ["cdk"])
     monkeypatch.setattr("kiln.ci.deploy.check_cdk_version", lambda cdk, environ: None)
-    monkeypatch.setattr("kiln.synth.synthesize", lambda spec, out, ci=None, context=None: synthesized.append(context))
+    monkeypatch.setattr(
+        "kiln.stacks.synth.synthesize", lambda spec, out, ci=None, context=None: synthesized.append(context)
+    )
     monkeypatch.setattr("kiln.ci.deploy.deploy_stacks", lambda *args, **kwargs: pytest.fail("deployed"))
     argv = ["ci", "up", "--spec", "cluster.yaml", "--run-id", "7", "--skip-preflight", "--accept-unready"]
     with mock_aws():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from kiln.aws_errors import ACCESS_DENIED, error_code, one_line
+from kiln.aws.errors import ACCESS_DENIED, error_code, one_line
 from kiln.contracts.cdk_bootstrap import CFN_EXECUTION_ROLE, DEFAULT_CDK_QUALIFIER, bootstrap_role_name
 from kiln.preflight.aws import AwsClients
 from kiln.preflight.check import Check

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 from botocore.exceptions import ClientError
 
-from kiln.aws_errors import error_code
+from kiln.aws.errors import error_code
 from kiln.catalog import instance_type
 from kiln.preflight.aws import AwsClients
 from kiln.preflight.check import Check

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
-from kiln.aws_errors import error_code
+from kiln.aws.errors import error_code
 from kiln.catalog.platforms import service_fact
 from kiln.contracts.environment import stack_name
 from kiln.contracts.kept_network import KEPT_SUBNET_LOGICAL_ID, KEPT_VPC_LOGICAL_ID, NETWORK_PART

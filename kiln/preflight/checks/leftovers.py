@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from botocore.exceptions import ClientError
 
-from kiln.aws_errors import error_code
+from kiln.aws.errors import error_code
 from kiln.catalog.platforms import service_fact
 from kiln.contracts.environment import DELETE_ORDER, stack_name
 from kiln.contracts.image import image_stack_name

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from botocore.exceptions import ClientError
 
-from kiln.aws_errors import error_code
+from kiln.aws.errors import error_code
 from kiln.preflight.aws import AwsClients
 from kiln.preflight.check import Check
 from kiln.preflight.checks.quotas import QuotaList, number, service_quotas_remedy

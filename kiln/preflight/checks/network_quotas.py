@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
-from kiln.aws_errors import ACCESS_DENIED, error_code
+from kiln.aws.errors import ACCESS_DENIED, error_code
 from kiln.catalog.platforms import service_fact
 from kiln.preflight.aws import AwsClients
 from kiln.preflight.check import Check

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
-from kiln.aws_errors import error_code
+from kiln.aws.errors import error_code
 from kiln.catalog import UnknownInstanceType, instance_type
 from kiln.catalog.names import hyperpod_type_name
 from kiln.preflight.aws import AwsClients

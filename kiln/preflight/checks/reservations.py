@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from botocore.exceptions import ClientError
 
-from kiln.aws_errors import error_code
+from kiln.aws.errors import error_code
 from kiln.preflight.aws import AwsClients
 from kiln.preflight.check import Check
 from kiln.preflight.findings import Finding, Status

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from botocore.exceptions import ClientError
 
-from kiln.aws_errors import error_code
+from kiln.aws.errors import error_code
 from kiln.catalog.limits import PRIVATE_SUBNET_EXTRA_BITS, SUBNET_RESERVED_ADDRESSES, VPC_PREFIX_MAX, VPC_PREFIX_MIN
 from kiln.preflight.aws import AwsClients
 from kiln.preflight.check import Check
