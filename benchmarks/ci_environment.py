@@ -55,7 +55,7 @@ def teardown_once() -> None:
     from moto import mock_aws
 
     from kiln.ci.reaper_code.kiln_reaper.teardown import Clients, teardown
-    from tests.ci.conftest import make_environment
+    from tests.support.ci import make_environment
 
     with mock_aws():
         session = boto3.Session(region_name="us-east-1")
@@ -75,7 +75,7 @@ def sweep_once() -> None:
     from moto import mock_aws
 
     from kiln.ci.sweep import find_environments
-    from tests.ci.conftest import make_environment
+    from tests.support.ci import make_environment
 
     with mock_aws():
         session = boto3.Session(region_name="us-east-1")

@@ -21,7 +21,7 @@ from kiln.ci.reaper_code.kiln_reaper import teardown
 from kiln.cli.errors import one_line_failures
 from kiln.contracts.errors import EXIT_FAILURE, EXIT_INPUT, Failure, InputError, KilnError
 from kiln.spec.problems import Problem, SpecError
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 KILN = ROOT / "kiln"
 # Code that cannot import kiln keeps its own exceptions: node-side packages (in the node wheel, without
@@ -139,6 +139,18 @@ def test_what_kiln_raises_of_its_own_is_one_kind() -> None:
     # argparse's own argument error (argparse says it, exit 2) and PyYAML's, which the spec loader turns into a
     # problem line.
     assert others == {"ArgumentTypeError", "ConstructorError"}
+
+
+def test_the_construct_library_and_the_stacks_raise_kilns_kinds_only() -> None:
+    # A refused prop is a PropError and a spec the stacks cannot build an UnbuildableSpec: kiln's InputError (one
+    # line, exit 2) and a ValueError too, as the CDK's refusals are. A bare builtin would be a traceback.
+    builtin = {
+        f"{path}: {name}"
+        for path, name in _raised()
+        if path.startswith(("kiln/constructs/", "kiln/stacks/")) and hasattr(builtins, name)
+    }
+    assert builtin == set()
+    assert {("kiln/stacks/compute.py", "UnbuildableSpec"), ("kiln/constructs/_checks.py", "PropError")} <= _raised()
 
 
 def test_the_exemptions_are_what_cannot_import_kiln() -> None:

@@ -15,7 +15,7 @@ import pytest
 from kiln.ci.deploy import DeployFailed, check_cdk_version, deploy_stacks
 from kiln.host import node_runtime
 from kiln.host.node_runtime import CDK_CLI_VERSION, NodeUnavailable, cdk_command, choose_node
-from tests.conftest import NODE_BIN, ROOT
+from tests.support.paths import NODE_BIN, ROOT
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

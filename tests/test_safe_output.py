@@ -25,7 +25,7 @@ from kiln.host.safe_output import (
     replaced_directory,
     write_file_atomically,
 )
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 SPEC = ROOT / "examples" / "quickstart.yaml"
 KEEP = "the user's file\n"

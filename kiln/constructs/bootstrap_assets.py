@@ -18,7 +18,7 @@ from constructs import Construct
 from kiln.bootstrap.config import BootstrapConfig
 from kiln.bootstrap.fetch import bundle_digest
 from kiln.bootstrap.render import render_bundle
-from kiln.constructs._checks import field_name
+from kiln.constructs._checks import PropError, field_name
 from kiln.constructs.node_bootstrap import NodeBootstrap
 
 
@@ -33,12 +33,12 @@ class BootstrapAssetsProps:
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, BootstrapConfig):
-            raise ValueError(
+            raise PropError(
                 f"{field_name(self, 'config')}: got {type(self.config).__name__}, allowed: "
                 "kiln.bootstrap.BootstrapConfig"
             )
         if self.config.target == "local":
-            raise ValueError(
+            raise PropError(
                 f"{field_name(self, 'config.target')}: got 'local', allowed: pcs, parallelcluster, hyperpod, eks "
                 "(local needs no S3)"
             )
@@ -50,7 +50,7 @@ class BootstrapAssets(Construct):
     def __init__(self, scope: Construct, construct_id: str, props: BootstrapAssetsProps) -> None:
         super().__init__(scope, construct_id)
         if not isinstance(props, BootstrapAssetsProps):
-            raise ValueError(f"{field_name(self, 'props')}: got {type(props).__name__}, allowed: BootstrapAssetsProps")
+            raise PropError(f"{field_name(self, 'props')}: got {type(props).__name__}, allowed: BootstrapAssetsProps")
         # A private directory per synth: parallel synths never share it, and a changed script is never
         # served from an old render. The asset hash comes from the content, so it is stable all the same.
         staging = Path(tempfile.mkdtemp(prefix=f"kiln-bootstrap-{props.config.target}-"))

@@ -25,7 +25,7 @@ from kiln.catalog.kubernetes import JOB_NAMESPACE, NEURON_SCHEDULER_NAME, NODE_G
 from kiln.catalog.neuron_components import neuron_kubernetes_components
 from kiln.constructs import acknowledgements
 from kiln.constructs._checks import refuse, require, unresolved
-from kiln.constructs.children import child_of, l1_of
+from kiln.constructs.children import UnexpectedTree, child_of, l1_of
 from kiln.constructs.eks_addons import (
     HELM_ADDONS,
     HYPERPOD_DEPENDENCIES,
@@ -328,13 +328,14 @@ class EksTrainingCluster(Construct):
     def _drop_kubectl_ecr_policies(self) -> None:
         """Take ECR and ECR Public read off CDK's kubectl handler role: its helm step logs in to a registry only
         for oci:// charts, and every chart kiln installs comes over HTTPS (HELM_ADDONS)."""
-        role = l1_of(self._kubectl_handler().role, iam.CfnRole)
+        handler = self._kubectl_handler()
+        role = l1_of(handler.role, iam.CfnRole)
         arns = Stack.of(self).resolve(role.managed_policy_arns)
         kept = [arn for arn in arns if not any(name in json.dumps(arn) for name in KUBECTL_ECR_POLICIES)]
         # CDK adds the policies to a role it owns, with no way to opt out: replace the role's list (on the L1, so
         # cdk-nag sees what CloudFormation gets), and drop the condition that chose ECR Public by partition.
         role.managed_policy_arns = [Token.as_string(arn) for arn in kept]
-        self._kubectl_handler().node.try_remove_child("HasEcrPublic")
+        handler.node.try_remove_child("HasEcrPublic")
 
     def _acknowledge(self) -> None:
         acknowledge(self.cluster.role, acknowledgements.EKS_CLUSTER_ROLE)
@@ -350,7 +351,7 @@ class EksTrainingCluster(Construct):
         """Return CDK's kubectl provider of the cluster, which kiln always asks for (kubectl_provider_options)."""
         provider = self.cluster.kubectl_provider
         if provider is None:
-            raise TypeError(f"{self.cluster.node.path} has no kubectl provider")
+            raise UnexpectedTree(f"{self.cluster.node.path} has no kubectl provider")
         return provider
 
     def _kubectl_handler(self) -> lambda_.Function:

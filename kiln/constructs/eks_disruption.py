@@ -17,6 +17,7 @@ from typing import Any
 
 from kiln.catalog.kubernetes import JOB_NAMESPACE, TRAINING_POD_LABEL, kubernetes_fact
 from kiln.catalog.platforms import service_fact
+from kiln.constructs._checks import PropError
 from kiln.constructs.eks_addons import kiln_labels
 
 BUDGET_FACTS: Mapping[str, Any] = kubernetes_fact("training_disruption_budget").value
@@ -31,7 +32,7 @@ def training_budget_manifest(max_training_pods: int, namespace: str = JOB_NAMESP
     An integer minAvailable, the only kind a budget over an operator's pods takes: the disruption controller then
     allows healthy - minAvailable evictions, none while minAvailable is at least the pods that can run."""
     if max_training_pods < 1:
-        raise ValueError(f"max_training_pods: got {max_training_pods}; allowed: 1 or more")
+        raise PropError(f"max_training_pods: got {max_training_pods}; allowed: 1 or more")
     return {
         "apiVersion": BUDGET_FACTS["api_version"],
         "kind": "PodDisruptionBudget",

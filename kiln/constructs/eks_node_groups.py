@@ -24,7 +24,8 @@ from kiln.catalog.limits import EBS_GP3_MAX_GIB, EKS_SYSTEM_NODE_COUNT, EKS_SYST
 from kiln.catalog.names import NODE_GROUP_NAME_RULE, is_node_group_name
 from kiln.catalog.platforms import image_profile, root_device_name
 from kiln.constructs import acknowledgements
-from kiln.constructs._checks import field_name, require, require_in
+from kiln.constructs._checks import PropError, field_name, refuse, require, require_in
+from kiln.constructs.children import l1_of
 from kiln.constructs.eks_addons import GPU_PRESENT_LABEL, AcceleratorKind
 from kiln.constructs.eks_disruption import accelerated_update_config
 from kiln.constructs.eks_scheduling import node_template_tags
@@ -77,6 +78,7 @@ ACCELERATED_AMI_TYPES: dict[str, AcceleratedImage] = {
     ),
 }
 ACCELERATOR_NAMES = {"gpu": "GPUs", "neuron": "Neuron devices"}
+ACCELERATED_TYPE_RULE = "a type with NVIDIA GPUs or AWS Neuron devices (Trainium, Inferentia)"
 # Node labels by accelerator: the NVIDIA device plugin's chart selects its nodes by label; kiln's Neuron device plugin
 # selects by instance type (kiln.constructs.neuron_addons), so Neuron nodes need none.
 ACCELERATOR_LABELS: dict[str, Mapping[str, str]] = {"gpu": GPU_PRESENT_LABEL, "neuron": {}}
@@ -136,13 +138,7 @@ class AcceleratedNodeGroup:
             "0 <= min_count <= desired_count <= max_count, max_count >= 1",
         )
         kind = self.accelerator_kind
-        require(
-            self,
-            kind in ACCELERATOR_KINDS,
-            "instance_type",
-            self.instance_type,
-            "a type with NVIDIA GPUs or AWS Neuron devices (Trainium, Inferentia)",
-        )
+        require(self, kind in ACCELERATOR_KINDS, "instance_type", self.instance_type, ACCELERATED_TYPE_RULE)
         images = self.fitting_ami_types
         require(self, bool(images), "instance_type", self.instance_type, "a type an EKS accelerated image supports")
         if self.ami_type is not None:
@@ -163,16 +159,20 @@ class AcceleratedNodeGroup:
         )
 
     @property
-    def accelerator_kind(self) -> str | None:
-        """Return the instance type's accelerators as kiln's catalog names them: 'gpu', 'neuron' or None."""
+    def accelerator_kind(self) -> str:
+        """Return the instance type's accelerators as kiln's catalog names them: 'gpu' or 'neuron'; a type with
+        neither is refused."""
         try:
-            return catalog_instance_type(self.instance_type).accelerator_kind
+            kind = catalog_instance_type(self.instance_type).accelerator_kind
         except UnknownInstanceType as error:
             close = f", such as {' or '.join(error.suggestions)}" if error.suggestions else ""
-            raise ValueError(
+            raise PropError(
                 f"{field_name(self, 'instance_type')}: got {self.instance_type!r}; allowed: a type in kiln's "
                 f"catalog{close}"
             ) from error
+        if kind is None:
+            refuse(self, "instance_type", self.instance_type, ACCELERATED_TYPE_RULE)
+        return kind
 
     @property
     def fitting_ami_types(self) -> list[str]:
@@ -343,7 +343,7 @@ def add_accelerated_node_group(
     # The roll replaces nodes one at a time and launches no instance beyond the group (no surge): a capacity block or
     # reservation has none to spare, and on-demand or spot ones would exceed max_count (platforms.json,
     # eks.node_group_update_strategy). CDK's node group takes MaxUnavailable but not UpdateStrategy.
-    cfn = nodegroup.node.default_child
+    cfn = l1_of(nodegroup, eks.CfnNodegroup)
     for key, value in accelerated_update_config(group.capacity.type).items():
         cfn.add_property_override(f"UpdateConfig.{key}", value)
     return template, nodegroup

@@ -17,7 +17,7 @@ from constructs import Construct
 
 from kiln.catalog.exporters import EXPORTERS, SCRAPE_INTERVAL_S
 from kiln.catalog.kubernetes import NODE_GROUP_LABEL
-from kiln.constructs._checks import refuse, require
+from kiln.constructs._checks import PropError, refuse, require
 from kiln.constructs.eks_addons import GPU_PRESENT_LABEL, TOLERATE_EVERYTHING, HelmAddon, kiln_labels
 from kiln.constructs.prometheus import IPrometheusWorkspace
 from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
@@ -391,9 +391,9 @@ class EksObservability(Construct):
         return self._scraper("scraper_role_arn").attr_role_arn
 
     def _scraper(self, attribute: str) -> aps.CfnScraper:
-        """Return the collector; raise AttributeError naming ATTRIBUTE when the props give no workspace."""
+        """Return the collector; raise PropError naming ATTRIBUTE when the props give no workspace."""
         if self.scraper is None:
-            raise AttributeError(f"{self.node.path} has no collector (its props give no workspace), so no {attribute}")
+            raise PropError(f"{self.node.path} has no collector (its props give no workspace), so no {attribute}")
         return self.scraper
 
     @property

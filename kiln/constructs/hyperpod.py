@@ -24,7 +24,7 @@ from kiln.catalog.limits import HYPERPOD_VOLUME_MAX_GIB, HYPERPOD_VOLUME_MIN_GIB
 from kiln.catalog.names import hyperpod_type_name
 from kiln.catalog.platforms import service_fact
 from kiln.constructs import acknowledgements
-from kiln.constructs._checks import field_name, require, require_in
+from kiln.constructs._checks import PropError, field_name, require, require_in
 from kiln.constructs.bucket import DataBucket, DataBucketProps
 from kiln.constructs.eks_addons import GPU_PRESENT_LABEL
 from kiln.constructs.node_bootstrap import NodeBootstrap
@@ -70,7 +70,7 @@ class HyperPodInstanceGroup:
         try:
             offered = catalog_instance_type(self.instance_type).hyperpod
         except UnknownInstanceType as exc:
-            raise ValueError(f"{field_name(self, 'instance_type')}: {exc}") from None
+            raise PropError(f"{field_name(self, 'instance_type')}: {exc}") from None
         require(self, offered, "instance_type", self.instance_type, "a type HyperPod offers (see `kiln catalog list`)")
 
     @property
@@ -194,10 +194,11 @@ class HyperPodCluster(Construct):
                 security_group_ids=[g.security_group_id for g in self.node_security_groups],
             ),
             node_recovery="Automatic",
+            # An EKS cluster is given exactly when the orchestrator is eks (the props check).
             orchestrator=sagemaker.CfnCluster.OrchestratorProperty(
                 eks=sagemaker.CfnCluster.ClusterOrchestratorEksConfigProperty(cluster_arn=props.eks_cluster.cluster_arn)
             )
-            if props.orchestrator == "eks"
+            if props.eks_cluster is not None
             else None,
         )
         # The scripts must be in S3 before HyperPod runs them on the first nodes.
@@ -240,7 +241,7 @@ class HyperPodCluster(Construct):
             try:
                 groups.append(self._props.eks_cluster.cluster_security_group)
             except Exception:  # jsii: an imported cluster that was given no cluster security group
-                raise ValueError(
+                raise PropError(
                     f"{field_name(self, 'eks_cluster')}: got a cluster without its security group; allowed: "
                     "EksTrainingCluster.cluster, or eks.Cluster.from_cluster_attributes(..., "
                     "cluster_security_group_id=...)"

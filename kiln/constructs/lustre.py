@@ -22,7 +22,7 @@ from kiln.catalog.limits import (
 )
 from kiln.catalog.names import regions_by_partition
 from kiln.catalog.platforms import service_fact
-from kiln.constructs._checks import refuse, require, require_in, unresolved
+from kiln.constructs._checks import PropError, refuse, require, require_in, unresolved
 from kiln.constructs.children import l1_of
 from kiln.constructs.retention import retain_all
 
@@ -384,7 +384,7 @@ class ImportedLustreFileSystem(Construct):
     def allow_from(self, peer: ec2.IConnectable) -> None:
         """Let PEER (nodes, their security group) mount the file system."""
         if not self.connections.security_groups:
-            raise ValueError(
+            raise PropError(
                 f"{self.node.path}: allow_from needs the file servers' security_group; without it, PEER joins a "
                 "group the file system already admits"
             )

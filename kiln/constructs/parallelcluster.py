@@ -331,7 +331,8 @@ class ParallelCluster(Construct):
         self.ssm_agent_policy = self._ssm_agent_policy()
         self.config = self._configuration()
         # With a boundary, CloudFormation may create no role without it: the provider then runs as kiln's own role.
-        self.provider_role = self._provider_role() if props.permissions_boundary is not None else None
+        boundary = props.permissions_boundary
+        self.provider_role = self._provider_role(boundary) if boundary is not None else None
         self.provider = cfn.CfnStack(
             self,
             "Provider",
@@ -363,8 +364,8 @@ class ParallelCluster(Construct):
         Script."""
         return f"s3://{self.bootstrap_bucket.bucket_name}/{BOOTSTRAP_PREFIX}{RESOLVE_SCRIPT_NAME}"
 
-    def _provider_role(self) -> iam.Role:
-        """The provider's Lambda role when a permissions boundary applies (its CustomLambdaRole).
+    def _provider_role(self, boundary: str) -> iam.Role:
+        """The provider's Lambda role when permissions boundary BOUNDARY applies (its CustomLambdaRole).
 
         The provider template's own PclusterLambdaRole, and the role of the policies stack it nests, carry no
         boundary, so CloudFormation under kiln's execution policies may create neither. kiln deploys ParallelCluster's
@@ -381,7 +382,7 @@ class ParallelCluster(Construct):
             template_url=_template_url(POLICIES_TEMPLATE),
             parameters={
                 **PROVIDER_ROLE["policies_parameters"],
-                PROVIDER_ROLE["boundary_parameter"]: self._props.permissions_boundary,
+                PROVIDER_ROLE["boundary_parameter"]: boundary,
             },
         )
         # The provider's own bucket: CloudFormation names it after the provider's nested stack, <this stack>-...

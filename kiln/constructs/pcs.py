@@ -7,7 +7,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
 
 from aws_cdk import CfnOutput
 from aws_cdk import aws_ec2 as ec2
@@ -21,7 +21,7 @@ from kiln.catalog.limits import SERVICE_NODE_ROOT_VOLUME_GIB
 from kiln.catalog.names import NEURON_GRES, neuron_device_files
 from kiln.catalog.platforms import at_least, newest_pcs_slurm, pcs_slurm_versions, service_fact, version_key
 from kiln.constructs import acknowledgements
-from kiln.constructs._checks import require, require_in, require_node_group, unresolved
+from kiln.constructs._checks import PropError, require, require_in, require_node_group, unresolved
 from kiln.constructs.ids import hashed_id
 from kiln.constructs.launch_template import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
 from kiln.constructs.node_access import ssm_agent_statements
@@ -34,11 +34,19 @@ CLUSTER_SIZES: tuple[str, ...] = get_args(ClusterSize)
 PCS_ROLE_PATH = "/aws-pcs/"
 # Hex digits of the digest a node group's PCS name ends in (node_group_name).
 NAME_DIGEST_LENGTH = 6
+# The SlurmCustomSettingProperty of each PCS resource that takes slurm.conf parameters.
+SlurmSettingT = TypeVar(
+    "SlurmSettingT",
+    pcs.CfnCluster.SlurmCustomSettingProperty,
+    pcs.CfnQueue.SlurmCustomSettingProperty,
+    pcs.CfnComputeNodeGroup.SlurmCustomSettingProperty,
+)
 
 
 def pcs_name_rule(kind: str) -> dict[str, Any]:
     """Return PCS's rule for KIND's names (compute_node_group or queue): min, max and pattern (platforms.json)."""
-    return service_fact("pcs", "name_rules").value[kind]
+    rule: dict[str, Any] = service_fact("pcs", "name_rules").value[kind]
+    return rule
 
 
 def node_group_name(name: str, instance_types: Sequence[str]) -> str:
@@ -72,7 +80,7 @@ def exclusive_queue_setting(slurm_version: str) -> tuple[str, str]:
     pcs.exclusive_queue): the newest entry at or below it (OverSubscribe=EXCLUSIVE; Exclusive=NODE from 26.05)."""
     fitting = [e for e in service_fact("pcs", "exclusive_queue").value if at_least(slurm_version, e["from_version"])]
     if not fitting:
-        raise ValueError(f"slurm_version: {slurm_version!r} is older than every PCS exclusive-queue setting kiln knows")
+        raise PropError(f"slurm_version: {slurm_version!r} is older than every PCS exclusive-queue setting kiln knows")
     newest = max(fitting, key=lambda entry: version_key(entry["from_version"]))
     return newest["parameter"], newest["value"]
 
@@ -230,10 +238,9 @@ class PcsCluster(Construct):
             ),
             slurm_configuration=pcs.CfnCluster.SlurmConfigurationProperty(
                 scale_down_idle_time_in_seconds=props.scale_down_idle_seconds,
-                slurm_custom_settings=[
-                    pcs.CfnCluster.SlurmCustomSettingProperty(parameter_name=k, parameter_value=v)
-                    for k, v in sorted(props.slurm_custom_settings.items())
-                ]
+                slurm_custom_settings=_custom_settings(
+                    pcs.CfnCluster.SlurmCustomSettingProperty, props.slurm_custom_settings
+                )
                 or None,
             ),
         )
@@ -258,7 +265,7 @@ class PcsCluster(Construct):
                     )
                 ],
                 slurm_configuration=pcs.CfnQueue.SlurmConfigurationProperty(
-                    slurm_custom_settings=_custom_settings(pcs.CfnQueue, slurm.queue)
+                    slurm_custom_settings=_custom_settings(pcs.CfnQueue.SlurmCustomSettingProperty, slurm.queue)
                 )
                 if slurm.queue
                 else None,
@@ -339,7 +346,8 @@ class PcsCluster(Construct):
             purchase_option=group.capacity.purchase_option,
             slurm_configuration=pcs.CfnComputeNodeGroup.SlurmConfigurationProperty(
                 gres_custom_settings=[dict(record) for record in slurm.gres] or None,
-                slurm_custom_settings=_custom_settings(pcs.CfnComputeNodeGroup, slurm.node) or None,
+                slurm_custom_settings=_custom_settings(pcs.CfnComputeNodeGroup.SlurmCustomSettingProperty, slurm.node)
+                or None,
             )
             if slurm is not None and (slurm.gres or slurm.node)
             else None,
@@ -358,9 +366,6 @@ class PcsCluster(Construct):
         return self.security_group.connections
 
 
-def _custom_settings(resource: type[pcs.CfnQueue] | type[pcs.CfnComputeNodeGroup], settings: dict[str, str]) -> list:
-    """Return SETTINGS as RESOURCE's SlurmCustomSettingProperty list, by name."""
-    return [
-        resource.SlurmCustomSettingProperty(parameter_name=name, parameter_value=value)
-        for name, value in sorted(settings.items())
-    ]
+def _custom_settings(setting: type[SlurmSettingT], settings: Mapping[str, str]) -> list[SlurmSettingT]:
+    """Return SETTINGS as a list of SETTING (a PCS resource's SlurmCustomSettingProperty), by name."""
+    return [setting(parameter_name=name, parameter_value=value) for name, value in sorted(settings.items())]

@@ -14,7 +14,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from kiln.constructs import acknowledgements
-from kiln.constructs._checks import ARN_PARTITION, require, unresolved
+from kiln.constructs._checks import ARN_PARTITION, refuse, require, unresolved
 from kiln.constructs.keys import logs_key
 from kiln.constructs.review import acknowledge_wildcards
 
@@ -29,6 +29,7 @@ REMOTE_WRITE_KEY_ACTIONS = ("kms:GenerateDataKey", "kms:Decrypt")
 QUERY_KEY_ACTIONS = ("kms:Decrypt",)
 ALIAS_MAX_LENGTH = 100
 WORKSPACE_ARN = re.compile(rf"arn:{ARN_PARTITION}:aps:[a-z0-9-]+:\d{{12}}:workspace/ws-[0-9A-Za-z-]+")
+WORKSPACE_ARN_RULE = "a workspace ARN such as arn:aws:aps:us-east-1:111111111111:workspace/ws-0123abcd"
 
 
 @runtime_checkable
@@ -57,14 +58,28 @@ class IPrometheusWorkspace(Protocol):
 
 
 class _WorkspaceAccess:
-    """URLs and grants shared by a workspace kiln makes and one made elsewhere."""
+    """Names, URLs and grants shared by a workspace kiln makes and one made elsewhere."""
 
-    workspace_arn: str
-    prometheus_endpoint: str
+    _workspace_arn: str
+    _workspace_id: str
+    _prometheus_endpoint: str
     # The workspace's customer-managed key, where known; None: AMP's own key (or one kiln was not told of).
     key: kms.IKey | None
     # The region whose AMP may use the key for callers.
     _region: str
+
+    @property
+    def workspace_arn(self) -> str:
+        return self._workspace_arn
+
+    @property
+    def workspace_id(self) -> str:
+        return self._workspace_id
+
+    @property
+    def prometheus_endpoint(self) -> str:
+        """The workspace's URL, ending in "/": Prometheus's HTTP API lies below it."""
+        return self._prometheus_endpoint
 
     @property
     def remote_write_url(self) -> str:
@@ -191,6 +206,9 @@ class PrometheusWorkspace(_WorkspaceAccess, Construct):
             logging_configuration=logging_configuration,
         )
         self.workspace.apply_removal_policy(removal)
+        self._workspace_arn = self.workspace.attr_arn
+        self._workspace_id = self.workspace.attr_workspace_id
+        self._prometheus_endpoint = self.workspace.attr_prometheus_endpoint
         self._region = Stack.of(self).region
 
     @staticmethod
@@ -206,19 +224,6 @@ class PrometheusWorkspace(_WorkspaceAccess, Construct):
         return ImportedPrometheusWorkspace(
             scope, construct_id, workspace_arn=workspace_arn, prometheus_endpoint=prometheus_endpoint, key=key
         )
-
-    @property
-    def workspace_arn(self) -> str:
-        return self.workspace.attr_arn
-
-    @property
-    def workspace_id(self) -> str:
-        return self.workspace.attr_workspace_id
-
-    @property
-    def prometheus_endpoint(self) -> str:
-        """The workspace's URL, ending in "/": Prometheus's HTTP API lies below it."""
-        return self.workspace.attr_prometheus_endpoint
 
 
 class ImportedPrometheusWorkspace(_WorkspaceAccess, Construct):
@@ -240,7 +245,7 @@ class ImportedPrometheusWorkspace(_WorkspaceAccess, Construct):
                 WORKSPACE_ARN.fullmatch(workspace_arn) is not None,
                 "workspace_arn",
                 workspace_arn,
-                "a workspace ARN such as arn:aws:aps:us-east-1:111111111111:workspace/ws-0123abcd",
+                WORKSPACE_ARN_RULE,
             )
         if not unresolved(prometheus_endpoint):
             require(
@@ -251,9 +256,12 @@ class ImportedPrometheusWorkspace(_WorkspaceAccess, Construct):
                 "the workspace's https:// endpoint",
             )
             prometheus_endpoint = prometheus_endpoint.rstrip("/") + "/"
-        self.workspace_arn = workspace_arn
-        self.prometheus_endpoint = prometheus_endpoint
-        self.key = key
         parts = Arn.split(workspace_arn, ArnFormat.SLASH_RESOURCE_NAME)
-        self.workspace_id = parts.resource_name
-        self._region = parts.region
+        workspace_id, region = parts.resource_name, parts.region
+        if workspace_id is None or region is None:
+            refuse(self, "workspace_arn", workspace_arn, WORKSPACE_ARN_RULE)
+        self._workspace_arn = workspace_arn
+        self._workspace_id = workspace_id
+        self._prometheus_endpoint = prometheus_endpoint
+        self.key = key
+        self._region = region

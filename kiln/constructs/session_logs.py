@@ -22,7 +22,7 @@ from constructs import Construct
 
 from kiln.catalog.platforms import service_fact
 from kiln.constructs import acknowledgements
-from kiln.constructs._checks import require
+from kiln.constructs._checks import PropError, require
 from kiln.constructs.keys import logs_key
 from kiln.constructs.parallelcluster import attachable_policy
 from kiln.constructs.review import acknowledge_wildcards
@@ -52,9 +52,9 @@ class SessionLogsProps:
 
     def __post_init__(self) -> None:
         if self.destination not in ("s3", "cloudwatch"):
-            raise ValueError(f"destination: got {self.destination!r}, allowed: s3, cloudwatch")
+            raise PropError(f"destination: got {self.destination!r}, allowed: s3, cloudwatch")
         if (self.destination == "s3") != (self.bucket is not None):
-            raise ValueError("bucket: needed with destination s3, and only then")
+            raise PropError("bucket: needed with destination s3, and only then")
 
 
 class SessionLogs(Construct):

@@ -15,6 +15,7 @@ from kiln.spec import ClusterSpec
 from kiln.spec.rules.image import NO_BAKE_IN_CI
 from kiln.stacks.ci_mode import CiEnvironment, environment_spec, own_tags
 from kiln.stacks.compute import ComputeStack, has_compute
+from kiln.stacks.errors import UnbuildableSpec
 from kiln.stacks.feature_flags import FEATURE_FLAGS
 from kiln.stacks.image import ImageStack, bakes_image
 from kiln.stacks.network import NetworkStack
@@ -105,7 +106,7 @@ def build_cluster(
     image = None
     if bakes_image(spec) and has_compute(spec):
         if ci is not None:
-            raise ValueError(f"compute.image.bake {NO_BAKE_IN_CI}")
+            raise UnbuildableSpec(f"compute.image.bake {NO_BAKE_IN_CI}")
         image = ImageStack(app, image_stack_name(spec.name), spec=spec, network=network, env=env)
     compute = None
     if has_compute(spec):

@@ -26,6 +26,7 @@ from kiln.stacks.backends import BackendBuild, builder_for
 from kiln.stacks.backends.eks import eks_observability_props
 from kiln.stacks.ci_mode import CiEnvironment
 from kiln.stacks.compute_context import ComputeContext, cluster_placement_groups
+from kiln.stacks.errors import UnbuildableSpec
 from kiln.stacks.image import ImageStack
 from kiln.stacks.network import NetworkStack
 from kiln.stacks.retention import retention
@@ -56,7 +57,7 @@ class ComputeStack(cdk.Stack):
             scope, construct_id, description=f"kiln {spec.name}: compute ({spec.compute.backend})", **kwargs
         )
         if not has_compute(spec):
-            raise ValueError(f"compute.backend: got {spec.compute.backend!r}; allowed here: {', '.join(BACKENDS)}")
+            raise UnbuildableSpec(f"compute.backend: got {spec.compute.backend!r}; allowed here: {', '.join(BACKENDS)}")
         config = config_from_spec(spec)
         context = ComputeContext(
             spec=spec,
@@ -109,7 +110,9 @@ class ComputeStack(cdk.Stack):
         if wanted is None:
             return None
         if self.spec.platform.uses_kubernetes:
-            raise ValueError(f"session_logs: not available on {self.spec.platform.label} (no Session Manager shell)")
+            raise UnbuildableSpec(
+                f"session_logs: not available on {self.spec.platform.label} (no Session Manager shell)"
+            )
         bucket = None
         if wanted.destination == "s3":
             # By its name, known at synthesis (the spec rules require storage.bucket.name; a CI environment names its

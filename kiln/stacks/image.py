@@ -19,6 +19,7 @@ from kiln.contracts.tags import TAG_CLUSTER
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import ClusterSpec
 from kiln.spec.problems import Problem, SpecError
+from kiln.stacks.errors import UnbuildableSpec
 from kiln.stacks.network import NetworkStack
 
 
@@ -57,7 +58,7 @@ class ImageStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, spec: ClusterSpec, network: NetworkStack, **kwargs: Any):
         super().__init__(scope, construct_id, description=f"kiln {spec.name}: baked node image", **kwargs)
         if not bakes_image(spec) or spec.compute.image.ami_id is None:
-            raise ValueError("compute.image: an image stack needs bake: true and ami_id (the image baked on)")
+            raise UnbuildableSpec("compute.image: an image stack needs bake: true and ami_id (the image baked on)")
         # Only what install steps read: a change to NCCL settings or users changes no image.
         config = image_config(config_from_spec(spec))
         assets = BootstrapAssets(self, "Bundle", BootstrapAssetsProps(config=config))

@@ -11,6 +11,7 @@ from constructs import Construct
 from kiln.constructs.reaper import EnvironmentReaper, EnvironmentReaperProps
 from kiln.contracts.environment import BUCKET_PURPOSES
 from kiln.stacks.ci_mode import CiEnvironment
+from kiln.stacks.errors import UnbuildableSpec
 
 
 class ReaperStack(cdk.Stack):
@@ -18,7 +19,7 @@ class ReaperStack(cdk.Stack):
 
     def __init__(self, scope: Construct, construct_id: str, *, ci: CiEnvironment, **kwargs: Any) -> None:
         if ci.delete_at is None:
-            raise ValueError(f"ci.ttl_hours: environment {ci.name!r} has none; a reaper needs a TTL")
+            raise UnbuildableSpec(f"ci.ttl_hours: environment {ci.name!r} has none; a reaper needs a TTL")
         delete_at = ci.delete_at.astimezone(timezone.utc)
         super().__init__(
             scope,

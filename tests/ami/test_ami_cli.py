@@ -11,7 +11,7 @@ from botocore.stub import ANY
 
 from kiln.aws.session import no_region
 from kiln.cli.main import main
-from tests.ami.conftest import (
+from tests.support.ami import (
     BUILD_ARN,
     CLUSTER,
     PIPELINE_ARN,
@@ -25,7 +25,8 @@ from tests.ami.conftest import (
     use_clients,
     write_spec,
 )
-from tests.ci.conftest import REGION, Clock
+from tests.support.ci import Clock
+from tests.support.fake_aws import REGION
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = [

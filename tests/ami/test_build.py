@@ -16,7 +16,7 @@ from kiln.ami.build import (
     wait_for_image,
 )
 from kiln.aws.errors import AwsCallFailed
-from tests.ami.conftest import (
+from tests.support.ami import (
     BUILD_ARN,
     CLUSTER,
     PIPELINE_ARN,
@@ -26,7 +26,8 @@ from tests.ami.conftest import (
     image_state,
     stubbed,
 )
-from tests.ci.conftest import REGION, Clock
+from tests.support.ci import Clock
+from tests.support.fake_aws import REGION
 
 pytestmark = pytest.mark.filterwarnings("ignore:Tried to parse AWS..CloudFormation..WaitConditionHandle:UserWarning")
 

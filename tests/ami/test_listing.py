@@ -9,7 +9,7 @@ import pytest
 
 from kiln.ami.listing import as_json, find_images, images_in_use, table_lines, unlisted_in_use
 from kiln.contracts.image import image_parameter_name
-from tests.ami.conftest import CLUSTER, WHEEL_SHA256, baked_tags, register_ami, stubbed
+from tests.support.ami import CLUSTER, WHEEL_SHA256, baked_tags, register_ami, stubbed
 
 MAY = datetime(2025, 5, 1, 12, 0, tzinfo=timezone.utc)
 JUNE = datetime(2025, 6, 1, 8, 30, tzinfo=timezone.utc)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.bootstrap.config import BootstrapConfig, ClusterUser, NodeGroup
+from kiln.bootstrap.config import ClusterUser, NodeGroup
 from kiln.bootstrap.image_recipe import image_config, read_manifest
 from kiln.bootstrap.profiles import PROFILES
 from kiln.bootstrap.render import render_bundle
@@ -15,24 +15,8 @@ from kiln.bootstrap.steps import STEPS
 from kiln.contracts.image import pin_tag
 from kiln.contracts.image_components import STEP_GROUPS, step_groups
 from kiln.contracts.tags import TAG_ARCHITECTURE, TAG_OS, TAG_TARGET
-from tests.bootstrap.conftest import PINS
-
-
-def pcs(**changes: object) -> BootstrapConfig:
-    settings: dict[str, object] = {
-        "target": "pcs",
-        "groups": (NodeGroup(name="gpu", instance_type="p5.48xlarge", max_count=4),),
-        "service_instance_types": ("m5.8xlarge",),
-        "software": PINS,
-        "lustre": True,
-        # An AMI of the user's own: kiln installs (and bakes) every component.
-        "image": "pcs-custom",
-    }
-    return BootstrapConfig(**(settings | changes))
-
-
-def files(directory: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+from tests.support.bootstrap import PINS
+from tests.support.recipes import files, pcs
 
 
 def test_every_install_step_is_in_exactly_one_group() -> None:

@@ -18,7 +18,7 @@ from kiln.bootstrap.render import render_bundle
 from kiln.constructs.training_image import component_yaml
 from kiln.contracts.image_components import USER_STEP_GROUP, component_documents, step_groups
 from kiln.contracts.tags import TAG_PIN_PREFIX
-from tests.ami.test_recipe import files, pcs
+from tests.support.recipes import files, pcs
 
 URI = "s3://cdk-assets-123456789012-us-east-1/0123abcd.zip"
 # A bundle content digest (kiln.bootstrap.fetch.bundle_digest); the bake checks the zip against it.

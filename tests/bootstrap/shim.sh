@@ -200,7 +200,7 @@ case "$name" in
       submodule) ;;
     esac ;;
   gpg)
-    # Keys are stand-ins whose FINGERPRINT= line says which key they are (tests/bootstrap/conftest.py).
+    # Keys are stand-ins whose FINGERPRINT= line says which key they are (tests/support/bootstrap.py).
     home="" import="" export="" list=0 armor=0 signature="" signed=""
     while (($# > 0)); do
       case "$1" in

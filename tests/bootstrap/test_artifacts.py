@@ -20,8 +20,8 @@ from kiln.bootstrap.artifacts import (
 from kiln.bootstrap.config import NodeGroup
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import load_spec, parse_spec
-from tests.bootstrap.conftest import pcs_config
-from tests.conftest import ROOT
+from tests.support.bootstrap import pcs_config
+from tests.support.paths import ROOT
 
 EFA_1_41_0_SHA256 = "3506354cdfbe31ff552fe75f5d0d9bb7efd29cf79bd99457347d29c751c38f9f"
 FINGERPRINT = re.compile(r"[0-9A-F]{40}")

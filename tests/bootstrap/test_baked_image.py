@@ -15,7 +15,8 @@ from kiln.bootstrap.profiles import PROFILES
 from kiln.bootstrap.render import SCRIPTS_DIR, render_bundle
 from kiln.catalog.envfile import parse_env_file
 from kiln.contracts.image_components import step_groups
-from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, simulate_image, stub_network
+from tests.support.bootstrap import pcs_config
+from tests.support.node_root import CLUSTER_ENV, Node, make_node, simulate_image, stub_network
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

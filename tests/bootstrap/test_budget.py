@@ -21,7 +21,7 @@ from kiln.bootstrap.budget import (
 from kiln.bootstrap.profiles import PROFILES
 from kiln.bootstrap.steps import STEPS, Step
 from kiln.catalog.platforms import COMPONENTS, service_fact
-from tests.bootstrap.conftest import pcs_config, pins_beside
+from tests.support.bootstrap import pcs_config, pins_beside
 
 
 def _pins_beside(image: str, os: str):

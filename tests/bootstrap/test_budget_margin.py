@@ -20,7 +20,7 @@ from kiln.bootstrap.budget import (
 from kiln.catalog.platforms import service_fact
 from kiln.cli.main import main
 from kiln.node_config.judge import load_and_judge
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 PCS_SECONDS = service_fact("pcs", "resume_timeout_seconds").value
 

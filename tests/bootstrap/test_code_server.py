@@ -21,7 +21,9 @@ from kiln.bootstrap.profiles import PROFILES
 from kiln.bootstrap.render import render_bundle
 from kiln.catalog.envfile import parse_env_file
 from kiln.catalog.platforms import image_profile
-from tests.bootstrap.conftest import CLUSTER_ENV, PINS, Node, _tar_gz, make_node, pcs_config, simulate_image
+from tests.support.bootstrap import PINS, pcs_config
+from tests.support.node_root import CLUSTER_ENV, Node, make_node, simulate_image
+from tests.support.pcs_payloads import _tar_gz
 
 LIB = Path(__file__).parents[2] / "kiln" / "bootstrap" / "scripts" / "lib.sh"
 PREFIX = "opt/kiln/code-server"

@@ -10,7 +10,7 @@ from kiln.bootstrap.profiles import PROFILES, TargetProfile
 from kiln.bootstrap.render import SCRIPTS_DIR
 from kiln.bootstrap.steps import NODE_CONTEXT, STEPS, Step, declared_steps
 from kiln.contracts.backends import EKS_TARGET
-from tests.bootstrap.conftest import DEFINITION, PACKAGE_PARTS, defined_functions, library_parts
+from tests.support.bootstrap import DEFINITION, PACKAGE_PARTS, defined_functions, library_parts
 
 DECLARED = (NODE_CONTEXT, *STEPS.values())
 

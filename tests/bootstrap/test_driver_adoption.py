@@ -10,7 +10,7 @@ import pytest
 from kiln.bootstrap.render import render_bundle
 from kiln.catalog.envfile import parse_env_file
 from kiln.catalog.platforms import at_least, image_profile, service_fact
-from tests.bootstrap.test_images import IMAGES, OWN, Image, _config, _node
+from tests.support.image_cases import IMAGES, OWN, Image, _config, _node
 
 MINIMUM = service_fact("nvidia", "cuda_driver_minimum").value["linux_driver"]
 # Each GPU image case whose data records the driver it ships.

@@ -12,16 +12,9 @@ import pytest
 from kiln.bootstrap.config import NodeGroup
 from kiln.bootstrap.render import render_bundle
 from kiln.catalog.platforms import image_profile
-from tests.bootstrap.conftest import (
-    CLUSTER_ENV,
-    OFI_NCCL_PLUGIN,
-    PINS,
-    Node,
-    make_node,
-    pcs_config,
-    pins_beside,
-    simulate_image,
-)
+from tests.support.bootstrap import PINS, pcs_config, pins_beside
+from tests.support.node_root import CLUSTER_ENV, Node, make_node, simulate_image
+from tests.support.pcs_payloads import OFI_NCCL_PLUGIN
 
 # Five whole-bundle and step runs over rendered bundles: kept out of the fast tier with the other bootstrap runs.
 pytestmark = pytest.mark.slow

@@ -14,8 +14,9 @@ from kiln.bootstrap.config import BootstrapConfig
 from kiln.bootstrap.render import render_bundle
 from kiln.catalog.envfile import parse_env_file
 from kiln.catalog.exporters import EXPORTERS, PROMETHEUS_PORT
-from tests.bootstrap.conftest import CLUSTER_ENV, make_node, pcs_config
-from tests.conftest import ROOT
+from tests.support.bootstrap import pcs_config
+from tests.support.node_root import CLUSTER_ENV, make_node
+from tests.support.paths import ROOT
 
 WORKSPACE = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-0123/"
 

@@ -25,7 +25,7 @@ from kiln.bootstrap.fetch import (
 )
 from kiln.bootstrap.render import SCRIPTS_DIR
 from kiln.contracts.bundle import VERIFIED_UNPACK
-from tests.bootstrap.conftest import SHELLCHECK
+from tests.support.bootstrap import SHELLCHECK
 
 ENTRY = '#!/usr/bin/env bash\nset -euo pipefail\nprintf \'entry ran with %s\\n\' "$*" > "$KILN_ROOT/ran"\n'
 VALUES = {"KILN_CLUSTER_NAME": "llm", "KILN_FSX_DNS": "fs-0123.fsx.us-east-1.amazonaws.com", "KILN_REGION": "us-east-1"}

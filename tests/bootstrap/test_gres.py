@@ -9,7 +9,7 @@ import pytest
 from kiln.bootstrap.config import NodeGroup
 from kiln.bootstrap.render import render_bundle
 from kiln.constructs.pcs import group_slurm_settings
-from tests.bootstrap.conftest import pcs_config, pins_beside
+from tests.support.bootstrap import pcs_config, pins_beside
 
 
 @pytest.fixture(scope="module")

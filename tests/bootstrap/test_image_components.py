@@ -16,7 +16,8 @@ from kiln.bootstrap.image_recipe import image_config, read_manifest
 from kiln.bootstrap.render import render_bundle
 from kiln.constructs.training_image import component_yaml
 from kiln.contracts.image_components import BUILD_DIR, component_documents
-from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, stub_network
+from tests.support.bootstrap import pcs_config
+from tests.support.node_root import CLUSTER_ENV, Node, make_node, stub_network
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

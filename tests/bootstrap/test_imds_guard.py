@@ -10,8 +10,8 @@ import pytest
 from kiln.bootstrap.render import imds_guard_roles, render_bundle
 from kiln.catalog.envfile import parse_env_file
 from kiln.catalog.platforms import service_fact
-from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config
-from tests.bootstrap.test_targets import hyperpod_node
+from tests.support.bootstrap import pcs_config
+from tests.support.node_root import CLUSTER_ENV, Node, hyperpod_node, make_node
 
 JUMP = "-d 169.254.169.254/32 -p tcp -m comment --comment kiln-imds-guard -j KILN-IMDS"
 ROOT_ONLY = ["-m owner --uid-owner 0 -j RETURN", "-j REJECT"]

@@ -20,8 +20,9 @@ from kiln.bootstrap.local_target import LocalCluster
 from kiln.bootstrap.render import render_bundle
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import parse_spec
-from tests.bootstrap.conftest import CLUSTER_ENV, make_node, pcs_config
-from tests.conftest import MINIMAL_SPEC
+from tests.support.bootstrap import pcs_config
+from tests.support.node_root import CLUSTER_ENV, make_node
+from tests.support.specs import MINIMAL_SPEC
 
 # Legitimate values with characters special to some shell or reader, each allowed by the spec rules.
 CHECKPOINT_DIR = "/fsx/ck+a@b%c=d:e,f.g_h-i"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from kiln.bootstrap.render import render_bundle
-from tests.bootstrap.conftest import PINS, make_node, pcs_config
+from tests.support.bootstrap import PINS, pcs_config
+from tests.support.node_root import make_node
 
 # Stands in for the venv's python: records its arguments; installing the wheel creates kiln-launch.
 _FAKE_PYTHON = """#!/usr/bin/env bash

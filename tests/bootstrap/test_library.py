@@ -9,15 +9,8 @@ from pathlib import Path
 import pytest
 
 from kiln.bootstrap.render import SCRIPTS_DIR, TEMPLATES_DIR, library_files, render_bundle
-from tests.bootstrap.conftest import (
-    DEFINITION,
-    LIB_DIR,
-    OS_RELEASES,
-    PACKAGE_PARTS,
-    defined_functions,
-    library_parts,
-    pcs_config,
-)
+from tests.support.bootstrap import DEFINITION, LIB_DIR, PACKAGE_PARTS, defined_functions, library_parts, pcs_config
+from tests.support.node_root import OS_RELEASES
 
 LIB = SCRIPTS_DIR / "lib.sh"
 PREAMBLE = LIB_DIR / "preamble.sh"

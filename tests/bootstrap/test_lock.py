@@ -19,7 +19,8 @@ from kiln.cli.main import main
 from kiln.node_config.judge import load_and_judge
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import load_spec
-from tests.conftest import ROOT, loopback_server
+from tests.support.paths import ROOT
+from tests.support.servers import loopback_server
 
 # The test spec installs an EFA installer release AWS publishes no digest for: the one download kiln cannot check
 # without a lock.

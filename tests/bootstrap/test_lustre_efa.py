@@ -7,31 +7,13 @@ from pathlib import Path
 import pytest
 
 from kiln.bootstrap.render import render_bundle
-from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config
+from tests.support.bootstrap import pcs_config
+from tests.support.node_root import CLUSTER_ENV, _efa_devices, _lnet_calls, make_node
 
 
 @pytest.fixture(scope="module")
 def efa_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return render_bundle(pcs_config(lustre_efa=True), tmp_path_factory.mktemp("efa") / "bundle").directory
-
-
-def _efa_devices(node: Node, count: int) -> None:
-    """Lay out COUNT EFA devices under /sys/class/infiniband, each bound to the efa driver (and one that is not)."""
-    driver = node.root / "sys/bus/pci/drivers/efa"
-    driver.mkdir(parents=True)
-    other = node.root / "sys/bus/pci/drivers/mlx5_core"
-    other.mkdir(parents=True)
-    for index in range(count):
-        device = node.root / f"sys/class/infiniband/rdmap{index:02d}s0/device"
-        device.mkdir(parents=True)
-        (device / "driver").symlink_to(driver)
-    mlx = node.root / "sys/class/infiniband/mlx5_0/device"
-    mlx.mkdir(parents=True)
-    (mlx / "driver").symlink_to(other)
-
-
-def _lnet_calls(node: Node, since: int = 0) -> list[str]:
-    return [c for c in node.calls()[since:] if c.startswith(("lnetctl", "modprobe")) and "net show" not in c]
 
 
 def test_a_p5_gives_lnet_every_fourth_of_its_32_efa_devices_then_mounts(tmp_path: Path, efa_bundle: Path) -> None:

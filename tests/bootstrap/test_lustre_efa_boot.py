@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from kiln.bootstrap.render import render_bundle
-from tests.bootstrap.conftest import Node, make_node, pcs_config
-from tests.bootstrap.systemd_units import needs_systemd, verify_unit
-from tests.bootstrap.test_lustre_efa import _efa_devices, _lnet_calls
+from tests.support.bootstrap import pcs_config
+from tests.support.node_root import Node, _efa_devices, _lnet_calls, make_node
+from tests.support.systemd_units import needs_systemd, verify_unit
 
 UNIT = "etc/systemd/system/kiln-lnet-efa.service"
 

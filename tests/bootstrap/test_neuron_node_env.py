@@ -13,7 +13,7 @@ from kiln.bootstrap.render import render_bundle
 from kiln.catalog import preset_environment
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import parse_spec
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 EXAMPLE = ROOT / "examples" / "trn1-pcs.yaml"
 CACHE_ROOT = "/fsx/neuron-compile-cache"

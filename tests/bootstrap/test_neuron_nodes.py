@@ -12,15 +12,8 @@ from kiln.bootstrap.config import NodeGroup
 from kiln.bootstrap.render import memlock_scope, render_bundle
 from kiln.catalog.neuron import neuron_packages
 from kiln.catalog.platforms import image_profile, service_fact
-from tests.bootstrap.conftest import (
-    CLUSTER_ENV,
-    PINS,
-    Node,
-    make_node,
-    pcs_config,
-    pins_beside,
-    simulate_image,
-)
+from tests.support.bootstrap import PINS, pcs_config, pins_beside
+from tests.support.node_root import CLUSTER_ENV, Node, make_node, simulate_image
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores (two whole
 # boots).

@@ -10,7 +10,7 @@ from kiln.bootstrap.render import render_bundle
 from kiln.catalog.envfile import parse_env_file
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import parse_spec
-from tests.conftest import MINIMAL_SPEC
+from tests.support.specs import MINIMAL_SPEC
 
 # Neuron 2.29.1's host packages as the install step takes them (NAME:VERSION).
 PACKAGES_2_29_1 = (

@@ -12,7 +12,9 @@ from kiln.bootstrap.artifacts import bundle_artifacts, lockable_artifacts
 from kiln.bootstrap.readiness import boot_readiness
 from kiln.bootstrap.render import render_bundle
 from kiln.catalog.envfile import parse_env_file
-from tests.bootstrap.conftest import PCS_KEY_FINGERPRINT, PINS, Node, make_node, pcs_config, simulate_image
+from tests.support.bootstrap import PINS, pcs_config
+from tests.support.node_root import Node, make_node, simulate_image
+from tests.support.pcs_payloads import PCS_KEY_FINGERPRINT
 
 STOCK_PINS = dataclasses.replace(PINS, pcs_agent="1.3.1-1", pcs_slurm="25.11.2-1")
 AGENT_URL = "https://aws-pcs-repo-us-east-2.s3.us-east-2.amazonaws.com/aws-pcs-agent/aws-pcs-agent-v1.3.1-1.tar.gz"

@@ -13,7 +13,7 @@ from kiln.bootstrap.config import TARGETS
 from kiln.bootstrap.profiles import LOCAL_TARGET, NODE_ROLE_NAMES, PROFILES, TargetProfile
 from kiln.bootstrap.render import PACKAGE_DIR, TEMPLATES_DIR
 from kiln.contracts.backends import EKS_TARGET, PCS_TARGET, PLATFORMS, ROLES
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 # A template that branches on the target's name: {% if target == "local" %}, {% if target in (...) %}.
 _TEMPLATE_TARGET_TEST = re.compile(r"\btarget\s*(==|!=|\bin\b|\bnot in\b)")

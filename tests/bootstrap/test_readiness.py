@@ -6,8 +6,7 @@ import dataclasses
 
 from kiln.bootstrap.artifacts import bundle_artifacts
 from kiln.bootstrap.readiness import boot_readiness
-from tests.bootstrap.conftest import pcs_config
-from tests.bootstrap.test_render import local_config
+from tests.support.bootstrap import local_config, pcs_config
 
 
 def test_files_without_a_digest_make_the_target_not_ready_in_one_line_with_the_one_step():

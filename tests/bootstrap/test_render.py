@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln.bootstrap.config import BootstrapConfig, NodeGroup
+from kiln.bootstrap.config import NodeGroup
 from kiln.bootstrap.local_target import LocalCluster, LocalNode
 from kiln.bootstrap.profiles import PROFILES
 from kiln.bootstrap.render import SCRIPTS_DIR, library_files, render_bundle
@@ -18,24 +18,13 @@ from kiln.catalog.envfile import parse_env_file
 from kiln.cli.bootstrap import register
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import load_spec
-from tests.bootstrap.conftest import SHELLCHECK, pcs_config
+from tests.support.bootstrap import SHELLCHECK, local_config, pcs_config
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
-
-
-def local_config(nodes: int = 3, prefix: str = "/srv/kiln-local") -> BootstrapConfig:
-    members = tuple(
-        LocalNode(name=f"node{i}", address=f"10.77.0.{i + 1}", cpus=2, real_memory_mib=2048)
-        for i in range(1, nodes + 1)
-    )
-    cluster = LocalCluster(
-        prefix=prefix, nodes=members, controller_address="10.77.0.1", slurmctld_port=17817, slurmd_port=17818
-    )
-    return BootstrapConfig(target="local", os="debian12", local=cluster)
 
 
 def shell_files(directory: Path) -> list[Path]:

@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 from kiln.catalog.platforms import image_profile
-from tests.bootstrap.systemd_units import needs_systemd, verify_unit
-from tests.bootstrap.test_targets import hyperpod_node
+from tests.support.node_root import hyperpod_node
+from tests.support.systemd_units import needs_systemd, verify_unit
 
 FACT = image_profile("hyperpod-slurm").fact("slurmd_unit").value
 DROP_IN = "etc/systemd/system/slurmd.service.d/kiln.conf"

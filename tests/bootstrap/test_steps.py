@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kiln.bootstrap.render import render_bundle
-from tests.bootstrap.conftest import make_node, pcs_config
+from tests.support.bootstrap import pcs_config
+from tests.support.node_root import CLUSTER_ENV, make_node
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow
@@ -151,11 +152,7 @@ def test_package_lock_held_too_long_fails_the_step(node):
 
 
 def test_missing_cluster_env_key_is_named(tmp_path, pcs_bundle):
-    values = {
-        k: v
-        for k, v in __import__("tests.bootstrap.conftest", fromlist=["x"]).CLUSTER_ENV.items()
-        if k != "KILN_FSX_DNS"
-    }
+    values = {k: v for k, v in CLUSTER_ENV.items() if k != "KILN_FSX_DNS"}
     node = make_node(tmp_path, pcs_bundle, cluster_env=values)
     result = node.run("configure_fsx")
     assert result.returncode != 0
@@ -164,7 +161,7 @@ def test_missing_cluster_env_key_is_named(tmp_path, pcs_bundle):
 
 
 def test_unknown_instance_type_is_named(tmp_path, pcs_bundle):
-    from tests.bootstrap.conftest import CLUSTER_ENV
+    from tests.support.node_root import CLUSTER_ENV
 
     node = make_node(tmp_path, pcs_bundle, cluster_env={**CLUSTER_ENV, "KILN_INSTANCE_TYPE": "g5.48xlarge"})
     result = node.run("install_efa")

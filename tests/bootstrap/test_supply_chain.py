@@ -14,8 +14,9 @@ import pytest
 from kiln.bootstrap.config import NodeGroup
 from kiln.bootstrap.profiles import PROFILES
 from kiln.bootstrap.render import render_bundle
-from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, pins_beside, simulate_image
-from tests.conftest import stop_gnupg_daemons
+from tests.support.bootstrap import pcs_config, pins_beside
+from tests.support.node_root import CLUSTER_ENV, Node, make_node, simulate_image
+from tests.support.processes import stop_gnupg_daemons
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

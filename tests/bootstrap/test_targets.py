@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import stat
 
 import pytest
 
-from kiln.bootstrap.config import NodeGroup
 from kiln.bootstrap.render import render_bundle
-from tests.bootstrap.conftest import CLUSTER_ENV, make_node, pcs_config
-from tests.bootstrap.test_render import local_config
+from tests.support.bootstrap import local_config, pcs_config
+from tests.support.node_root import CLUSTER_ENV, hyperpod_node, make_node
 
 
 def test_local_configure_writes_a_complete_private_slurm_setup(tmp_path):
@@ -48,24 +46,6 @@ def test_local_install_takes_slurm_and_munge_from_debian_packages_only_when_miss
     assert result.returncode == 0, result.stderr
     installs = [c for c in node.calls() if c.startswith("apt-get") and " install " in c]
     assert len(installs) == 1 and installs[0].endswith(" install --no-install-recommends munge")
-
-
-def hyperpod_node(tmp_path, addresses: str):
-    config = pcs_config(target="hyperpod", groups=(NodeGroup(name="gpu", instance_type="p5.48xlarge", max_count=4),))
-    bundle = render_bundle(config, tmp_path / "bundle").directory
-    node = make_node(tmp_path / "node", bundle)
-    resources = {
-        "InstanceGroups": [
-            {"Name": "controller", "Instances": [{"CustomerIpAddress": "10.1.0.9"}]},
-            {"Name": "login", "Instances": [{"CustomerIpAddress": "10.1.0.7"}]},
-            {"Name": "gpu", "Instances": [{"CustomerIpAddress": "10.1.0.5"}, {"CustomerIpAddress": "10.1.0.6"}]},
-        ]
-    }
-    path = node.root / "opt/ml/config/resource_config.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(resources))
-    node.env["SHIM_ADDRESSES"] = addresses
-    return node
 
 
 # What HyperPod's agent writes on the controller (kiln only reads it): it names the controller.

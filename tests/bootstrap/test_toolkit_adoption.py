@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kiln.catalog.platforms import KILN_INSTALLS, at_least, image_profile
-from tests.bootstrap.test_images import IMAGES, OWN, Image, _node
+from tests.support.image_cases import IMAGES, OWN, Image, _node
 
 HYPERPOD = next(case for case in IMAGES if case.image == "hyperpod-slurm")
 TOOLKIT_INSTALLS = ("nvidia-container-toolkit=", "nvidia-container-toolkit-")

@@ -17,8 +17,9 @@ from kiln.bootstrap.render import render_bundle
 from kiln.catalog.envfile import parse_env_file
 from kiln.catalog.neuron import neuron_release, resolve_neuron_release
 from kiln.catalog.platforms import image_profile, image_profile_for
-from tests.bootstrap.conftest import CLUSTER_ENV, make_node, pcs_config, pins_beside, simulate_image
-from tests.conftest import ROOT
+from tests.support.bootstrap import pcs_config, pins_beside
+from tests.support.node_root import CLUSTER_ENV, make_node, simulate_image
+from tests.support.paths import ROOT
 
 TRN1, P5 = "trn1.32xlarge", "p5.48xlarge"
 GROUPS = (

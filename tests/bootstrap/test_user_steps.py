@@ -20,7 +20,8 @@ from kiln.bootstrap.profiles import PROFILES
 from kiln.bootstrap.render import MAX_RENDERED_BYTES, BundleTooLarge, render_bundle
 from kiln.catalog.envfile import parse_env_file
 from kiln.launcher.image import scan_image
-from tests.bootstrap.conftest import CLUSTER_ENV, Node, make_node, pcs_config, simulate_image
+from tests.support.bootstrap import pcs_config
+from tests.support.node_root import CLUSTER_ENV, Node, make_node, simulate_image
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -26,7 +26,7 @@ from kiln.catalog.platforms import (
     platform_data,
     service_fact,
 )
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 KILN = ROOT / "kiln"
 

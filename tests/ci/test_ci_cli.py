@@ -19,7 +19,8 @@ from moto.server import ThreadedMotoServer
 from kiln.cli.main import main
 from kiln.contracts.environment import parse_at_expression
 from kiln.preflight.run import all_checks as every_check
-from tests.ci.conftest import ACCOUNT, REGION, launch, live_stacks, make_environment, make_stack, put_versions, tags
+from tests.support.ci import SPEC, launch, live_stacks, make_environment, make_stack, put_versions, tags
+from tests.support.fake_aws import ACCOUNT, REGION
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = [
@@ -31,19 +32,6 @@ FAKE_CDK = Path(__file__).with_name("fake_cdk.py")
 RUN_ID = "4242"
 COMMAND_ID = "11111111-2222-3333-4444-555555555555"
 ENV = f"ci-smoke-{RUN_ID}"
-SPEC = """\
-name: ci-smoke
-region: us-east-1
-availability_zone: us-east-1a
-storage:
-  lustre: {deployment: SCRATCH_2, storage_gib: 1200}
-compute:
-  backend: pcs
-  login_nodes: {instance_type: m5.xlarge, count: 1}
-  groups:
-    - {name: gpu, instance_type: g5.12xlarge, min_count: 1, max_count: 2}
-ci: {ttl_hours: 2}
-"""
 PARTS = ("reaper", "network", "storage", "compute")
 
 

@@ -9,7 +9,7 @@ from moto import mock_aws
 
 from kiln.aws.session import no_region
 from kiln.cli.main import main
-from tests.ci.conftest import REGION
+from tests.support.fake_aws import REGION
 
 SPEC = f"""\
 name: ci-smoke

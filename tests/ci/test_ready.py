@@ -12,7 +12,8 @@ from botocore.stub import ANY, Stubber
 from kiln.aws.remote import nodes
 from kiln.aws.remote.cluster import ClusterHandle
 from kiln.ci.ready import NotReady, ReadyReport, SlurmNode, check_verdict, parse_sinfo, wait_until_ready
-from tests.ci.conftest import ACCOUNT, REGION, Clock, CommandWith, FakeSession, launch
+from tests.support.ci import Clock, CommandWith, FakeSession, launch
+from tests.support.fake_aws import ACCOUNT, REGION
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes about 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -28,19 +28,9 @@ from kiln.aws.remote.session import SessionManagerTransport
 from kiln.aws.remote.ssm_run_command import RUN_COMMAND_OUTPUT_LIMIT, RunCommandTransport, node_script
 from kiln.aws.remote.transport import Transport, run_command, transport_for
 from kiln.spec import parse_spec
-from tests.ci.conftest import (
-    ACCOUNT,
-    REGION,
-    Clock,
-    CommandWith,
-    FakeSession,
-    hyperpod_instance_group,
-    launch,
-    make_stack,
-    running,
-    tags,
-)
-from tests.conftest import ROOT
+from tests.support.ci import Clock, CommandWith, FakeSession, hyperpod_instance_group, launch, make_stack, running, tags
+from tests.support.fake_aws import ACCOUNT, REGION
+from tests.support.paths import ROOT
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow
@@ -227,8 +217,8 @@ LIGHT_KILN_MODULES = ("kiln.aws.remote", "kiln.aws.errors")
 
 def test_remote_and_ready_import_neither_the_cdk_nor_pydantic() -> None:
     # `kiln ci run` must work without synthesizing anything: boto3, botocore and the standard library only
-    # (the reaper's names, the catalog and the contracts are stdlib-only: tests/test_layers.py checks that).
-    from tests.test_layers import imports_of
+    # (the reaper's names, the catalog and the contracts are stdlib-only: tests/architecture/test_layers.py).
+    from tests.support.imports import imports_of
 
     heavy = ("aws_cdk", "constructs", "cdk_nag", "jsii", "pydantic", "yaml", "jinja2")
     sources = [*sorted((ROOT / "kiln/aws/remote").glob("*.py")), ROOT / "kiln/ci/ready.py"]

@@ -19,9 +19,7 @@ from kiln.ci.reaper_code.kiln_reaper.teardown import (
     teardown,
 )
 from kiln.contracts.environment import at_expression, parse_at_expression
-from tests.ci.conftest import (
-    ACCOUNT,
-    REGION,
+from tests.support.ci import (
     Recorder,
     bucket_resource,
     live_stacks,
@@ -31,6 +29,7 @@ from tests.ci.conftest import (
     put_versions,
     tags,
 )
+from tests.support.fake_aws import ACCOUNT, REGION
 
 ENV = "ci-smoke-r42"
 # The slow tier (`make test-slow`): about 10 s of moto CloudFormation stacks.

@@ -10,7 +10,7 @@ import pytest
 
 from kiln.catalog import limits
 from kiln.cli.main import main
-from tests.ci.test_ci_cli import SPEC
+from tests.support.ci import SPEC
 
 
 @pytest.fixture

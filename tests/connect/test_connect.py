@@ -26,9 +26,8 @@ from kiln.cli.main import main
 from kiln.connect.run import Request, connect, prepare
 from kiln.contracts.backends import HYPERPOD_CONTROLLER_GROUP, HYPERPOD_LOGIN_GROUP
 from kiln.spec import load_spec
-from tests.conftest import ROOT
-from tests.connect.conftest import (
-    REGION,
+from tests.support.ci import running
+from tests.support.connect import (
     CtrlC,
     StubbedSession,
     Tools,
@@ -38,11 +37,14 @@ from tests.connect.conftest import (
     install_tools,
     node,
     pcs_cluster,
-    running,
+    run_connect,
+    start_session,
     stubbed_ssm,
     write_spec,
 )
-from tests.test_credentials import REMEDY, SITUATIONS
+from tests.support.credentials import MISSING_PROFILE, REMEDY, SITUATIONS
+from tests.support.fake_aws import REGION
+from tests.support.paths import ROOT
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = [
@@ -57,37 +59,11 @@ PLUGIN_PAGE = (
 KUBECTL_PAGE = "https://docs.aws.amazon.com/eks/latest/userguide/install-kubectl.html"
 
 
-def run_connect(session: Any, spec_path: Path, **fields: Any) -> tuple[int, str, str]:
-    """Run kiln connect in this process as its CLI does after parsing; return the exit code, stdout and stderr."""
-    spec = load_spec(spec_path)
-    request = Request(spec_path=str(spec_path), **fields)
-    out, err = io.StringIO(), io.StringIO()
-    place = prepare(spec, request)
-    with CtrlC(out) if request.vscode else _nothing():
-        try:
-            code = connect(spec, request, place, session, out=out, err=err, poll_s=0.05)
-        except KeyboardInterrupt:
-            pytest.fail(f"Ctrl-C escaped kiln connect; it printed {out.getvalue()!r} {err.getvalue()!r}")
-    return code, out.getvalue(), err.getvalue()
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
 def cli(*argv: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     """Run `kiln ARGV...`; return the exit code, stdout and stderr."""
     code = main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
-
-
-def start_session(target: str, *extra: str) -> list[str]:
-    return ["aws", "ssm", "start-session", "--target", target, *extra, "--region", REGION]
 
 
 # The shell: which node, and the exact command.
@@ -552,7 +528,8 @@ def test_no_credentials_is_the_shared_wording(
     # The situations of tests/test_credentials.py, whose commands run without the AWS CLI's plugin on PATH.
     spec = str(write_spec(tmp_path, "pcs"))
     no_credentials_env(situation)
-    code, out, err = cli("connect", "--spec", spec, capsys=capsys)
+    profile = ["--profile", MISSING_PROFILE] if situation == "profile-flag" else []
+    code, out, err = cli("connect", "--spec", spec, *profile, capsys=capsys)
     assert (code, out) == (1, "")
     assert re.fullmatch(rf"kiln connect: no AWS credentials{SITUATIONS[situation]}: {re.escape(REMEDY)}\n", err)
     assert tools.calls() == []

@@ -12,10 +12,10 @@ import pytest
 from kiln.aws.remote.nodes import PCS_NODE_GROUP_TAG
 from kiln.connect import iam
 from kiln.contracts.ssm_documents import DEFAULT_SHELL_DOCUMENT, session_document
-from tests.connect import test_iam
-from tests.connect.conftest import Tools, node, pcs_cluster, write_spec
-from tests.connect.test_connect import run_connect, start_session
-from tests.connect.test_iam import account  # noqa: F401  (the moto account the scenarios run in)
+from tests.support import connect_scenarios
+from tests.support.connect import Tools, node, pcs_cluster, run_connect, start_session, write_spec
+from tests.support.connect_scenarios import SCENARIOS, Recorded, _filled
+from tests.support.fake_aws import ACCOUNT, REGION
 
 
 @pytest.mark.parametrize("destination", ["s3", "cloudwatch"])
@@ -64,21 +64,21 @@ def test_with_session_logs_the_iam_policy_is_what_kiln_connect_calls(
         path.write_text(path.read_text() + "session_logs: {destination: cloudwatch}\n")
         return path
 
-    plain_spec = test_iam.write_spec
-    monkeypatch.setattr(test_iam, "write_spec", logged_spec)
-    recorded = test_iam.Recorded()
+    plain_spec = write_spec
+    monkeypatch.setattr(connect_scenarios, "write_spec", logged_spec)
+    recorded = Recorded()
     values = {
-        "REGION": test_iam.REGION,
-        "ACCOUNT": test_iam.ACCOUNT,
+        "REGION": REGION,
+        "ACCOUNT": ACCOUNT,
         "CLUSTER": "lab",
-        **test_iam.SCENARIOS[platform](recorded, tmp_path),
+        **SCENARIOS[platform](recorded, tmp_path),
     }
     assert recorded.actions == iam.calls(platform, iam.KILN, session_logs=True) == iam.calls(platform, iam.KILN)
     sessions = [argv for argv in tools.argvs() if argv[:3] == ["aws", "ssm", "start-session"]]
     # Every session names its document: none falls back to the account's default, unlogged shell.
     assert sessions and all("--document-name" in argv for argv in sessions)
     documents = {argv[argv.index("--document-name") + 1] for argv in sessions}
-    assert documents == {test_iam._filled(name, values) for name in iam.session_documents(platform, session_logs=True)}
+    assert documents == {_filled(name, values) for name in iam.session_documents(platform, session_logs=True)}
     assert documents == {"kiln-lab-session", "AWS-StartPortForwardingSession"}
     assert iam.calls(platform, iam.PLUGIN, session_logs=True) - iam.calls(platform, iam.PLUGIN) == {
         "kms:GenerateDataKey"

@@ -11,8 +11,7 @@ from aws_cdk import assertions
 from aws_cdk import aws_iam as iam
 
 from kiln.constructs.bootstrap_assets import BootstrapAssets, BootstrapAssetsProps
-from tests.bootstrap.conftest import pcs_config
-from tests.bootstrap.test_render import local_config
+from tests.support.bootstrap import local_config, pcs_config
 
 
 @pytest.fixture(scope="module")

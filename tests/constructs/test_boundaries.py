@@ -1,8 +1,8 @@
-"""The construct library accepts only reviewed cdk-nag findings (its imports: tests/test_layers.py)."""
+"""The construct library accepts only reviewed cdk-nag findings (its imports: tests/architecture/test_layers.py)."""
 
 from __future__ import annotations
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 CONSTRUCTS = ROOT / "kiln" / "constructs"
 

@@ -17,7 +17,7 @@ from kiln.contracts.permissions_boundary import BOUNDARY_NAME
 from kiln.stacks.app import new_app
 from kiln.stacks.ci_identity import CiIdentityStack, build_identity, identity_execution_policies, identity_stack_name
 from kiln.stacks.synth import nag_report
-from tests.constructs.conftest import ENV, logical_id
+from tests.support.constructs import ENV, logical_id
 
 ACCOUNT = ENV.account
 CLUSTERS = ("ci-smoke", "llm")

@@ -28,9 +28,9 @@ from kiln.constructs import (
 )
 from kiln.constructs._checks import PropError
 from kiln.contracts.errors import InputError
-from tests.bootstrap.conftest import pcs_config
-from tests.conftest import ROOT
-from tests.constructs.conftest import logical_id, plain_bootstrap, stack
+from tests.support.bootstrap import pcs_config
+from tests.support.constructs import logical_id, plain_bootstrap, stack
+from tests.support.paths import ROOT
 
 WORKSPACE_ARN = "arn:aws:aps:us-east-1:111111111111:workspace/ws-0123abcd-4567-89ef-0123-456789abcdef"
 WORKSPACE_ENDPOINT = (

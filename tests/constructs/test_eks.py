@@ -13,7 +13,6 @@ from pathlib import Path
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk.assertions import Template
 
 from kiln.catalog.platforms import service_fact
 from kiln.constructs import (
@@ -42,7 +41,7 @@ from kiln.constructs.eks_props import EksTrainingClusterProps, LustreVolume
 from kiln.constructs.neuron_addons import NEURON_DEVICE_PLUGIN, NEURON_SCHEDULER
 from kiln.stacks.app import new_app
 from kiln.stacks.synth import lint_template, nag_report
-from tests.constructs.conftest import (
+from tests.support.constructs import (
     ENV,
     PLAIN_BUNDLE_SHA256,
     get_att,
@@ -53,7 +52,7 @@ from tests.constructs.conftest import (
     role_policies,
     stack,
 )
-from tests.constructs.eks_clusters import (
+from tests.support.eks_clusters import (
     AZ,
     REGION,
     RESERVATION,
@@ -67,7 +66,7 @@ from tests.constructs.eks_clusters import (
     _resources,
     _text,
 )
-from tests.constructs.kueue_schema import check_kueue_objects
+from tests.support.eks_manifests import validate_manifests
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow
@@ -685,27 +684,6 @@ def test_hyperpod_dependencies_need_system_nodes_to_install_on() -> None:
         EksTrainingClusterProps(
             vpc=vpc, node_subnet=vpc.private_subnets[0], system_nodes=None, hyperpod_dependencies=True
         )
-
-
-def validate_manifests(clusters: list[tuple[Template, EksTrainingCluster]]) -> set[str]:
-    """Check each object of every manifest resource of CLUSTERS against Kubernetes's own OpenAPI schema for its
-    cluster's version (kubernetes-validate, strict: no unknown field), and Kueue's objects against the constraints of
-    Kueue's CRDs (check_kueue_objects: no registry this project reaches ships their schema); return the kinds."""
-    import kubernetes_validate
-
-    kinds = set()
-    for template, cluster in clusters:
-        version = cluster.kubernetes_version
-        kueue = []
-        for resource in template.find_resources("Custom::AWSCDK-EKS-KubernetesResource").values():
-            for manifest in json.loads(_text(resource["Properties"]["Manifest"])):
-                if manifest["apiVersion"].startswith("kueue.x-k8s.io/"):
-                    kueue.append(manifest)
-                else:
-                    kubernetes_validate.validate(manifest, version, strict=True)
-                kinds.add(manifest["kind"])
-        check_kueue_objects(kueue, version)
-    return kinds
 
 
 def test_every_manifest_kiln_writes_passes_kubernetes_own_schema(eks) -> None:

@@ -16,7 +16,7 @@ from kiln.constructs import AcceleratedNodeGroup, EksTrainingCluster, EksTrainin
 from kiln.constructs.eks_addons import HelmAddon, PodIdentity
 from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
 from kiln.stacks.app import new_app
-from tests.constructs.conftest import ENV, efa_network, logical_id, synth_as_kiln
+from tests.support.constructs import ENV, efa_network, logical_id, synth_as_kiln
 
 AZ = "us-east-1a"
 GROUP = AcceleratedNodeGroup(name="p5", instance_type="p5.48xlarge", max_count=2)
@@ -129,3 +129,16 @@ def test_add_node_group_refuses_a_name_taken_in_one_line(built: dict, name: str)
     with pytest.raises(ValueError, match=rf"node group name: got '{name}'; allowed: a name other than") as error:
         built["added"].add_node_group(AcceleratedNodeGroup(name=name, instance_type="p5.48xlarge", max_count=1))
     assert "\n" not in str(error.value)
+
+
+def test_add_node_group_refuses_a_cluster_without_an_efa_security_group_in_one_line() -> None:
+    st = cdk.Stack(new_app(), "NoEfa", env=ENV)
+    network = efa_network(st, AZ)
+    cluster = EksTrainingCluster(
+        st, "Cluster", EksTrainingClusterProps(vpc=network.net.vpc, node_subnet=network.net.compute_subnet)
+    )
+    allowed = "a security group in the props to add an accelerated node group"
+    with pytest.raises(
+        ValueError, match=rf"^EksTrainingCluster\[NoEfa/Cluster\]\.efa_security_group: got None; allowed: {allowed}$"
+    ):
+        cluster.add_node_group(GROUP)

@@ -1,5 +1,5 @@
 """code-server on EKS (and HyperPod with EKS): one pod on the system nodes, the FSx volume where jobs mount it, its home
-on that volume, 127.0.0.1 only, locked down. Read from the shared synthesized cluster (tests.constructs.eks_clusters).
+on that volume, 127.0.0.1 only, locked down. Read from the shared synthesized cluster (tests.support.eks_clusters).
 
 That no security group of an EKS example opens code-server's port: tests/stacks/test_code_server_eks.py.
 """
@@ -31,8 +31,8 @@ from kiln.constructs.eks_code_server import CODE_SERVER_IMAGE, CodeServerPod, co
 from kiln.constructs.eks_props import EksTrainingClusterProps
 from kiln.jobs.pytorchjob import FSX_MOUNT
 from kiln.stacks.compute_context import MOUNT_POINT
-from tests.constructs.conftest import logical_id
-from tests.constructs.eks_clusters import _base_props, _manifest, _props, _text
+from tests.support.constructs import logical_id
+from tests.support.eks_clusters import _base_props, _manifest, _props, _text
 
 # Host namespaces, host ports and privileged mode: each would put the pod on the node's network or devices.
 HOST_FIELDS = ("hostNetwork", "hostPID", "hostIPC", "hostUsers")

@@ -26,7 +26,7 @@ from kiln.catalog.kubernetes import kubernetes_fact
 from kiln.catalog.platforms import service_fact
 from kiln.constructs.eks_addons import KUBERNETES_RELEASES
 from kiln.constructs.eks_install import OVERLAY_DIR, SOURCE_DIR
-from tests.constructs.eks_clusters import _text
+from tests.support.eks_clusters import _text
 
 KUBERNETES_RESOURCE = "Custom::AWSCDK-EKS-KubernetesResource"
 HELM_CHART = "Custom::AWSCDK-EKS-HelmChart"

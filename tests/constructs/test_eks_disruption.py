@@ -10,7 +10,7 @@ import pytest
 from kiln.catalog.kubernetes import JOB_NAMESPACE, TRAINING_POD_LABEL, kubernetes_fact
 from kiln.catalog.platforms import service_fact
 from kiln.constructs.eks_disruption import TRAINING_BUDGET_NAME, accelerated_update_config, training_budget_manifest
-from tests.constructs.eks_clusters import _gpu_group, _manifest, _props
+from tests.support.eks_clusters import _gpu_group, _manifest, _props
 
 
 def _budgets(template) -> list[dict]:

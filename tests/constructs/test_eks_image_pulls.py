@@ -22,9 +22,9 @@ from aws_cdk.assertions import Template
 
 from kiln.catalog.platforms import service_fact
 from kiln.constructs.eks_addons import EFA_DEVICE_PLUGIN
-from tests.constructs.conftest import ref
-from tests.constructs.eks_clusters import REGION, _managed_policy_names, _text
-from tests.constructs.test_hyperpod import _eks_hyperpod
+from tests.support.constructs import ref
+from tests.support.eks_clusters import REGION, _managed_policy_names, _text
+from tests.support.hyperpod import _eks_hyperpod
 
 KUBERNETES_RESOURCE = "Custom::AWSCDK-EKS-KubernetesResource"
 HELM_CHART = "Custom::AWSCDK-EKS-HelmChart"

@@ -34,7 +34,7 @@ from kiln.constructs.eks_install import (
     TOOLS_DIR,
     install_tools,
 )
-from tests.constructs.eks_clusters import _props
+from tests.support.eks_clusters import _props
 
 pytestmark = pytest.mark.slow  # every example synthesized (shared with the other example tests)
 

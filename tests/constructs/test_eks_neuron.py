@@ -30,8 +30,9 @@ from kiln.constructs.neuron_addons import (
 )
 from kiln.stacks.app import new_app
 from kiln.stacks.synth import lint_template, nag_report
-from tests.constructs.conftest import ENV, efa_network, logical_id, plain_bootstrap, synth_as_kiln
-from tests.constructs.test_eks import _manifest, _props, validate_manifests
+from tests.support.constructs import ENV, efa_network, logical_id, plain_bootstrap, synth_as_kiln
+from tests.support.eks_clusters import _manifest, _props
+from tests.support.eks_manifests import validate_manifests
 
 REGION = "us-east-1"
 AZ = "us-east-1a"

@@ -26,6 +26,7 @@ from kiln.constructs import (
     TrainingVpcProps,
     acknowledgements,
 )
+from kiln.constructs._checks import PropError
 from kiln.constructs.eks_observability import (
     DCGM_EXPORTER,
     EFA_EXPORTER_PORT,
@@ -38,7 +39,7 @@ from kiln.constructs.eks_observability import (
 from kiln.review.scan import run_checkov
 from kiln.stacks.app import new_app
 from kiln.stacks.synth import lint_template, nag_report
-from tests.constructs.conftest import ENV, efa_network, get_att, logical_id, ref, synth_as_kiln
+from tests.support.constructs import ENV, efa_network, get_att, logical_id, ref, synth_as_kiln
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow
@@ -373,9 +374,9 @@ def test_invalid_props_are_refused(plain_props: dict, change: dict, message: str
         EksObservabilityProps(**{**plain_props, **change})
 
 
-def test_a_cluster_without_known_subnets_or_group_needs_them_passed(plain_props: dict) -> None:
-    st = cdk.Stack(new_app(), "Imported", env=ENV)
-    cluster = eks.Cluster.from_cluster_attributes(
+def _imported_cluster(st: cdk.Stack) -> eks.ICluster:
+    """A cluster made elsewhere, known by name and kubectl handler alone (no VPC, no security group)."""
+    return eks.Cluster.from_cluster_attributes(
         st,
         "Cluster",
         cluster_name="llm-eks",
@@ -383,13 +384,37 @@ def test_a_cluster_without_known_subnets_or_group_needs_them_passed(plain_props:
             st, "Kubectl", service_token=KUBECTL_HANDLER
         ),
     )
-    props = EksObservabilityProps(cluster=cluster, workspace=plain_props["workspace"])
+
+
+def test_a_cluster_without_known_subnets_or_group_needs_them_passed(plain_props: dict) -> None:
+    st = cdk.Stack(new_app(), "Imported", env=ENV)
+    props = EksObservabilityProps(cluster=_imported_cluster(st), workspace=plain_props["workspace"])
     with pytest.raises(ValueError, match="subnet_ids: got \\[\\]; allowed: at least two subnets"):
         EksObservability(st, "Observability", props)
 
 
+def test_a_cluster_without_a_known_security_group_needs_the_collector_s_passed(plain_props: dict) -> None:
+    st = cdk.Stack(new_app(), "NoGroup", env=ENV)
+    props = EksObservabilityProps(
+        cluster=_imported_cluster(st),
+        workspace=plain_props["workspace"],
+        subnet_ids=["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"],
+    )
+    with pytest.raises(ValueError, match=r"^EksObservability\[NoGroup/Observability\]\.security_group_ids: got \[\]; "):
+        EksObservability(st, "Observability", props)
+
+
+def test_without_a_workspace_the_scraper_attributes_name_what_is_missing() -> None:
+    st = cdk.Stack(new_app(), "Exporters", env=ENV)
+    exporters = EksObservability(st, "Observability", EksObservabilityProps(cluster=_imported_cluster(st)))
+    assert exporters.scraper is None
+    for attribute in ("scraper_arn", "scraper_role_arn"):
+        with pytest.raises(PropError, match=rf"^Exporters/Observability has no collector .*, so no {attribute}$"):
+            getattr(exporters, attribute)
+
+
 def test_the_observability_manifests_pass_kubernetes_own_schema(observed) -> None:
-    from tests.constructs.test_eks import validate_manifests
+    from tests.support.eks_manifests import validate_manifests
 
     clusters = [(observed["template"], observed["gpu_cluster"]), (observed["cpu_template"], observed["cpu_cluster"])]
     assert "Namespace" in validate_manifests(clusters)

@@ -1,11 +1,12 @@
 """EKS's launch templates map the root volume to the root device of the EKS-optimized AMI every node group boots
-(platforms.json, images.eks-al2023 and ec2.root_device_names), on the shared EKS clusters (eks_clusters.py)."""
+(platforms.json, images.eks-al2023 and ec2.root_device_names), on the shared EKS clusters
+(tests/support/eks_clusters.py)."""
 
 from __future__ import annotations
 
 from kiln.catalog.platforms import image_profile, root_device_name
 from kiln.constructs.eks_node_groups import EKS_ROOT_DEVICE
-from tests.constructs.conftest import root_devices
+from tests.support.constructs import root_devices
 
 
 def test_every_eks_launch_template_maps_the_eks_amis_root_device(eks) -> None:

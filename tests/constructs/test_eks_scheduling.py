@@ -32,8 +32,8 @@ from kiln.constructs.eks_scheduling import (
 )
 from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP
 from kiln.contracts.tags import TAG_EKS_CLUSTER, TAG_NODE_GROUP
-from tests.constructs.conftest import get_att, logical_id, policy_rows, ref
-from tests.constructs.eks_clusters import _base_props, _gpu_group, _manifest, _props, _text
+from tests.support.constructs import get_att, logical_id, policy_rows, ref
+from tests.support.eks_clusters import _base_props, _gpu_group, _manifest, _props, _text
 
 TEMPLATE_TAG = CLUSTER_AUTOSCALER_FACTS["template_resource_tag_prefix"]
 

@@ -19,8 +19,8 @@ from kiln.catalog.platforms import image_profile
 from kiln.constructs.eks_addons import KUBERNETES_RELEASES
 from kiln.constructs.eks_install import install_tools
 from kiln.constructs.eks_scheduling import CLUSTER_AUTOSCALER_FACTS
-from tests.conftest import spec_problems
-from tests.spec.test_platform_rules import HYPERPOD_EKS, spec_with
+from tests.support.eks_specs import HYPERPOD_EKS, spec_with
+from tests.support.specs import spec_problems
 
 PAGES = image_profile("hyperpod-eks").fact("kubernetes_versions").value
 

@@ -38,7 +38,7 @@ from kiln.dashboards import dashboard_names, load_dashboard
 from kiln.review.scan import run_checkov
 from kiln.stacks.app import new_app
 from kiln.stacks.synth import lint_template, nag_report
-from tests.constructs.conftest import (
+from tests.support.constructs import (
     ENV,
     get_att,
     logical_id,

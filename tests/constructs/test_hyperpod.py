@@ -9,7 +9,8 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk.assertions import Match, Template
 
 from kiln.constructs.hyperpod import HyperPodCluster, HyperPodClusterProps, HyperPodInstanceGroup
-from tests.constructs.conftest import get_att, imported_vpc, logical_id, plain_bootstrap, ref, stack
+from tests.support.constructs import get_att, imported_vpc, logical_id, plain_bootstrap, ref, stack
+from tests.support.hyperpod import _eks_hyperpod
 
 EKS_CLUSTER_SECURITY_GROUP = "sg-0123456789abcdef0"
 
@@ -136,24 +137,6 @@ def test_execution_role_reads_only_the_lifecycle_prefix(slurm) -> None:
             "Condition": {"StringLike": {"s3:prefix": ["hyperpod/llm-hp-slurm/lifecycle/*"]}},
         },
     ]
-
-
-def _eks_hyperpod(st: Stack, eks_cluster: eks.ICluster) -> HyperPodCluster:
-    vpc = imported_vpc(st)
-    return HyperPodCluster(
-        st,
-        "Cluster",
-        HyperPodClusterProps(
-            cluster_name="llm-hp-eks",
-            vpc=vpc,
-            subnet=vpc.private_subnets[0],
-            instance_groups=[HyperPodInstanceGroup(name="p5", instance_type="p5.48xlarge", count=2)],
-            lifecycle=plain_bootstrap(st, "eks-user-data.sh"),
-            cluster_env={"KILN_CLUSTER_NAME": "llm-hp-eks", "KILN_REGION": "us-east-1"},
-            orchestrator="eks",
-            eks_cluster=eks_cluster,
-        ),
-    )
 
 
 def _on_imported_eks(name: str) -> tuple[Stack, eks.ICluster, HyperPodCluster, Template]:

@@ -10,7 +10,7 @@ from kiln.catalog import instance_type
 from kiln.catalog.interfaces import efa_layout
 from kiln.catalog.platforms import root_device_name, root_device_names, service_fact
 from kiln.constructs import CapacityOption, EfaLaunchTemplate, EfaLaunchTemplateProps
-from tests.constructs.conftest import get_att, logical_id, stack
+from tests.support.constructs import get_att, logical_id, stack
 
 # (type, interfaces, secondary interface type) as the catalog (EC2 DescribeInstanceTypes) gives them
 MATRIX = [

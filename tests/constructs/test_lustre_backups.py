@@ -11,7 +11,7 @@ from kiln.catalog.platforms import service_fact
 from kiln.changes import plan
 from kiln.constructs import DataRepositoryLink, LustreFileSystem, LustreFileSystemProps
 from kiln.constructs._checks import PropError
-from tests.constructs.conftest import imported_vpc, stack
+from tests.support.constructs import imported_vpc, stack
 
 BACKUPS_PAGE = "https://docs.aws.amazon.com/fsx/latest/LustreGuide/using-backups-fsx.html"
 

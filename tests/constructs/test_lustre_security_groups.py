@@ -14,7 +14,7 @@ from kiln.constructs import (
     LustreFileSystemAttributes,
     LustreFileSystemProps,
 )
-from tests.constructs.conftest import efa_network, logical_id, stack
+from tests.support.constructs import efa_network, logical_id, stack
 
 RULES = service_fact("fsx_lustre", "security_group_rules")
 PORTS = {tuple(pair) for pair in RULES.value["ports"]}

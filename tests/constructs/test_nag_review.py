@@ -19,7 +19,7 @@ from kiln.constructs.review import SkipReviewedCheckovChecks, review_wildcards
 from kiln.contracts.iam_wildcards import wildcard_pairs
 from kiln.stacks.app import new_app
 from kiln.stacks.synth import nag_report
-from tests.constructs.conftest import ENV, imported_vpc, plain_bootstrap
+from tests.support.constructs import ENV, imported_vpc, plain_bootstrap
 
 DESCRIBE = WildcardGrant(("ec2:DescribeVpcs",), r"\*", "Describe takes no resource scope.")
 OBJECTS = WildcardGrant(("s3:GetObject",), r"{bucket}/logs/\*", "Reads one prefix.")

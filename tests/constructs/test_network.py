@@ -19,7 +19,7 @@ from kiln.constructs import (
     TrainingVpcProps,
     acknowledgements,
 )
-from tests.constructs.conftest import get_att, logical_id, stack
+from tests.support.constructs import get_att, logical_id, stack
 
 
 @pytest.fixture(scope="module")

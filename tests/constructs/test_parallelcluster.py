@@ -9,16 +9,12 @@ from pathlib import Path
 
 import pytest
 from aws_cdk import Stack
-from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk.assertions import Template
 
 from kiln.bootstrap.fetch import FETCH_SCRIPT, RESOLVE_SCRIPT, file_sha256
 from kiln.catalog.platforms import service_fact
 from kiln.constructs import (
-    CapacityOption,
-    LustreFileSystem,
-    LustreFileSystemAttributes,
     NodeBootstrap,
     acknowledgements,
 )
@@ -36,7 +32,7 @@ from kiln.constructs.parallelcluster import (
 from kiln.contracts.iam_wildcards import template_wildcards
 from kiln.stacks.app import new_app
 from kiln.stacks.synth import nag_report
-from tests.constructs.conftest import (
+from tests.support.constructs import (
     PLAIN_BUNDLE_SHA256,
     imported_vpc,
     logical_id,
@@ -44,64 +40,10 @@ from tests.constructs.conftest import (
     stack,
     synth_as_kiln,
 )
-from tests.constructs.pcluster_schema import concrete, load_with_official_schema
+from tests.support.parallelcluster import CAPACITIES, build, build_props
+from tests.support.pcluster_schema import concrete, load_with_official_schema
 
-CAPACITIES = {
-    "on-demand": CapacityOption(),
-    "spot": CapacityOption(type="spot"),
-    "reservation": CapacityOption(type="reservation", reservation_id="cr-0abcdef0123456789"),
-    "capacity-block": CapacityOption(type="capacity-block", reservation_id="cr-0123456789abcdef0"),
-}
 STORAGE = {"fsx": "fs-0123456789abcdef0", "no-fsx": None}
-
-
-def build_props(capacity: str, fsx: str | None, login_count: int = 1) -> tuple[Stack, ParallelClusterProps]:
-    """Return a new stack and the props of a cluster of CAPACITY, with FSX (an id) or none, and LOGIN_COUNT login
-    nodes."""
-    st = stack(f"Pc{capacity.title().replace('-', '')}{'Fsx' if fsx else 'NoFsx'}{login_count}")
-    vpc = imported_vpc(st)
-    clients = ec2.SecurityGroup(st, "LustreClients", vpc=vpc)
-    bootstrap = plain_bootstrap(st, "on-node-configured.sh")
-    count = 2 if capacity == "capacity-block" else 0
-    return st, ParallelClusterProps(
-        cluster_name="llm-pcluster",
-        subnet=vpc.private_subnets[0],
-        bootstrap=bootstrap,
-        cluster_env={"KILN_CLUSTER_NAME": "llm-pcluster", "KILN_REGION": st.region},
-        queues=[
-            SlurmQueue(
-                name="p5",
-                instance_type="p5.48xlarge",
-                min_count=count,
-                max_count=count or 4,
-                capacity=CAPACITIES[capacity],
-                placement_group=capacity in ("on-demand", "spot"),
-                root_volume_gib=512,
-            ),
-            SlurmQueue(name="cpu", instance_type="c5.4xlarge", max_count=2, placement_group=False),
-        ],
-        file_system=LustreFileSystem.from_lustre_attributes(
-            st,
-            "Fsx",
-            LustreFileSystemAttributes(
-                file_system_id=fsx,
-                dns_name=f"{fsx}.fsx.us-east-1.amazonaws.com",
-                mount_name="abcdefgh",
-                security_group=clients,
-            ),
-        )
-        if fsx
-        else None,
-        security_groups=[clients],
-        login_count=login_count,
-        ssh_allowed_ips=vpc.vpc_cidr_block,
-    )
-
-
-def build(capacity: str, fsx: str | None, login_count: int = 1) -> ParallelCluster:
-    """Return a cluster of CAPACITY, with FSX (an id) or none, and LOGIN_COUNT login nodes, in a stack of its own."""
-    st, props = build_props(capacity, fsx, login_count)
-    return ParallelCluster(st, "Cluster", props)
 
 
 @pytest.mark.parametrize("storage", STORAGE)

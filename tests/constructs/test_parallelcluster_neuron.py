@@ -9,8 +9,8 @@ from aws_cdk import Stack
 from kiln.catalog.platforms import service_fact
 from kiln.changes.parallelcluster import UPDATE_POLICIES
 from kiln.constructs.parallelcluster import ParallelCluster, SlurmQueue
-from tests.constructs.pcluster_schema import concrete, load_with_official_schema
-from tests.constructs.test_parallelcluster import build_props
+from tests.support.parallelcluster import build_props
+from tests.support.pcluster_schema import concrete, load_with_official_schema
 
 SETTING = service_fact("parallelcluster", "job_exclusive_allocation").value
 

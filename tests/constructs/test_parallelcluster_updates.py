@@ -16,9 +16,15 @@ from aws_cdk import CfnParameter, Stack
 from aws_cdk import aws_iam as iam
 
 from kiln.catalog.platforms import service_fact
-from kiln.changes.parallelcluster import UPDATE_POLICIES, update_refusals, update_verdicts
+from kiln.changes.parallelcluster import UPDATE_POLICIES, update_refusals
 from kiln.constructs.parallelcluster import AMI_SETTINGS, ParallelCluster, SlurmQueue, attachable_policy
-from tests.constructs.test_parallelcluster import CAPACITIES, build, build_props
+from tests.support.parallelcluster import (
+    CAPACITIES,
+    build,
+    build_props,
+    kilns_verdict,
+    parallelclusters_verdict,
+)
 
 # ---- The table: each setting kiln writes, with the update policy the installed schema declares for it. ----
 
@@ -156,48 +162,6 @@ def test_every_policy_in_the_table_is_one_parallelcluster_defines_and_kiln_judge
 
 
 # ---- update_refusals against ParallelCluster's own check, on a cluster in use. ----
-
-
-class RunningCluster:
-    """What ConfigPatch asks of a cluster: its compute fleet runs, and the login pools BEFORE gives nodes are up."""
-
-    name = stack_name = "llm-pcluster"
-
-    def __init__(self, before: dict) -> None:
-        self.pools = {p["Name"] for p in before.get("LoginNodes", {}).get("Pools", []) if p.get("Count", 0) > 0}
-
-    def has_running_capacity(self, updated_value: bool = False) -> bool:
-        return True
-
-    def has_running_login_nodes(self, updated_value: bool = False, pool_name: str | None = None) -> bool:
-        return bool(self.pools) if pool_name is None else pool_name in self.pools
-
-
-def parallelclusters_verdict(before: dict, after: dict) -> tuple[bool, set[str]]:
-    """Return whether ParallelCluster's update check lets BEFORE become AFTER, and the settings it refuses."""
-    from pcluster.config.config_patch import ConfigPatch
-
-    allowed, rows = ConfigPatch(RunningCluster(before), before, after).check()
-    header, *changes = rows
-    column = {name: index for index, name in enumerate(header)}
-    refused = {
-        "/".join([*row[column["param_path"]], row[column["parameter"]]])
-        for row in changes
-        if row[column["check"]] != "SUCCEEDED"
-    }
-    return allowed, refused
-
-
-def kilns_verdict(before: dict, after: dict) -> tuple[list[str], set[str]]:
-    """Return update_refusals' lines, and the settings they refuse named as ParallelCluster's rows name them (an
-    item added to or removed from a list by the list's path)."""
-    verdicts = update_verdicts(before, after, "llm-pcluster")
-    refused = {
-        "/".join((*change.parents, change.key) if change.is_item else change.segments)
-        for change, line in verdicts
-        if line is not None
-    }
-    return [line for _, line in verdicts if line is not None], refused
 
 
 def _queue(config: dict, name: str) -> dict:

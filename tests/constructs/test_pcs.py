@@ -15,7 +15,7 @@ from kiln.constructs.pcs import NAME_DIGEST_LENGTH, PcsCluster, PcsClusterProps,
 from kiln.contracts.iam_wildcards import template_wildcards
 from kiln.stacks.app import new_app
 from kiln.stacks.synth import nag_report
-from tests.constructs.conftest import (
+from tests.support.constructs import (
     PLAIN_BUNDLE_SHA256,
     get_att,
     imported_vpc,

@@ -23,7 +23,7 @@ from kiln.constructs.pcs import (
 from kiln.metrics.slurm import parse_sinfo
 from kiln.stacks.app import new_app
 from kiln.stacks.synth import lint_template, nag_report
-from tests.constructs.conftest import imported_vpc, logical_id, plain_bootstrap, stack, synth_as_kiln
+from tests.support.constructs import imported_vpc, logical_id, plain_bootstrap, stack, synth_as_kiln
 
 GRES = service_fact("pcs", "gres_settings").value
 EXCLUSIVE = service_fact("pcs", "exclusive_queue").value

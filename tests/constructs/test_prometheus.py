@@ -20,7 +20,7 @@ from kiln.constructs import (
     PrometheusWorkspaceProps,
 )
 from kiln.constructs.prometheus import QUERY_ACTIONS, REMOTE_WRITE_ACTIONS
-from tests.constructs.conftest import get_att, logical_id, stack
+from tests.support.constructs import get_att, logical_id, stack
 
 REGION = "us-east-1"
 IMPORTED_ARN = "arn:aws:aps:us-east-1:111111111111:workspace/ws-0123abcd-4567-89ef-0123-456789abcdef"

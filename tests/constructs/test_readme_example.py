@@ -9,8 +9,8 @@ import re
 from aws_cdk.assertions import Template
 
 from kiln.catalog.kubernetes import NODE_GROUP_LABEL
-from tests.conftest import ROOT
-from tests.constructs.conftest import stack
+from tests.support.constructs import stack
+from tests.support.paths import ROOT
 
 
 def test_readme_construct_example_synthesizes() -> None:

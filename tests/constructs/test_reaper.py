@@ -16,7 +16,7 @@ from kiln.constructs import reaper as reaper_module
 from kiln.constructs.reaper import HANDLER, REAPER_CODE, EnvironmentReaper, EnvironmentReaperProps
 from kiln.stacks.app import new_app
 from kiln.stacks.synth import nag_report
-from tests.constructs.conftest import (
+from tests.support.constructs import (
     ENV,
     get_att,
     logical_id,

@@ -21,7 +21,7 @@ from kiln.constructs import (
     TrainingVpcProps,
 )
 from kiln.constructs.lustre import file_system_dns_name
-from tests.constructs.conftest import get_att, imported_vpc, logical_id, ref, stack
+from tests.support.constructs import get_att, imported_vpc, logical_id, ref, stack
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from kiln.constructs import TrainingImage, TrainingImageProps
 from kiln.contracts.image import ImageManifest, pin_tag
 from kiln.contracts.tags import TAG_CLUSTER, TAG_RECIPE
 from kiln.stacks.app import new_app
-from tests.constructs.conftest import efa_network, get_att, logical_id, plain_bootstrap, ref, stack, synth_as_kiln
+from tests.support.constructs import efa_network, get_att, logical_id, plain_bootstrap, ref, stack, synth_as_kiln
 
 STEPS = ("install_nvidia_driver", "install_efa", "install_nccl", "install_enroot", "install_launcher")
 MANIFEST = ImageManifest(

@@ -22,7 +22,7 @@ from kiln.contracts.backends import (
     platform_of,
 )
 from kiln.spec.models import ClusterSpec, Compute
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def literal_values(annotation: object) -> tuple[object, ...]:

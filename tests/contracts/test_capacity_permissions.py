@@ -1,6 +1,6 @@
 """A compute group in a capacity block or reservation deploys through CI: every call its backend's service documents
 for that path is allowed to whoever makes it (CloudFormation's execution role for PCS's node groups, ParallelCluster's
-own roles inside kiln's boundary), evaluated with IAM's logic (tests/contracts/iam_eval)."""
+own roles inside kiln's boundary), evaluated with IAM's logic (tests/support/iam_eval)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 from kiln.contracts import execution_policy
 from kiln.contracts.execution_policy import CAPACITY_CALLS, execution_policies, execution_statements
 from kiln.contracts.permissions_boundary import BOUNDARY_NAME, PCLUSTER_CAPACITY_CALLS, boundary_document
-from tests.contracts.iam_eval import decision
+from tests.support.iam_eval import decision
 
 ACCOUNT = "111122223333"
 VARIABLES = {"aws:PrincipalAccount": ACCOUNT}

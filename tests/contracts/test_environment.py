@@ -14,7 +14,7 @@ import pytest
 
 from kiln.ci.reaper_code.kiln_reaper import contract as lambda_copy
 from kiln.contracts import environment, tags
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 LAMBDA_PACKAGE = ROOT / "kiln" / "ci" / "reaper_code" / "kiln_reaper"
 

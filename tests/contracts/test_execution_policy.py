@@ -30,7 +30,7 @@ from kiln.spec import parse_spec
 from kiln.stacks.ci_identity import identity_execution_policies
 from kiln.stacks.ci_mode import ci_environment
 from kiln.stacks.synth import synthesize
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -1,5 +1,5 @@
 """No sequence of what the CloudFormation execution policies allow makes or changes a role without kiln's permissions
-boundary, and the boundary itself denies every way out of it. IAM's evaluation is modelled in tests/contracts/iam_eval:
+boundary, and the boundary itself denies every way out of it. IAM's evaluation is modelled in tests/support/iam_eval:
 each role-mutating action is tried against every kind of role (kiln's names and others, tagged or not, carrying kiln's
 boundary, another or none)."""
 
@@ -25,7 +25,7 @@ from kiln.contracts.permissions_boundary import (
     boundary_document,
     boundary_problem,
 )
-from tests.contracts.iam_eval import decision
+from tests.support.iam_eval import decision
 
 ACCOUNT = "111122223333"
 VARIABLES = {"aws:PrincipalAccount": ACCOUNT}

@@ -22,7 +22,7 @@ from kiln.dashboards import (
     substitute_variables,
     variable_query,
 )
-from tests.dashboards.promql import metric_names, selectors
+from tests.support.promql import metric_names, selectors
 
 NAMES = ("cluster", "efa", "gpu", "slurm")
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dashboards.promql import Selector, metric_names, selectors, tokenize
+from tests.support.promql import Selector, metric_names, selectors, tokenize
 
 
 def test_selectors_carry_their_matchers_and_skip_functions_and_label_lists() -> None:

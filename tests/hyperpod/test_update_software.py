@@ -18,8 +18,8 @@ from botocore.stub import Stubber
 from kiln.catalog.platforms import service_fact
 from kiln.cli.main import main
 from kiln.hyperpod.software import plan_update, update_request
-from tests.ci.conftest import aws_env as aws_env  # autouse: fake credentials, no user AWS config, a region
-from tests.conftest import ROOT
+from tests.support.fake_aws import aws_env as aws_env  # autouse: fake credentials, no user AWS config, a region
+from tests.support.paths import ROOT
 
 REGION = "us-east-2"  # the example's
 CLUSTER = "llm-hp-slurm"

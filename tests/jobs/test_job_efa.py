@@ -12,9 +12,9 @@ from kiln.catalog.nccl import presets
 from kiln.cli.main import main
 from kiln.jobs.pytorchjob import JOB_FILES_DIR, ClusterFacts, JobRequest, cluster_facts, job_manifests
 from kiln.spec import load_spec
-from tests.efa_node import PLUGIN_DIR, simulate_efa_node
-from tests.jobs.conftest import EXAMPLES, IMAGE, run_container_plan
-from tests.jobs.pytorchjob_schema import check_pytorchjob
+from tests.support.efa_node import PLUGIN_DIR, simulate_efa_node
+from tests.support.jobs import EXAMPLES, IMAGE, run_container_plan
+from tests.support.pytorchjob_schema import check_pytorchjob
 
 
 def _container(job: dict) -> dict:

@@ -16,7 +16,7 @@ from kiln.catalog.neuron import neuron_release
 from kiln.cli.main import main
 from kiln.jobs.pytorchjob import ClusterFacts, JobError, JobRequest, cluster_facts, job_manifests
 from kiln.spec import load_spec
-from tests.jobs.conftest import EXAMPLES, IMAGE, run_container_plan
+from tests.support.jobs import EXAMPLES, IMAGE, run_container_plan
 
 CACHE_ROOT = "/fsx/neuron-compile-cache"
 

@@ -35,8 +35,8 @@ from kiln.jobs.pytorchjob import (
     job_manifests,
 )
 from kiln.spec import load_spec
-from tests.jobs.conftest import EXAMPLES, IMAGE, run_container_plan
-from tests.jobs.pytorchjob_schema import check_pytorchjob
+from tests.support.jobs import EXAMPLES, IMAGE, run_container_plan
+from tests.support.pytorchjob_schema import check_pytorchjob
 
 
 def _facts(example: str) -> ClusterFacts:

@@ -11,8 +11,8 @@ import yaml
 
 from kiln.cli.jobs import MAX_RESTARTS_MAX
 from kiln.cli.main import main
-from tests.conftest import ROOT
-from tests.jobs.conftest import IMAGE
+from tests.support.jobs import IMAGE
+from tests.support.paths import ROOT
 
 SPEC = ROOT / "examples" / "p5-eks.yaml"
 

@@ -10,7 +10,7 @@ from kiln.catalog.kubernetes import TRAINING_POD_LABEL
 from kiln.constructs.eks_disruption import training_budget_manifest
 from kiln.jobs.pytorchjob import JobRequest, cluster_facts, job_manifests
 from kiln.spec import load_spec
-from tests.jobs.conftest import EXAMPLES, IMAGE
+from tests.support.jobs import EXAMPLES, IMAGE
 
 
 def _selected(budget: dict, labels: dict[str, str]) -> bool:

@@ -6,7 +6,8 @@ import os
 import socket
 
 import pytest
-from launcher_helpers import LEAKY_NAMES, LEAKY_PREFIXES
+
+from tests.support.launcher import LEAKY_NAMES, LEAKY_PREFIXES
 
 
 @pytest.fixture(scope="session")

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from launcher_helpers import clean_env, run_launcher
 
 from kiln.launcher import compile_cache, ncclenv
 from kiln.launcher.environment import detect
 from kiln.launcher.errors import LaunchError, UsageError
+from tests.support.launcher import clean_env, run_launcher
 
 ROOT_VARIABLE = "KILN_NEURON_CACHE_ROOT"
 # Node 1 of a two-node Slurm job whose name is no path component as it stands.

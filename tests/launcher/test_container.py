@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from launcher_helpers import clean_env
 
 from kiln.launcher import container
 from kiln.launcher.check import INFORMATIONAL, screen
 from kiln.launcher.errors import LaunchError
 from kiln.stacks.compute_context import MOUNT_POINT
-from tests.conftest import ROOT
+from tests.support.launcher import clean_env
+from tests.support.paths import ROOT
 
 IMAGE = "public.ecr.aws/neuron/pytorch-training-neuronx:2.9.0-neuronx-py312-sdk2.29.1-ubuntu24.04"
 SLURM = {
@@ -338,7 +338,7 @@ def test_an_image_reference_enroot_cannot_import_is_one_line(tmp_path, image):
 
 
 def test_check_says_where_the_training_python_comes_from(monkeypatch):
-    from launcher_helpers import cpu_node
+    from tests.support.launcher import cpu_node
 
     monkeypatch.setenv("KILN_IN_CONTAINER", "1")
     monkeypatch.setenv("KILN_TRAINING_IMAGE", IMAGE)

@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-from launcher_helpers import cpu_node, run_launcher
 
 from kiln.catalog import instance_type
 from kiln.launcher import hardware
@@ -14,6 +13,7 @@ from kiln.launcher.check import FAILED, INFORMATIONAL, NOT_APPLICABLE, PASSED, N
 from kiln.launcher.check_worker import matmul_sanity, relative_error
 from kiln.launcher.nccllog import parse
 from kiln.launcher.neuron import NeuronScan
+from tests.support.launcher import cpu_node, run_launcher
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -9,7 +9,9 @@ import sys
 import time
 
 import pytest
-from launcher_helpers import (
+
+from kiln.launcher.cli import main
+from tests.support.launcher import (
     SUBPROCESS_TIMEOUT_S,
     clean_env,
     kiln_launch_command,
@@ -18,8 +20,6 @@ from launcher_helpers import (
     start_launcher,
     wait_all,
 )
-
-from kiln.launcher.cli import main
 
 
 @pytest.mark.parametrize(

@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from launcher_helpers import clean_env, run_launcher
 
 from kiln.catalog import instance_type
 from kiln.launcher import efa
 from kiln.launcher.errors import LaunchError
-from tests.efa_node import LIBFABRIC_DIR, PLUGIN_DIR, TOOL_DIR, simulate_efa_node
+from tests.support.efa_node import LIBFABRIC_DIR, PLUGIN_DIR, TOOL_DIR, simulate_efa_node
+from tests.support.launcher import clean_env, run_launcher
 
 P5 = instance_type("p5.48xlarge")
 IMAGE = "public.ecr.aws/example/pytorch:2.13"

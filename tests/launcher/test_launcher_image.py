@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from launcher_helpers import cpu_node, run_launcher
 
 from kiln.launcher.check import FAILED, INFORMATIONAL, NOT_APPLICABLE, PASSED, CheckResult, screen
 from kiln.launcher.image import BUNDLE_PINS, IMAGE_DIR, ImageScan, root_of, scan_image
+from tests.support.launcher import cpu_node, run_launcher
 
 # What a PCS bundle wants of three of its install steps, as the bootstrap writes it at boot.
 WANTED = {

@@ -6,10 +6,10 @@ import http.server
 import json
 
 import pytest
-from launcher_helpers import run_launcher
 
 from kiln.launcher.imds import lookup
-from tests.conftest import loopback_server
+from tests.support.launcher import run_launcher
+from tests.support.servers import loopback_server
 
 
 class FakeImds(http.server.BaseHTTPRequestHandler):

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from launcher_helpers import SUBPROCESS_TIMEOUT_S, clean_env
+from tests.support.launcher import SUBPROCESS_TIMEOUT_S, clean_env
 
 FORBIDDEN = ("aws_cdk", "constructs", "cdk_nag", "jsii", "boto3", "botocore", "pydantic", "yaml", "jinja2")
 ALLOWED_KILN = ("kiln", "kiln.catalog", "kiln.launcher")

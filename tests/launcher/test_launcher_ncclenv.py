@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import pytest
-from launcher_helpers import run_launcher
 
 from kiln.launcher.errors import UsageError
 from kiln.launcher.ncclenv import apply, parse_overrides, plan
+from tests.support.launcher import run_launcher
 
 
 def values(nccl_plan) -> dict[str, str]:

@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from launcher_helpers import run_launcher
 
 from kiln.catalog import instance_type
 from kiln.launcher import neuron
@@ -16,6 +15,7 @@ from kiln.launcher.check import FAILED, NOT_APPLICABLE, PASSED, NodeFacts, judge
 from kiln.launcher.errors import UsageError
 from kiln.launcher.launch import local_accelerators
 from kiln.launcher.neuron import NeuronDevice, NeuronScan, parse_neuron_ls
+from tests.support.launcher import run_launcher
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from launcher_helpers import clean_env, run_launcher
 
 from kiln.catalog import instance_type
 from kiln.launcher import ncclenv, precompile
 from kiln.launcher.errors import LaunchError, UsageError
+from tests.support.launcher import clean_env, run_launcher
 
 
 def _tool(directory: Path, *, exit_code: int = 0) -> Path:

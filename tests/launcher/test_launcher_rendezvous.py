@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from launcher_helpers import PROBE_SCRIPT, free_port, start_launcher, wait_all
+
+from tests.support.launcher import PROBE_SCRIPT, free_port, start_launcher, wait_all
 
 # Each test starts several processes that import torch.
 pytestmark = pytest.mark.slow

@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from launcher_helpers import clean_env, only_record, run_launcher
+
+from tests.support.launcher import clean_env, only_record, run_launcher
 
 # Each test starts several processes that import torch.
 pytestmark = pytest.mark.slow

@@ -14,8 +14,8 @@ from kiln.bootstrap import LocalCluster, render_bundle
 from kiln.launcher.image import scan_image
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import parse_spec
-from tests.bootstrap.conftest import stub_network
-from tests.conftest import MINIMAL_SPEC
+from tests.support.node_root import stub_network
+from tests.support.specs import MINIMAL_SPEC
 
 pytestmark = [pytest.mark.e2e]
 

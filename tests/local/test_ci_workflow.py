@@ -24,8 +24,8 @@ from kiln.launcher import cli as launcher_cli
 from kiln.launcher import smoke_options
 from kiln.launcher.errors import UsageError
 from kiln.local.jobs import parse_step
-from tests.conftest import ROOT
-from tests.local.conftest import Settings, free_port, kiln_local
+from tests.support.local import Settings, free_port, kiln_local
+from tests.support.paths import ROOT
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -24,8 +24,9 @@ from kiln.local.exporters import exporter_processes, scrape
 from kiln.local.jobs import parse_step
 from kiln.local.slurm import slurmd_timeout_s
 from kiln.local.state import load
-from tests.conftest import MINIMAL_SPEC, ROOT
-from tests.local.conftest import Settings, kiln_local, kiln_local_popen, unique_settings
+from tests.support.local import Settings, kiln_local, kiln_local_popen, unique_settings
+from tests.support.paths import ROOT
+from tests.support.specs import MINIMAL_SPEC
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.xdist_group("kiln-local")]

@@ -18,8 +18,8 @@ import pytest
 
 from kiln.local import procs
 from kiln.local.state import load
-from tests.conftest import MINIMAL_SPEC
-from tests.local.conftest import Settings, kiln_local, unique_settings
+from tests.support.local import Settings, kiln_local, unique_settings
+from tests.support.specs import MINIMAL_SPEC
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.xdist_group("kiln-local")]
 

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.local.conftest import kiln_local, unique_settings
+from tests.support.local import kiln_local, unique_settings
+from tests.support.paths import ROOT
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("kiln-local")]
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.local.conftest import Settings, free_port, kiln_local
+from tests.support.local import Settings, free_port, kiln_local
+from tests.support.paths import ROOT
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -30,9 +30,18 @@ from kiln.metrics.agent import (
 )
 from kiln.metrics.slurm import DEFAULT_TIMEOUT_S
 from kiln.metrics.targets import parse_exporters, refresh
-from tests.conftest import ROOT
-from tests.metrics.test_cli import EXIT_TIMEOUT_S, STARTUP_TIMEOUT_S, exporter
-from tests.metrics.test_targets import SINFO_TEXT, age, fake_sinfo, path_first, sinfo_prints, snapshot
+from tests.support.metrics import (
+    EXIT_TIMEOUT_S,
+    STARTUP_TIMEOUT_S,
+    age,
+    exporter,
+    fake_sinfo,
+    path_first,
+    sinfo_prints,
+    snapshot,
+)
+from tests.support.metrics_targets import SINFO_TEXT
+from tests.support.paths import ROOT
 
 AMP_URL = "https://aps-workspaces.us-east-1.amazonaws.com/workspaces/ws-0123abcd-4567-89ef/api/v1/remote_write"
 ALL = parse_exporters("node,slurm,dcgm,efa")

@@ -2,95 +2,30 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
-import queue
-import re
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import urllib.request
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.metrics.conftest import (
+from tests.support.metrics import (
     CONTROLLER_DOWN,
+    EXIT_TIMEOUT_S,
     SINFO_TEXT,
     SQUEUE_TEXT,
+    STARTUP_TIMEOUT_S,
     add_rdma_device,
+    exporter,
     labels,
     parse_exposition,
     write_fake_command,
 )
-
-STARTUP_TIMEOUT_S = 20.0
-EXIT_TIMEOUT_S = 15.0
-SERVING = re.compile(r"^kiln-metrics (slurm|efa): serving http://127\.0\.0\.1:(\d+)/metrics$")
-
-
-@dataclass
-class Exporter:
-    """A running `python -m kiln.metrics`, its stderr lines read by a thread as they come."""
-
-    process: subprocess.Popen[str]
-    lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
-    seen: list[str] = field(default_factory=list)
-
-    def next_line(self, timeout_s: float = STARTUP_TIMEOUT_S) -> str:
-        line = self.lines.get(timeout=timeout_s)
-        assert line is not None, f"exporter exited ({self.process.wait(EXIT_TIMEOUT_S)}) after {self.seen}"
-        self.seen.append(line)
-        return line
-
-    def port(self) -> int:
-        line = self.next_line()
-        match = SERVING.match(line)
-        assert match, line
-        return int(match.group(2))
-
-    def rest(self) -> list[str]:
-        """Return the stderr lines after those read, once the process has exited."""
-        lines = []
-        while (line := self.lines.get(timeout=EXIT_TIMEOUT_S)) is not None:
-            lines.append(line)
-        return lines
-
-
-def _pump(stream, lines: queue.Queue[str | None]) -> None:
-    for line in stream:
-        lines.put(line.rstrip("\n"))
-    lines.put(None)
-
-
-@contextlib.contextmanager
-def exporter(args: Sequence[str], env: Mapping[str, str] | None = None) -> Iterator[Exporter]:
-    """Start `python -m kiln.metrics ARGS`; kill it on the way out if the test left it running."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kiln.metrics", *args],
-        cwd=ROOT,
-        env=dict(env) if env is not None else None,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    running = Exporter(process)
-    pump = threading.Thread(target=_pump, args=(process.stderr, running.lines), daemon=True)
-    pump.start()
-    try:
-        yield running
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(EXIT_TIMEOUT_S)
-        pump.join(EXIT_TIMEOUT_S)
-        process.stderr.close()
+from tests.support.paths import ROOT
 
 
 def _get(port: int) -> str:

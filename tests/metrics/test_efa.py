@@ -9,7 +9,7 @@ import pytest
 from prometheus_client.registry import CollectorRegistry
 
 from kiln.metrics.efa import EfaCollector, counter_name, find_efa_devices, port_is_active, read_ports
-from tests.metrics.conftest import add_rdma_device, exposition, families_of, labels, parse_exposition
+from tests.support.metrics import add_rdma_device, exposition, families_of, labels, parse_exposition
 
 # Port counters the efa driver exposes (drivers/infiniband/hw/efa/efa_verbs.c), plus the rdma core's lifespan.
 EFA_COUNTERS = {

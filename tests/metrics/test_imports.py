@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 PACKAGE = ROOT / "kiln" / "metrics"
 # The exporters' names and ports and the region's shape: kiln.catalog is standard library only, in kiln's wheel.

@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.registry import CollectorRegistry
 
 from kiln.metrics.slurm import SINFO_COMMAND, SQUEUE_COMMAND, SlurmCollector
-from tests.metrics.conftest import (
+from tests.support.metrics import (
     CONTROLLER_DOWN,
     SINFO_TEXT,
     SQUEUE_TEXT,

@@ -18,7 +18,7 @@ from kiln.metrics.slurm import (
     parse_squeue,
     pending_reason,
 )
-from tests.metrics.conftest import SINFO_TEXT, SQUEUE_TEXT, families_of, labels
+from tests.support.metrics import SINFO_TEXT, SQUEUE_TEXT, families_of, labels
 
 # Slurm's description of a job pending in two partitions whose nodes are busy (squeue %r prints it).
 NODES_UNAVAILABLE = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority partitions"

@@ -26,26 +26,20 @@ from kiln.metrics.targets import (
     refresh,
     write_if_changed,
 )
-from tests.conftest import ROOT
-from tests.metrics.conftest import CONTROLLER_DOWN
-from tests.metrics.test_cli import EXIT_TIMEOUT_S, STARTUP_TIMEOUT_S, exporter
+from tests.support.metrics import (
+    CONTROLLER_DOWN,
+    EXIT_TIMEOUT_S,
+    STARTUP_TIMEOUT_S,
+    age,
+    exporter,
+    fake_sinfo,
+    path_first,
+    sinfo_prints,
+    snapshot,
+)
+from tests.support.metrics_targets import SINFO_TEXT
+from tests.support.paths import ROOT
 
-# What `sinfo --noheader --Node --all --Format=NodeList:|,NodeAddr:|,StateLong:|,Gres:` prints on a
-# ParallelCluster-like cluster: one line per node and partition, so p5-st-p5-1 (in gpu and debug) twice.
-SINFO_TEXT = """\
-p5-st-p5-1|10.0.64.11|mixed|gpu:h100:8(S:0-1)
-p5-st-p5-2|10.0.64.12|allocated|gpu:h100:8(S:0-1)
-p5-dy-p5-3|p5-dy-p5-3|idle~|gpu:h100:8(S:0-1)
-p5-dy-p5-4|10.0.64.14|mix#|gpu:h100:8(S:0-1)
-p5-st-p5-5|10.0.64.15|down*|gpu:h100:8(S:0-1)
-p5-st-p5-6|10.0.64.16|drained|gpu:h100:8(S:0-1),gpu:a10g:1
-p5-st-p5-1|10.0.64.11|mixed|gpu:h100:8(S:0-1)
-cpu-st-c7-1|10.0.32.5|idle|(null)
-cpu-dy-c7-2|10.0.32.6|down~|(null)
-cpu-st-c7-3||idle|(null)
-trn-st-trn1-1|10.0.96.7|draining@|neuron:16
-head|10.0.0.2|idle%|(null)
-"""
 ADDRESSES = {
     "cpu-st-c7-1": "10.0.32.5",
     "head": "10.0.0.2",
@@ -70,22 +64,6 @@ def _read(path: Path) -> list[dict]:
     return json.loads(path.read_text())
 
 
-def fake_sinfo(bin_dir: Path, script: str) -> None:
-    """Make BIN_DIR/sinfo run SCRIPT, switched atomically: a running loop never reads half a change."""
-    sinfo = bin_dir / "sinfo"
-    if not sinfo.exists():
-        bin_dir.mkdir(parents=True, exist_ok=True)
-        sinfo.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$0.args"\n. "$0.now"\n')
-        sinfo.chmod(0o755)
-    draft = bin_dir / "sinfo.draft"
-    draft.write_text(script)
-    os.replace(draft, bin_dir / "sinfo.now")
-
-
-def sinfo_prints(text: str) -> str:
-    return f"cat <<'SINFO'\n{text}SINFO\n"
-
-
 def sinfo_fails(message: str = CONTROLLER_DOWN) -> str:
     return f"echo '{message}' >&2\nexit 1\n"
 
@@ -98,10 +76,6 @@ def fake_bin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return bin_dir
 
 
-def path_first(bin_dir: Path) -> dict[str, str]:
-    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-
-
 def _run(args: list[str], env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "kiln.metrics", "targets", *args],
@@ -112,21 +86,6 @@ def _run(args: list[str], env: Mapping[str, str] | None = None) -> subprocess.Co
         timeout=STARTUP_TIMEOUT_S,
         stdin=subprocess.DEVNULL,
     )
-
-
-def snapshot(directory: Path) -> dict[str, tuple[str, int, int]]:
-    """Each file's content, inode and mtime: a rewrite changes the inode (os.replace), a touch the mtime."""
-    return {
-        path.name: (path.read_text(), path.stat().st_ino, path.stat().st_mtime_ns)
-        for path in sorted(directory.iterdir())
-    }
-
-
-def age(directory: Path) -> None:
-    # An hour back, so a rewrite within the same clock tick still shows.
-    for path in directory.iterdir():
-        stat = path.stat()
-        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns - 3600 * 10**9))
 
 
 def test_the_command_asks_for_machine_readable_output() -> None:

@@ -14,12 +14,11 @@ from kiln.preflight.aws import AwsClients
 from kiln.preflight.checks import bootstrap
 from kiln.preflight.findings import BLOCKING
 from kiln.preflight.run import all_checks, run_preflight
-from tests.preflight.conftest import ACCOUNT, REGION, aws_env, client_error, make_plan, stubbed
+from tests.support.fake_aws import ACCOUNT, REGION
+from tests.support.preflight import client_error, make_plan, stubbed
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow
-
-__all__ = ["aws_env"]
 
 ROLE = f"cdk-hnb659fds-cfn-exec-role-{ACCOUNT}-{REGION}"
 TRUST = {

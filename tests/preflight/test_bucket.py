@@ -15,7 +15,8 @@ from kiln.preflight.checks import bucket
 from kiln.preflight.plan import plan_for
 from kiln.preflight.run import run_check
 from kiln.spec import parse_spec
-from tests.preflight.conftest import ACCOUNT, BASE_SPEC, REGION, client_error, make_plan, merged, stubbed
+from tests.support.fake_aws import ACCOUNT, REGION
+from tests.support.preflight import BASE_SPEC, client_error, make_plan, merged, stubbed
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ import ast
 
 from kiln.preflight.check import Check
 from kiln.preflight.run import all_checks
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 CHECKS = sorted((ROOT / "kiln" / "preflight" / "checks").glob("*.py"))
 

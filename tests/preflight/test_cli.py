@@ -11,7 +11,7 @@ from moto import mock_aws
 
 from kiln.cli.main import main
 from kiln.preflight import run
-from tests.preflight.conftest import BASE_SPEC, merged
+from tests.support.preflight import BASE_SPEC, merged
 
 # What moto answers in full; it has no Service Quotas for EC2 or FSx and no capacity reservations.
 MOTO_ANSWERS = ("services", "offerings", "subnet", "image", "bucket")

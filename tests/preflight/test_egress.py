@@ -7,7 +7,8 @@ import pytest
 
 from kiln.preflight.checks import egress
 from kiln.preflight.plan import Plan
-from tests.preflight.conftest import AZ, REGION, make_plan
+from tests.support.fake_aws import REGION
+from tests.support.preflight import AZ, make_plan
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

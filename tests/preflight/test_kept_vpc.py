@@ -10,7 +10,8 @@ from kiln.contracts.tags import TAG_CLUSTER, TAG_ENVIRONMENT
 from kiln.preflight.checks import bucket, egress, kept_vpc, leftovers
 from kiln.preflight.checks.kept_vpc import stack_tags
 from kiln.preflight.run import run_check
-from tests.preflight.conftest import AZ, REGION, make_plan
+from tests.support.fake_aws import REGION
+from tests.support.preflight import AZ, make_plan
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 from kiln.catalog.platforms import service_fact
 from kiln.contracts.tags import TAG_CLUSTER
 from kiln.preflight.checks import leftovers
-from tests.preflight.conftest import make_plan
+from tests.support.preflight import make_plan
 
 # The slow tier (`make test-slow`): moto's account setup and the leftovers search take over 14 s on 2 cores.
 pytestmark = pytest.mark.slow

@@ -21,7 +21,8 @@ from kiln.cli.main import main
 from kiln.contracts.tags import TAG_CLUSTER, TAG_ENVIRONMENT
 from kiln.preflight.checks import leftovers
 from kiln.preflight.run import run_check
-from tests.preflight.conftest import BASE_SPEC, REGION, client_error, make_plan, merged, stubbed
+from tests.support.fake_aws import REGION
+from tests.support.preflight import BASE_SPEC, client_error, make_plan, merged, stubbed
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

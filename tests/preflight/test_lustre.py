@@ -10,7 +10,7 @@ import pytest
 
 from kiln.preflight.checks import lustre
 from kiln.preflight.run import run_check
-from tests.preflight.conftest import client_error, make_plan, stubbed
+from tests.support.preflight import client_error, make_plan, stubbed
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -9,7 +9,8 @@ from kiln.catalog.platforms import service_fact
 from kiln.preflight.checks import network_quotas
 from kiln.preflight.checks.network_quotas import needs, quotas
 from kiln.preflight.run import run_check
-from tests.preflight.conftest import AZ, REGION, client_error, make_plan, stubbed
+from tests.support.fake_aws import REGION
+from tests.support.preflight import AZ, client_error, make_plan, stubbed
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -18,7 +18,7 @@ from kiln.catalog import instance_type
 from kiln.catalog.interfaces import EFA_ONLY, parallelcluster_addresses
 from kiln.catalog.platforms import service_fact
 from kiln.preflight.checks import subnet
-from tests.preflight.conftest import make_plan
+from tests.support.preflight import make_plan
 
 QUEUES_STACK = Path(inspect.getfile(pcluster)).parent / "templates" / "queues_stack.py"
 TYPES = ("p5.48xlarge", "p5en.48xlarge", "p4d.24xlarge", "p6-b300.48xlarge", "trn1.32xlarge", "g5.12xlarge")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 
 from kiln.contracts import permissions
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 CHECKS = sorted((ROOT / "kiln" / "preflight" / "checks").glob("*.py"))
 

@@ -8,8 +8,8 @@ from kiln.catalog import instance_type
 from kiln.catalog.interfaces import addresses_with_efa_everywhere, efa_layout, layout_addresses
 from kiln.preflight.plan import plan_for
 from kiln.spec import load_spec
-from tests.conftest import ROOT
-from tests.preflight.conftest import make_plan
+from tests.support.paths import ROOT
+from tests.support.preflight import make_plan
 
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 

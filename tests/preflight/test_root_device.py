@@ -11,7 +11,7 @@ import pytest
 from kiln.catalog.platforms import root_device_name
 from kiln.preflight.checks import image
 from kiln.preflight.root_device import mismatch
-from tests.preflight.conftest import make_plan, stubbed
+from tests.support.preflight import make_plan, stubbed
 
 # The slow tier (`make test-slow`): moto's account setup puts this module over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

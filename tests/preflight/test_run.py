@@ -14,7 +14,8 @@ from kiln.preflight import run
 from kiln.preflight.findings import Finding, Report
 from kiln.preflight.run import Check, preflight, run_preflight
 from kiln.spec.load import parse_spec
-from tests.preflight.conftest import BASE_SPEC, REGION, client_error, make_plan, stubbed
+from tests.support.fake_aws import REGION
+from tests.support.preflight import BASE_SPEC, client_error, make_plan, stubbed
 
 
 def _finding(check: str, status: str, subject: str = "it") -> Finding:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kiln.preflight.checks import services
 from kiln.preflight.run import run_check
-from tests.preflight.conftest import client_error, make_plan, stubbed
+from tests.support.preflight import client_error, make_plan, stubbed
 
 
 def test_every_service_offered_is_one_ok_line(aws) -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from kiln.preflight.checks import subnet
 from kiln.preflight.run import run_check
-from tests.preflight.conftest import AZ, client_error, make_plan, stubbed
+from tests.support.preflight import AZ, client_error, make_plan, stubbed
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

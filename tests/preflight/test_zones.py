@@ -10,7 +10,7 @@ import pytest
 
 from kiln.preflight.checks import zones
 from kiln.preflight.run import run_check
-from tests.preflight.conftest import make_plan, stubbed
+from tests.support.preflight import make_plan, stubbed
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -8,30 +8,9 @@ import copy
 
 import pytest
 
-from tests.conftest import MINIMAL_SPEC
-from tests.conftest import spec_problems as problems
-
-SECOND_AZ = {"second_availability_zone": "us-east-1b"}
-EKS_COMPUTE = {
-    "eks": {"backend": "eks"},
-    "hyperpod-eks": {"backend": "hyperpod", "orchestrator": "eks"},
-}
-ON = {"eks": "eks", "hyperpod-eks": "hyperpod with EKS"}
-
-
-def eks_spec(platform: str, **top) -> dict:
-    """Return MINIMAL_SPEC on PLATFORM (EKS needs a second AZ; HyperPod's groups a fixed size), with TOP merged in."""
-    spec = copy.deepcopy(MINIMAL_SPEC)
-    spec["network"] = dict(SECOND_AZ)
-    spec["compute"] |= EKS_COMPUTE[platform]
-    if platform == "hyperpod-eks":
-        spec["compute"]["groups"][0]["min_count"] = spec["compute"]["groups"][0]["max_count"]
-    for key, value in top.items():
-        if value is None:
-            spec.pop(key, None)
-        else:
-            spec[key] = value
-    return spec
+from tests.support.eks_specs import EKS_COMPUTE, ON, eks_spec
+from tests.support.specs import MINIMAL_SPEC
+from tests.support.specs import spec_problems as problems
 
 
 @pytest.mark.parametrize("platform", sorted(EKS_COMPUTE))

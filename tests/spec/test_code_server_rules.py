@@ -12,8 +12,8 @@ from kiln.bootstrap.local_target import LocalCluster
 from kiln.node_config.code_server import local_code_server_user
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import parse_spec
-from tests.conftest import MINIMAL_SPEC
-from tests.conftest import spec_problems as problems
+from tests.support.specs import MINIMAL_SPEC
+from tests.support.specs import spec_problems as problems
 
 SLURM_COMPUTE = {
     "pcs": {"backend": "pcs"},

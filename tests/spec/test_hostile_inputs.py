@@ -23,8 +23,8 @@ from kiln.spec import ClusterSpec, Problem, SpecError, parse_spec
 from kiln.spec.problems import MAX_ECHO_CHARS, MAX_MESSAGE_CHARS, MAX_PROBLEM_LINES, dotted, printable, shown
 from kiln.spec.rules import ci as ci_rules
 from kiln.spec.rules import launcher as launcher_rules
-from tests.conftest import MINIMAL_SPEC
-from tests.conftest import spec_problems as _lines
+from tests.support.specs import MINIMAL_SPEC
+from tests.support.specs import spec_problems as _lines
 
 BASE = {**MINIMAL_SPEC, "name": "hostile"}
 

@@ -24,7 +24,7 @@ from kiln.catalog.names import known_regions
 from kiln.cli.main import main
 from kiln.spec import ClusterSpec, SpecError, parse_spec
 from kiln.spec.models import PATTERN_RULES
-from tests.conftest import MINIMAL_SPEC
+from tests.support.specs import MINIMAL_SPEC
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from kiln.cli.main import main
-from tests.conftest import MINIMAL_SPEC
+from tests.support.specs import MINIMAL_SPEC, assert_refused_in_one_line
 
 VALID = MINIMAL_SPEC
 
@@ -332,22 +332,6 @@ def test_invalid_spec_is_one_line_naming_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture, spec: dict, field: str, words: str
 ) -> None:
     assert_refused_in_one_line(tmp_path, capsys, spec, field, words)
-
-
-def assert_refused_in_one_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture, spec: dict, field: str, words: str
-) -> None:
-    """Assert that `kiln validate` refuses SPEC with exit 2 and one line that names FIELD and says WORDS."""
-    path = tmp_path / "cluster.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    assert main(["validate", str(path)]) == 2
-    out, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, lines
-    assert lines[0].startswith(f"{path}:")
-    assert f": {field}: " in lines[0]
-    assert words in lines[0]
-    assert "Traceback" not in err + out
 
 
 def test_the_table_has_at_least_twenty_cases() -> None:

@@ -12,8 +12,8 @@ import yaml
 
 from kiln.cli.main import main
 from kiln.spec import parse_spec
-from tests.conftest import MINIMAL_SPEC
-from tests.conftest import spec_problems as _lines
+from tests.support.specs import MINIMAL_SPEC
+from tests.support.specs import spec_problems as _lines
 
 GPU = {"name": "gpu", "instance_type": "p5.48xlarge", "max_count": 2}
 TRN = {"name": "trn", "instance_type": "trn1.32xlarge", "max_count": 2}

@@ -8,7 +8,7 @@ import pytest
 
 from kiln.spec import SpecError
 from kiln.spec.load import parse_spec
-from tests.conftest import MINIMAL_SPEC
+from tests.support.specs import MINIMAL_SPEC
 
 EXISTING = {"vpc_id": "vpc-0123456789abcdef0", "private_subnet_id": "subnet-0123456789abcdef0"}
 

@@ -11,8 +11,8 @@ import yaml
 
 from kiln.cli.main import main
 from kiln.spec import parse_spec
-from tests.conftest import MINIMAL_SPEC
-from tests.conftest import spec_problems as problems
+from tests.support.specs import MINIMAL_SPEC
+from tests.support.specs import spec_problems as problems
 
 RTD = "https://awsdocs-neuron.readthedocs-hosted.com/en"
 EOS_LITE = f"{RTD}/latest/about-neuron/announcements/neuron2.x/announce-eos-libtorch-neuronx-lite.html"

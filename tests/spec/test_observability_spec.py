@@ -11,7 +11,7 @@ from kiln.node_config.exporters import LOCAL_EXPORTERS, local_exporters, node_ex
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import ClusterSpec, SpecError, load_spec
 from kiln.spec.rules import check
-from tests.conftest import MINIMAL_SPEC
+from tests.support.specs import MINIMAL_SPEC
 
 
 def _spec(observability: dict | None, **compute: object) -> ClusterSpec:

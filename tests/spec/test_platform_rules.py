@@ -10,20 +10,11 @@ import pytest
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import parse_spec
 from kiln.spec.rules import software as software_rules
-from tests.conftest import MINIMAL_SPEC
-from tests.conftest import spec_problems as problems
+from tests.support.eks_specs import HYPERPOD_EKS, spec_with
+from tests.support.specs import MINIMAL_SPEC
+from tests.support.specs import spec_problems as problems
 
 AMI = "ami-0123456789abcdef0"
-
-
-def spec_with(**compute) -> dict:
-    """Return MINIMAL_SPEC (p5 on PCS) with COMPUTE merged into compute; software and storage via keys."""
-    spec = copy.deepcopy(MINIMAL_SPEC)
-    for key in ("software", "storage"):
-        if key in compute:
-            spec[key] = compute.pop(key)
-    spec["compute"] |= compute
-    return spec
 
 
 def test_a_pin_on_what_the_image_owns_is_one_line_with_the_source() -> None:
@@ -193,13 +184,6 @@ def test_a_stock_bake_needs_the_region_whose_installers_it_fetches() -> None:
     del spec["region"], spec["availability_zone"]
     [line] = problems(spec)
     assert line.startswith("x.yaml: region: is required with base: stock")
-
-
-HYPERPOD_EKS = {
-    "backend": "hyperpod",
-    "orchestrator": "eks",
-    "groups": [{"name": "gpu", "instance_type": "p5.48xlarge", "min_count": 2, "max_count": 2}],
-}
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import copy
 import pytest
 
 from kiln.catalog.platforms import service_fact
-from tests.conftest import MINIMAL_SPEC, spec_problems
+from tests.support.specs import MINIMAL_SPEC, spec_problems
 
 
 def problems(tags: dict[str, str]) -> list[str]:

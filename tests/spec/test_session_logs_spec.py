@@ -9,9 +9,9 @@ import copy
 import pytest
 
 from kiln.spec import parse_spec
-from tests.conftest import MINIMAL_SPEC
-from tests.conftest import spec_problems as problems
-from tests.spec.test_code_server_eks_rules import EKS_COMPUTE, ON, eks_spec
+from tests.support.eks_specs import EKS_COMPUTE, ON, eks_spec
+from tests.support.specs import MINIMAL_SPEC
+from tests.support.specs import spec_problems as problems
 
 BACKENDS = {
     "parallelcluster": {"backend": "parallelcluster"},

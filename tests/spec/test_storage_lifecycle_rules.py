@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from kiln.spec import parse_spec
-from tests.conftest import MINIMAL_SPEC
-from tests.spec.test_invalid_specs import assert_refused_in_one_line
+from tests.support.specs import MINIMAL_SPEC, assert_refused_in_one_line
 
 NETWORK = {"vpc_id": "vpc-0123456789abcdef0", "private_subnet_id": "subnet-0123456789abcdef0"}
 ATTACH = {

@@ -14,7 +14,7 @@ import yaml
 from kiln.cli.main import main
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import SpecError, load_spec, parse_spec
-from tests.conftest import MINIMAL_SPEC
+from tests.support.specs import MINIMAL_SPEC
 
 SCRIPT = "#!/bin/bash\necho ready\n"
 GROUP = {"name": "gpu", "instance_type": "p5.48xlarge", "max_count": 2}

@@ -13,7 +13,7 @@ import yaml
 
 from kiln.cli.main import main
 from kiln.spec.rules import software as software_rules
-from tests.conftest import DELETE, MINIMAL_SPEC, changed
+from tests.support.specs import DELETE, MINIMAL_SPEC, changed
 
 FSX = "https://docs.aws.amazon.com/fsx/latest/LustreGuide/managing-storage-capacity.html"
 EKS = "https://docs.aws.amazon.com/eks/latest/userguide/update-cluster.html"

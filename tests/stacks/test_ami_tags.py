@@ -12,7 +12,7 @@ from kiln.contracts.tags import TAG_PIN_PREFIX
 from kiln.spec import SpecError
 from kiln.spec.load import load_spec, parse_spec
 from kiln.stacks.app import build_cluster, new_app
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 BAKED = ROOT / "examples" / "p5-pcs-baked.yaml"
 

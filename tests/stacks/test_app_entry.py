@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from kiln.stacks.app import NO_SPEC
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

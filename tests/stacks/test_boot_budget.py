@@ -15,8 +15,8 @@ from kiln.cli.main import main
 from kiln.node_config.budget import boot_budget, parallelcluster_timeouts
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import load_spec
-from tests.conftest import MINIMAL_SPEC
-from tests.constructs.pcluster_schema import concrete, load_with_official_schema
+from tests.support.pcluster_schema import concrete, load_with_official_schema
+from tests.support.specs import MINIMAL_SPEC
 
 # The user's own PCS AMI (base: own): kiln installs the NVIDIA driver and EFA on it at every boot.
 OWN_AMI = {"ami_id": "ami-0123456789abcdef0", "base": "own"}

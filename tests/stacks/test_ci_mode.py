@@ -23,7 +23,7 @@ from kiln.stacks.ci_mode import CiEnvironment, ci_environment, environment_spec,
 from kiln.stacks.network import NetworkStack
 from kiln.stacks.synth import nag_report, stack_results
 from kiln.stacks.synth import synthesize as kiln_synthesize
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -13,9 +13,10 @@ import pytest
 
 from kiln.catalog.code_server import CODE_SERVER_PORT
 from kiln.spec import load_spec
-from tests.conftest import EXAMPLES, changed
-from tests.stacks.day_two import assert_updates, example, templates
-from tests.stacks.test_code_server_eks import _ingress_rules, _opens
+from tests.support.code_server import _ingress_rules, _opens
+from tests.support.day_two import assert_updates, example, templates
+from tests.support.paths import EXAMPLES
+from tests.support.specs import changed
 
 SLURM_EXAMPLES = [
     path.stem

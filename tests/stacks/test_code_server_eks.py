@@ -13,8 +13,10 @@ import pytest
 
 from kiln.catalog.code_server import CODE_SERVER_DEPLOYMENT, CODE_SERVER_NAMESPACE, CODE_SERVER_PORT, pod_home
 from kiln.spec import load_spec
-from tests.conftest import DELETE, EXAMPLES, changed
-from tests.stacks.day_two import assert_updates, example, templates
+from tests.support.code_server import _ingress_rules, _opens
+from tests.support.day_two import assert_updates, example, templates
+from tests.support.paths import EXAMPLES
+from tests.support.specs import DELETE, changed
 
 EKS_EXAMPLES = [
     path.stem
@@ -42,30 +44,6 @@ def _objects(template: dict) -> list[dict]:
         if resource["Type"] == "Custom::AWSCDK-EKS-KubernetesResource"
         for obj in json.loads(_text(resource["Properties"]["Manifest"]))
     ]
-
-
-def _opens(rule: dict, group_id: Any, port: int) -> bool:
-    """Return whether ingress RULE of the group GROUP_ID lets PORT in: a port range that holds it, or all traffic from
-    anything but the group itself (EFA's rule: its members talk to each other on every port)."""
-    protocol = str(rule.get("IpProtocol"))
-    if protocol in ("-1", "all"):
-        return rule.get("SourceSecurityGroupId") != group_id
-    if protocol not in ("tcp", "6"):
-        return False
-    return int(rule["FromPort"]) <= port <= int(rule["ToPort"])
-
-
-def _ingress_rules(template: dict) -> list[tuple[str, dict, Any]]:
-    """Every ingress rule of TEMPLATE: (resource, rule, the group it belongs to, as the template refers to it)."""
-    rules = []
-    for name, resource in template["Resources"].items():
-        props = resource.get("Properties", {})
-        if resource["Type"] == "AWS::EC2::SecurityGroup":
-            group = {"Fn::GetAtt": [name, "GroupId"]}
-            rules += [(name, rule, group) for rule in props.get("SecurityGroupIngress", [])]
-        elif resource["Type"] == "AWS::EC2::SecurityGroupIngress":
-            rules.append((name, props, props["GroupId"]))
-    return rules
 
 
 def test_the_eks_examples_are_the_ones_expected() -> None:

@@ -15,8 +15,8 @@ import yaml
 from kiln.catalog.platforms import service_fact
 from kiln.changes import link_collisions, plan
 from kiln.changes.links import overlaps
-from tests.conftest import MINIMAL_SPEC, changed
-from tests.stacks.day_two import assert_updates, deploy_plan
+from tests.support.day_two import assert_updates, deploy_plan
+from tests.support.specs import MINIMAL_SPEC, changed
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module synthesizes four specs.
 pytestmark = pytest.mark.slow

@@ -32,8 +32,8 @@ from kiln.changes import (
 )
 from kiln.stacks import FEATURE_FLAGS
 from kiln.stacks.app import FIXED_TAG_TYPES
-from tests.conftest import DELETE, MINIMAL_SPEC, changed
-from tests.stacks.day_two import assert_refused, assert_updates, deploy_plan, example, templates
+from tests.support.day_two import assert_refused, assert_updates, deploy_plan, example, templates
+from tests.support.specs import DELETE, MINIMAL_SPEC, changed
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

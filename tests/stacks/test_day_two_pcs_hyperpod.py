@@ -12,7 +12,7 @@ import pytest
 from kiln.catalog.platforms import service_fact
 from kiln.changes import CUSTOM_NAME_RULE, Action, create_only, plan
 from kiln.constructs.pcs import node_group_name
-from tests.stacks.day_two import assert_refused, deploy_plan, example, templates
+from tests.support.day_two import assert_refused, deploy_plan, example, templates
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -14,7 +14,8 @@ import pytest
 from kiln.spec import load_spec
 from kiln.stacks.compute import has_compute
 from kiln.stacks.synth import lint_template, nag_report
-from tests.conftest import EXAMPLES, NODE_BIN, ROOT, run_app
+from tests.support.assemblies import run_app
+from tests.support.paths import EXAMPLES, NODE_BIN, ROOT
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

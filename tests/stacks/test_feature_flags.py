@@ -14,8 +14,9 @@ import pytest
 
 from kiln.contracts.tags import TAG_CLUSTER, TAG_ENVIRONMENT
 from kiln.stacks import FEATURE_FLAGS
-from tests.conftest import EXAMPLES, ROOT, changed
-from tests.stacks.day_two import assembly, deploy_plan, example, templates
+from tests.support.day_two import assembly, deploy_plan, example, templates
+from tests.support.paths import EXAMPLES, ROOT
+from tests.support.specs import changed
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

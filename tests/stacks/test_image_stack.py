@@ -15,7 +15,7 @@ from kiln.contracts.outputs import ImageOutput
 from kiln.spec import parse_spec
 from kiln.stacks.app import build_cluster, new_app
 from kiln.stacks.ci_mode import ci_environment
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 BAKED = "p5-pcs-baked"
 PARENT = "ami-0123456789abcdef0"

@@ -26,10 +26,10 @@ from kiln.changes.parallelcluster import UPDATE_POLICIES, cluster_configuration,
 from kiln.cli.diff import backend_refusals
 from kiln.contracts.tags import TAG_CLUSTER
 from kiln.stacks.ci_mode import CiEnvironment
-from tests.conftest import changed, spec_problems
-from tests.constructs.pcluster_schema import concrete, load_with_official_schema
-from tests.constructs.test_parallelcluster_updates import kilns_verdict, parallelclusters_verdict
-from tests.stacks.day_two import assert_updates, deploy_plan, example, templates
+from tests.support.day_two import assert_updates, deploy_plan, example, templates
+from tests.support.parallelcluster import kilns_verdict, parallelclusters_verdict
+from tests.support.pcluster_schema import concrete, load_with_official_schema
+from tests.support.specs import changed, spec_problems
 
 pytestmark = pytest.mark.slow
 
@@ -207,7 +207,7 @@ def test_kiln_validate_refuses_more_tags_than_a_parallelcluster_node_can_carry_i
 def test_parallelcluster_refuses_more_tags_than_its_configuration_takes_with_its_providers() -> None:
     import dataclasses
 
-    from tests.constructs.test_parallelcluster import build_props
+    from tests.support.parallelcluster import build_props
 
     _, props = build_props("on-demand", None, login_count=0)
     assert dataclasses.replace(props, tags={f"k{i}": "v" for i in range(39)}).tags

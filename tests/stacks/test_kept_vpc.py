@@ -23,7 +23,7 @@ from kiln.contracts.kept_network import KEPT_SUBNET_LOGICAL_ID, KEPT_VPC_LOGICAL
 from kiln.spec import parse_spec
 from kiln.stacks.app import environment, new_app
 from kiln.stacks.network import NetworkStack
-from tests.conftest import MINIMAL_SPEC, spec_problems
+from tests.support.specs import MINIMAL_SPEC, spec_problems
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -26,48 +26,22 @@ from kiln.stacks.network import NetworkStack, endpoint_names
 from kiln.stacks.synth import lint_template, nag_report
 from kiln.stacks.tidy import add_template_aspects
 from kiln.stacks.zones import needs_two_zones
-from tests.conftest import EXAMPLES, MINIMAL_SPEC, ROOT
+from tests.support.network_zones import (
+    ACCOUNT_ENV,
+    AGNOSTIC_ACCOUNT,
+    EKS,
+    HYPERPOD_EKS,
+    LOOKUP,
+    missing_context,
+    network,
+    spec_of,
+    subnet_zones,
+)
+from tests.support.paths import EXAMPLES, ROOT
+from tests.support.specs import MINIMAL_SPEC
 
 # The slow tier (`make test-slow`): about 10 s of syntheses, beside test_zone_answer.py.
 pytestmark = pytest.mark.slow
-
-ACCOUNT = "123456789012"
-LOOKUP = f"availability-zones:account={ACCOUNT}:region=us-east-1"
-ACCOUNT_ENV = cdk.Environment(account=ACCOUNT, region="us-east-1")
-AGNOSTIC_ACCOUNT = cdk.Environment(region="us-east-1")
-EKS = {"backend": "eks", "groups": [{"name": "gpu", "instance_type": "p5.48xlarge", "max_count": 2}]}
-HYPERPOD_EKS = {
-    "backend": "hyperpod",
-    "orchestrator": "eks",
-    "groups": [{"name": "gpu", "instance_type": "p5.48xlarge", "min_count": 2, "max_count": 2}],
-}
-
-
-def spec_of(compute: dict | None = None, **fields: object):
-    data = copy.deepcopy(MINIMAL_SPEC)
-    if compute is not None:
-        data["compute"] = copy.deepcopy(compute)
-    data.update(fields)
-    return parse_spec(data, "spec.yaml")
-
-
-def network(spec, *, env: cdk.Environment = AGNOSTIC_ACCOUNT, zones: list[str] | None = None) -> NetworkStack:
-    """Build SPEC's network stack alone, in a fresh app that has looked the account's AZs up as ZONES (if given)."""
-    app = new_app()
-    if zones is not None:
-        app.node.set_context(LOOKUP, zones)
-    return NetworkStack(app, f"{spec.name}-network", spec=spec, env=env)
-
-
-def missing_context(stack: NetworkStack) -> list[str]:
-    """Return the keys of the context lookups STACK's app left for the CDK CLI to run."""
-    manifest = Path(cdk.App.of(stack).synth().directory) / "manifest.json"
-    return [entry["key"] for entry in json.loads(manifest.read_text()).get("missing", [])]
-
-
-def subnet_zones(stack: NetworkStack) -> list[str]:
-    """Return the AZ of each private subnet, the compute subnet first."""
-    return [subnet.availability_zone for subnet in stack.training_vpc.vpc.private_subnets]
 
 
 def test_the_spec_names_the_second_az_whatever_the_lookup_lists() -> None:

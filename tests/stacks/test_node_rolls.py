@@ -12,8 +12,8 @@ import yaml
 
 from kiln.changes import Plan
 from kiln.cli.main import main
-from tests.conftest import changed
-from tests.stacks.day_two import deploy_plan, example
+from tests.support.day_two import deploy_plan, example
+from tests.support.specs import changed
 
 pytestmark = pytest.mark.slow  # the EKS example synthesized before and after each change
 

@@ -15,8 +15,8 @@ import yaml
 from kiln.changes import one_way_rules
 from kiln.spec import parse_spec
 from kiln.spec.rules import software as software_rules
-from tests.conftest import changed
-from tests.stacks.day_two import deploy_plan, example, templates
+from tests.support.day_two import deploy_plan, example, templates
+from tests.support.specs import changed
 
 # The slow tier: each case synthesizes specs (several seconds each on 2 cores).
 pytestmark = pytest.mark.slow

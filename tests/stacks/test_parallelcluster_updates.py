@@ -20,10 +20,10 @@ from kiln.bootstrap.fetch import FETCH_SCRIPT, file_sha256
 from kiln.changes.parallelcluster import UPDATE_POLICIES, cluster_configuration, config_changes, update_refusals
 from kiln.spec import parse_spec
 from kiln.stacks.app import build_cluster, new_app
-from tests.conftest import ROOT
-from tests.constructs.conftest import logical_id
-from tests.constructs.pcluster_schema import concrete, load_with_official_schema
-from tests.constructs.test_parallelcluster_updates import kilns_verdict, parallelclusters_verdict
+from tests.support.constructs import logical_id
+from tests.support.parallelcluster import kilns_verdict, parallelclusters_verdict
+from tests.support.paths import ROOT
+from tests.support.pcluster_schema import concrete, load_with_official_schema
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes about 13 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -37,13 +37,9 @@ from kiln.contracts.permissions_boundary import (
 from kiln.contracts.tags import TAG_ENVIRONMENT
 from kiln.spec import load_spec
 from kiln.stacks.app import build_cluster, new_app
-from tests.conftest import ROOT
-from tests.contracts.iam_eval import decision, like
-from tests.stacks import test_security_review
-from tests.stacks.test_security_review import CI_ENVIRONMENTS, Scanned
-
-# The security review's session fixture: every example, CI environment and the CI identity, synthesized once.
-scanned = test_security_review.scanned
+from tests.support.iam_eval import decision, like
+from tests.support.paths import ROOT
+from tests.support.security_scan import CI_ENVIRONMENTS, Scanned
 
 # The slow tier: the shared security scan synthesizes every example and CI environment once per run.
 pytestmark = pytest.mark.slow
@@ -200,7 +196,7 @@ def test_parallelclusters_provider_runs_as_a_role_of_kilns_with_the_boundary(sca
 def test_the_execution_policies_let_cloudformation_make_every_parallelcluster_role_and_none_unbounded(
     scanned: Scanned,
 ) -> None:
-    """IAM's evaluation (tests/contracts/iam_eval) of the execution policies for every role the ParallelCluster
+    """IAM's evaluation (tests/support/iam_eval) of the execution policies for every role the ParallelCluster
     environment's stacks and the ParallelCluster templates they nest create: each is allowed as made, with its
     boundary and tag, and none would be without kiln's boundary."""
     statements = execution_statements([PCLUSTER_ENVIRONMENT.cluster], qualifier=DEFAULT_CDK_QUALIFIER)

@@ -17,8 +17,8 @@ import yaml
 
 from kiln.catalog import instance_type
 from kiln.changes import EXPORT_RULE, exports, imports, plan, references
-from tests.conftest import changed
-from tests.stacks.day_two import deploy_plan, example, templates
+from tests.support.day_two import deploy_plan, example, templates
+from tests.support.specs import changed
 
 # The slow tier (`make test-slow`; .ci/run runs both): twelve syntheses, about 30 s on 2 cores.
 pytestmark = pytest.mark.slow

@@ -19,7 +19,7 @@ from kiln.node_config.translate import config_from_spec
 from kiln.review.report import UNREVIEWED_REMEDY, VERBOSE_HINT, Review, _summary, checkov_review, wildcard_review
 from kiln.review.scan import MISSING, CheckovFinding, CheckovResult
 from kiln.spec import load_spec
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

@@ -16,8 +16,9 @@ from kiln.stacks.ci_mode import ci_environment, environment_spec
 from kiln.stacks.compute_context import ComputeContext
 from kiln.stacks.network import NetworkStack
 from kiln.stacks.storage import StorageStack
-from tests.conftest import MINIMAL_SPEC, ROOT
-from tests.stacks import retention_walk
+from tests.support import retention_walk
+from tests.support.paths import ROOT
+from tests.support.specs import MINIMAL_SPEC
 
 # The slow tier (`make test-slow`; .ci/run runs both): this module takes over 14 s of test time on 2 cores.
 pytestmark = pytest.mark.slow

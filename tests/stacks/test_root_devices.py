@@ -12,8 +12,8 @@ from aws_cdk.assertions import Template
 from kiln.catalog.platforms import image_profile, root_device_name
 from kiln.spec import load_spec, parse_spec
 from kiln.stacks.app import build_cluster, new_app
-from tests.conftest import ROOT
-from tests.constructs.conftest import root_devices
+from tests.support.constructs import root_devices
+from tests.support.paths import ROOT
 
 
 def _spec(stem: str, **image: object):

@@ -21,7 +21,7 @@ from kiln.contracts.ssm_documents import DEFAULT_SHELL_DOCUMENT, session_documen
 from kiln.spec import parse_spec
 from kiln.stacks.app import build_cluster
 from kiln.stacks.feature_flags import FEATURE_FLAGS
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.slow
 

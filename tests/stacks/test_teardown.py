@@ -22,8 +22,9 @@ from kiln.changes import (
     imports_out_of_order,
     retained,
 )
-from tests.conftest import EXAMPLES, changed
-from tests.stacks.day_two import example, templates
+from tests.support.day_two import example, templates
+from tests.support.paths import EXAMPLES
+from tests.support.specs import changed
 
 STEMS = [path.stem for path in EXAMPLES]
 

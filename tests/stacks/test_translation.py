@@ -11,7 +11,7 @@ from kiln.stacks.app import build_cluster, new_app
 from kiln.stacks.backends.hyperpod import hyperpod_groups, provisioning_parameters
 from kiln.stacks.backends.pcs import pcs_size
 from kiln.stacks.compute_context import ComputeContext
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")

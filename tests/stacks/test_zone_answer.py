@@ -23,8 +23,7 @@ from kiln.stacks.app import new_app
 from kiln.stacks.network import NetworkStack
 from kiln.stacks.synth import synthesize
 from kiln.stacks.zones import ACCOUNT_VARIABLE, looked_up, read_cdk_context, zone_choice
-from tests.conftest import MINIMAL_SPEC
-from tests.stacks.test_network_zones import (
+from tests.support.network_zones import (
     ACCOUNT,
     ACCOUNT_ENV,
     AGNOSTIC_ACCOUNT,
@@ -35,6 +34,7 @@ from tests.stacks.test_network_zones import (
     spec_of,
     subnet_zones,
 )
+from tests.support.specs import MINIMAL_SPEC
 
 # The slow tier (`make test-slow`): the kiln diff tests synthesize an EKS cluster three times.
 pytestmark = pytest.mark.slow

@@ -16,6 +16,7 @@ from kiln.node_config.nodes import node_architecture
 from kiln.spec import ClusterSpec
 from kiln.stacks.backends.base import BackendBuild
 from kiln.stacks.compute_context import ComputeContext
+from kiln.stacks.errors import UnbuildableSpec
 
 if TYPE_CHECKING:
     from kiln.stacks.compute import ComputeStack
@@ -46,7 +47,7 @@ def pcs_size(spec: ClusterSpec) -> str:
     nodes = sum(g.max_count for g in spec.compute.groups) + spec.compute.login_nodes.count
     fitting = [size for size, most in sorted(PCS_CLUSTER_SIZES.items(), key=lambda item: item[1]) if nodes <= most]
     if not fitting:
-        raise ValueError(f"compute: {nodes} nodes, allowed: at most {max(PCS_CLUSTER_SIZES.values())} on AWS PCS")
+        raise UnbuildableSpec(f"compute: {nodes} nodes, allowed: at most {max(PCS_CLUSTER_SIZES.values())} on AWS PCS")
     return fitting[0]
 
 

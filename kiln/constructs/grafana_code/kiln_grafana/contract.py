@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 # The custom resource's properties (CloudFormation passes every value as a string).
 WORKSPACE_ID = "WorkspaceId"
@@ -30,7 +31,7 @@ DATA_SOURCE_NAME = "kiln Amazon Managed Service for Prometheus"
 DATA_SOURCE_VARIABLE = "datasource"
 
 
-def compact(dashboard: Mapping) -> str:
+def compact(dashboard: Mapping[str, Any]) -> str:
     """Return DASHBOARD as the compact, key-sorted JSON the custom resource carries."""
     return json.dumps(dashboard, sort_keys=True, separators=(",", ":"))
 

@@ -8,7 +8,8 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from http.client import HTTPMessage
+from typing import IO, Any
 from urllib.parse import urlsplit
 
 # Grafana answers these when busy or restarting: worth a few more tries.
@@ -24,7 +25,15 @@ class GrafanaUnreachable(Exception):
 class _NoRedirects(urllib.request.HTTPRedirectHandler):
     """Refuse redirects: urllib would resend the bearer token to wherever a redirect points."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: ANN001, ANN201
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: HTTPMessage,
+        newurl: str,
+    ) -> urllib.request.Request | None:
         return None
 
 

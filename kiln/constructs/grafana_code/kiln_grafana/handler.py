@@ -6,10 +6,11 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
-import boto3
-from botocore.config import Config
+import boto3  # type: ignore[import-untyped]  # boto3/botocore ship no type hints and kiln's dev dependencies have no stubs for them
+from botocore.config import Config  # type: ignore[import-untyped]  # boto3/botocore ship no type hints and kiln's dev dependencies have no stubs for them
 
 from .contract import WORKSPACE_ID
 from .grafana_api import require_https, tls_opener
@@ -18,7 +19,7 @@ from .provision import ProvisioningFailed, Settings, one_line, provision
 _RESPONSE_ATTEMPTS = 3
 
 
-def main(event: dict, context: Any, *, grafana: Any = None, grafana_url: str | None = None) -> dict:
+def main(event: dict[str, Any], context: Any, *, grafana: Any = None, grafana_url: str | None = None) -> dict[str, Any]:
     """Provision on Create and Update; on Delete do nothing (the dashboards go with the workspace). Always answer.
 
     GRAFANA (a boto3 "grafana" client) and GRAFANA_URL are for tests only; Lambda passes neither.
@@ -55,7 +56,7 @@ def main(event: dict, context: Any, *, grafana: Any = None, grafana_url: str | N
     return response
 
 
-def send_response(url: str, response: dict, *, sleep: Any = time.sleep) -> None:
+def send_response(url: str, response: dict[str, Any], *, sleep: Callable[[float], None] = time.sleep) -> None:
     """PUT RESPONSE to CloudFormation's pre-signed URL, retrying a few times; TLS verified as for Grafana."""
     require_https(url, "CloudFormation response URL")
     body = json.dumps(response).encode()

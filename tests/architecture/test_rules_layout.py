@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 
 from kiln.spec import rules
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 PACKAGE = ROOT / "kiln" / "spec" / "rules"
 # A section's module stays short enough to read whole; a section that outgrows it splits by its own sub-sections.

@@ -6,14 +6,14 @@ each resource (`Plan.actions`: create, update, replace, same, delete), which cre
 replacement that keeps its custom name, a resource created under a name an old one holds in the same scope), which
 exports it refuses to change or remove, and which stateful resources start empty or are dropped.
 
-    from tests.conftest import changed
+    from tests.support.specs import changed
     from tests.stacks.day_two import assert_refused, assert_updates, example
 
     def test_a_tags_change_is_an_update() -> None:
         before = example("quickstart")
         assert_updates(before, changed(before, tags={"team": "research"}))
 
-`changed` (tests.conftest) takes dotted paths as keyword arguments (`storage__lustre__efa=True`) and DELETE to drop
+`changed` (tests.support.specs) takes dotted paths as keyword arguments (`storage__lustre__efa=True`) and DELETE to drop
 a key.
 Synthesis runs in this process and is cached per spec, so a test module pays for each distinct spec once.
 """
@@ -36,7 +36,7 @@ from kiln.spec import parse_spec
 from kiln.stacks.app import build_cluster
 from kiln.stacks.ci_mode import ci_environment
 from kiln.stacks.feature_flags import FEATURE_FLAGS
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 def example(stem: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from kiln.constructs.eks_code_server import CodeServerPod
 from kiln.constructs.eks_node_groups import AcceleratedNodeGroup, SystemNodeGroup
 from kiln.constructs.eks_props import EksTrainingClusterProps, LustreVolume
 from kiln.stacks.app import new_app
-from tests.constructs.conftest import ENV, efa_network, logical_id, plain_bootstrap, synth_as_kiln
+from tests.support.constructs import ENV, efa_network, logical_id, plain_bootstrap, synth_as_kiln
 
 REGION = "us-east-1"
 AZ = "us-east-1a"

@@ -11,7 +11,7 @@ import inspect
 from kiln.contracts import backends as table
 from kiln.contracts.backends import PLATFORMS
 from kiln.stacks.backends import BUILDERS, builder_for
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 BACKENDS_PACKAGE = ROOT / "kiln" / "stacks" / "backends"
 # The modules of the package that build no backend: the registry and the interface.

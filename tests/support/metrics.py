@@ -1,15 +1,24 @@
-"""Fakes for the exporters: a sysfs tree laid out like the kernel's, Slurm clients that print canned text."""
+"""Fakes for the exporters: Slurm clients that print canned text, RDMA devices in sysfs; the exposition format read."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
+import re
 import stat
-from collections.abc import Mapping
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
+
+from tests.support.paths import ROOT
 
 # What `sinfo --noheader --Node --all --Format=NodeList:|,...,GresUsed:` prints: one line per node and partition.
 SINFO_TEXT = """\
@@ -22,6 +31,8 @@ trn-st-trn1-1|trn|draining@|32/96/0/128|neuron:16|neuron:4
 cpu-1|cpu|down*|0/0/8/8|(null)|(null)
 cpu-2|cpu|idle|0/8/0/8|(null)|gpu:0
 """
+
+
 # What `squeue --noheader --all --array --format=%P|%T|%r` prints.
 SQUEUE_TEXT = """\
 gpu|RUNNING|None
@@ -33,6 +44,8 @@ trn|PENDING|ReqNodeNotAvail, UnavailableNodes:trn-st-trn1-[2-4]
 debug|COMPLETING|None
 cpu|PENDING|Dependency
 """
+
+
 CONTROLLER_DOWN = "slurm_load_partitions: Unable to contact slurm controller (connect failure)"
 
 
@@ -117,3 +130,102 @@ def parse_exposition(text: str) -> tuple[Samples, dict[str, str]]:
 def families_of(registry: CollectorRegistry) -> Samples:
     """Return what REGISTRY exposes, read back: family -> labels -> value."""
     return parse_exposition(exposition(registry))[0]
+
+
+STARTUP_TIMEOUT_S = 20.0
+EXIT_TIMEOUT_S = 15.0
+SERVING = re.compile(r"^kiln-metrics (slurm|efa): serving http://127\.0\.0\.1:(\d+)/metrics$")
+
+
+@contextlib.contextmanager
+def exporter(args: Sequence[str], env: Mapping[str, str] | None = None) -> Iterator[Exporter]:
+    """Start `python -m kiln.metrics ARGS`; kill it on the way out if the test left it running."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kiln.metrics", *args],
+        cwd=ROOT,
+        env=dict(env) if env is not None else None,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    running = Exporter(process)
+    pump = threading.Thread(target=_pump, args=(process.stderr, running.lines), daemon=True)
+    pump.start()
+    try:
+        yield running
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(EXIT_TIMEOUT_S)
+        pump.join(EXIT_TIMEOUT_S)
+        process.stderr.close()
+
+
+def fake_sinfo(bin_dir: Path, script: str) -> None:
+    """Make BIN_DIR/sinfo run SCRIPT, switched atomically: a running loop never reads half a change."""
+    sinfo = bin_dir / "sinfo"
+    if not sinfo.exists():
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        sinfo.write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$0.args"\n. "$0.now"\n')
+        sinfo.chmod(0o755)
+    draft = bin_dir / "sinfo.draft"
+    draft.write_text(script)
+    os.replace(draft, bin_dir / "sinfo.now")
+
+
+def sinfo_prints(text: str) -> str:
+    return f"cat <<'SINFO'\n{text}SINFO\n"
+
+
+def path_first(bin_dir: Path) -> dict[str, str]:
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def snapshot(directory: Path) -> dict[str, tuple[str, int, int]]:
+    """Each file's content, inode and mtime: a rewrite changes the inode (os.replace), a touch the mtime."""
+    return {
+        path.name: (path.read_text(), path.stat().st_ino, path.stat().st_mtime_ns)
+        for path in sorted(directory.iterdir())
+    }
+
+
+def age(directory: Path) -> None:
+    # An hour back, so a rewrite within the same clock tick still shows.
+    for path in directory.iterdir():
+        stat = path.stat()
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns - 3600 * 10**9))
+
+
+@dataclass
+class Exporter:
+    """A running `python -m kiln.metrics`, its stderr lines read by a thread as they come."""
+
+    process: subprocess.Popen[str]
+    lines: queue.Queue[str | None] = field(default_factory=queue.Queue)
+    seen: list[str] = field(default_factory=list)
+
+    def next_line(self, timeout_s: float = STARTUP_TIMEOUT_S) -> str:
+        line = self.lines.get(timeout=timeout_s)
+        assert line is not None, f"exporter exited ({self.process.wait(EXIT_TIMEOUT_S)}) after {self.seen}"
+        self.seen.append(line)
+        return line
+
+    def port(self) -> int:
+        line = self.next_line()
+        match = SERVING.match(line)
+        assert match, line
+        return int(match.group(2))
+
+    def rest(self) -> list[str]:
+        """Return the stderr lines after those read, once the process has exited."""
+        lines = []
+        while (line := self.lines.get(timeout=EXIT_TIMEOUT_S)) is not None:
+            lines.append(line)
+        return lines
+
+
+def _pump(stream, lines: queue.Queue[str | None]) -> None:
+    for line in stream:
+        lines.put(line.rstrip("\n"))
+    lines.put(None)

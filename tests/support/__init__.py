@@ -1,0 +1,1 @@
+"""What tests share: builders, fakes and constants, one module per area (fixtures stay in the conftests)."""
