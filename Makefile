@@ -86,7 +86,8 @@ lint: typecheck
 	$(BIN)/ruff check .
 	$(BIN)/kiln report --no-lint examples/*.yaml >/dev/null
 
-# mypy, strict on kiln.contracts, kiln.spec and kiln.constructs (pyproject.toml's [tool.mypy]).
+# mypy, strict on the packages and modules pyproject.toml's [tool.mypy] names (kiln.contracts, kiln.spec,
+# kiln.constructs, kiln.aws and the AWS callers that pass it), with boto3's stubs (dev dependencies).
 typecheck: setup
 	$(BIN)/mypy
 

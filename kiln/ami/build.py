@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kiln.aws.errors import aws_call
 from kiln.aws.remote.cluster import UNUSABLE_STACK_STATES
@@ -18,6 +18,9 @@ from kiln.ci.reaper_code.kiln_reaper.teardown import describe_stack
 from kiln.contracts.errors import Failure
 from kiln.contracts.image import image_stack_name
 from kiln.contracts.outputs import ImageOutput
+
+if TYPE_CHECKING:
+    from kiln.aws.session import CloudFormationClient, ImagebuilderClient
 
 AVAILABLE = "AVAILABLE"
 IN_PROGRESS = ("PENDING", "CREATING", "BUILDING", "TESTING", "DISTRIBUTING", "INTEGRATING")
@@ -88,7 +91,7 @@ class BuildOutcome:
         }
 
 
-def find_pipeline_arn(cloudformation: Any, *, cluster: str, region: str, spec_path: str) -> str:
+def find_pipeline_arn(cloudformation: CloudFormationClient, *, cluster: str, region: str, spec_path: str) -> str:
     """Return the pipeline ARN among the outputs of CLUSTER's image stack, or raise ImageStackUnusable."""
     name = image_stack_name(cluster)
     deploy = f"`npx cdk deploy {name} -c spec={spec_path}`"
@@ -105,10 +108,10 @@ def find_pipeline_arn(cloudformation: Any, *, cluster: str, region: str, spec_pa
         raise ImageStackUnusable(
             f"the image stack {name} has no output {ImageOutput.PIPELINE_ARN.value}: redeploy it with {deploy}"
         )
-    return arn
+    return str(arn)
 
 
-def start_build(imagebuilder: Any, pipeline_arn: str, *, client_token: str) -> str:
+def start_build(imagebuilder: ImagebuilderClient, pipeline_arn: str, *, client_token: str) -> str:
     """Start one run of the pipeline and return its image build version ARN.
 
     CLIENT_TOKEN makes the call idempotent: a retry of the same request does not start a second build.
@@ -119,7 +122,7 @@ def start_build(imagebuilder: Any, pipeline_arn: str, *, client_token: str) -> s
 
 
 def wait_for_image(
-    imagebuilder: Any,
+    imagebuilder: ImagebuilderClient,
     arn: str,
     *,
     timeout_s: float,

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from kiln.aws.errors import aws_call, error_code, explain, raise_if_no_credentials
 from kiln.contracts.image import image_parameter_name
 from kiln.contracts.tags import TAG_ARCHITECTURE, TAG_CLUSTER, TAG_OS, TAG_PIN_PREFIX, TAG_RECIPE, TAG_TARGET
+
+if TYPE_CHECKING:
+    from kiln.aws.session import EC2Client, Ec2Filter, SSMClient
 
 # Digests are unreadable at full length in a table; JSON keeps them whole.
 SHORT_DIGEST = 12
@@ -57,10 +60,10 @@ class BakedImage:
         return "/".join(self.tags.get(key) or "-" for key in (TAG_TARGET, TAG_OS, TAG_ARCHITECTURE))
 
 
-def find_images(ec2: Any, cluster: str | None = None) -> list[BakedImage]:
+def find_images(ec2: EC2Client, cluster: str | None = None) -> list[BakedImage]:
     """Return this account's AMIs tagged for CLUSTER (any cluster when None), newest first."""
     if cluster is None:
-        tag_filter = {"Name": "tag-key", "Values": [TAG_CLUSTER]}
+        tag_filter: Ec2Filter = {"Name": "tag-key", "Values": [TAG_CLUSTER]}
     else:
         tag_filter = {"Name": f"tag:{TAG_CLUSTER}", "Values": [cluster]}
     with aws_call("ec2:DescribeImages"):
@@ -70,7 +73,7 @@ def find_images(ec2: Any, cluster: str | None = None) -> list[BakedImage]:
     return sorted(images, key=lambda image: (image.created, image.image_id), reverse=True)
 
 
-def images_in_use(ssm: Any, clusters: Iterable[str]) -> tuple[dict[str, str], list[str]]:
+def images_in_use(ssm: SSMClient, clusters: Iterable[str]) -> tuple[dict[str, str], list[str]]:
     """Return the AMI each cluster's image parameter names, and notes on parameters kiln could not read.
 
     A missing parameter means the cluster has no baked image in use yet; a refused read is a note, not a failure,

@@ -14,11 +14,42 @@ code (kiln/ci/reaper_code, kiln/constructs/grafana_code) runs without kiln and k
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from botocore.config import Config
 
 from kiln.contracts.errors import InputError
+
+# The names kiln annotates a session and its clients with, one per service kiln calls. They come from the typed stubs
+# (boto3-stubs, mypy-boto3-<service>: dev dependencies, pinned in pyproject.toml), read by the type checker only:
+# at run time these imports never happen, so an install of kiln needs no stubs. A module that annotates with them
+# imports them under `if TYPE_CHECKING:` too; boto3 itself is imported at run time by aws_session alone.
+if TYPE_CHECKING:
+    from boto3 import Session as Session
+    from mypy_boto3_amp.client import PrometheusServiceClient as PrometheusServiceClient
+    from mypy_boto3_cloudformation.client import CloudFormationClient as CloudFormationClient
+    from mypy_boto3_cloudformation.literals import StackStatusType
+    from mypy_boto3_ec2.client import EC2Client as EC2Client
+    from mypy_boto3_ec2.type_defs import FilterTypeDef
+    from mypy_boto3_eks.client import EKSClient as EKSClient
+    from mypy_boto3_fsx.client import FSxClient as FSxClient
+    from mypy_boto3_iam.client import IAMClient as IAMClient
+    from mypy_boto3_imagebuilder.client import ImagebuilderClient as ImagebuilderClient
+    from mypy_boto3_kms.client import KMSClient as KMSClient
+    from mypy_boto3_resourcegroupstaggingapi.client import (
+        ResourceGroupsTaggingAPIClient as ResourceGroupsTaggingAPIClient,
+    )
+    from mypy_boto3_s3.client import S3Client as S3Client
+    from mypy_boto3_sagemaker.client import SageMakerClient as SageMakerClient
+    from mypy_boto3_scheduler.client import EventBridgeSchedulerClient as EventBridgeSchedulerClient
+    from mypy_boto3_service_quotas.client import ServiceQuotasClient as ServiceQuotasClient
+    from mypy_boto3_ssm.client import SSMClient as SSMClient
+    from mypy_boto3_sts.client import STSClient as STSClient
+
+    # one EC2 filter (Name, Values), as DescribeInstances and DescribeImages take them
+    Ec2Filter: TypeAlias = FilterTypeDef
+    # a CloudFormation stack status, as ListStacks' StackStatusFilter takes them
+    StackStatus: TypeAlias = StackStatusType
 
 # Retried with botocore's standard backoff (throttling included) before a call gives up; preflight's unchecked lines
 # say how many attempts were made. total_max_attempts counts the first request too; the client config's
@@ -66,7 +97,7 @@ def chosen_region(region: str | None, spec: HasRegion | None) -> str | None:
     return region or None
 
 
-def aws_session(*, region: str | None, profile: str | None, spec: HasRegion | None = None) -> Any:
+def aws_session(*, region: str | None, profile: str | None, spec: HasRegion | None = None) -> Session:
     """Return a boto3 Session in the region the rule chooses, with PROFILE (--profile) and CLIENT_CONFIG.
 
     SPEC: the spec the command reads, None for a command without one. A session of its own: boto3's default one

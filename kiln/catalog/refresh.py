@@ -13,10 +13,13 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from kiln.catalog.facts import CURATED_PATH, GENERATED_PATH
 from kiln.contracts.errors import Failure
+
+if TYPE_CHECKING:
+    from kiln.aws.session import EC2Client
 
 WHAT = "kiln catalog refresh"
 LIVE_NEEDS = "AWS credentials, a region, and the IAM permission ec2:DescribeInstanceTypes"
@@ -63,7 +66,8 @@ class RefreshResult:
 
 
 def _curated() -> dict[str, Any]:
-    return json.loads(CURATED_PATH.read_text())
+    curated: dict[str, Any] = json.loads(CURATED_PATH.read_text())
+    return curated
 
 
 def select(items: Iterable[dict[str, Any]], rules: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -151,11 +155,12 @@ def unknown_accelerator_models(facts: dict[str, dict[str, Any]]) -> list[str]:
     return sorted({f["accelerator"]["name"] for f in facts.values() if f["accelerator"]} - set(known))
 
 
-def describe_all(client: Any) -> list[dict[str, Any]]:
+def describe_all(client: EC2Client) -> list[dict[str, Any]]:
     """Return every DescribeInstanceTypes item the client's region offers (all pages, no filter)."""
     items: list[dict[str, Any]] = []
     for page in client.get_paginator("describe_instance_types").paginate():
-        items.extend(page["InstanceTypes"])
+        # the stubs type each item as InstanceTypeInfoTypeDef; the catalog reads them as the JSON they are
+        items.extend(cast("list[dict[str, Any]]", page["InstanceTypes"]))
     return items
 
 
@@ -177,7 +182,7 @@ def moto_items() -> tuple[list[dict[str, Any]], str]:
     return list(json.loads(raw).values()), version
 
 
-def ec2_client(region: str | None, profile: str | None = None) -> Any:
+def ec2_client(region: str | None, profile: str | None = None) -> EC2Client:
     """Return an EC2 client in REGION with PROFILE (kiln.aws.session's rule and retries; None: botocore's region)."""
     try:
         from kiln.aws.session import aws_session
@@ -186,7 +191,7 @@ def ec2_client(region: str | None, profile: str | None = None) -> Any:
     return aws_session(region=region, profile=profile).client("ec2")
 
 
-def _live_items(region: str | None, profile: str | None, client: Any) -> tuple[list[dict[str, Any]], str]:
+def _live_items(region: str | None, profile: str | None, client: EC2Client | None) -> tuple[list[dict[str, Any]], str]:
     """Return every item EC2 describes and the region it described them in; AWS's refusals are one line (aws_call).
 
     Missing or rejected credentials raise NoCredentials: the command words them as every kiln command does.
@@ -213,7 +218,8 @@ def render(document: dict[str, Any]) -> str:
 
 def _previous(out: Path) -> dict[str, dict[str, Any]]:
     try:
-        return json.loads(out.read_text())["instance_types"]
+        previous: dict[str, dict[str, Any]] = json.loads(out.read_text())["instance_types"]
+        return previous
     except (OSError, ValueError, KeyError, TypeError):
         return {}
 
@@ -224,7 +230,7 @@ def refresh(
     region: str | None = None,
     profile: str | None = None,
     out: Path | str = GENERATED_PATH,
-    client: Any = None,
+    client: EC2Client | None = None,
     keep_missing: bool = False,
 ) -> RefreshResult:
     """Describe instance types from SOURCE ('ec2' or 'moto'), select, normalize and write OUT atomically.

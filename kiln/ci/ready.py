@@ -13,7 +13,7 @@ import shlex
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kiln.aws.errors import aws_call
 from kiln.aws.remote.cluster import ClusterHandle, RemoteError, Unreachable
@@ -21,6 +21,9 @@ from kiln.aws.remote.nodes import Target, find_head
 from kiln.aws.remote.transport import run_command
 from kiln.catalog.kubernetes import NODE_GROUP_LABEL
 from kiln.contracts.backends import HYPERPOD_EKS
+
+if TYPE_CHECKING:
+    from kiln.aws.session import Session
 
 # install_launcher.sh links the launcher venv's entry point here on every Slurm node.
 KILN_LAUNCH = "/usr/local/bin/kiln-launch"
@@ -81,7 +84,7 @@ class SlurmNode:
 
 
 def wait_until_ready(
-    session: Any,
+    session: Session,
     cluster: ClusterHandle,
     *,
     expected_nodes: Mapping[str, int],
@@ -188,7 +191,7 @@ class _Head:
 
 
 def _wait_slurm(
-    session: Any,
+    session: Session,
     cluster: ClusterHandle,
     expected: Mapping[str, int],
     tracker: _Tracker,
@@ -284,7 +287,7 @@ def _json_object(text: str) -> dict[str, Any] | None:
 
 
 def _wait_node_groups(
-    session: Any,
+    session: Session,
     cluster: ClusterHandle,
     expected: Mapping[str, int],
     tracker: _Tracker,
@@ -327,7 +330,7 @@ def _wait_node_groups(
 
 
 def _wait_hyperpod_nodes(
-    session: Any,
+    session: Session,
     cluster: ClusterHandle,
     expected: Mapping[str, int],
     tracker: _Tracker,

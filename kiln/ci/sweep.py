@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -14,7 +14,10 @@ from kiln.ci.reaper_code.kiln_reaper.teardown import describe_stack, tags_of
 from kiln.contracts.environment import DELETE_ORDER, SCHEDULE_GROUP, parse_at_expression, schedule_name, stack_name
 from kiln.contracts.tags import TAG_ENVIRONMENT, TAG_PART, TAG_TTL_HOURS
 
-LIVE_STATUSES = (
+if TYPE_CHECKING:
+    from kiln.aws.session import CloudFormationClient, EventBridgeSchedulerClient, StackStatus
+
+LIVE_STATUSES: tuple[StackStatus, ...] = (
     "CREATE_IN_PROGRESS",
     "CREATE_FAILED",
     "CREATE_COMPLETE",
@@ -53,7 +56,7 @@ class FoundEnvironment:
         return self.due_at is not None and self.due_at <= now
 
 
-def environments_by_tag(cfn: Any) -> dict[str, list[dict]]:
+def environments_by_tag(cfn: CloudFormationClient) -> dict[str, list[dict[str, Any]]]:
     """Return every live stack that carries kiln:environment, grouped by that environment.
 
     Lists stack names first (ListStacks takes no resource scope) and describes only those named like an
@@ -66,7 +69,7 @@ def environments_by_tag(cfn: Any) -> dict[str, list[dict]]:
         for summary in page["StackSummaries"]
         if summary["StackName"].rsplit("-", 1)[-1] in DELETE_ORDER
     ]
-    found: dict[str, list[dict]] = {}
+    found: dict[str, list[dict[str, Any]]] = {}
     for name in sorted(set(names)):
         try:
             stack = describe_stack(cfn, name)
@@ -74,13 +77,15 @@ def environments_by_tag(cfn: Any) -> dict[str, list[dict]]:
             if error_code(exc) in ACCESS_DENIED:
                 continue
             raise
-        environment = tags_of(stack).get(TAG_ENVIRONMENT) if stack else None
+        if stack is None:
+            continue
+        environment = tags_of(stack).get(TAG_ENVIRONMENT)
         if environment and name == stack_name(environment, tags_of(stack).get(TAG_PART, "")):
             found.setdefault(environment, []).append(stack)
     return found
 
 
-def scheduled_deletion(scheduler: Any, environment: str) -> datetime | None:
+def scheduled_deletion(scheduler: EventBridgeSchedulerClient, environment: str) -> datetime | None:
     """Return when ENVIRONMENT's reaper schedule fires (moved by `kiln ci extend`), or None without one."""
     try:
         schedule = scheduler.get_schedule(Name=schedule_name(environment), GroupName=SCHEDULE_GROUP)
@@ -92,7 +97,7 @@ def scheduled_deletion(scheduler: Any, environment: str) -> datetime | None:
 
 
 def judge(
-    environment: str, stacks: Iterable[dict], *, scheduled: datetime | None, older_than: timedelta
+    environment: str, stacks: Iterable[dict[str, Any]], *, scheduled: datetime | None, older_than: timedelta
 ) -> FoundEnvironment:
     """Return when ENVIRONMENT is due: its reaper's schedule, else creation + TTL tag, else creation + OLDER_THAN.
 
@@ -116,7 +121,9 @@ def judge(
     return FoundEnvironment(environment, names, created, created + older_than, "no TTL; --older-than")
 
 
-def find_environments(cfn: Any, scheduler: Any, *, older_than: timedelta) -> list[FoundEnvironment]:
+def find_environments(
+    cfn: CloudFormationClient, scheduler: EventBridgeSchedulerClient, *, older_than: timedelta
+) -> list[FoundEnvironment]:
     """Return every environment kiln's tags name in this region, with when each is due."""
     return [
         judge(name, stacks, scheduled=scheduled_deletion(scheduler, name), older_than=older_than)

@@ -23,10 +23,14 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kiln.ci.environment import CiInputError, environment_name, parse_hours, resolve_run_id
 from kiln.cli.options import aws_options
+
+if TYPE_CHECKING:
+    from kiln.aws.session import Session
+    from kiln.ci.reaper_code.kiln_reaper.teardown import Clients
 
 DEFAULT_READY_TIMEOUT = "45m"
 DEFAULT_RUN_TIMEOUT = "1h"
@@ -62,13 +66,13 @@ class _Target:
         self.region = self.session.region_name
 
 
-def _teardown_clients(session: Any) -> Any:
+def _teardown_clients(session: Session) -> Clients:
     from kiln.ci.reaper_code.kiln_reaper.teardown import Clients
 
     return Clients(cloudformation=session.client("cloudformation"), s3=session.client("s3"))
 
 
-def _caller_role_arn(session: Any, progress: Progress) -> str | None:
+def _caller_role_arn(session: Session, progress: Progress) -> str | None:
     """Return the IAM role behind this session's credentials (EKS admits it), or None for a user."""
     arn = session.client("sts").get_caller_identity()["Arn"]
     parts = arn.split(":")

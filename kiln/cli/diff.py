@@ -8,11 +8,14 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kiln.cli.errors import one_line_failures
 from kiln.cli.options import aws_options
 from kiln.contracts.errors import Failure, InputError
+
+if TYPE_CHECKING:
+    from kiln.aws.session import Session
 
 EXIT_CLEAN, EXIT_REFUSED, EXIT_ERROR = 0, 1, 2
 
@@ -99,7 +102,7 @@ def assembly_account(directory: Path) -> str | None:
     return concrete.pop() if len(concrete) == 1 else None
 
 
-def caller_account(session: Any) -> str:
+def caller_account(session: Session) -> str:
     """Return the account of SESSION's credentials (STS GetCallerIdentity): the one the CDK CLI synthesizes and
     deploys for. Raise NoCredentials without credentials AWS takes, DiffError (one line) when STS refuses."""
     from botocore.exceptions import BotoCoreError, ClientError
@@ -116,7 +119,7 @@ def caller_account(session: Any) -> str:
         raise DiffError(f"sts:GetCallerIdentity failed: {one_line(str(exc))}") from None
 
 
-def deploying_account(args: argparse.Namespace, session: Any) -> str | None:
+def deploying_account(args: argparse.Namespace, session: Session | None) -> str | None:
     """Return the account to synthesize for, as the CDK CLI did or will: SESSION's credentials' when comparing with
     the deployed stacks, the assembly's with --stack-templates, CDK_DEFAULT_ACCOUNT's (if set) with --before, where
     both sides are synthesized alike. Account-literal ARNs and asset buckets then match what CloudFormation holds."""
@@ -137,7 +140,7 @@ def templates_in(directory: Path, names: Mapping[str, Any]) -> dict[str, dict[st
     return found
 
 
-def deployed_templates(names: Mapping[str, Any], session: Any) -> dict[str, dict[str, Any]]:
+def deployed_templates(names: Mapping[str, Any], session: Session) -> dict[str, dict[str, Any]]:
     """Return the deployed templates of the stacks NAMES that exist in SESSION's region (GetTemplate, the template
     as submitted).
 

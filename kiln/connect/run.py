@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO, cast
 
 from kiln.aws.errors import one_line
 from kiln.aws.remote.cluster import ClusterHandle, NotRunning, RemoteError
@@ -65,6 +65,9 @@ from kiln.contracts.outputs import ComputeOutput
 from kiln.contracts.ssm_documents import session_document
 from kiln.spec import ClusterSpec
 from kiln.spec.problems import printable
+
+if TYPE_CHECKING:
+    from kiln.aws.session import Session
 
 AWS_CLI = "aws"
 PLUGIN = "session-manager-plugin"
@@ -206,7 +209,7 @@ def connect(
     spec: ClusterSpec,
     request: Request,
     place: CodeServerPlace,
-    session: Any,
+    session: Session,
     *,
     out: TextIO,
     err: TextIO,
@@ -235,7 +238,7 @@ def connect(
     return open_shell(session, found.target, err=err, document=document)
 
 
-def find_node(session: Any, cluster: ClusterHandle, place: CodeServerPlace, node: str | None) -> Node:
+def find_node(session: Session, cluster: ClusterHandle, place: CodeServerPlace, node: str | None) -> Node:
     """Return the running node at PLACE (login or controller) of CLUSTER: NODE if it is one (NotRunning if not), else
     the oldest; Unreachable when none runs yet."""
     platform = cluster.platform
@@ -257,7 +260,7 @@ def find_node(session: Any, cluster: ClusterHandle, place: CodeServerPlace, node
     return Node(target, target.address.rsplit(f"_{group}-", 1)[-1])
 
 
-def open_shell(session: Any, target: Target, *, err: TextIO, document: str | None = None) -> int:
+def open_shell(session: Session, target: Target, *, err: TextIO, document: str | None = None) -> int:
     """Run a Session Manager shell on TARGET in the foreground, on this terminal, with Session document DOCUMENT (the
     cluster's own, which logs it), else the account's default; return its exit code.
 
@@ -290,7 +293,7 @@ def _interrupts_ignored() -> Iterator[None]:
 
 
 def forward_code_server(
-    session: Any,
+    session: Session,
     found: Node,
     user: str,
     request: Request,
@@ -332,7 +335,7 @@ def forward_code_server(
 
 
 def forward_pod(
-    session: Any, cluster: ClusterHandle, request: Request, *, out: TextIO, err: TextIO, poll_s: float
+    session: Session, cluster: ClusterHandle, request: Request, *, out: TextIO, err: TextIO, poll_s: float
 ) -> int:
     """Forward 127.0.0.1:LOCAL_PORT here to the code-server pod of CLUSTER (Kubernetes) with `kubectl port-forward`
     until Ctrl-C (exit 0); the kubeconfig is kiln.aws.remote.kubectl's, removed afterwards."""
@@ -349,7 +352,10 @@ def forward_pod(
     command = f'printf "{KUBECONFIG_LINE} %s\\n" "$KUBECONFIG"; exec {shlex.join(argv)}'
     shown = _PortForwardOutput(out, request.local_port, target.label)
     try:
-        code = run_command(session, target, command, timeout_s=math.inf, out=shown, err=err, poll_s=poll_s)
+        # run_command only writes and flushes OUT, which _PortForwardOutput does: it is not a whole TextIO
+        code = run_command(
+            session, target, command, timeout_s=math.inf, out=cast(TextIO, shown), err=err, poll_s=poll_s
+        )
     except KeyboardInterrupt:
         if not shown.ready:
             raise

@@ -10,15 +10,18 @@ too: rerunning the scripts on a node that has them costs time, skipping one that
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kiln.aws.errors import aws_call, error_code, explain, one_line, raise_if_no_credentials
 from kiln.contracts.errors import Failure, InputError
+
+if TYPE_CHECKING:
+    from kiln.aws.session import S3Client, SageMakerClient
 
 # The cluster state UpdateClusterSoftware starts from (ClusterStatus of DescribeCluster).
 READY_STATUS = "InService"
@@ -68,10 +71,11 @@ def _call(what: str, call: Any, **kwargs: Any) -> Any:
         return call(**kwargs)
 
 
-def _pages(client: Any, operation: str, what: str, key: str, **kwargs: Any) -> Iterable[dict[str, Any]]:
-    """Yield every KEY item of OPERATION's pages; any AWS refusal becomes a SoftwareError naming WHAT."""
+def _pages(paginate: Callable[..., Iterable[Mapping[str, Any]]], what: str, key: str, **kwargs: Any) -> Iterable[Any]:
+    """Yield every KEY item of the pages PAGINATE (a paginator's paginate) returns for KWARGS; any AWS refusal
+    becomes a SoftwareError naming WHAT."""
     with aws_call(what, SoftwareError):
-        for page in client.get_paginator(operation).paginate(**kwargs):
+        for page in paginate(**kwargs):
             yield from page.get(key, [])
 
 
@@ -83,19 +87,25 @@ def split_s3_uri(uri: str) -> tuple[str, str]:
     return bucket, prefix
 
 
-def scripts_written(s3: Any, uri: str) -> datetime:
+def scripts_written(s3: S3Client, uri: str) -> datetime:
     """Return when the newest object under URI was written (s3:ListBucket on its bucket)."""
     bucket, prefix = split_s3_uri(uri)
-    stamps = [
+    stamps: list[datetime] = [
         o["LastModified"]
-        for o in _pages(s3, "list_objects_v2", f"s3:ListBucket {bucket}", "Contents", Bucket=bucket, Prefix=prefix)
+        for o in _pages(
+            s3.get_paginator("list_objects_v2").paginate,
+            f"s3:ListBucket {bucket}",
+            "Contents",
+            Bucket=bucket,
+            Prefix=prefix,
+        )
     ]
     if not stamps:
         raise SoftwareError(f"no lifecycle scripts under {uri}: deploy the spec again to write them")
     return max(stamps)
 
 
-def describe(sagemaker: Any, cluster: str, region: str) -> dict[str, Any]:
+def describe(sagemaker: SageMakerClient, cluster: str, region: str) -> Mapping[str, Any]:
     """Return DescribeCluster of CLUSTER; one line when it does not exist."""
     try:
         return sagemaker.describe_cluster(ClusterName=cluster)
@@ -111,12 +121,14 @@ def describe(sagemaker: Any, cluster: str, region: str) -> dict[str, Any]:
 
 def booted(node: dict[str, Any]) -> datetime:
     """Return when NODE last took its lifecycle scripts: its launch, or its last software update if later."""
-    launched = node["LaunchTime"]
-    updated = node.get("LastSoftwareUpdateTime")
+    launched: datetime = node["LaunchTime"]
+    updated: datetime | None = node.get("LastSoftwareUpdateTime")
     return max(launched, updated) if updated else launched
 
 
-def plan_update(sagemaker: Any, s3: Any, cluster: str, region: str, only: Sequence[str] = ()) -> SoftwarePlan:
+def plan_update(
+    sagemaker: SageMakerClient, s3: S3Client, cluster: str, region: str, only: Sequence[str] = ()
+) -> SoftwarePlan:
     """Return, for CLUSTER's instance groups (ONLY those, when given), the nodes older than their scripts."""
     described = describe(sagemaker, cluster, region)
     groups = {g["InstanceGroupName"]: g for g in described.get("InstanceGroups", [])}
@@ -127,8 +139,7 @@ def plan_update(sagemaker: Any, s3: Any, cluster: str, region: str, only: Sequen
         )
     nodes: dict[str, list[dict[str, Any]]] = {}
     for node in _pages(
-        sagemaker,
-        "list_cluster_nodes",
+        sagemaker.get_paginator("list_cluster_nodes").paginate,
         f"sagemaker:ListClusterNodes {cluster}",
         "ClusterNodeSummaries",
         ClusterName=cluster,
@@ -187,7 +198,7 @@ def update_request(plan: SoftwarePlan) -> dict[str, Any]:
     return request
 
 
-def start_update(sagemaker: Any, plan: SoftwarePlan) -> str:
+def start_update(sagemaker: SageMakerClient, plan: SoftwarePlan) -> str:
     """Start UpdateClusterSoftware on PLAN's groups with older nodes; return the cluster's ARN."""
     request = update_request(plan)
     answer = _call(f"sagemaker:UpdateClusterSoftware {plan.cluster}", sagemaker.update_cluster_software, **request)

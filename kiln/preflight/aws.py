@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from kiln.aws.errors import ACCESS_DENIED, BAD_CREDENTIALS, THROTTLED, error_code, error_message, one_line
 from kiln.aws.session import MAX_ATTEMPTS
 from kiln.preflight.findings import Finding
+
+if TYPE_CHECKING:
+    from kiln.aws.session import (
+        CloudFormationClient,
+        EC2Client,
+        FSxClient,
+        IAMClient,
+        KMSClient,
+        PrometheusServiceClient,
+        ResourceGroupsTaggingAPIClient,
+        S3Client,
+        ServiceQuotasClient,
+        Session,
+        SSMClient,
+    )
 
 # IAM actions whose name is not the operation's (S3 authorizes HeadBucket as s3:ListBucket; the tagging API's
 # actions are tag:*, its signing name is tagging).
@@ -22,41 +37,38 @@ class AwsClients:
 
     region: str
     account: str
-    ec2: Any
-    service_quotas: Any
-    ssm: Any
-    s3: Any
-    fsx: Any
-    iam: Any
-    cloudformation: Any
-    tagging: Any
-    amp: Any
-    kms: Any
+    ec2: EC2Client
+    service_quotas: ServiceQuotasClient
+    ssm: SSMClient
+    s3: S3Client
+    fsx: FSxClient
+    iam: IAMClient
+    cloudformation: CloudFormationClient
+    tagging: ResourceGroupsTaggingAPIClient
+    amp: PrometheusServiceClient
+    kms: KMSClient
 
     @classmethod
-    def from_session(cls, session: Any, region: str) -> AwsClients:
+    def from_session(cls, session: Session, region: str) -> AwsClients:
         """Make the clients (botocore sessions are not thread-safe; clients are) and read the account id.
 
         Raises ClientError or BotoCoreError when the credentials are missing or refused: nothing can be checked.
         """
 
-        def client(name: str) -> Any:
-            return session.client(name, region_name=region)
-
-        account = client("sts").get_caller_identity()["Account"]
+        account = session.client("sts", region_name=region).get_caller_identity()["Account"]
         return cls(
             region=region,
             account=account,
-            ec2=client("ec2"),
-            service_quotas=client("service-quotas"),
-            ssm=client("ssm"),
-            s3=client("s3"),
-            fsx=client("fsx"),
-            iam=client("iam"),
-            cloudformation=client("cloudformation"),
-            tagging=client("resourcegroupstaggingapi"),
-            amp=client("amp"),
-            kms=client("kms"),
+            ec2=session.client("ec2", region_name=region),
+            service_quotas=session.client("service-quotas", region_name=region),
+            ssm=session.client("ssm", region_name=region),
+            s3=session.client("s3", region_name=region),
+            fsx=session.client("fsx", region_name=region),
+            iam=session.client("iam", region_name=region),
+            cloudformation=session.client("cloudformation", region_name=region),
+            tagging=session.client("resourcegroupstaggingapi", region_name=region),
+            amp=session.client("amp", region_name=region),
+            kms=session.client("kms", region_name=region),
         )
 
     def clients(self) -> tuple[Any, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
@@ -32,6 +32,9 @@ from kiln.preflight.checks import (
 from kiln.preflight.findings import Finding, Report
 from kiln.preflight.plan import Plan, plan_for
 from kiln.spec import ClusterSpec
+
+if TYPE_CHECKING:
+    from kiln.aws.session import Session
 
 
 def all_checks() -> tuple[Check, ...]:
@@ -115,7 +118,7 @@ def preflight(
     spec: ClusterSpec,
     *,
     spec_path: str,
-    session: Any,
+    session: Session,
     region: str,
     skip: Iterable[str] = (),
     environment: str | None = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -13,6 +13,9 @@ from kiln.contracts.backends import BACKENDS, ORCHESTRATED_BACKENDS, Platform, p
 from kiln.contracts.environment import stack_name
 from kiln.contracts.errors import Failure
 from kiln.contracts.outputs import ComputeOutput
+
+if TYPE_CHECKING:
+    from kiln.aws.session import Session
 
 # Stacks in these states have no outputs kiln can rely on.
 UNUSABLE_STACK_STATES = ("CREATE_IN_PROGRESS", "CREATE_FAILED", "ROLLBACK", "DELETE")
@@ -45,7 +48,9 @@ class ClusterHandle:
     deployed_by: str = field(default="kiln ci up", compare=False)
 
     @classmethod
-    def from_stack(cls, session: Any, environment: str, region: str, deployed_by: str = "kiln ci up") -> ClusterHandle:
+    def from_stack(
+        cls, session: Session, environment: str, region: str, deployed_by: str = "kiln ci up"
+    ) -> ClusterHandle:
         """Read the outputs of ENVIRONMENT's compute stack in REGION with cloudformation:DescribeStacks.
 
         ENVIRONMENT is a CI environment's name, or a cluster's (its spec's name); DEPLOYED_BY the command that deploys

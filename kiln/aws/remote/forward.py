@@ -10,13 +10,16 @@ import socket
 import subprocess
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from kiln.aws.errors import one_line
 from kiln.aws.remote.cluster import RemoteError, Unreachable
 from kiln.aws.remote.processes import spawn, stop
 from kiln.aws.remote.session import SESSION_BANNER, terminate_session
 from kiln.contracts.ssm_documents import LOCAL_PORT_FORWARD_DOCUMENT, PORT_FORWARD_DOCUMENT
+
+if TYPE_CHECKING:
+    from kiln.aws.session import Session
 
 # How long the session-manager-plugin may take to listen on the local port.
 PORT_FORWARD_READY_S = 60.0
@@ -28,7 +31,7 @@ _PLUGIN_MISSING = "SessionManagerPlugin is not found"
 
 @contextlib.contextmanager
 def port_forward(
-    session: Any,
+    session: Session,
     *,
     region: str,
     node: str,
@@ -140,7 +143,7 @@ def free_port() -> int:
     """Return a TCP port of 127.0.0.1 that nothing uses now (the system's pick)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        return int(probe.getsockname()[1])
 
 
 def accepts(port: int) -> bool:

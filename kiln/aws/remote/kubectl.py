@@ -10,7 +10,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import KW_ONLY, dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
 from kiln.aws.errors import aws_call
@@ -19,6 +19,9 @@ from kiln.aws.remote.exit_codes import EXIT_TIMED_OUT
 from kiln.aws.remote.forward import port_forward
 from kiln.aws.remote.nodes import Target, system_node
 from kiln.aws.remote.processes import cli_environment, stream
+
+if TYPE_CHECKING:
+    from kiln.aws.session import Session
 
 EKS_API_PORT = 443
 
@@ -62,7 +65,7 @@ class KubectlTransport:
     """Runs commands here, with a kubeconfig for TARGET (an EKS cluster); reads their output every POLL_S seconds at
     most until done or the timeout passes (CLOCK), then stops them."""
 
-    session: Any
+    session: Session
     target: Target
     _: KW_ONLY
     poll_s: float = 2.0

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from kiln.aws.errors import aws_call
 from kiln.aws.remote.cluster import ClusterHandle, NotRunning, RemoteError, Unreachable
 from kiln.contracts.backends import EKS_SYSTEM_NODE_GROUP, HYPERPOD_CONTROLLER_GROUP, PARALLELCLUSTER, PCS
 from kiln.contracts.tags import TAG_EKS_CLUSTER, TAG_NODE_GROUP
+
+if TYPE_CHECKING:
+    from kiln.aws.session import Ec2Filter, Session
 
 PCS_NODE_GROUP_TAG = "aws:pcs:compute-node-group-id"
 # ParallelCluster tags every instance it launches with its cluster's name and the node's type: HeadNode, Compute, and
@@ -49,7 +52,7 @@ class Target:
     label: str
 
 
-def find_head(session: Any, cluster: ClusterHandle) -> Target:
+def find_head(session: Session, cluster: ClusterHandle) -> Target:
     """Return where CLUSTER runs commands: its login or head node, or this machine for Kubernetes."""
     if cluster.uses_kubernetes:
         name = cluster.eks_cluster_name
@@ -62,7 +65,7 @@ def find_head(session: Any, cluster: ClusterHandle) -> Target:
     return hyperpod_node(session, cluster)
 
 
-def pcs_login_node(session: Any, cluster: ClusterHandle, *, node: str | None = None) -> Target:
+def pcs_login_node(session: Session, cluster: ClusterHandle, *, node: str | None = None) -> Target:
     """Return a running login node of CLUSTER (PCS): NODE if it is one, else the oldest."""
     group = cluster.pcs_login_node_group_id
     if group is None:
@@ -82,7 +85,7 @@ def pcs_login_node(session: Any, cluster: ClusterHandle, *, node: str | None = N
 
 
 def parallelcluster_node(
-    session: Any, cluster: ClusterHandle, *, node_type: str = PARALLELCLUSTER_HEAD_NODE, node: str | None = None
+    session: Session, cluster: ClusterHandle, *, node_type: str = PARALLELCLUSTER_HEAD_NODE, node: str | None = None
 ) -> Target:
     """Return a running node of CLUSTER (ParallelCluster) of NODE_TYPE (HeadNode, LoginNode): NODE if it is one, else
     the oldest."""
@@ -100,7 +103,7 @@ def parallelcluster_node(
 
 
 def hyperpod_node(
-    session: Any, cluster: ClusterHandle, *, group: str = HYPERPOD_CONTROLLER_GROUP, node: str | None = None
+    session: Session, cluster: ClusterHandle, *, group: str = HYPERPOD_CONTROLLER_GROUP, node: str | None = None
 ) -> Target:
     """Return the Session Manager target of a running node of CLUSTER's (HyperPod) instance group GROUP: NODE if it is
     one, else the oldest."""
@@ -122,7 +125,7 @@ def hyperpod_node(
     return Target("hyperpod", address, cluster.region, f"HyperPod {group} node {instance}")
 
 
-def system_node(session: Any, region: str, cluster: str) -> str:
+def system_node(session: Session, region: str, cluster: str) -> str:
     """Return a running node of EKS cluster CLUSTER's system node group: the one its API is forwarded through."""
     return _running_instance(
         session,
@@ -136,7 +139,7 @@ def system_node(session: Any, region: str, cluster: str) -> str:
 
 
 def _running_instance(
-    session: Any,
+    session: Session,
     region: str,
     tags: Mapping[str, str],
     *,
@@ -147,7 +150,7 @@ def _running_instance(
     """Return the oldest running instance carrying TAGS, or NODE when it is one of them (NotRunning, naming WHAT, when
     it is not); Unreachable(MISSING) when there is none."""
     ec2 = session.client("ec2", region_name=region)
-    filters = [{"Name": f"tag:{key}", "Values": [value]} for key, value in tags.items()]
+    filters: list[Ec2Filter] = [{"Name": f"tag:{key}", "Values": [value]} for key, value in tags.items()]
     filters.append({"Name": "instance-state-name", "Values": ["running"]})
     with aws_call("ec2:DescribeInstances", RemoteError):
         pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
@@ -161,7 +164,7 @@ def _running_instance(
 def _launched(item: Mapping[str, Any]) -> float:
     """Return when ITEM (an instance or a HyperPod node) launched, as a timestamp; 0 when AWS did not say."""
     launched = item.get("LaunchTime")
-    return launched.timestamp() if hasattr(launched, "timestamp") else 0.0
+    return launched.timestamp() if launched is not None and hasattr(launched, "timestamp") else 0.0
 
 
 def _chosen(running: list[str], node: str | None, what: str) -> str:

@@ -10,13 +10,16 @@ import signal
 import subprocess
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from kiln.aws.session import Session
 
 # The environment's static credentials, which the AWS CLI prefers to AWS_PROFILE.
 STATIC_CREDENTIALS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 
-def cli_environment(session: Any) -> dict[str, str]:
+def cli_environment(session: Session) -> dict[str, str]:
     """Return the environment for the AWS CLI: this one, with the boto3 session's profile when it names one.
 
     A session made with an explicit profile (boto3.Session(profile_name=...)) ignores credentials in the environment

@@ -11,7 +11,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -21,6 +21,9 @@ from kiln.aws.remote.exit_codes import EXIT_NO_STATUS, EXIT_TIMED_OUT
 from kiln.aws.remote.nodes import NODE_PREAMBLE, Target
 from kiln.aws.remote.processes import cli_environment, stream
 from kiln.contracts.ssm_documents import NON_INTERACTIVE_COMMAND_DOCUMENT
+
+if TYPE_CHECKING:
+    from kiln.aws.session import Session
 
 # The session-manager-plugin's first and last lines, with the session's id.
 SESSION_BANNER = re.compile(r"^\s*(Starting|Exiting) session with [Ss]essionId: (\S+?)\.?\s*$")
@@ -42,7 +45,7 @@ class SessionManagerTransport:
     """Runs commands on TARGET (a HyperPod node's session target) through the AWS CLI; reads its output every POLL_S
     seconds at most until done or the timeout passes (CLOCK), then ends the session."""
 
-    session: Any
+    session: Session
     target: Target
     _: KW_ONLY
     poll_s: float = 2.0
@@ -151,7 +154,7 @@ class _SessionOutput:
         self._out.flush()
 
 
-def terminate_session(session: Any, region: str, session_id: str | None) -> None:
+def terminate_session(session: Session, region: str, session_id: str | None) -> None:
     """End Session Manager session SESSION_ID in REGION (nothing when None), ignoring AWS's refusal.
 
     Killing the CLI closes the session's stream; TerminateSession makes the agent stop the command too.

@@ -11,7 +11,7 @@ import shlex
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import KW_ONLY, dataclass
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -27,6 +27,9 @@ from kiln.aws.remote.cluster import RemoteError, Unreachable
 from kiln.aws.remote.exit_codes import EXIT_CANCELLED, EXIT_TIMED_OUT
 from kiln.aws.remote.nodes import NODE_PREAMBLE, Target
 from kiln.contracts.ssm_documents import RUN_SHELL_DOCUMENT
+
+if TYPE_CHECKING:
+    from kiln.aws.session import Session, SSMClient
 
 RUN_COMMAND_OUTPUT_LIMIT = 24_000
 RUN_COMMAND_ERROR_LIMIT = 8_000
@@ -46,7 +49,7 @@ class RunCommandTransport:
     """Runs commands on TARGET (an EC2 instance) with Run Command; polls every POLL_S seconds (SLEEP) until done or
     the timeout passes (CLOCK), then cancels the command."""
 
-    session: Any
+    session: Session
     target: Target
     _: KW_ONLY
     poll_s: float = 2.0
@@ -74,7 +77,7 @@ class RunCommandTransport:
                 )
                 return EXIT_TIMED_OUT
 
-    def _send(self, ssm: Any, command: str, timeout_s: float) -> str:
+    def _send(self, ssm: SSMClient, command: str, timeout_s: float) -> str:
         """Send COMMAND with ssm:SendCommand, its execution timeout a margin past TIMEOUT_S; return its command id."""
         execution_timeout = min(MAX_EXECUTION_TIMEOUT_S, max(1, math.ceil(timeout_s) + EXECUTION_TIMEOUT_MARGIN_S))
         try:
@@ -97,7 +100,7 @@ class RunCommandTransport:
             raise RemoteError(f"ssm:SendCommand: {one_line(str(error))}") from None
         return sent["Command"]["CommandId"]
 
-    def _invocation(self, ssm: Any, command_id: str) -> Mapping[str, Any] | None:
+    def _invocation(self, ssm: SSMClient, command_id: str) -> Mapping[str, Any] | None:
         """Return the command's invocation on the instance, or None while Run Command has not created it yet."""
         try:
             return ssm.get_command_invocation(CommandId=command_id, InstanceId=self.target.address)
@@ -129,7 +132,7 @@ class RunCommandTransport:
         err.write(f"kiln: {label}: Run Command could not run the command ({details or status})\n")
         return 1
 
-    def _cancel(self, ssm: Any, command_id: str, err: TextIO) -> None:
+    def _cancel(self, ssm: SSMClient, command_id: str, err: TextIO) -> None:
         """Cancel the command; a line on ERR, not an error, when AWS refuses."""
         try:
             ssm.cancel_command(CommandId=command_id, InstanceIds=[self.target.address])

@@ -5,12 +5,15 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, TextIO, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TextIO, runtime_checkable
 
 from kiln.aws.remote.kubectl import KubectlTransport
 from kiln.aws.remote.nodes import Target
 from kiln.aws.remote.session import SessionManagerTransport
 from kiln.aws.remote.ssm_run_command import RunCommandTransport
+
+if TYPE_CHECKING:
+    from kiln.aws.session import Session
 
 
 @runtime_checkable
@@ -24,7 +27,7 @@ class Transport(Protocol):
 
 
 def transport_for(
-    session: Any,
+    session: Session,
     target: Target,
     *,
     poll_s: float = 2.0,
@@ -41,7 +44,7 @@ def transport_for(
 
 
 def run_command(
-    session: Any,
+    session: Session,
     target: Target,
     command: str,
     *,

@@ -9,8 +9,8 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-import boto3  # type: ignore[import-untyped]  # boto3/botocore ship no type hints and kiln's dev dependencies have no stubs for them
-from botocore.config import Config  # type: ignore[import-untyped]  # boto3/botocore ship no type hints and kiln's dev dependencies have no stubs for them
+import boto3
+from botocore.config import Config
 
 from .contract import WORKSPACE_ID
 from .grafana_api import require_https, tls_opener

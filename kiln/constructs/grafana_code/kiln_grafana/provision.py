@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError  # type: ignore[import-untyped]  # boto3/botocore ship no type hints and kiln's dev dependencies have no stubs for them
+from botocore.exceptions import BotoCoreError, ClientError
 
 from .contract import (
     DASHBOARDS,
