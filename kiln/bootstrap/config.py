@@ -11,7 +11,14 @@ from kiln.bootstrap.local_target import LocalCluster
 from kiln.bootstrap.profiles import NODE_ROLE_NAMES, PROFILES, TargetProfile
 from kiln.catalog import UnknownInstanceType, instance_type
 from kiln.catalog.exporters import EXPORTERS
-from kiln.catalog.limits import USER_STEP_MAX_BYTES, USER_STEPS_MAX
+from kiln.catalog.limits import (
+    HANG_FACTOR,
+    HANG_MIN_S,
+    HEALTH_CHECK_INTERVAL_S,
+    USER_STEP_MAX_BYTES,
+    USER_STEPS_MAX,
+    in_range,
+)
 from kiln.catalog.names import (
     DCGM_EXPORTER_VERSION,
     DCGM_EXPORTER_VERSION_RULE,
@@ -209,6 +216,16 @@ class BootstrapConfig:
     users: tuple[ClusterUser, ...] = ()
     checkpoint_dir: str = "/fsx/checkpoints"
     launcher_torch: bool = False
+    # The spec's resilience: kiln's node health check (kiln-launch health --drain) on the nodes that run slurmd, every
+    # health_check_interval_s seconds, run the way the target's profile says (health_runner: configure_health); whether
+    # sbatch submits requeueable jobs by default (job_requeue); the launcher's hang bounds and its TCP opt-out
+    # (launcher.env, configure_training_env). Slurm targets only: EKS's pods read none of it from the host.
+    health_checks: bool = True
+    health_check_interval_s: int = 300
+    job_requeue: bool = True
+    hang_factor: int = 10
+    hang_min_s: int = 300
+    allow_tcp: bool = False
     # HyperPod instance groups whose nodes become the Slurm controller and login nodes.
     hyperpod_controller_group: str = HYPERPOD_CONTROLLER_GROUP
     hyperpod_login_group: str = HYPERPOD_LOGIN_GROUP
@@ -310,6 +327,7 @@ class BootstrapConfig:
                 f"{self.training_image} with enroot (no Neuron PyTorch on the host); leave it on"
             )
         check_node_path("checkpoint_dir", self.checkpoint_dir)
+        self._check_resilience()
         self._check_exporters()
         self._check_ownership()
         self._check_user_steps()
@@ -317,6 +335,20 @@ class BootstrapConfig:
         uids = [user.uid for user in self.users]
         if len(set(uids)) != len(uids):
             raise BootstrapInputError(f"users: uids must be unique, got {uids}")
+
+    def _check_resilience(self) -> None:
+        bounds = {
+            "health_check_interval_s": HEALTH_CHECK_INTERVAL_S,
+            "hang_factor": HANG_FACTOR,
+            "hang_min_s": HANG_MIN_S,
+        }
+        for name, (low, high) in bounds.items():
+            value = getattr(self, name)
+            if not in_range(value, low, high):
+                raise BootstrapInputError(f"{name}: got {value!r}, allowed: an integer from {low} to {high}")
+        for name in ("health_checks", "job_requeue", "allow_tcp"):
+            if not isinstance(getattr(self, name), bool):
+                raise BootstrapInputError(f"{name}: got {getattr(self, name)!r}, allowed: True or False")
 
     def _check_exporters(self) -> None:
         for name in self.exporters:

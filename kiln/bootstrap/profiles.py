@@ -48,8 +48,10 @@ _CLOUD_CONFIGURE = (
 
 def _cloud_configure(target: BootstrapTarget) -> tuple[str, ...]:
     """Return the configure steps of a Slurm cloud TARGET: configure_fsx where kiln mounts Lustre itself
-    (ParallelCluster mounts it through SharedStorage before kiln's bootstrap runs), and configure_slurm last."""
-    return (*(step for step in _CLOUD_CONFIGURE if step != "configure_fsx" or target.mounts_fsx), "configure_slurm")
+    (ParallelCluster mounts it through SharedStorage before kiln's bootstrap runs), then configure_slurm, and
+    configure_health once slurmd runs."""
+    steps = (step for step in _CLOUD_CONFIGURE if step != "configure_fsx" or target.mounts_fsx)
+    return (*steps, "configure_slurm", "configure_health")
 
 
 # The operating systems of the cloud targets' images; the local cluster runs on Debian 12 only.
@@ -74,6 +76,7 @@ SlurmPaths = Literal["image", "service", "prefix"]
 SlurmPlugins = Literal["cgroup", "namespaces"]
 ImdsGuard = Literal["all", "unsecured", "none"]
 BootDeadline = Literal["resume_timeout", "bootstrap_timeout"]
+HealthRunner = Literal["slurm", "timer", "none"]
 # What each choice field of a profile allows (None: it may be unset): a typo fails at import, not on a node.
 _CHOICES: dict[str, tuple[str | None, ...]] = {
     "slurm_config": (*get_args(SlurmConfig), None),
@@ -85,6 +88,7 @@ _CHOICES: dict[str, tuple[str | None, ...]] = {
     "slurm_plugins": get_args(SlurmPlugins),
     "imds_guard": get_args(ImdsGuard),
     "boot_deadline": (*get_args(BootDeadline), None),
+    "health_runner": get_args(HealthRunner),
 }
 
 
@@ -136,6 +140,12 @@ class TargetProfile:
     # The platform's deadline on a node's setup that kiln knows of: PCS's fixed ResumeTimeout for workers that scale
     # from zero, ParallelCluster's bootstrap timeouts, which kiln sets; None where it knows of none.
     boot_deadline: BootDeadline | None = None
+    # Who runs kiln's node health check (kiln.contracts.bundle.HEALTH_CHECK_PROGRAM) on the nodes that run slurmd:
+    # Slurm, as the HealthCheckProgram of a slurm.conf the platform takes it in (ParallelCluster's CustomSlurmSettings,
+    # kiln's own on the local cluster); a systemd timer of kiln's, where the platform's slurm.conf takes none (PCS's
+    # allow-list, HyperPod's agent-written file: platforms.json pcs.health_check_mechanism, hyperpod.resilience_slurm);
+    # none where no Slurm runs (EKS's node monitoring agent is the platform's).
+    health_runner: HealthRunner = "none"
 
     def __post_init__(self) -> None:
         # A profile names only declared steps of the right phase: a typo fails here, not on a node.
@@ -151,6 +161,13 @@ class TargetProfile:
             raise ValueError(
                 f"slurm_config: got {self.slurm_config!r} for target {name!r}, which runs "
                 f"{'Slurm: say who writes slurm.conf' if runs_slurm else 'no Slurm: leave it None'}"
+            )
+        if ("configure_health" in self.configure_steps) != (self.health_runner != "none") or (
+            self.health_runner != "none" and not runs_slurm
+        ):
+            raise ValueError(
+                f"health_runner: got {self.health_runner!r} for target {name!r}: configure_health runs exactly where "
+                "a runner is named, and only where Slurm runs"
             )
         if ("configure_fsx" in self.configure_steps) != self.target.mounts_fsx:
             raise ValueError(
@@ -216,6 +233,7 @@ _PROFILES = (
         # PCS leaves its nodes' IMDS open to every user.
         imds_guard="all",
         boot_deadline="resume_timeout",
+        health_runner="timer",
     ),
     TargetProfile(
         target=PARALLELCLUSTER_TARGET,
@@ -228,6 +246,7 @@ _PROFILES = (
         # ParallelCluster restricts IMDS on head and login nodes itself (platforms.json, imds_secured_roles).
         imds_guard="unsecured",
         boot_deadline="bootstrap_timeout",
+        health_runner="slurm",
     ),
     TargetProfile(
         target=HYPERPOD_TARGET,
@@ -242,6 +261,7 @@ _PROFILES = (
         # HyperPod leaves its nodes' IMDS open to every user; its documented work needs only root's (platforms.json,
         # hyperpod.imds_guard_roles).
         imds_guard="all",
+        health_runner="timer",
     ),
     TargetProfile(
         target=EKS_TARGET,
@@ -276,6 +296,7 @@ _PROFILES = (
             "configure_munge",
             "configure_slurm",
             "configure_training_env",
+            "configure_health",
             "configure_exporters",
             "configure_code_server",
         ),
@@ -291,6 +312,7 @@ _PROFILES = (
         slurm_daemons="none",
         slurm_paths="prefix",
         slurm_plugins="namespaces",
+        health_runner="slurm",
     ),
 )
 PROFILES: dict[str, TargetProfile] = {profile.target.name: profile for profile in _PROFILES}

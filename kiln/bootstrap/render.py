@@ -33,6 +33,7 @@ from kiln.catalog.names import (
 from kiln.catalog.nccl import efa_software
 from kiln.catalog.neuron import neuron_packages
 from kiln.catalog.platforms import COMPONENTS, lustre_efa_interfaces, service_fact
+from kiln.contracts.bundle import HEALTH_CHECK_PROGRAM
 from kiln.host.safe_output import replaced_directory
 
 PACKAGE_DIR = Path(__file__).parent
@@ -55,6 +56,8 @@ SCRATCH_DIR = "/scratch"
 # Where Debian's Slurm lives for the local target (its paths are under the cluster's prefix at run time); the cloud
 # images' Slurm prefixes are platform facts (kiln.catalog.platforms).
 LOCAL_SLURM_PREFIX = "/usr"
+# The local cluster's AuthInfo cred_expire: how long a requeued job waits before it starts again (slurm.conf(5)).
+LOCAL_CRED_EXPIRE_S = 30
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -259,6 +262,7 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
         "KILN_HYPERPOD_LOGIN_GROUP": config.hyperpod_login_group,
         "KILN_SCRATCH_DIR": SCRATCH_DIR,
         "KILN_CHECKPOINT_DIR": config.checkpoint_dir,
+        **resilience_env(config),
         "KILN_USERS": " ".join(f"{u.name}:{u.uid}:{u.group_id}:{u.shell}" for u in config.users),
         "KILN_IMDS_GUARD_ROLES": " ".join(imds_guard_roles(config.target)),
         "KILN_HUGEPAGES_2M": "" if config.hugepages_2m is None else str(config.hugepages_2m),
@@ -282,6 +286,44 @@ def _bundle_env(config: BootstrapConfig, layout: SlurmLayout | None, wheel: tupl
 
 
 NODE_ROLES = ("controller", "login", "worker")
+
+
+def resilience_env(config: BootstrapConfig) -> dict[str, str]:
+    """Return what configure_health and configure_training_env read of the spec's resilience: who runs the node
+    health check (the profile's health_runner; '' with the check off), its program and interval, sbatch's default
+    requeue, and the launcher's hang bounds and TCP opt-out. All '' where no Slurm runs (EKS's pods read none of it)."""
+    if not config.runs_slurm:
+        return dict.fromkeys(
+            (
+                "KILN_HEALTH_CHECK",
+                "KILN_HEALTH_CHECK_PROGRAM",
+                "KILN_HEALTH_CHECK_INTERVAL_S",
+                "KILN_JOB_REQUEUE",
+                "KILN_HANG_FACTOR",
+                "KILN_HANG_MIN_S",
+                "KILN_ALLOW_TCP",
+            ),
+            "",
+        )
+    checks = config.health_checks
+    return {
+        "KILN_HEALTH_CHECK": config.profile.health_runner if checks else "",
+        "KILN_HEALTH_CHECK_PROGRAM": HEALTH_CHECK_PROGRAM,
+        "KILN_HEALTH_CHECK_INTERVAL_S": str(config.health_check_interval_s) if checks else "",
+        "KILN_JOB_REQUEUE": "1" if config.job_requeue else "0",
+        "KILN_HANG_FACTOR": str(config.hang_factor),
+        "KILN_HANG_MIN_S": str(config.hang_min_s),
+        "KILN_ALLOW_TCP": "1" if config.allow_tcp else "0",
+    }
+
+
+def health_check_context(config: BootstrapConfig) -> dict[str, str | int] | None:
+    """Return the health check a slurm.conf kiln writes names (the local cluster's: HealthCheckProgram under the
+    cluster's prefix, HealthCheckInterval), or None where Slurm does not run it (the check off, or a timer runs it)."""
+    if not config.health_checks or config.profile.health_runner != "slurm":
+        return None
+    root = "@KILN_ROOT@" if config.profile.local_cluster else ""
+    return {"program": f"{root}{HEALTH_CHECK_PROGRAM}", "interval": config.health_check_interval_s}
 
 
 def user_steps_env(config: BootstrapConfig) -> dict[str, str]:
@@ -552,7 +594,15 @@ class _Rendered:
 def _render_slurm(config: BootstrapConfig, layout: SlurmLayout, out: _Rendered, env: jinja2.Environment) -> None:
     profile = config.profile
     out.directories.append("slurm")
-    context = {"target": config.target, "slurm": layout, "groups": config.groups, "local": config.local}
+    context = {
+        "target": config.target,
+        "slurm": layout,
+        "groups": config.groups,
+        "local": config.local,
+        "local_cred_expire_s": LOCAL_CRED_EXPIRE_S,
+        # Slurm's HealthCheckProgram and HealthCheckInterval where kiln writes slurm.conf (None: no such lines).
+        "health": health_check_context(config),
+    }
     if profile.slurm_config == "kiln":
         fragments = ("base", f"plugins-{profile.slurm_plugins}", f"nodes-{profile.slurm_nodes}")
         text = "".join(env.get_template(f"slurm/{name}.conf.j2").render(context) for name in fragments)

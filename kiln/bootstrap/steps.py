@@ -235,6 +235,8 @@ STEPS: dict[str, Step] = {
         # Waits for the controller and the node's registration.
         Step(name="configure_slurm", seconds=90, phase="configure"),
         Step(name="configure_training_env", phase="configure"),
+        # kiln's node health check program, and the systemd timer that runs it where the platform's Slurm does not.
+        Step(name="configure_health", phase="configure"),
         Step(name="configure_exporters", phase="configure"),
         # The user's config.yaml (once) and the systemd unit, on the node code-server runs on.
         Step(name="configure_code_server", phase="configure"),

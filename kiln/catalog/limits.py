@@ -120,6 +120,15 @@ USER_STEP_MAX_BYTES = 256 * 1024
 # kiln.stacks.ci_mode.ci_environment (`kiln ci up --ttl`) hold a TTL to these bounds through ttl_problem.
 MIN_TTL_HOURS = 0.5
 MAX_TTL_HOURS = 24 * 30
+
+# The spec's resilience section (kiln's own bounds; the spec rule and kiln.bootstrap.config share them). The health
+# check's interval: Slurm kills a HealthCheckProgram after 60 s (https://slurm.schedmd.com/slurm.conf.html), so a
+# shorter interval would start a check before the last one may end; an hour at most, or a bad node takes jobs too long.
+HEALTH_CHECK_INTERVAL_S = (60, 3600)
+# How many median step times without progress kiln-launch calls a hang (2: one slow step is no hang), and the
+# shortest such stall in seconds (10 s to a day: a checkpoint save or an evaluation pass runs between steps).
+HANG_FACTOR = (2, 1000)
+HANG_MIN_S = (10, 86400)
 TTL_RULE = f"from {MIN_TTL_HOURS:g} (30 minutes: a deploy takes longer) to {MAX_TTL_HOURS} hours (30 days)"
 
 

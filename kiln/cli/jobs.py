@@ -26,6 +26,7 @@ from kiln.jobs.pytorchjob import (
     job_manifests,
     launcher_wheel,
     owned_by,
+    resume_line,
     to_yaml,
 )
 from kiln.spec.yaml_source import special_file_kind
@@ -167,7 +168,8 @@ def _submit(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec)
     cluster = cluster_facts(spec)
-    objects = job_manifests(_request(args), cluster, launcher_wheel())
+    request = _request(args)
+    objects = job_manifests(request, cluster, launcher_wheel())
     _, job = objects
     if args.image is None:
         image = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["image"]
@@ -183,6 +185,11 @@ def _submit(args: argparse.Namespace) -> int:
         )
     if not args.out and not args.kubeconfig:
         sys.stdout.write(to_yaml(objects))
+    # What happens when a pod fails (the spec's resilience.auto_resume); on stderr when stdout is the YAML.
+    print(
+        f"kiln job submit: {resume_line(request, cluster)}",
+        file=sys.stdout if args.out or args.kubeconfig else sys.stderr,
+    )
     return 0
 
 

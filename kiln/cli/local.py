@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import sys
 from pathlib import Path
 
 from kiln.cli.errors import Handler, one_line_failures
@@ -83,6 +84,68 @@ def _smoke(args: argparse.Namespace) -> int:
     return run_smoke(_layout(args.prefix), args.nodes, args.steps, timeout_s=args.timeout)
 
 
+def _replace(args: argparse.Namespace) -> int:
+    from kiln.local.cluster import load_cluster, replace_node
+    from kiln.local.errors import LocalError
+    from kiln.local.preflight import check_platform, check_root
+    from kiln.local.replacer import watch
+
+    check_platform()
+    check_root()
+    prefix = Path(os.path.abspath(args.prefix))
+    if args.watch:
+        if args.node:
+            raise LocalError("give a node or --watch, not both")
+        return watch(prefix)
+    if not args.node:
+        raise LocalError("name the node to replace (e.g. node2), or --watch to replace nodes as they turn bad")
+    load_cluster(prefix).layout.node(args.node)
+    replace_node(prefix, args.node, sys.stdout)
+    print(f"kiln local replace: {args.node} replaced; it takes work again")
+    return 0
+
+
+def _current(prefix: str):
+    from kiln.local.cluster import load_cluster
+    from kiln.local.preflight import check_platform, check_root
+
+    check_platform()
+    check_root()
+    return load_cluster(Path(os.path.abspath(prefix)))
+
+
+def _fault(args: argparse.Namespace) -> int:
+    import time
+
+    from kiln.local.faults import inject
+
+    injected = inject(_current(args.prefix), args.node, args.kind, time.time())
+    print(f"kiln local fault: {injected.kind} on {injected.node}: {injected.target}")
+    return 0
+
+
+def _drill(args: argparse.Namespace) -> int:
+    import json
+
+    from kiln.local.drill import run_drill, summary
+
+    report = run_drill(
+        _current(args.prefix),
+        fault=args.fault,
+        node=args.node,
+        checkpoint_every=args.checkpoint_every,
+        fault_at_step=args.fault_at_step,
+        timeout_s=args.timeout,
+        out=sys.stderr if args.json else sys.stdout,
+        echo=not args.json,
+    )
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2, sort_keys=True))
+    else:
+        print("\n".join(summary(report)))
+    return 0 if report.first_step_after_resume_s is not None else 1
+
+
 def _down(args: argparse.Namespace) -> int:
     from kiln.local.cluster import down
 
@@ -144,6 +207,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--timeout", type=float, default=SMOKE_TIMEOUT_S, help="seconds before cancelling it (default: %(default)s)"
     )
     smoke.set_defaults(func=_reported("smoke", _smoke))
+
+    replace = commands.add_parser(
+        "replace",
+        parents=[common],
+        help="replace a node as a platform replaces an unhealthy instance: fresh namespace and daemons, back to "
+        "service (--watch: what the node replacer `up` starts runs, replacing nodes kiln drained or Slurm lost)",
+    )
+    replace.add_argument("node", nargs="?", help="the node to replace (e.g. node2)")
+    replace.add_argument("--watch", action="store_true", help="replace nodes as they turn bad, until stopped")
+    replace.set_defaults(func=_reported("replace", _replace))
+
+    from kiln.local.drill import DEFAULT_CHECKPOINT_EVERY, DEFAULT_FAULT_AT_STEP, DRILL_TIMEOUT_S
+    from kiln.local.faults import KINDS
+
+    fault = commands.add_parser(
+        "fault",
+        parents=[common],
+        help="break a node on purpose: disk-full (its container storage), hang (SIGSTOP a training rank), slurmd "
+        "(SIGKILL it)",
+    )
+    fault.add_argument("node", help="the node to break (e.g. node2)")
+    fault.add_argument("kind", choices=KINDS, help="the fault")
+    fault.set_defaults(func=_reported("fault", _fault))
+
+    drill = commands.add_parser(
+        "drill",
+        parents=[common],
+        help="run the smoke job, break a node mid-run, and measure detection, drain, requeue, replacement, the "
+        "first step after the resume and the steps lost",
+    )
+    drill.add_argument("--fault", choices=KINDS, required=True, help="the fault to inject")
+    drill.add_argument("--node", default="node2", help="the node to break (default: %(default)s)")
+    drill.add_argument(
+        "--checkpoint-every", type=_positive, default=DEFAULT_CHECKPOINT_EVERY, help="(default: %(default)s)"
+    )
+    drill.add_argument("--fault-at-step", type=_positive, default=DEFAULT_FAULT_AT_STEP, help="(default: %(default)s)")
+    drill.add_argument(
+        "--timeout", type=float, default=DRILL_TIMEOUT_S, help="seconds before giving up (default: %(default)s)"
+    )
+    drill.add_argument("--json", action="store_true", help="print the figures as JSON (progress goes to stderr)")
+    drill.set_defaults(func=_reported("drill", _drill))
 
     down = commands.add_parser(
         "down", parents=[common], help="stop what up started, remove the namespaces, bridge and state"

@@ -48,11 +48,13 @@ def _validate(args: argparse.Namespace) -> int:
             worst = 2
             continue
         summary = "; ".join([spec.compute.backend, *map(_group_summary, spec.compute.groups)])
+        # What keeps training going here: the checks, what replaces a node, how jobs resume (kiln.catalog.resilience).
+        details = (*zones.lines, _resilience_line(spec), *readiness.nodes, *readiness.budget)
         for warning in (*readiness.tight_budget, *readiness.beta):
             print(f"{path}: {warning}", file=sys.stderr)
         if readiness.ready:
             print(f"{path}: ok ({summary}); boot-ready")
-            _print_nodes(zones.lines + readiness.nodes + readiness.budget)
+            _print_nodes(details)
             continue
         for reason in readiness.reasons():
             print(f"{path}: {reason}", file=sys.stderr)
@@ -62,7 +64,7 @@ def _validate(args: argparse.Namespace) -> int:
         else:
             print(verdict)
             worst = max(worst, 1)
-        _print_nodes(zones.lines + readiness.nodes + readiness.budget)
+        _print_nodes(details)
     return worst
 
 
@@ -90,6 +92,13 @@ def _group_summary(group: ComputeGroup) -> str:
         if accelerator.fraction < 1:
             each += f" ({accelerator.fraction:g} of one)"
     return f"group {group.name}: up to {group.max_count}x {group.instance_type} {each}"
+
+
+def _resilience_line(spec: ClusterSpec) -> str:
+    """Return, in one line, which checks run on SPEC's nodes, what replaces a node and how its jobs resume."""
+    from kiln.catalog.resilience import resilience_summary
+
+    return f"resilience: {resilience_summary(spec.platform.name, spec.resilience).line()}"
 
 
 def _not_ready(readiness: BootReadiness) -> str:

@@ -30,6 +30,7 @@ from kiln.constructs.eks_addons import (
     HELM_ADDONS,
     HYPERPOD_DEPENDENCIES,
     KUBERNETES_RELEASES,
+    NODE_MONITORING_AGENT,
     TRAINING_OPERATOR,
     VPC_CNI_IDENTITY,
     HelmAddon,
@@ -111,6 +112,17 @@ class EksTrainingCluster(Construct):
         # cluster's Kubernetes version.
         self.pod_identity_agent = self.cluster.eks_pod_identity_agent
         self.cni_role, self.cni_identity = self.add_pod_identity("VpcCni", VPC_CNI_IDENTITY)
+        # EKS's node monitoring agent (None without it): the health conditions node repair acts on. Removing it from
+        # the props removes it from the cluster (not preserved on delete).
+        self.node_monitoring_agent: eks.Addon | None = None
+        if props.node_monitoring_agent:
+            self.node_monitoring_agent = eks.Addon(
+                self,
+                "NodeMonitoringAgent",
+                cluster=self.cluster,  # type: ignore[arg-type]  # jsii's Python Cluster omits ICluster's kubectl_provider_options
+                addon_name=NODE_MONITORING_AGENT,
+                preserve_on_delete=False,
+            )
         # A launch template that names security groups replaces EKS's default: the cluster group must be listed.
         lustre = [props.lustre.client_security_group] if props.lustre else []
         self._node_security_groups = [self.cluster.cluster_security_group, *lustre, *props.security_groups]
@@ -124,6 +136,7 @@ class EksTrainingCluster(Construct):
                 node_role=self.node_role,
                 security_groups=self._node_security_groups,
                 node_tags=props.node_tags,
+                node_repair=props.node_repair,
             )
             self._join(self.system_node_group)
         self._user_data: list[str] = []
@@ -238,6 +251,7 @@ class EksTrainingCluster(Construct):
             user_data_parts=self._user_data,
             autoscaled=props.cluster_autoscaler,
             node_tags=props.node_tags,
+            node_repair=props.node_repair,
         )
         self.node_groups[group.name] = nodegroup
         self._join(nodegroup)

@@ -315,6 +315,10 @@ VPC_CNI_IDENTITY = PodIdentity(
     namespace="kube-system", service_account="aws-node", managed_policy="AmazonEKS_CNI_Policy"
 )
 
+# EKS's node monitoring agent, as the EKS add-on AWS recommends (at EKS's default version for the cluster's Kubernetes
+# version): it needs no AWS permissions, so it gets no identity (platforms.json, eks.node_monitoring_agent).
+NODE_MONITORING_AGENT: str = service_fact("eks", "node_monitoring_agent").value["addon"]
+
 FSX_CSI_DRIVER_NAME = "fsx.csi.aws.com"
 # Namespaces every cluster has: never created (or pruned) by kiln.
 BUILTIN_NAMESPACES = ("default", "kube-system")

@@ -232,6 +232,13 @@ def node_role(scope: Construct, bootstrap: NodeBootstrap | None) -> iam.Role:
     return role
 
 
+def set_node_repair(nodegroup: eks.Nodegroup, enabled: bool) -> None:
+    """Switch EKS's node repair of NODEGROUP on or off, written either way (CDK's node groups leave the property out
+    when it is off, and a property left out of an update need not turn repair off; platforms.json, eks.node_repair)."""
+    cfn = l1_of(nodegroup, eks.CfnNodegroup)
+    cfn.node_repair_config = eks.CfnNodegroup.NodeRepairConfigProperty(enabled=enabled)
+
+
 def add_system_node_group(
     scope: Construct,
     cluster: eks.Cluster,
@@ -241,10 +248,12 @@ def add_system_node_group(
     node_role: iam.IRole,
     security_groups: Sequence[ec2.ISecurityGroup],
     node_tags: Mapping[str, str],
+    node_repair: bool,
 ) -> eks.Nodegroup:
     """Add SYSTEM to CLUSTER in SUBNET: its launch template in SCOPE (IMDSv2, the encrypted root volume,
     SECURITY_GROUPS, and NODE_TAGS with kiln's own on each instance, volume and network interface), its managed node
-    group in CLUSTER, labelled as the system group."""
+    group in CLUSTER, labelled as the system group, which EKS repairs when NODE_REPAIR (replaces or reboots a node
+    whose health conditions fail; platforms.json, eks.node_repair)."""
     template = ec2.CfnLaunchTemplate(
         scope,
         "SystemLaunchTemplate",
@@ -270,7 +279,7 @@ def add_system_node_group(
             ],
         ),
     )
-    return cluster.add_nodegroup_capacity(
+    nodegroup = cluster.add_nodegroup_capacity(
         "SystemNodeGroup",
         instance_types=[ec2.InstanceType(system.instance_type)],
         ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
@@ -284,6 +293,9 @@ def add_system_node_group(
         # Drained within the services' own disruption budgets, never forced (CDK's default is to force).
         force_update=False,
     )
+    # Its nodes run what a job needs to restart (the training operator, Kueue, the autoscaler, CoreDNS).
+    set_node_repair(nodegroup, node_repair)
+    return nodegroup
 
 
 def add_accelerated_node_group(
@@ -298,11 +310,12 @@ def add_accelerated_node_group(
     user_data_parts: Sequence[str],
     autoscaled: bool,
     node_tags: Mapping[str, str],
+    node_repair: bool,
 ) -> tuple[EfaLaunchTemplate, eks.Nodegroup]:
     """Add GROUP to CLUSTER in SUBNET: its EFA launch template in SCOPE (every interface in EFA_SECURITY_GROUP, the
     primary one in SECURITY_GROUPS too, USER_DATA_PARTS at boot, NODE_TAGS on each instance, volume and network
     interface) and its managed node group in CLUSTER, which carries the tags the cluster-autoscaler reads when
-    AUTOSCALED. Return both."""
+    AUTOSCALED and which EKS repairs when NODE_REPAIR (platforms.json, eks.node_repair). Return both."""
     template = EfaLaunchTemplate(
         scope,
         hashed_id("LaunchTemplate", group.name),
@@ -340,6 +353,9 @@ def add_accelerated_node_group(
         # What a node offers before one exists: the autoscaler reads these from the node group (scale from zero).
         tags=node_template_tags(group.instance_type) if autoscaled else None,
     )
+    # A node whose GPUs, Neuron devices, network, kernel or runtime fail their conditions is replaced (or rebooted)
+    # with a fresh instance, and the group keeps its size.
+    set_node_repair(nodegroup, node_repair)
     # The roll replaces nodes one at a time and launches no instance beyond the group (no surge): a capacity block or
     # reservation has none to spare, and on-demand or spot ones would exceed max_count (platforms.json,
     # eks.node_group_update_strategy). CDK's node group takes MaxUnavailable but not UpdateStrategy.

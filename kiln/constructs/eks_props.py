@@ -113,6 +113,12 @@ class EksTrainingClusterProps:
     neuron_release: the cluster's Neuron SDK release (kiln.catalog.neuron.resolve_neuron_release), whose chart
         release's device plugin and scheduler extension images Neuron nodes get (kiln.catalog.neuron_components);
         default none: the newest images kiln maps.
+    node_monitoring_agent: EKS's node monitoring agent add-on, which sets the health conditions of every node
+        kiln's groups launch (accelerated hardware, networking, kernel, storage, container runtime) that node repair
+        acts on; HyperPod's nodes it leaves to HyperPod's own agent (platforms.json, eks.node_monitoring_agent).
+        Default True.
+    node_repair: EKS replaces (or reboots) a node of any of kiln's node groups, system and accelerated, whose
+        health conditions fail, and the group keeps its size (platforms.json, eks.node_repair); default True.
     """
 
     vpc: ec2.IVpc
@@ -139,6 +145,8 @@ class EksTrainingClusterProps:
     gang_scheduling: bool = True
     node_tags: Mapping[str, str] = field(default_factory=dict)
     neuron_release: str | None = None
+    node_monitoring_agent: bool = True
+    node_repair: bool = True
 
     def __post_init__(self) -> None:
         require_in(self, "kubernetes_version", self.kubernetes_version, KUBERNETES_RELEASES)

@@ -36,7 +36,12 @@ ROLES: tuple[str, ...] = get_args(NodeRole)
 Orchestrator = Literal["slurm", "eks"]
 ORCHESTRATORS: tuple[str, ...] = get_args(Orchestrator)
 HYPERPOD_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}")
-DEEP_HEALTH_CHECKS = ["InstanceStress", "InstanceConnectivity"]
+# What replaces a faulty node: HyperPod itself (automatic) or the cluster's administrator (none); CreateCluster's
+# NodeRecovery value of each (platforms.json, hyperpod.node_recovery).
+NodeRecovery = Literal["automatic", "none"]
+NODE_RECOVERY: dict[str, str] = service_fact("hyperpod", "node_recovery").value
+# The deep health checks an accelerated group's nodes run when they start (platforms.json, hyperpod.deep_health_checks).
+DEEP_HEALTH_CHECKS: list[str] = list(service_fact("hyperpod", "deep_health_checks").value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +106,10 @@ class HyperPodClusterProps:
         Default none (orchestrator slurm).
     image_id: an AMI built on a SageMaker HyperPod base AMI for every group (e.g. TrainingImage's); default
         HyperPod's own image.
+    node_recovery: automatic (default): HyperPod reboots or replaces a node its health checks find faulty
+        (NodeRecovery Automatic); none: a faulty node stays for the administrator (NodeRecovery None).
+    deep_health_checks: HyperPod's deep health checks (InstanceStress, InstanceConnectivity) on an accelerated
+        group's nodes when they start or are replaced; default True. False: none (nodes start sooner, untested).
     """
 
     cluster_name: str
@@ -116,6 +125,8 @@ class HyperPodClusterProps:
     orchestrator: Orchestrator = "slurm"
     eks_cluster: eks.ICluster | None = None
     image_id: str | None = None
+    node_recovery: NodeRecovery = "automatic"
+    deep_health_checks: bool = True
 
     def __post_init__(self) -> None:
         require(
@@ -126,6 +137,7 @@ class HyperPodClusterProps:
             "1-63 letters, digits and '-'",
         )
         require_in(self, "orchestrator", self.orchestrator, ORCHESTRATORS)
+        require_in(self, "node_recovery", self.node_recovery, NODE_RECOVERY)
         require(self, bool(self.instance_groups), "instance_groups", list(self.instance_groups), "at least one group")
         names = [g.name for g in self.instance_groups]
         require(self, len(set(names)) == len(names), "instance group names", names, "unique names")
@@ -193,7 +205,7 @@ class HyperPodCluster(Construct):
                 subnets=[props.subnet.subnet_id],
                 security_group_ids=[g.security_group_id for g in self.node_security_groups],
             ),
-            node_recovery="Automatic",
+            node_recovery=NODE_RECOVERY[props.node_recovery],
             # An EKS cluster is given exactly when the orchestrator is eks (the props check).
             orchestrator=sagemaker.CfnCluster.OrchestratorProperty(
                 eks=sagemaker.CfnCluster.ClusterOrchestratorEksConfigProperty(cluster_arn=props.eks_cluster.cluster_arn)
@@ -392,7 +404,9 @@ class HyperPodCluster(Construct):
                     )
                 )
             ],
-            on_start_deep_health_checks=DEEP_HEALTH_CHECKS if group.accelerated else None,
+            on_start_deep_health_checks=DEEP_HEALTH_CHECKS
+            if group.accelerated and self._props.deep_health_checks
+            else None,
             kubernetes_config=self._kubernetes_config(group) if self._props.orchestrator == "eks" else None,
         )
 

@@ -34,9 +34,11 @@ from constructs import Construct
 from kiln.bootstrap.fetch import FETCH_SCRIPT, RESOLVE_SCRIPT, file_sha256, node_manifest
 from kiln.catalog import instance_type as catalog_instance_type
 from kiln.catalog.limits import (
+    HEALTH_CHECK_INTERVAL_S,
     PARALLELCLUSTER_MAX_CONFIG_TAGS,
     PARALLELCLUSTER_PROVIDER_TAGS,
     SERVICE_NODE_ROOT_VOLUME_GIB,
+    in_range,
 )
 from kiln.catalog.platforms import service_fact
 from kiln.constructs import acknowledgements
@@ -49,6 +51,7 @@ from kiln.constructs.node_access import ssm_agent_statements
 from kiln.constructs.node_bootstrap import NodeBootstrap
 from kiln.constructs.node_scripts import deploy_node_scripts
 from kiln.constructs.review import acknowledge, acknowledge_wildcards
+from kiln.contracts.bundle import HEALTH_CHECK_PROGRAM
 
 # The one place the ParallelCluster version is pinned: provider template, schema in tests, Makefile.
 PARALLELCLUSTER_VERSION = "3.16.1"
@@ -85,6 +88,12 @@ QUEUE_UPDATE_STRATEGIES: tuple[str, ...] = tuple(
 DEFAULT_QUEUE_UPDATE_STRATEGY: str = service_fact("parallelcluster", "queue_update_strategy").value["kiln"]
 # The SlurmQueues setting that gives each job of the queue whole nodes (platforms.json): on for Neuron types.
 JOB_EXCLUSIVE_ALLOCATION: str = service_fact("parallelcluster", "job_exclusive_allocation").value
+# ParallelCluster's GPU health check (DCGM, in its Prolog) and where it is set (platforms.json, gpu_health_checks).
+GPU_HEALTH_CHECKS: dict[str, str] = dict(service_fact("parallelcluster", "gpu_health_checks").value)
+# Where Slurm's health check parameters go (CustomSlurmSettings, whose deny-list names none of them) and their names:
+# HealthCheckProgram, HealthCheckInterval, HealthCheckNodeState (platforms.json, health_check_settings).
+HEALTH_CHECK_SETTINGS: dict[str, Any] = dict(service_fact("parallelcluster", "health_check_settings").value)
+CUSTOM_SLURM_SETTINGS = HEALTH_CHECK_SETTINGS["where"].rsplit("/", 1)[-1]
 # Where an AMI may be set and its update policy: only the queues' image can change on a running cluster.
 AMI_SETTINGS: dict[str, str] = dict(service_fact("parallelcluster", "ami_settings").value)
 # Where the stack deploys every node's OnNodeConfigured Script in the cluster's bootstrap bucket: named by the script's
@@ -153,6 +162,11 @@ class SlurmQueue:
         return catalog_instance_type(self.instance_type).efa_supported
 
     @property
+    def gpus(self) -> bool:
+        """The type has NVIDIA GPUs: ParallelCluster's GPU health check has something to check."""
+        return catalog_instance_type(self.instance_type).gpu_count > 0
+
+    @property
     def whole_nodes(self) -> bool:
         """One job per node: a type with Neuron devices, whose GRES ParallelCluster neither declares nor lets kiln
         declare (platforms.json, parallelcluster.job_exclusive_allocation)."""
@@ -202,7 +216,13 @@ class ParallelClusterProps:
         running jobs finish, then the nodes are replaced), TERMINATE (running jobs are killed) or
         COMPUTE_FLEET_STOP (such an update needs the fleet stopped).
     slurm_settings: further Scheduling.SlurmSettings entries; default none: ParallelCluster's own
-        values beside the ones these props set (ScaledownIdletime, QueueUpdateStrategy).
+        values beside the ones these props set (ScaledownIdletime, QueueUpdateStrategy, CustomSlurmSettings).
+    health_check_interval_s: Slurm runs kiln's node health check (HEALTH_CHECK_PROGRAM, which the bundle writes on
+        every compute node) as its HealthCheckProgram every this many seconds on every node in any state
+        (CustomSlurmSettings); the check drains a failing node, which ParallelCluster then replaces. Default none: no
+        HealthCheckProgram.
+    gpu_health_checks: ParallelCluster's GPU health check (HealthChecks/Gpu/Enabled) on each queue of a type with
+        NVIDIA GPUs; default False.
     bootstrap_timeouts: DevSettings/Timeouts in seconds (HeadNodeBootstrapTimeout, ComputeNodeBootstrapTimeout),
         long enough for the nodes' setup; unset: ParallelCluster's defaults.
     delete_with_stack: delete the cluster with the stack (default True; data lives in FSx and S3).
@@ -241,6 +261,8 @@ class ParallelClusterProps:
     scaledown_idle_minutes: int = 10
     queue_update_strategy: str = DEFAULT_QUEUE_UPDATE_STRATEGY
     slurm_settings: Mapping[str, Any] = field(default_factory=dict)
+    health_check_interval_s: int | None = None
+    gpu_health_checks: bool = False
     bootstrap_timeouts: Mapping[str, int] = field(default_factory=dict)
     delete_with_stack: bool = True
     bootstrap_bucket: s3.IBucket | None = None
@@ -281,6 +303,22 @@ class ParallelClusterProps:
             sorted(self.slurm_settings),
             "settings other than QueueUpdateStrategy (set queue_update_strategy)",
         )
+        require(
+            self,
+            self.health_check_interval_s is None or CUSTOM_SLURM_SETTINGS not in self.slurm_settings,
+            "slurm_settings",
+            sorted(self.slurm_settings),
+            f"no {CUSTOM_SLURM_SETTINGS} beside health_check_interval_s (which sets them)",
+        )
+        if self.health_check_interval_s is not None:
+            low, high = HEALTH_CHECK_INTERVAL_S
+            require(
+                self,
+                in_range(self.health_check_interval_s, low, high),
+                "health_check_interval_s",
+                self.health_check_interval_s,
+                f"from {low} to {high} seconds",
+            )
         if not unresolved(self.ssh_allowed_ips):
             require(
                 self,
@@ -529,12 +567,27 @@ class ParallelCluster(Construct):
         }
         if queue.whole_nodes:
             entry[JOB_EXCLUSIVE_ALLOCATION] = True
+        if props.gpu_health_checks and queue.gpus:
+            # HealthChecks/Gpu/Enabled, at the queue (its one compute resource).
+            checks: dict[str, Any] = {"Enabled": True}
+            for key in reversed(GPU_HEALTH_CHECKS["property"].split("/")[:-1]):
+                checks = {key: checks}
+            entry.update(checks)
         if props.compute_ami:
             # The queue's own image: the one AMI setting an update takes while the fleet runs (AMI_SETTINGS).
             entry["Image"] = {"CustomAmi": props.compute_ami}
         if queue.capacity.reservation_id:
             entry["CapacityReservationTarget"] = {"CapacityReservationId": queue.capacity.reservation_id}
         return entry
+
+    def _health_check_settings(self) -> dict[str, Any]:
+        """Slurm's HealthCheckProgram (kiln's check, which drains a failing node), its interval, and every node state
+        it runs in (ANY: idle and busy nodes alike), as CustomSlurmSettings; none without health_check_interval_s."""
+        interval = self._props.health_check_interval_s
+        if interval is None:
+            return {}
+        program, every, states = HEALTH_CHECK_SETTINGS["settings"]
+        return {CUSTOM_SLURM_SETTINGS: [{program: HEALTH_CHECK_PROGRAM}, {every: interval}, {states: "ANY"}]}
 
     def _configuration(self) -> dict[str, Any]:
         props = self._props
@@ -564,6 +617,7 @@ class ParallelCluster(Construct):
                 "SlurmSettings": {
                     "ScaledownIdletime": props.scaledown_idle_minutes,
                     "QueueUpdateStrategy": props.queue_update_strategy,
+                    **self._health_check_settings(),
                     **props.slurm_settings,
                 },
                 "SlurmQueues": [self._queue(q) for q in props.queues],

@@ -7,6 +7,12 @@ from __future__ import annotations
 # no kiln step's name starts with.
 USER_STEP_PREFIX = "user_"
 
+# The node health check program the bundle writes on every node that runs slurmd (configure_health), under the local
+# cluster's prefix there: `kiln-launch health --drain` with no arguments, as Slurm's HealthCheckProgram takes one (the
+# ParallelCluster construct names it in CustomSlurmSettings) and kiln's systemd timer runs it where the platform's
+# slurm.conf takes none.
+HEALTH_CHECK_PROGRAM = "/opt/kiln/bin/kiln-health-check"
+
 # The program that checks a zipped bundle against its content digest (kiln.bootstrap.fetch.bundle_digest: the sha256 of
 # one "<sha256 of the file>  <relative path>" line per file, in path order) before it unpacks anything, then unpacks it
 # keeping the files' modes. Python's standard library only: every image kiln boots or bakes has python3, not unzip.

@@ -19,6 +19,11 @@ What a job carries:
   in time (gang scheduling, kiln.constructs.eks_scheduling);
 - kiln's training label on every pod (TRAINING_POD_LABEL): the cluster's disruption budget refuses to evict a running
   training pod, so a node group update waits for the job instead of killing it (kiln.constructs.eks_disruption);
+- the spec's resilience: with auto_resume the operator makes a pod again when it fails (its node lost or replaced,
+  evicted) and restarts its container when kiln-launch exits non-zero (a hung job), up to --max-restarts times, and
+  the launcher resumes from the newest complete checkpoint; without it the first failure ends the job
+  (kubernetes.json, pytorchjob_restart). The hang watchdog's bounds and the TCP opt-out reach kiln-launch as
+  KILN_HANG_FACTOR, KILN_HANG_MIN_S and KILN_ALLOW_TCP;
 - `kiln-launch` as the entry point. The image brings Python and torch; the launcher and the script travel in a
   ConfigMap beside the job (kiln's node wheel, unpacked at start), so any PyTorch image runs it. On a GPU type with
   EFA the image must also bring libfabric and aws-ofi-nccl: the launcher's first step reads them in the pod and
@@ -45,6 +50,7 @@ from kiln.catalog.kubernetes import (
     NODE_GROUP_LABEL,
     QUEUE_NAME_LABEL,
     TRAINING_POD_LABEL,
+    kubernetes_fact,
     node_resources,
 )
 from kiln.catalog.names import ENV_NAME, ENV_NAME_RULE
@@ -69,6 +75,13 @@ SHM_VOLUME = "dshm"
 JOB_NAME = re.compile(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?")
 JOB_NAME_RULE = "a lowercase letter, then up to 39 lowercase letters, digits or '-', not ending in '-'"
 IMAGE = re.compile(r"[a-z0-9][a-z0-9._/:@-]*")
+# How the operator restarts a job's pods with resilience.auto_resume on and off (kubernetes.json, pytorchjob_restart).
+RESTART: dict[str, Any] = kubernetes_fact("pytorchjob_restart").value
+# The variables kiln-launch reads its hang bounds and TCP opt-out from (kiln.launcher.watchdog FACTOR_VARIABLE and
+# MIN_VARIABLE, kiln.launcher.launch ALLOW_TCP_VARIABLE; the job layer does not import the launcher).
+HANG_FACTOR_VARIABLE = "KILN_HANG_FACTOR"
+HANG_MIN_VARIABLE = "KILN_HANG_MIN_S"
+ALLOW_TCP_VARIABLE = "KILN_ALLOW_TCP"
 # Unpack the launcher beside the job's files and run it: `python3 -m kiln.launcher` is kiln-launch.
 ENTRY_SCRIPT = (
     "set -eu\n"
@@ -112,6 +125,19 @@ class JobRequest:
 
 
 @dataclass(frozen=True, kw_only=True)
+class JobResilience:
+    """The spec's resilience section, as far as a job carries it (ClusterSpec.resilience)."""
+
+    # The operator restarts failed pods (OnFailure, backoffLimit --max-restarts); False: the first failure ends the job.
+    auto_resume: bool
+    # kiln-launch's hang watchdog: a stall of hang_factor median step times, at least hang_min_s seconds.
+    hang_factor: int
+    hang_min_s: int
+    # kiln-launch starts where NCCL would fall back to TCP on an EFA node.
+    allow_tcp: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class ClusterFacts:
     """What the job needs to know of the cluster, read from its spec by cluster_facts."""
 
@@ -123,6 +149,7 @@ class ClusterFacts:
     nccl_env: Mapping[str, str] = field(default_factory=dict)
     # The cluster's Neuron release (ClusterSpec.neuron_release); None without Neuron devices.
     neuron_release: str | None = None
+    resilience: JobResilience
 
 
 def cluster_facts(spec: Any) -> ClusterFacts:
@@ -134,6 +161,12 @@ def cluster_facts(spec: Any) -> ClusterFacts:
         checkpoint_dir=spec.launcher.checkpoint_dir,
         nccl_env=spec.launcher.environment,
         neuron_release=spec.neuron_release,
+        resilience=JobResilience(
+            auto_resume=spec.resilience.auto_resume,
+            hang_factor=spec.resilience.hang_factor,
+            hang_min_s=spec.resilience.hang_min_s,
+            allow_tcp=spec.resilience.allow_tcp,
+        ),
     )
 
 
@@ -149,9 +182,10 @@ def job_manifests(request: JobRequest, cluster: ClusterFacts, wheel: bytes) -> l
     labels = {"app.kubernetes.io/name": request.name, "app.kubernetes.io/managed-by": "kiln"}
     # The pods also carry the training label: the cluster's disruption budget refuses to evict them while they run.
     pod = _pod_template(request, cluster, group, files["metadata"]["name"], {**labels, **TRAINING_POD_LABEL})
-    replicas = {"Master": _replica(1, pod)}
+    restart_policy, backoff_limit = restart_policy_of(request, cluster.resilience)
+    replicas = {"Master": _replica(1, pod, restart_policy)}
     if request.nodes > 1:
-        replicas["Worker"] = _replica(request.nodes - 1, pod)
+        replicas["Worker"] = _replica(request.nodes - 1, pod, restart_policy)
     job = {
         "apiVersion": PYTORCHJOB_API_VERSION,
         "kind": "PyTorchJob",
@@ -162,13 +196,37 @@ def job_manifests(request: JobRequest, cluster: ClusterFacts, wheel: bytes) -> l
         },
         "spec": {
             "nprocPerNode": str(request.nproc_per_node or _processes(facts)),
-            # The launcher restarts workers itself, from their last checkpoint; the operator replaces a pod that
-            # fails for good (a lost node) as many times more.
-            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": request.max_restarts},
+            # The launcher restarts workers itself, from their last checkpoint; with auto_resume the operator replaces
+            # a pod that fails for good (a lost node) and restarts a container that exits non-zero, as many times
+            # more.
+            "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": backoff_limit},
             "pytorchReplicaSpecs": replicas,
         },
     }
     return [files, job]
+
+
+def restart_policy_of(request: JobRequest, resilience: JobResilience) -> tuple[str, int]:
+    """Return the replicas' restartPolicy and the job's backoffLimit: OnFailure and REQUEST's --max-restarts with
+    auto_resume, else Never and none (kubernetes.json, pytorchjob_restart)."""
+    if resilience.auto_resume:
+        return RESTART["resume"]["restart_policy"], request.max_restarts
+    return RESTART["no_resume"]["restart_policy"], RESTART["no_resume"]["backoff_limit"]
+
+
+def resume_line(request: JobRequest, cluster: ClusterFacts) -> str:
+    """Return what happens to the job when a pod fails, in one line (what `kiln job submit` prints)."""
+    policy, limit = restart_policy_of(request, cluster.resilience)
+    if cluster.resilience.auto_resume:
+        return (
+            f"resilience.auto_resume: a pod whose node is lost is made again and a kiln-launch that exits non-zero "
+            f"(hung or failed) restarts, up to {limit} restarts (restartPolicy {policy}, backoffLimit {limit}); each "
+            "resumes from the newest complete checkpoint"
+        )
+    return (
+        f"resilience.auto_resume false: the job's first failed pod ends it (restartPolicy {policy}, backoffLimit "
+        f"{limit})"
+    )
 
 
 def _check_request(request: JobRequest, cluster: ClusterFacts) -> None:
@@ -270,9 +328,18 @@ def _environment(request: JobRequest, cluster: ClusterFacts, instance: str) -> l
         "KILN_CHECKPOINT_DIR": cluster.checkpoint_dir,
         # Named in the launcher's one line when the image lacks NCCL's EFA stack (kiln.launcher.efa).
         "KILN_IMAGE": request.image,
+        **_resilience_environment(cluster.resilience),
         **request.env,
     }
     return [{"name": name, "value": str(value)} for name, value in values.items()]
+
+
+def _resilience_environment(resilience: JobResilience) -> dict[str, str]:
+    """Return the variables that give kiln-launch the spec's hang bounds and, when it allows TCP, that."""
+    values = {HANG_FACTOR_VARIABLE: str(resilience.hang_factor), HANG_MIN_VARIABLE: str(resilience.hang_min_s)}
+    if resilience.allow_tcp:
+        values[ALLOW_TCP_VARIABLE] = "1"
+    return values
 
 
 def _pod_template(
@@ -320,8 +387,8 @@ def _pod_template(
     return {"metadata": {"labels": dict(labels)}, "spec": spec}
 
 
-def _replica(count: int, pod: dict[str, Any]) -> dict[str, Any]:
-    return {"replicas": count, "restartPolicy": "OnFailure", "template": pod}
+def _replica(count: int, pod: dict[str, Any], restart_policy: str) -> dict[str, Any]:
+    return {"replicas": count, "restartPolicy": restart_policy, "template": pod}
 
 
 def _script_key(script: Path) -> str:

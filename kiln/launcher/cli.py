@@ -3,10 +3,13 @@
     kiln-launch [OPTIONS] SCRIPT [ARGS...]
     kiln-launch [OPTIONS] smoke [--steps N] [...]
     kiln-launch [OPTIONS] check [--json] [...]
+    kiln-launch [--checkpoint-dir DIR] health [--json] [--drain] [...]
 
 Exit codes: the workers' exit code (0 when they all succeed), 1 when the
-environment cannot be launched, 2 for a bad command line; ``check`` documents
-its own.
+environment cannot be launched, 2 for a bad command line, 75 when the hang
+watchdog ended a hung run (status "hung"), 78 when NCCL chose TCP instead of
+EFA on an EFA node (status "tcp_fallback"); ``check`` and ``health`` document
+their own.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from kiln.launcher.errors import LaunchError, UsageError
 from kiln.launcher.launch import LaunchOptions, execute, prepare
 from kiln.launcher.runner import DEFAULT_MAX_RESTARTS
 
-SUBCOMMANDS = ("smoke", "check")
+SUBCOMMANDS = ("smoke", "check", "health")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -55,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="kiln-launch",
         description="Launch distributed training on Slurm, a Kubernetes PyTorchJob or a plain machine.",
-        epilog="Subcommands: smoke (a small GPT training run), check (readiness check). "
+        epilog="Subcommands: smoke (a small GPT training run), check (readiness check), health (node health check "
+        "for Slurm's HealthCheckProgram: a line '<ok|FAIL|n/a> <check>: <detail>' per check; exit 0 healthy, 1 "
+        "unhealthy, 2 usage; --drain drains the node on a FAIL). "
         "Options after SCRIPT or a subcommand belong to it.",
     )
     parser.add_argument(
@@ -84,7 +89,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-tcp",
         action="store_true",
         help="start on a GPU node with EFA devices even when NCCL would fall back to TCP sockets (no aws-ofi-nccl "
-        "plugin or libfabric efa provider here); default: refuse in one line",
+        "plugin or libfabric efa provider here), and let ranks whose NCCL chose TCP train on; default: refuse in one "
+        "line ($KILN_ALLOW_TCP=1 does the same)",
+    )
+    parser.add_argument(
+        "--hang-factor",
+        type=_positive,
+        help="call the run hung when no rank finishes a step for this many median step times (and --hang-min-s); "
+        "default: $KILN_HANG_FACTOR, else 10",
+    )
+    parser.add_argument(
+        "--hang-min-s",
+        type=_positive,
+        help="the shortest stall called a hang, in seconds (also the limit before the first steps); default: "
+        "$KILN_HANG_MIN_S, else 300",
     )
     parser.add_argument(
         "--precompile",
@@ -95,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--run-record", help="where to write the JSON run record (default: <job dir>/runs/)")
     parser.add_argument("--dry-run", action="store_true", help="print the launch plan as JSON and exit")
-    parser.add_argument("command", nargs="?", metavar="SCRIPT|smoke|check")
+    parser.add_argument("command", nargs="?", metavar="SCRIPT|smoke|check|health")
     parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 
@@ -131,10 +149,18 @@ def _run(argv: list[str], started: float) -> int:
         run_record=parsed.run_record,
         allow_tcp=parsed.allow_tcp,
         precompile=parsed.precompile,
+        hang_factor=parsed.hang_factor,
+        hang_min_s=parsed.hang_min_s,
     )
     command, rest = parsed.command, list(parsed.args)
     if command is None:
-        raise UsageError("missing SCRIPT or subcommand (smoke, check); see kiln-launch --help")
+        raise UsageError(f"missing SCRIPT or subcommand ({', '.join(SUBCOMMANDS)}); see kiln-launch --help")
+    if command == "health":
+        # On the host, never in the training container, and without torch: slurmd runs it every few minutes.
+        _only_checkpoint_dir(parsed)
+        from kiln.launcher import health
+
+        return health.run(rest, started=started, checkpoint_flag=parsed.checkpoint_dir)
     if command == "check" and parsed.precompile:
         raise UsageError("--precompile: runs a training script or smoke under neuron_parallel_compile, not check")
     # Without torch here, on a node whose bootstrap names a training image: the same argv in that container.
@@ -159,3 +185,12 @@ def _run(argv: list[str], started: float) -> int:
         print(json.dumps(plan.as_dict(), indent=2, sort_keys=True))
         return 0
     return execute(plan).exit_code
+
+
+def _only_checkpoint_dir(parsed: argparse.Namespace) -> None:
+    """Refuse launcher options a health check has no use for (its checkpoint root is the one it takes)."""
+    defaults = build_parser().parse_args(["health"])
+    for name, value in vars(parsed).items():
+        if name not in ("command", "args", "checkpoint_dir") and value != getattr(defaults, name):
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"health: {flag} is a launch option; health takes only --checkpoint-dir before it")

@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import Any
 
 from kiln.catalog import InstanceType
 from kiln.catalog.nccl import efa_software
-from kiln.launcher import hardware
+from kiln.launcher import bounded, hardware
 from kiln.launcher.errors import LaunchError
 from kiln.launcher.image import root_of
 
@@ -131,15 +130,13 @@ def _libfabric_dir(environ: Mapping[str, str], root: Path) -> str | None:
     return next((d for d in candidates if (Path(d) / software.libfabric_library).is_file()), None)
 
 
-def _provider(tool: str, environ: Mapping[str, str], library_path: str) -> tuple[bool, str]:
+def _provider(tool: str, environ: Mapping[str, str], library_path: str, timeout: float) -> tuple[bool, str]:
     """Run ``TOOL -p efa``; return whether it listed the efa provider, and what it said otherwise."""
     env = {**environ, "LD_LIBRARY_PATH": library_path} if library_path else dict(environ)
     try:
-        done = subprocess.run(
-            [tool, "-p", "efa"], env=env, capture_output=True, text=True, timeout=TIMEOUT_SECONDS, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return False, f"no answer within {TIMEOUT_SECONDS} s"
+        done = bounded.run([tool, "-p", "efa"], env=env, timeout=timeout)
+    except bounded.Timeout:
+        return False, f"no answer within {timeout:g} s"
     except OSError as error:
         return False, f"cannot run ({error.strerror or error})"
     if done.returncode == 0 and _EFA_PROVIDER_LINE.search(done.stdout):
@@ -149,8 +146,9 @@ def _provider(tool: str, environ: Mapping[str, str], library_path: str) -> tuple
     return False, f"exit {done.returncode}, {said[:200]}"
 
 
-def scan(environ: Mapping[str, str] = os.environ, root: Path | None = None) -> EfaStack:
-    """Read this node's (or container's) EFA devices, plugin, libfabric and efa provider; never raise."""
+def scan(environ: Mapping[str, str] = os.environ, root: Path | None = None, timeout: float | None = None) -> EfaStack:
+    """Read this node's (or container's) EFA devices, plugin, libfabric and efa provider (fi_info given TIMEOUT
+    seconds, default TIMEOUT_SECONDS); never raise."""
     root = root_of(environ) if root is None else root
     software = efa_software()
     found = devices(root)
@@ -161,7 +159,7 @@ def scan(environ: Mapping[str, str] = os.environ, root: Path | None = None) -> E
     if tool is None:
         return EfaStack(devices=found, plugin=plugin, libfabric_dir=libfabric)
     library_path = _library_path(environ, [libfabric] if libfabric else [])
-    provider, said = _provider(tool, environ, library_path)
+    provider, said = _provider(tool, environ, library_path, TIMEOUT_SECONDS if timeout is None else timeout)
     return EfaStack(
         devices=found, plugin=plugin, libfabric_dir=libfabric, fi_info=tool, provider=provider, provider_said=said
     )

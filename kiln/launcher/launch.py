@@ -3,16 +3,32 @@
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
+import threading
 import time
 from collections.abc import Mapping, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from kiln.catalog import InstanceType
-from kiln.launcher import compile_cache, efa, imds, ncclenv, neuron, precompile, record, runner
+from kiln.launcher import (
+    compile_cache,
+    efa,
+    health_verdict,
+    heartbeat,
+    imds,
+    ncclenv,
+    neuron,
+    precompile,
+    record,
+    runner,
+    slurm_node,
+)
 from kiln.launcher import environment as env_detect
+from kiln.launcher import watchdog as hang_watchdog
 from kiln.launcher.hardware import cuda_device_count
 from kiln.launcher.paths import checkpoint_dir
 from kiln.launcher.software import versions
@@ -22,6 +38,16 @@ from kiln.launcher.software import versions
 # attempt's gloo/NCCL addresses and fail to connect (pytorch/pytorch#135712):
 # exactly the restart that auto-resume depends on.
 AGENT_DEFAULTS = {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+# PyTorch's flight recorder keeps this many collectives per process for the watchdog's dumps, unless the user sized it
+# (TORCH_FR_BUFFER_SIZE, or its older name TORCH_NCCL_TRACE_BUFFER_SIZE): the size PyTorch's Flight Recorder
+# tutorial recommends (https://docs.pytorch.org/tutorials/unstable/flight_recorder_tutorial.html).
+FLIGHT_RECORDER_ENTRIES = "2000"
+# NCCL's init and network lines only, enough for kiln.launcher.nccllog to see the transport; NCCL_DEBUG_FILE expands
+# %h (host) and %p (pid) (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/troubleshooting/logging.html).
+TRANSPORT_DEBUG = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+ALLOW_TCP_VARIABLE = "KILN_ALLOW_TCP"
+# The record is written from the main thread and from the watchdog's (its verdict): one writer at a time.
+_SAVING = threading.Lock()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +66,9 @@ class LaunchOptions:
     allow_tcp: bool = False
     # Run the workers under neuron_parallel_compile (kiln.launcher.precompile): Neuron nodes only.
     precompile: bool = False
+    # The hang watchdog's limits (kiln.launcher.watchdog); None: $KILN_HANG_FACTOR / $KILN_HANG_MIN_S, else defaults.
+    hang_factor: float | None = None
+    hang_min_s: float | None = None
 
 
 @dataclass(kw_only=True)
@@ -61,6 +90,10 @@ class LaunchPlan:
     precompile: list[str] | None = None
     # This node's Neuron compile cache (kiln.launcher.compile_cache); None off Neuron nodes with kiln's FSx.
     compile_cache: compile_cache.CachePlan | None = None
+    # The hang watchdog's limits; None for the readiness check, which runs no training script.
+    hang: hang_watchdog.Settings | None = None
+    # Each rank checks NCCL's transport after its first steps (a GPU node with EFA, TCP not allowed).
+    transport_check: bool = False
     record: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -78,6 +111,10 @@ class LaunchPlan:
             "efa": self.efa.as_dict() if self.efa else None,
             "precompile": {"command": [*self.precompile, *self.torchrun_args]} if self.precompile else None,
             "compile_cache": self.compile_cache.as_dict() if self.compile_cache else None,
+            "hang_watchdog": {"factor": self.hang.factor, "min_s": self.hang.min_s, "from": self.hang.source}
+            if self.hang
+            else None,
+            "transport_check": self.transport_check,
         }
 
 
@@ -116,7 +153,12 @@ def prepare(
     cache = compile_cache.choose(detected, environ, nccl)
     if cache is not None and cache.directory is not None:
         nccl = ncclenv.with_value(nccl, compile_cache.variable(), cache.directory, f"compile cache: {cache.how}")
-    gate = efa.gate(facts, environ, allow_tcp=options.allow_tcp) if efa_gate else None
+    allow_tcp = options.allow_tcp or environ.get(ALLOW_TCP_VARIABLE, "").strip().lower() in ("1", "true", "yes")
+    gate = efa.gate(facts, environ, allow_tcp=allow_tcp) if efa_gate else None
+    # A launch that keeps no record (the readiness check's own workers) runs no hang watchdog either.
+    hang = None
+    if keep_record:
+        hang = hang_watchdog.settings(environ, factor=options.hang_factor, min_s=options.hang_min_s)
     if gate is not None and gate.warning:
         print(f"kiln-launch: warning: {gate.warning}", file=sys.stderr)
     root = checkpoint_dir(environ, options.checkpoint_dir)
@@ -131,7 +173,13 @@ def prepare(
     record_path = None
     if keep_record:
         chosen = options.run_record or environ.get("KILN_RUN_RECORD")
-        record_path = Path(chosen) if chosen else record.default_path(job_dir, detected.node_rank, started)
+        record_path = (
+            Path(chosen)
+            if chosen
+            else record.default_path(
+                job_dir, record.node_label(detected.node_rank, environ), started, environ.get(record.RESTART_VARIABLE)
+            )
+        )
     plan = LaunchPlan(
         environment=detected,
         instance=instance,
@@ -148,8 +196,10 @@ def prepare(
         efa=gate,
         precompile=wrapper,
         compile_cache=cache,
+        hang=hang,
+        transport_check=gate is not None and gate.status == efa.READY and not allow_tcp,
     )
-    plan.record = record.new_record(started, argv) | plan.as_dict()
+    plan.record = record.new_record(started, argv, environ) | plan.as_dict()
     plan.record["timings"]["prepare_s"] = round(time.time() - started, 4)
     return plan
 
@@ -195,13 +245,20 @@ def _execute(plan: LaunchPlan, environ: MutableMapping[str, str]) -> runner.Laun
     plan.record["nccl_env"]["applied"] = applied
     plan.record["versions"] = versions(environ)
     plan.record["status"] = "running"
+    watch = _start_watchdog(plan, environ) if plan.hang is not None and not plan.precompile else None
     _save(plan)
     began = time.time()
-    if plan.precompile:
-        result = precompile.run([*plan.precompile, *plan.torchrun_args])
-    else:
-        result = runner.launch(plan.torchrun_args)
+    try:
+        if plan.precompile:
+            result = precompile.run([*plan.precompile, *plan.torchrun_args])
+        else:
+            result = runner.launch(plan.torchrun_args, on_failed_attempt=lambda a: _failed_attempt(plan, a))
+    finally:
+        if watch is not None:
+            watch.stop()
     finished = time.time()
+    if watch is not None:
+        result = _after_watchdog(plan, watch, result)
     plan.record.update(status=result.status, exit_code=result.exit_code, message=result.message)
     plan.record["failures"] = result.failures
     plan.record["timings"].update(
@@ -211,12 +268,97 @@ def _execute(plan: LaunchPlan, environ: MutableMapping[str, str]) -> runner.Laun
         total_s=round(finished - plan.started, 4),
     )
     _save(plan)
-    if result.message:
+    if result.message and (watch is None or watch.verdict is None):
+        # (The watchdog printed its verdict's line when it acted.)
         print(f"kiln-launch: {result.status}: {result.message}", file=sys.stderr)
     return result
 
 
+def heartbeat_dir(job_id: str, environ: Mapping[str, str]) -> Path | None:
+    """Make this launch's heartbeat directory (this node, job, Slurm restart and launcher) under the node's TMPDIR,
+    else the system's temporary directory; None when neither takes one.
+
+    Node-local on purpose: every rank rewrites its file each second and only this node's launcher reads them, so
+    the shared file system never sees that traffic, and a node that dies takes nothing another node reads with it.
+    """
+    prefix = f"kiln-heartbeat-{job_id}-r{environ.get(record.RESTART_VARIABLE, '0')}-"
+    for root in dict.fromkeys([environ.get("TMPDIR"), None]):
+        try:
+            return Path(tempfile.mkdtemp(prefix=prefix, dir=root))
+        except OSError as error:
+            failure = error
+    print(f"kiln-launch: warning: no hang watchdog: cannot make a heartbeat directory ({failure})", file=sys.stderr)
+    return None
+
+
+def _start_watchdog(plan: LaunchPlan, environ: MutableMapping[str, str]) -> hang_watchdog.Watchdog | None:
+    """Give the workers a fresh heartbeat directory and the flight recorder and NCCL settings the watchdog needs;
+    start the watchdog (None: no directory could be made, and the run goes unwatched)."""
+    assert plan.hang is not None
+    directory = heartbeat_dir(plan.environment.job_id, environ)
+    if directory is None:
+        plan.record["watchdog"] = {"status": "off: no heartbeat directory"}
+        return None
+    added = {heartbeat.DIR_VARIABLE: str(directory)}
+    if "TORCH_FR_BUFFER_SIZE" not in environ and "TORCH_NCCL_TRACE_BUFFER_SIZE" not in environ:
+        added["TORCH_FR_BUFFER_SIZE"] = FLIGHT_RECORDER_ENTRIES
+    if plan.transport_check:
+        added[heartbeat.TRANSPORT_VARIABLE] = "efa"
+        if "NCCL_DEBUG" not in environ:
+            # NCCL's log is ours to direct only when the user asked for none: then INIT and NET lines, to a file per
+            # rank (NCCL expands %h to the host name and %p to the process id) that the rank itself reads.
+            added.update({name: value for name, value in TRANSPORT_DEBUG.items() if name not in environ})
+            if "NCCL_DEBUG_FILE" not in environ:
+                added["NCCL_DEBUG_FILE"] = str(directory / "nccl.%h.%p.log")
+    environ.update(added)
+    plan.worker_env.update(added)
+    plan.record["worker_env"] = dict(plan.worker_env)
+    slurm_job = environ.get("SLURM_JOB_ID") if plan.environment.scheduler == "slurm" else None
+    node = slurm_node.node_name(environ=environ)
+    context = hang_watchdog.Context(
+        heartbeat_dir=directory,
+        flight_recorder_dir=plan.job_dir / "flight-recorder",
+        node=node,
+        slurm_job_id=slurm_job,
+        # The node's scheduled health check leaves its verdict here (Slurm nodes; kiln.launcher.health_verdict).
+        health_verdict=health_verdict.verdict_path(environ.get("KILN_ROOT") or "/", node) if slurm_job else None,
+    )
+
+    def keep_verdict(verdict: hang_watchdog.Verdict) -> None:
+        plan.record.update(status=verdict.status, exit_code=verdict.exit_code, message=verdict.message)
+        plan.record["watchdog"] = watch.summary()
+        _save(plan)
+
+    watch = hang_watchdog.Watchdog(context, plan.hang, environ=environ, on_verdict=keep_verdict)
+    plan.record["watchdog"] = watch.summary()
+    watch.start()
+    return watch
+
+
+def _failed_attempt(plan: LaunchPlan, attempt: dict[str, Any]) -> None:
+    attempt["at"] = record.iso_time(float(attempt["at"]))
+    plan.record["attempts"].append(attempt)
+    _save(plan)
+
+
+def _after_watchdog(
+    plan: LaunchPlan, watch: hang_watchdog.Watchdog, result: runner.LaunchResult
+) -> runner.LaunchResult:
+    """Fold the watchdog's view into the record (attempts with their last steps, its verdict); return the result,
+    the watchdog's when it ended the run."""
+    beats = [asdict(beat) for beat in hang_watchdog.read_beats(watch.context.heartbeat_dir)]
+    final = watch.verdict.status if watch.verdict else result.status
+    plan.record["attempts"] = record.attempts(plan.record["attempts"], beats, final)
+    plan.record["watchdog"] = watch.summary()
+    shutil.rmtree(watch.context.heartbeat_dir, ignore_errors=True)
+    if watch.verdict is None:
+        return result
+    verdict = watch.verdict
+    return runner.LaunchResult(exit_code=verdict.exit_code, status=verdict.status, message=verdict.message)
+
+
 def _save(plan: LaunchPlan) -> None:
-    if plan.record_path is not None:
-        plan.record_path = record.write(plan.record_path, plan.record)
-        plan.record["record_path"] = str(plan.record_path)
+    with _SAVING:
+        if plan.record_path is not None:
+            plan.record_path = record.write(plan.record_path, plan.record)
+            plan.record["record_path"] = str(plan.record_path)

@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kiln.catalog import InstanceType
+from kiln.launcher import bounded
 from kiln.launcher.errors import UsageError
 
 LNC_VARIABLE = "NEURON_LOGICAL_NC_CONFIG"
@@ -111,20 +111,24 @@ def parse_neuron_ls(text: str) -> tuple[NeuronDevice, ...]:
 
 
 def scan(
-    environ: Mapping[str, str] = os.environ, *, tool_dirs: Iterable[str] = TOOL_DIRS, dev: Path = Path("/dev")
+    environ: Mapping[str, str] = os.environ,
+    *,
+    tool_dirs: Iterable[str] = TOOL_DIRS,
+    dev: Path = Path("/dev"),
+    timeout: float | None = None,
 ) -> NeuronScan:
-    """Run ``neuron-ls --json-output`` and count /dev/neuronN; never raise."""
+    """Run ``neuron-ls --json-output`` (given TIMEOUT seconds, default TIMEOUT_SECONDS) and count /dev/neuronN; never
+    raise."""
     found = {"device_nodes": device_node_count(dev), "lnc_setting": environ.get(LNC_VARIABLE)}
     tool = find_neuron_ls(environ, tool_dirs)
     if tool is None:
         return NeuronScan(tool=None, **found)
     command = f"{tool} --json-output"
+    limit = TIMEOUT_SECONDS if timeout is None else timeout
     try:
-        done = subprocess.run(
-            [tool, "--json-output"], capture_output=True, text=True, timeout=TIMEOUT_SECONDS, check=False
-        )
-    except subprocess.TimeoutExpired:
-        return NeuronScan(tool=tool, error=f"{command} did not answer within {TIMEOUT_SECONDS}s", **found)
+        done = bounded.run([tool, "--json-output"], timeout=limit)
+    except bounded.Timeout:
+        return NeuronScan(tool=tool, error=f"{command} did not answer within {limit:g}s", **found)
     except OSError as error:
         return NeuronScan(tool=tool, error=f"cannot run {tool}: {error.strerror or error}", **found)
     if done.returncode != 0:

@@ -28,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from kiln.launcher.checkpoint import Checkpointer
 from kiln.launcher.errors import UsageError
+from kiln.launcher.heartbeat import Heartbeat
 from kiln.launcher.model import GPTConfig, TinyGPT, synthetic_batch
 from kiln.launcher.smoke_options import parse_args
 from kiln.launcher.teardown import end_distributed_worker, leave
@@ -80,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     kill_rank = args.kill_rank if args.kill_rank is not None else proc.world - 1
+    # kiln-launch's hang watchdog follows the steps (a no-op when not started by kiln-launch).
+    beat = Heartbeat.from_env()
     tokens_per_step = args.batch_size * args.seq_len * proc.world
     losses: dict[int, float] = {}
     step_times: list[float] = []
@@ -91,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         began = time.perf_counter()
         losses[step] = _train_step(model, optimizer, config, args, step, proc)
         step_times.append(time.perf_counter() - began)
+        beat.step(step)
         if first_step_s is None:
             first_step_s = time.time() - started
         if proc.rank == 0:

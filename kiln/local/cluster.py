@@ -11,7 +11,7 @@ from typing import TextIO
 
 from kiln.host.safe_output import UnsafeOutput, claim_directory, remove_owned_directory
 from kiln.local import code_server as local_code_server
-from kiln.local import daemons, network, preflight, procs, provision, slurm
+from kiln.local import daemons, network, preflight, procs, provision, replacer, slurm
 from kiln.local import state as state_file
 from kiln.local.errors import LocalError, LocalFailure
 from kiln.local.exporters import exporter_processes, prepare, scrape
@@ -76,9 +76,12 @@ def _plan(options: UpOptions, prefix: Path) -> ClusterLayout:
     spec = os.path.abspath(options.spec) if options.spec else None
     observability = None
     code_server_user = ""
+    replace_nodes = auto_resume = True
     if spec:
         loaded = provision.load_spec_file(spec)
         cluster_name, observability = loaded.name, loaded.observability
+        replace_nodes = loaded.resilience.node_recovery == "automatic"
+        auto_resume = loaded.resilience.auto_resume
         # Locally code-server runs as whoever brought the cluster up (not the spec's code_server.user, a user of the
         # cluster's nodes): the user behind sudo, else the one running kiln, root included.
         code_server_user = local_code_server_user() if loaded.code_server is not None else ""
@@ -94,6 +97,8 @@ def _plan(options: UpOptions, prefix: Path) -> ClusterLayout:
         exporters=local_exporters(observability),
         prometheus=local_prometheus(observability, local_exporters(observability)),
         code_server_user=code_server_user,
+        replace_nodes=replace_nodes,
+        auto_resume=auto_resume,
     )
 
 
@@ -113,7 +118,8 @@ def _roles(layout: ClusterLayout) -> list[str]:
     exporters = [exporter.role for exporter in exporter_processes(layout)]
     editor = [f"{local_code_server.ROLE_PREFIX}:{layout.nodes[0].name}"] if layout.code_server_user else []
     slurmds = (daemons.slurmd_role(node) for node in layout.nodes)
-    return [daemons.MUNGED, daemons.SLURMCTLD, *slurmds, *exporters, *editor]
+    replacing = [replacer.ROLE] if layout.replace_nodes else []
+    return [daemons.MUNGED, daemons.SLURMCTLD, *slurmds, *exporters, *editor, *replacing]
 
 
 def stopped_roles(current: ClusterState) -> list[str]:
@@ -156,6 +162,15 @@ class _Up:
             self.bootstrap()
         if network_problems(self.state):
             self.network()
+        self.start_stopped()
+        count = len(self.layout.nodes)
+        with self.progress.phase(f"wait until {'the node is' if count == 1 else f'the {count} nodes are'} idle"):
+            slurm.wait_ready(self.layout, timeout_s, alive=self.check_alive)
+        if self.layout.replace_nodes and replacer.ROLE in stopped_roles(self.state):
+            self.node_replacer()
+
+    def start_stopped(self) -> None:
+        """Start every daemon but the node replacer that should run and does not."""
         stopped = stopped_roles(self.state)
         if daemons.MUNGED in stopped:
             self.munged()
@@ -170,9 +185,6 @@ class _Up:
         server = local_code_server.code_server_process(self.layout)
         if server is not None and server.role in stopped:
             self.code_server(server)
-        count = len(self.layout.nodes)
-        with self.progress.phase(f"wait until {'the node is' if count == 1 else f'the {count} nodes are'} idle"):
-            slurm.wait_ready(self.layout, timeout_s, alive=self.check_alive)
 
     def bootstrap(self) -> None:
         with self.progress.phase("render the `local` bootstrap bundle"):
@@ -273,12 +285,43 @@ class _Up:
             if status != 200:
                 raise LocalFailure(f"{server.role}: its login page answers {status or 'nothing'} (log: {log})")
 
+    def node_replacer(self) -> None:
+        # Started once the nodes are idle, so it never mistakes a node still coming up for a lost one.
+        argv = replacer.argv(self.layout.prefix)
+        log = daemons.log_path(self.layout, replacer.ROLE)
+        with self.progress.phase("start the node replacer"):
+            record, _ = procs.start(replacer.ROLE, argv, argv, log, self.env)
+            self.record(record)
+
     def check_alive(self) -> None:
         for role in _roles(self.layout):
             record = self.state.process(role)
             if record is not None and not procs.is_running(record):
                 detail = procs.log_tail(record.log)
                 raise LocalFailure(f"{role} exited" + (f": {detail}" if detail else "") + f" (log: {record.log})")
+
+
+def replace_node(prefix: Path, name: str, out: TextIO, timeout_s: float = READY_TIMEOUT_S) -> None:
+    """Replace node NAME as a platform replaces an unhealthy instance (kiln.local.replacer): stop everything in its
+    network namespace, create the namespace again, start its daemons afresh, and return it to service."""
+    with state_file.locked(prefix):
+        current = load_cluster(prefix)
+        layout = current.layout
+        node = layout.node(name)
+        slurmd = current.process(daemons.slurmd_role(node))
+        pids = set(procs.pids_in_netns(node.netns_path))
+        if slurmd is not None and procs.is_running(slurmd):
+            pids.add(slurmd.pid)
+        procs.stop_pids(sorted(pids))
+        network.remove(None, (node.veth,), (node.netns,))
+        converge = _Up(current, Progress(out))
+        converge.network()
+        converge.start_stopped()
+        # A drain kiln set outlives slurmd; the fresh node starts clean. ReturnToService brings back a lost one.
+        found = slurm.node_statuses(layout).get(name)
+        if found is not None and not found.ready:
+            slurm.client(layout, "scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)
+        slurm.wait_ready(layout, timeout_s, alive=converge.check_alive)
 
 
 def node_rows(layout: ClusterLayout, statuses: dict[str, slurm.NodeStatus]) -> tuple[list[str], list[list[str]]]:
@@ -436,6 +479,11 @@ def down(prefix: str, out: TextIO = sys.stdout) -> int:
         # Read again under the lock: an `up` may have recorded more while we waited.
         current = load_cluster(prefix_path)
         layout = current.layout
+        # The replacer first: it must not see the nodes go and bring them back.
+        watching = [r for r in current.processes if r.role == replacer.ROLE and procs.is_running(r)]
+        if watching:
+            with progress.phase("stop the node replacer"):
+                procs.stop_records(watching)
         slurmds = {r.pid for r in current.processes if r.role.startswith("slurmd:") and procs.is_running(r)}
         # Every process in a namespace this cluster created is the cluster's: slurmd and the
         # slurmstepd and job processes it started, which outlive a killed slurmd.
@@ -448,7 +496,8 @@ def down(prefix: str, out: TextIO = sys.stdout) -> int:
         if slurmds | inside:
             with progress.phase(f"stop slurmd and job processes on the nodes ({len(slurmds | inside)})"):
                 procs.stop_pids(sorted(slurmds | inside))
-        controllers = [r for r in current.processes if not r.role.startswith("slurmd:") and procs.is_running(r)]
+        daemons_left = [r for r in current.processes if not r.role.startswith("slurmd:") and r.role != replacer.ROLE]
+        controllers = [r for r in daemons_left if procs.is_running(r)]
         if controllers:
             with progress.phase(f"stop {' and '.join(r.role for r in controllers)}"):
                 procs.stop_records(controllers)

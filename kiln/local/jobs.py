@@ -138,12 +138,40 @@ class SmokeResult:
         return statistics.median(step.step_time_s for step in timed) if timed else None
 
 
-def smoke_script(layout: ClusterLayout, steps: int) -> str:
-    """Return the batch script: the job preamble, then one kiln-launch per node (it starts the workers)."""
+def smoke_script(layout: ClusterLayout, steps: int, extra: tuple[str, ...] = ()) -> str:
+    """Return the batch script: the job preamble, then one kiln-launch per node (it starts the workers); EXTRA are
+    more smoke options (--checkpoint-every K)."""
+    options = " ".join(shlex.quote(arg) for arg in ("--steps", str(steps), *extra))
     return f"""#!/bin/bash
 # kiln local smoke: the launcher's smoke job, one kiln-launch per node (it starts the workers).
-{job_preamble(layout)}exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 kiln-launch smoke --steps {steps}
+{job_preamble(layout)}exec srun --ntasks-per-node=1 --kill-on-bad-exit=1 kiln-launch smoke {options}
 """
+
+
+class OutputTail:
+    """The lines a job has written to its output file since the last read (the file may not exist yet)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.position = 0
+        self.partial = ""
+
+    def new_lines(self) -> list[str]:
+        """Return the complete lines written since the last call."""
+        if not self.path.exists():
+            return []
+        with open(self.path, "rb") as handle:
+            handle.seek(self.position)
+            chunk = handle.read()
+        self.position += len(chunk)
+        self.partial += chunk.decode(errors="replace")
+        *lines, self.partial = self.partial.split("\n")
+        return lines
+
+    def rest(self) -> str:
+        """Return what is left after the last newline, and forget it."""
+        left, self.partial = self.partial, ""
+        return left
 
 
 def _has_torch(layout: ClusterLayout) -> bool:
@@ -151,11 +179,11 @@ def _has_torch(layout: ClusterLayout) -> bool:
     return linked.exists() or any(layout.venv.glob("lib/python*/site-packages/torch"))
 
 
-def submit_smoke(layout: ClusterLayout, nodes: int, steps: int) -> tuple[str, Path, float]:
+def submit_smoke(layout: ClusterLayout, nodes: int, steps: int, extra: tuple[str, ...] = ()) -> tuple[str, Path, float]:
     """Submit the smoke job; return its id, its output file and when it was submitted (epoch seconds)."""
     layout.jobs_dir.mkdir(parents=True, exist_ok=True)
     script = layout.jobs_dir / "smoke.sh"
-    script.write_text(smoke_script(layout, steps))
+    script.write_text(smoke_script(layout, steps, extra))
     submitted = time.time()
     result = slurm.client(
         layout,
@@ -164,6 +192,10 @@ def submit_smoke(layout: ClusterLayout, nodes: int, steps: int) -> tuple[str, Pa
         f"--nodes={nodes}",
         "--ntasks-per-node=1",
         "--job-name=kiln-smoke",
+        # Requeued after a node fails or the job hangs (resilience.auto_resume), resuming from its checkpoint; the
+        # output of every attempt stays in one file.
+        "--requeue" if layout.auto_resume else "--no-requeue",
+        "--open-mode=append",
         f"--chdir={layout.jobs_dir}",
         f"--output={layout.jobs_dir}/smoke-%j.out",
         str(script),
@@ -176,7 +208,7 @@ def follow(
     layout: ClusterLayout, job_id: str, output: Path, submitted: float, out: TextIO, timeout_s: float
 ) -> SmokeResult:
     """Stream the job's output until it ends; return what it did."""
-    position, partial = 0, ""
+    tail = OutputTail(output)
     steps: list[Step] = []
     first_step_at: float | None = None
     record: dict[str, str] = {}
@@ -184,20 +216,13 @@ def follow(
     deadline = time.monotonic() + timeout_s
     finished = False
     while True:
-        if output.exists():
-            with open(output, "rb") as handle:
-                handle.seek(position)
-                chunk = handle.read()
-            position += len(chunk)
-            partial += chunk.decode(errors="replace")
-            *lines, partial = partial.split("\n")
-            for line in lines:
-                print(f"  | {line}", file=out, flush=True)
-                step = parse_step(line)
-                if step is not None:
-                    if first_step_at is None:
-                        first_step_at = time.time()
-                    steps.append(step)
+        for line in tail.new_lines():
+            print(f"  | {line}", file=out, flush=True)
+            step = parse_step(line)
+            if step is not None:
+                if first_step_at is None:
+                    first_step_at = time.time()
+                steps.append(step)
         if finished:
             break
         if time.monotonic() >= next_check:
@@ -213,8 +238,8 @@ def follow(
             slurm.client(layout, "scancel", job_id, check=False)
             raise LocalFailure(f"smoke job {job_id} did not finish within {timeout_s:.0f}s; cancelled it")
         time.sleep(_POLL_S)
-    if partial:
-        print(f"  | {partial}", file=out)
+    if rest := tail.rest():
+        print(f"  | {rest}", file=out)
     return SmokeResult(
         job_id=job_id,
         state=record.get("JobState", "UNKNOWN"),

@@ -66,6 +66,10 @@ class ClusterLayout:
     prometheus: bool = False
     # Whom node 1 runs code-server as (the spec's code_server: the user who brought the cluster up); '' when off.
     code_server_user: str = ""
+    # Whether `up` runs the node replacer (kiln.local.replacer): the spec's resilience.node_recovery, automatic.
+    replace_nodes: bool = True
+    # Whether kiln's jobs here are requeued after a node fails or hangs (the spec's resilience.auto_resume).
+    auto_resume: bool = True
 
     @property
     def bridge(self) -> str:
@@ -193,6 +197,8 @@ def plan_layout(
     exporters: tuple[str, ...] = (),
     prometheus: bool = False,
     code_server_user: str = "",
+    replace_nodes: bool = True,
+    auto_resume: bool = True,
 ) -> ClusterLayout:
     """Return the layout of a new cluster; raise LocalError for values that cannot work."""
     if not _TAG.match(tag):
@@ -238,4 +244,6 @@ def plan_layout(
         exporters=exporters,
         prometheus=prometheus,
         code_server_user=code_server_user,
+        replace_nodes=replace_nodes,
+        auto_resume=auto_resume,
     )

@@ -39,6 +39,7 @@ def config_from_spec(
         **code_server_config(spec, target),
         "nccl_env": spec.launcher.environment,
         "checkpoint_dir": spec.launcher.checkpoint_dir,
+        **resilience_config(spec),
     }
     if profile.local_cluster:
         if local is None:
@@ -100,6 +101,20 @@ def config_from_spec(
         lustre_efa=spec.storage.lustre is not None and spec.storage.lustre.efa,
         **common,
     )
+
+
+def resilience_config(spec: ClusterSpec) -> dict[str, bool | int]:
+    """Return the BootstrapConfig fields of SPEC's resilience: the node health check and its interval, sbatch's
+    default requeue (auto_resume), the launcher's hang bounds and TCP opt-out."""
+    resilience = spec.resilience
+    return {
+        "health_checks": resilience.health_checks,
+        "health_check_interval_s": resilience.health_check_interval_s,
+        "job_requeue": resilience.auto_resume,
+        "hang_factor": resilience.hang_factor,
+        "hang_min_s": resilience.hang_min_s,
+        "allow_tcp": resilience.allow_tcp,
+    }
 
 
 # Components only PCS's nodes run (the spec rules refuse their pins elsewhere).

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from kiln.bootstrap.readiness import ACCEPT_UNREADY
+from kiln.catalog.resilience import ResilienceSettings, resilience_summary
 from kiln.contracts.iam_wildcards import WildcardUse, managed_policy_uses, template_wildcards
 from kiln.node_config.judge import load_and_judge
 from kiln.review.scan import CheckovResult, ScanError, run_checkov
@@ -32,6 +33,7 @@ HEADER = (
     "boot-ready",
     "synth s",
 )
+RESILIENCE_TITLE = "resilience (which checks run, what replaces a node, how jobs resume):"
 UNREVIEWED_REMEDY = "narrow it or add a WildcardGrant with its reason to kiln/constructs/acknowledgements.py"
 VERBOSE_HINT = (
     "--verbose lists each acknowledgement, checkov skip and IAM wildcard with its reason, and each kind of node's "
@@ -63,6 +65,8 @@ class _Spec:
     seconds: float = 0.0
     nag: NagReport | None = None
     stacks: list[StackResult] = field(default_factory=list)
+    # What keeps training going on its platform (kiln.catalog.resilience): the report's resilience section.
+    resilience: tuple[str, ...] = ()
 
 
 def _table(rows: list[tuple[str, ...]]) -> str:
@@ -102,6 +106,17 @@ def wildcard_review(path: str, stack: str, uses: Sequence[WildcardUse]) -> Revie
     return Review(cell, tuple(unreviewed), len(unreviewed), tuple(lines))
 
 
+def resilience_lines(path: str, platform: str, settings: ResilienceSettings) -> tuple[str, ...]:
+    """Return the resilience section's lines for the spec at PATH on PLATFORM with its resilience SETTINGS."""
+    summary = resilience_summary(platform, settings)
+    return (
+        f"{path}: checks: {summary.checks}",
+        f"{path}: replacement: {summary.replacement}",
+        f"{path}: jobs: {summary.resume}",
+        f"{path}: source: {summary.source}",
+    )
+
+
 def _synthesize(path: str, keep: Path, *, lint: bool, accept_unready: bool) -> _Spec:
     """Judge, synthesize and lint the spec at PATH; copy its templates into the new directory KEEP."""
     spec = _Spec(path)
@@ -114,6 +129,7 @@ def _synthesize(path: str, keep: Path, *, lint: bool, accept_unready: bool) -> _
         spec.row, spec.worst = (path, "(invalid spec)", *["-"] * (len(HEADER) - 2)), 2
         return spec
     spec.boot_cell = "yes" if readiness.ready else f"NO ({readiness.problems})"
+    spec.resilience = resilience_lines(path, cluster.platform.name, cluster.resilience)
     spec.details.extend(f"{path}: {line}" for line in zones.lines)
     spec.details.extend(f"{path}: {reason}" for reason in readiness.reasons())
     spec.details.extend(f"{path}: {warning}" for warning in (*readiness.tight_budget, *readiness.beta))
@@ -241,6 +257,10 @@ def run_report(files: Sequence[str], *, lint: bool = True, accept_unready: bool 
     print(_summary(len(files), totals, lint=lint, accept_unready=accept_unready, worst=worst))
     if reasons and not verbose:
         print(VERBOSE_HINT)
+    section = [line for spec in specs for line in spec.resilience]
+    if section:
+        print(f"\n{RESILIENCE_TITLE}")
+        print("\n".join(f"  {line}" for line in section))
     for line in [*details, *reasons] if verbose else details:
         print(line, file=sys.stderr)
     return worst

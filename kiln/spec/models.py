@@ -543,6 +543,57 @@ class SessionLogs(SpecModel):
     )
 
 
+class Resilience(SpecModel):
+    """What keeps a training run going: node health checks, replacement of bad nodes, jobs that resume by
+    themselves, and hung jobs caught (docs/resilience.md)."""
+
+    health_checks: bool = Field(
+        True,
+        description="kiln's node health check (`kiln-launch health`) on every compute node, as the scheduler runs "
+        "health checks (Slurm: a failing node is drained with the check's line as its reason), plus the platform's "
+        "own checks where it has them (ParallelCluster's GPU health check; EKS: the node monitoring agent add-on).",
+    )
+    health_check_interval_s: int = Field(
+        300,
+        description="Seconds between two runs of the health check on an idle or busy node (Slurm's "
+        "HealthCheckInterval); 60 to 3600.",
+    )
+    deep_health_checks: bool = Field(
+        True,
+        description="HyperPod: the deep health checks (InstanceStress, InstanceConnectivity) when an accelerated "
+        "group's nodes start or are replaced.",
+    )
+    node_recovery: Literal["automatic", "none"] = Field(
+        "automatic",
+        description="What replaces an unhealthy node: automatic uses the platform's own mechanism (HyperPod's "
+        "NodeRecovery, EKS managed node groups' node repair, ParallelCluster's and PCS's replacement of unhealthy "
+        "instances); none leaves a drained node for you (HyperPod and EKS only: ParallelCluster and PCS give kiln no "
+        "switch to turn replacement off).",
+    )
+    auto_resume: bool = Field(
+        True,
+        description="Jobs started the kiln way (kiln-launch under sbatch, kiln job submit) are requeued after a node "
+        "fails or a job hangs, and resume from their newest complete checkpoint. On Slurm, sbatch on the cluster's "
+        "nodes submits requeueable jobs (SBATCH_REQUEUE; false: SBATCH_NO_REQUEUE); on HyperPod add srun's "
+        "--auto-resume=1 to a job step for HyperPod's own auto-resume.",
+    )
+    hang_factor: int = Field(
+        10,
+        description="kiln-launch declares a job hung when no rank has finished a step for this many median step "
+        "times (and at least hang_min_s); 2 to 1000.",
+    )
+    hang_min_s: int = Field(
+        300,
+        description="The shortest stall kiln-launch calls a hang, in seconds (covers checkpoint saves and "
+        "evaluation between steps); 10 to 86400.",
+    )
+    allow_tcp: bool = Field(
+        False,
+        description="Let a job on a GPU node with EFA start when NCCL chose TCP sockets instead of EFA; by default "
+        "every rank checks NCCL's transport at start and the job stops in one line.",
+    )
+
+
 class Ci(SpecModel):
     """Short-lived environments for CI."""
 
@@ -573,6 +624,7 @@ class ClusterSpec(SpecModel):
     compute: Compute
     software: Software = Software()
     launcher: Launcher = Launcher()
+    resilience: Resilience = Resilience()
     ci: Ci = Ci()
     iam: Iam = Iam()
     observability: Observability | None = Field(None, description="Metrics exporters on the nodes; leave out for none.")

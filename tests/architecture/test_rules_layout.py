@@ -27,6 +27,8 @@ ORDER = (
     "image",
     "software",
     "launcher",
+    "resilience",
+    "resilience_kubernetes",
     "ci",
     "observability",
     "tags",

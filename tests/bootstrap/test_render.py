@@ -89,6 +89,7 @@ def test_local_bundle_has_no_gpu_efa_or_container_steps(every_target):
     assert sorted(p.name for p in (every_target["local"] / "steps").iterdir()) == [
         "configure_code_server.sh",
         "configure_exporters.sh",
+        "configure_health.sh",
         "configure_munge.sh",
         "configure_slurm.sh",
         "configure_training_env.sh",

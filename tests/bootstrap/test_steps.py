@@ -29,6 +29,7 @@ ACTIVE_STEPS = (
     "configure_container_storage",
     "configure_training_env",
     "configure_slurm",
+    "configure_health",
     "configure_exporters",
 )
 

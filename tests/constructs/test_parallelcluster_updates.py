@@ -62,8 +62,8 @@ def schema_policies(config: dict) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def written() -> dict[str, str]:
     """Every setting kiln writes across its kinds of cluster (each capacity, FSx, login pool, head node policies,
-    timeouts, a custom AMI and the queues' own, a permissions boundary, tags), with its policy from the installed
-    schema."""
+    timeouts, a custom AMI and the queues' own, a permissions boundary, tags, health checks), with its policy from the
+    installed schema."""
     paths: dict[str, str] = {}
     for capacity in CAPACITIES:
         st, base = build_props(capacity, "fs-0123456789abcdef0", login_count=1)
@@ -78,6 +78,9 @@ def written() -> dict[str, str]:
             compute_ami="ami-0fedcba9876543210",
             permissions_boundary="arn:aws:iam::111111111111:policy/kiln-permissions-boundary",
             tags={"kiln:cluster": "llm-pcluster", "team": "ml"},
+            # resilience: kiln's check as Slurm's HealthCheckProgram, ParallelCluster's GPU check on the p5 queue.
+            health_check_interval_s=300,
+            gpu_health_checks=True,
             # A Neuron queue: whole nodes per job (JobExclusiveAllocation).
             queues=[*base.queues, SlurmQueue(name="trn1", instance_type="trn1.32xlarge", max_count=2)],
         )

@@ -26,13 +26,15 @@ from tests.support.launcher import (
     ("argv", "message"),
     [
         ([], "missing SCRIPT or subcommand"),
-        (["missing.py"], "'missing.py' is neither a subcommand (smoke, check) nor a script"),
+        (["missing.py"], "'missing.py' is neither a subcommand (smoke, check, health) nor a script"),
         (["smok"], "did you mean 'smoke'?"),
         (["chek"], "did you mean 'check'?"),
         (["--nproc-per-node", "0", "smoke"], "--nproc-per-node: expected a positive integer (got '0')"),
         (["--nproc-per-node", "-2", "smoke"], "expected a positive integer (got '-2')"),
         (["--nproc-per-node", "two", "smoke"], "expected a positive integer (got 'two')"),
         (["--max-restarts", "-1", "smoke"], "expected a non-negative integer"),
+        (["--hang-factor", "0", "smoke"], "--hang-factor: expected a positive integer (got '0')"),
+        (["--hang-min-s", "soon", "smoke"], "--hang-min-s: expected a positive integer (got 'soon')"),
         (["--rdzv-port", "99999", "smoke"], "--rdzv-port: expected a port in 1..65535"),
         (["--bogus", "smoke"], "unrecognized arguments: --bogus"),
         (["smoke", "--steps", "0"], "smoke: argument --steps: expected a positive integer"),
@@ -99,6 +101,10 @@ def test_failing_script_exit_code_and_record(tmp_path):
     assert "refused" in record["instance_type"]["note"].lower()
     assert record["versions"]["torch"].startswith("2.13")
     assert record["timings"]["run_s"] > 0
+    # The one attempt and its failure; the script reported no steps, so no hang watchdog watched it.
+    [attempt] = record["attempts"]
+    assert (attempt["attempt"], attempt["ended"], attempt["failures"][0]["exitcode"]) == (0, "failed", 3)
+    assert record["watchdog"]["status"] == "off: the script wrote no heartbeat"
 
 
 def test_restart_safe_store_setting_without_clobbering(tmp_path):

@@ -97,7 +97,8 @@ def test_up_brings_two_nodes_to_idle_with_progress_and_a_table(cluster):
         assert row[1].startswith(settings.subnet.rsplit(".", 1)[0] + "."), row
     state = _state(settings)
     exporters = {"node-exporter:node1", "node-exporter:node2", "slurm-exporter", "prometheus"}
-    assert {r.role for r in state.processes} == {"munged", "slurmctld", "slurmd:node1", "slurmd:node2", *exporters}
+    daemons = {"munged", "slurmctld", "slurmd:node1", "slurmd:node2", "node-replacer"}
+    assert {r.role for r in state.processes} == daemons | exporters
     assert all(procs.is_running(record) for record in state.processes)
     for node in state.layout.nodes:
         assert node.netns_path.exists()
@@ -345,6 +346,10 @@ def test_killed_slurmd_is_marked_down_and_up_heals_it(cluster):
         "so the bootstrap's local target must set a short SlurmdTimeout"
     )
     prefix = str(settings.prefix)
+    # The node replacer would replace node2 by itself (tests/local/test_resilience_e2e.py): stop it, so `up` heals.
+    replacer = _state(settings).process("node-replacer")
+    os.kill(replacer.pid, signal.SIGKILL)
+    _wait_for(lambda: not procs.is_running(replacer), 10, "the node replacer did not die")
     job = kiln_local_popen("run", "--prefix", prefix, "--", "sleep", "300")
     try:
         _wait_for(lambda: "RUNNING" in _slurm(settings, "squeue", "-h", "-o", "%T"), 30, "the job did not start")
@@ -370,6 +375,7 @@ def test_killed_slurmd_is_marked_down_and_up_heals_it(cluster):
     healed = kiln_local("up", "--prefix", prefix)
     assert healed.returncode == 0, healed.stdout + healed.stderr
     assert "healing" in healed.stdout and "start slurmd on node2" in healed.stdout
+    assert "start the node replacer" in healed.stdout
     assert "start slurmctld" not in healed.stdout
     assert [row[2] for row in _node_rows(healed.stdout).values()] == ["idle", "idle"]
     assert kiln_local("status", "--prefix", prefix).returncode == 0

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from kiln.bootstrap import BootstrapConfig, render_bundle
+from kiln.bootstrap.render import LOCAL_CRED_EXPIRE_S
 from kiln.local import procs
 from kiln.local import state as state_file
 from kiln.local.daemons import slurmd_launch
@@ -33,7 +34,7 @@ def test_layout_addresses_names_and_paths_follow_the_bootstrap(tmp_path):
     # The paths the daemons use are where the bootstrap's rendered files say they are.
     bundle = render_bundle(BootstrapConfig(target="local", os="debian12", local=layout.local_cluster()), tmp_path / "b")
     conf = (bundle.directory / "slurm" / "slurm.conf").read_text().replace("@KILN_ROOT@", layout.prefix)
-    assert f"AuthInfo=socket={layout.munge_socket}\n" in conf
+    assert f"AuthInfo=socket={layout.munge_socket},cred_expire={LOCAL_CRED_EXPIRE_S}\n" in conf
     assert layout.slurm_conf == tmp_path / "p" / "etc" / "slurm" / "slurm.conf"
 
 

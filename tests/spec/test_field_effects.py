@@ -5,8 +5,9 @@ left out, storage.lustre and observability, has a row of its own beside its fiel
 each platform: the four backends, HyperPod once per orchestrator.
 
 - Effect: the spec with the field set (over a context both sides share) differs from the spec without it, in what
-  the proof names: the node bundle kiln renders (cheap), the network and storage stacks, or every template of the
-  app (slow). Both specs must pass validation, so a refusal never passes for an effect.
+  the proof names: the node bundle kiln renders (cheap), the network and storage stacks, every template of the
+  app (slow), or the PyTorchJob `kiln job submit` writes (EKS). Both specs must pass validation, so a refusal never
+  passes for an effect.
 - Refused: `kiln validate` exits 2 with one line, which names the field; the context alone is valid.
 - OneChoice: kiln offers the field one value on the platform today, its own default, so setting it changes nothing
   yet. The test fails as soon as the catalog offers a second value: the row must then prove an effect.
@@ -40,6 +41,7 @@ from kiln.bootstrap.render import render_bundle
 from kiln.catalog.kubernetes import default_kubernetes_version, kubernetes_versions
 from kiln.changes import assembly_templates
 from kiln.cli.main import main
+from kiln.jobs.pytorchjob import JobRequest, cluster_facts, job_manifests
 from kiln.node_config.translate import config_from_spec
 from kiln.spec import ClusterSpec, load_spec
 from kiln.spec.rules import software as software_rules
@@ -80,7 +82,7 @@ BASES: dict[str, dict[str, Any]] = {
 }
 
 DROP = object()  # a context value: remove the key
-BUNDLE, STACKS, TEMPLATES = "bundle", "stacks", "templates"
+BUNDLE, STACKS, TEMPLATES, JOB = "bundle", "stacks", "templates", "job"
 # The rules' one clock, fixed: a Slurm version PCS retires later is still one a cluster may pin here.
 TODAY = datetime.date(2026, 1, 1)
 
@@ -349,6 +351,39 @@ TABLE: dict[str, dict[str, Verdict]] = {
         Refused("cluster.lock.json"),
     ),
     "launcher.checkpoint_dir": each(Effect("/fsx/ckpt", BUNDLE)),
+    # Slurm backends: the node bundle (the health check program and how it runs, sbatch's requeue default, the
+    # launcher's hang bounds); EKS: the node monitoring agent and node repair in the templates, the rest in the jobs
+    # `kiln job submit` writes, which HyperPod with EKS does not take (kiln.spec.rules.resilience).
+    "resilience.health_checks": {
+        **each(Effect(False, BUNDLE), SLURM),
+        "hyperpod-eks": Refused(False),
+        "eks": Effect(False, TEMPLATES),
+    },
+    "resilience.health_check_interval_s": split(Effect(600, BUNDLE), Refused(600)),
+    "resilience.deep_health_checks": {
+        **each(Refused(False), ("pcs", "parallelcluster", "eks")),
+        **each(Effect(False, TEMPLATES), ("hyperpod-slurm", "hyperpod-eks")),
+    },
+    "resilience.node_recovery": {
+        **each(Refused("none"), ("pcs", "parallelcluster")),
+        **each(Effect("none", TEMPLATES), ("hyperpod-slurm", "hyperpod-eks", "eks")),
+    },
+    "resilience.auto_resume": {
+        **each(Effect(False, BUNDLE), SLURM),
+        "hyperpod-eks": Refused(False),
+        "eks": Effect(False, JOB),
+    },
+    "resilience.hang_factor": {**each(Effect(20, BUNDLE), SLURM), "hyperpod-eks": Refused(20), "eks": Effect(20, JOB)},
+    "resilience.hang_min_s": {
+        **each(Effect(900, BUNDLE), SLURM),
+        "hyperpod-eks": Refused(900),
+        "eks": Effect(900, JOB),
+    },
+    "resilience.allow_tcp": {
+        **each(Effect(True, BUNDLE), SLURM),
+        "hyperpod-eks": Refused(True),
+        "eks": Effect(True, JOB),
+    },
     "launcher.env": each(Effect({"NCCL_DEBUG": "INFO"}, BUNDLE)),
     "launcher.nccl_env": each(Effect({"NCCL_DEBUG": "INFO"}, BUNDLE)),
     "ci.ttl_hours": each(Effect(4, TEMPLATES)),
@@ -496,6 +531,11 @@ def _built(spec_json: str, proof: str) -> str:
                 if p.is_file() and p.parent.name != "launcher"
             }
             return _digest(files)
+        if proof == JOB:
+            script = directory / "train.py"
+            script.write_text("print('step')\n")
+            request = JobRequest(script=script, name="fx", image="public.ecr.aws/x/pytorch:2", nodes=2)
+            return _digest(job_manifests(request, cluster_facts(spec), b"wheel"))
         outdir = directory / "cdk.out"
         app = new_app(str(outdir))
         if proof == STACKS:

@@ -348,7 +348,10 @@ def test_base_spec_of_the_table_is_valid(tmp_path: Path, capsys: pytest.CaptureF
     verdict, *plan = out.strip().splitlines()
     assert verdict == f"{path}: ok (pcs; group gpu: up to 2x p5.48xlarge with 8 H100 GPUs each); boot-ready"
     assert err == ""
-    # What the nodes adopt from the PCS sample AMI and what kiln installs on them.
+    # What keeps training going on PCS (kiln.catalog.resilience), then what the nodes adopt from the PCS sample AMI
+    # and what kiln installs on them.
+    resilience, *plan = plan
+    assert resilience.startswith("  resilience: checks: kiln-launch health on every compute node from a systemd timer")
     assert plan == [
         "  login (m5.2xlarge): adopts pcs_agent, pcs_slurm from the AWS PCS sample AMI for Slurm 25.11; installs "
         "lustre_client, enroot 3.5.0, pyxis 0.20.0",

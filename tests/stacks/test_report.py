@@ -108,6 +108,10 @@ def test_report_tables_stacks_resources_lint_results_and_boot_readiness(capsys: 
         "adopts nvidia_driver 590.48.01, efa_installer 1.47.0, pcs_agent, pcs_slurm from the AWS PCS sample AMI"
         in nodes[1]
     )
+    # The resilience section: which checks run, what replaces a node and how jobs resume, each line naming the spec.
+    section = out[out.index("resilience (which checks run, what replaces a node, how jobs resume):") + 1 :]
+    assert [line.split(": ", 2)[1] for line in section] == ["checks", "replacement", "jobs", "source"]
+    assert section[0].startswith(f"  {QUICKSTART}: checks: kiln-launch health on every compute node")
 
 
 def test_report_refuses_unready_nodes_with_the_one_step_that_fixes_them(

@@ -98,6 +98,10 @@ def eks_props(
         node_tags=context.node_tags,
         # The Neuron release the nodes' device plugin and scheduler extension images follow (None without Neuron).
         neuron_release=resolve_neuron_release(spec.software.neuron, [g.instance_type for g in groups]),
+        # The spec's resilience: EKS's node monitoring agent sets the nodes' health conditions, and node repair
+        # replaces a node of kiln's groups whose conditions fail (HyperPod's nodes: its own agent and NodeRecovery).
+        node_monitoring_agent=spec.resilience.health_checks,
+        node_repair=spec.resilience.node_recovery == "automatic",
     )
 
 

@@ -102,6 +102,9 @@ def hyperpod_props(
         eks_cluster=eks_cluster,
         lifecycle_bucket=lifecycle_bucket,
         image_id=context.image_id,
+        # What replaces a faulty node, and the deep health checks of accelerated nodes (the spec's resilience).
+        node_recovery=spec.resilience.node_recovery,
+        deep_health_checks=spec.resilience.deep_health_checks,
     )
 
 

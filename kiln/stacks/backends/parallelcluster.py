@@ -65,6 +65,9 @@ def parallelcluster_props(
         head_node_policies=tuple(head_node_policies),
         node_policies=tuple(node_policies),
         ssh_allowed_ips=context.network.training_vpc.vpc.vpc_cidr_block,
+        # The spec's resilience: Slurm runs kiln's health check, and ParallelCluster its GPU check on GPU queues.
+        health_check_interval_s=spec.resilience.health_check_interval_s if spec.resilience.health_checks else None,
+        gpu_health_checks=spec.resilience.health_checks,
         bootstrap_timeouts=bootstrap_timeouts,
         bootstrap_bucket=bootstrap_bucket,
         permissions_boundary=boundary_policy_arn(boundary) if (boundary := boundary_name(spec, context.ci)) else None,

@@ -1,0 +1,121 @@
+"""The local cluster replaces a bad node the way a cloud platform replaces an unhealthy instance.
+
+ParallelCluster, PCS, HyperPod and EKS each put a fresh instance where a drained or failed one was
+(docs/resilience.md says how each does it). Locally the `node-replacer` daemon that `kiln local up` starts does the
+same: it watches Slurm's node states and replaces a node that is
+
+- drained (DRAIN with no job left on it, sinfo's `drained`) with a reason kiln set (`kiln-...`: the health check,
+  the hang watchdog), or
+- down because slurmctld lost its slurmd (`Not responding`), or with a reason kiln set.
+
+A node drained or taken down by a person (any other reason) is theirs: it is left alone. Replacing a node stops
+every process in its network namespace, deletes the namespace and its veth, creates them again, starts the node's
+daemons in fresh mount and UTS namespaces (so whatever broke inside the node is gone), and returns it to service.
+Each replacement is a line in the daemon's log and an event in `<log dir>/node-events.jsonl`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from kiln.local import slurm
+from kiln.local.errors import LocalError, LocalFailure
+from kiln.local.layout import ClusterLayout
+
+ROLE = "node-replacer"
+KILN_REASON_PREFIX = "kiln-"
+# What slurmctld writes when a node's slurmd stops answering (SlurmdTimeout).
+LOST_SLURMD_REASON = "Not responding"
+POLL_S = 1.0
+# After a failed replacement, try the same node again only this much later (its log says why it failed).
+RETRY_S = 30.0
+EVENTS_FILE = "node-events.jsonl"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replacement:
+    """A node to replace, and why."""
+
+    node: str
+    state: str
+    reason: str
+
+
+def replaceable(statuses: Mapping[str, slurm.NodeStatus]) -> list[Replacement]:
+    """Return the nodes of STATUSES that a platform would replace now, by name."""
+    found = []
+    for name in sorted(statuses):
+        status = statuses[name]
+        state = status.state.rstrip("*~#!%$@^-")
+        ours = status.reason.startswith(KILN_REASON_PREFIX)
+        lost = state == "down" and status.reason.startswith(LOST_SLURMD_REASON)
+        if (state in ("drained", "down") and ours) or lost:
+            found.append(Replacement(node=name, state=status.state, reason=status.reason))
+    return found
+
+
+def events_path(layout: ClusterLayout) -> Path:
+    """Return the file each replacement is recorded in, one JSON object per line."""
+    return layout.log_dir / EVENTS_FILE
+
+
+def read_events(layout: ClusterLayout) -> list[dict]:
+    """Return the recorded replacements, oldest first."""
+    path = events_path(layout)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def argv(prefix: str) -> list[str]:
+    """Return the daemon's command line: this Python running `kiln local replace --watch`."""
+    return [sys.executable, "-m", "kiln.cli", "local", "replace", "--watch", "--prefix", prefix]
+
+
+def watch(prefix: Path, out: TextIO = sys.stdout, poll_s: float = POLL_S) -> int:
+    """Replace nodes as they turn replaceable, until stopped."""
+    from kiln.local.cluster import load_cluster, replace_node
+
+    layout = load_cluster(prefix).layout
+    print(f"node-replacer: watching {len(layout.nodes)} nodes of {layout.cluster_name}", file=out, flush=True)
+    failed_at: dict[str, float] = {}
+    while True:
+        try:
+            statuses = slurm.node_statuses(layout)
+        except (LocalError, LocalFailure) as error:
+            print(f"node-replacer: sinfo: {error}", file=out, flush=True)
+            time.sleep(poll_s)
+            continue
+        for wanted in replaceable(statuses):
+            if time.monotonic() - failed_at.get(wanted.node, -RETRY_S) < RETRY_S:
+                continue
+            if not _replace(prefix, layout, wanted, out, replace_node):
+                failed_at[wanted.node] = time.monotonic()
+        time.sleep(poll_s)
+
+
+def _replace(prefix: Path, layout: ClusterLayout, wanted: Replacement, out: TextIO, replace_node) -> bool:
+    """Replace one node and record the event; return whether it worked."""
+    began = time.time()
+    print(f"node-replacer: replacing {wanted.node} ({wanted.state}: {wanted.reason})", file=out, flush=True)
+    event = {"node": wanted.node, "state": wanted.state, "reason": wanted.reason, "started_at": began}
+    try:
+        replace_node(prefix, wanted.node, out)
+    except (LocalError, LocalFailure) as error:
+        event.update(outcome="failed", detail=str(error))
+        print(f"node-replacer: {wanted.node} not replaced: {error}", file=out, flush=True)
+    else:
+        event.update(outcome="replaced")
+        print(f"node-replacer: {wanted.node} replaced in {time.time() - began:.1f}s", file=out, flush=True)
+    event["finished_at"] = time.time()
+    path = events_path(layout)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        handle.write(json.dumps(event, sort_keys=True) + "\n")
+    return event["outcome"] == "replaced"
