@@ -27,7 +27,7 @@ CHECKOV_VENV ?= .venv-checkov
 # (kiln/host/node_runtime.py), and cdk.json runs app.py with .venv's Python through ./venv-python.
 export PATH := $(CURDIR)/node_modules/.bin:$(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup system-deps demo test test-slow lint typecheck bench clean
+.PHONY: setup system-deps demo test test-slow lint typecheck bench bench-resilience clean
 
 setup: system-deps $(BIN)/.installed $(BIN)/checkov node_modules/.installed
 
@@ -93,6 +93,10 @@ typecheck: setup
 
 bench: setup
 	$(BIN)/python benchmarks/synth_examples.py
+
+# Recovery on the real local cluster (root): a node broken three ways under a 3-node smoke job (docs/resilience.md).
+bench-resilience: setup
+	$(BIN)/python benchmarks/resilience.py
 
 clean:
 	rm -rf $(VENV) $(CHECKOV_VENV) node_modules cdk.out .pytest_cache

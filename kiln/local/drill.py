@@ -27,6 +27,8 @@ DRILL_STEPS = 1_000_000
 DEFAULT_CHECKPOINT_EVERY = 20
 DEFAULT_FAULT_AT_STEP = 50
 DRILL_TIMEOUT_S = 900.0
+# How long the nodes may take to be idle again: before the drill starts, and after it cancels its job.
+SETTLE_TIMEOUT_S = 120.0
 _POLL_S = 0.1
 _RESUMED = re.compile(r"smoke: resumed from step (\d+)")
 # What kiln-launch prints when it has caught a fault itself (the hang watchdog, a failed node health check).
@@ -117,6 +119,8 @@ class _Drill:
                 time.sleep(_POLL_S)
         finally:
             slurm.client(self.layout, "scancel", job_id, check=False)
+        # The next drill (or job) starts on a cluster whose nodes have let go of this one.
+        slurm.wait_ready(self.layout, SETTLE_TIMEOUT_S)
         if report.resumed_from is not None:
             report.steps_lost = report.newest_step_before - report.resumed_from
         return report
@@ -209,5 +213,6 @@ def run_drill(
             "checkpoint exists to resume from"
         )
     report = DrillReport(fault=fault, node=node, fault_at_step=fault_at_step, checkpoint_every=checkpoint_every)
+    slurm.wait_ready(layout, SETTLE_TIMEOUT_S)
     nodes = usable_nodes(layout, None)
     return _Drill(current, report, out, echo).run(nodes, timeout_s)

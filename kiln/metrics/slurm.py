@@ -21,7 +21,8 @@ from kiln.catalog.names import GPU_GRES, NEURON_GRES
 
 SEPARATOR = "|"
 DEFAULT_TIMEOUT_S = 10.0
-SINFO_FIELDS = ("NodeList", "PartitionName", "StateLong", "CPUsState", "Gres", "GresUsed")
+# The reason comes last: free text (a drain's reason) that may hold the separator.
+SINFO_FIELDS = ("NodeList", "PartitionName", "StateLong", "CPUsState", "Gres", "GresUsed", "Reason")
 
 
 def sinfo_command(fields: Sequence[str]) -> tuple[str, ...]:
@@ -34,8 +35,16 @@ def sinfo_command(fields: Sequence[str]) -> tuple[str, ...]:
 
 SINFO_COMMAND = sinfo_command(SINFO_FIELDS)
 # One line per array task (--array), every user's jobs in every partition (--all), in the states squeue shows by
-# default. The reason comes last: it may be free text (a job's state description).
-SQUEUE_COMMAND = ("squeue", "--noheader", "--all", "--array", f"--format=%P{SEPARATOR}%T{SEPARATOR}%r")
+# default: partition, state, how often the job was requeued (RestartCnt), and its reason last: it may be free text
+# (a job's state description).
+SQUEUE_FIELDS = ("Partition", "State", "RestartCnt", "Reason")
+SQUEUE_COMMAND = (
+    "squeue",
+    "--noheader",
+    "--all",
+    "--array",
+    "--Format=" + ",".join([f"{field}:{SEPARATOR}" for field in SQUEUE_FIELDS[:-1]] + [f"{SQUEUE_FIELDS[-1]}:"]),
+)
 # Variables that would change what the commands print (a partition filter, a format, states); SLURM_CONF and the
 # rest of the environment pass through, so the commands find their cluster as Slurm's own tools do.
 IGNORED_ENV_PREFIXES = ("SINFO_", "SQUEUE_")
@@ -67,6 +76,8 @@ class NodeRow:
     gpus_allocated: int
     neuron_devices: int
     neuron_devices_allocated: int
+    # Why the node is out of service (a drain's or Slurm's reason), bounded; "" when it has none.
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,8 @@ class JobRow:
     partition: str
     state: str
     reason: str
+    # How often Slurm requeued the job (a node failed, or kiln-launch requeued it after a hang or a failed check).
+    restarts: int = 0
 
 
 def base_state(text: str) -> str:
@@ -125,8 +138,8 @@ def _gres_items(text: str) -> list[str]:
 def parse_sinfo(text: str) -> list[NodeRow]:
     """Parse the output of SINFO_COMMAND; raise ValueError on a line it cannot read."""
     rows = []
-    for number, fields in sinfo_lines(text, len(SINFO_FIELDS)):
-        node, partition, state, cpus_state, gres, gres_used = fields
+    for number, fields in sinfo_lines(text, len(SINFO_FIELDS), free_text_last=True):
+        node, partition, state, cpus_state, gres, gres_used, reason = fields
         allocated, total = _cpus(cpus_state, number)
         rows.append(
             NodeRow(
@@ -139,15 +152,23 @@ def parse_sinfo(text: str) -> list[NodeRow]:
                 gpus_allocated=gres_count(gres_used, GPU_GRES),
                 neuron_devices=gres_count(gres, NEURON_GRES),
                 neuron_devices_allocated=gres_count(gres_used, NEURON_GRES),
+                reason=node_reason(reason),
             )
         )
     return rows
 
 
-def sinfo_lines(text: str, count: int) -> Iterator[tuple[int, list[str]]]:
-    """Yield each non-blank line's number and its COUNT fields; raise ValueError on a line without them or a node."""
+def node_reason(text: str) -> str:
+    """Return a node's reason as a bounded label ("" for sinfo's "none"): one line of at most MAX_REASON_CHARS."""
+    reason = " ".join(text.split())
+    return "" if reason.lower() in ("", "none", "(null)") else reason[:MAX_REASON_CHARS].strip()
+
+
+def sinfo_lines(text: str, count: int, *, free_text_last: bool = False) -> Iterator[tuple[int, list[str]]]:
+    """Yield each non-blank line's number and its COUNT fields (with FREE_TEXT_LAST, the last one may hold the
+    separator); raise ValueError on a line without them or a node."""
     for number, line in _lines(text):
-        fields = [field.strip() for field in line.split(SEPARATOR)]
+        fields = [field.strip() for field in line.split(SEPARATOR, count - 1 if free_text_last else -1)]
         if len(fields) != count or not fields[0]:
             raise ValueError(f"sinfo line {number}: expected {count} fields, got {line!r}")
         yield number, fields
@@ -165,11 +186,13 @@ def parse_squeue(text: str) -> list[JobRow]:
     """Parse the output of SQUEUE_COMMAND; raise ValueError on a line it cannot read."""
     jobs = []
     for number, line in _lines(text):
-        fields = line.split(SEPARATOR, 2)
-        if len(fields) != 3 or not fields[1].strip():
-            raise ValueError(f"squeue line {number}: expected partition|state|reason, got {line!r}")
-        partition, state, reason = (field.strip() for field in fields)
-        jobs.append(JobRow(partition=partition, state=state.lower(), reason=pending_reason(reason)))
+        fields = [field.strip() for field in line.split(SEPARATOR, len(SQUEUE_FIELDS) - 1)]
+        if len(fields) != len(SQUEUE_FIELDS) or not fields[1] or not fields[2].isdigit():
+            raise ValueError(f"squeue line {number}: expected partition|state|restarts|reason, got {line!r}")
+        partition, state, restarts, reason = fields
+        jobs.append(
+            JobRow(partition=partition, state=state.lower(), reason=pending_reason(reason), restarts=int(restarts))
+        )
     return jobs
 
 
@@ -219,11 +242,19 @@ def node_families(rows: Sequence[NodeRow]) -> list[Metric]:
         ),
     }
     gauges = {name: GaugeMetricFamily(name, doc, labels=["node"]) for name, (doc, _) in per_node.items()}
+    reasons = GaugeMetricFamily(
+        "kiln_slurm_node_reason",
+        "1 for each node with a reason (why it is drained or down: kiln's health check or hang watchdog, Slurm, a "
+        "person).",
+        labels=["node", "state", "reason"],
+    )
     for name, row in sorted(nodes.items()):
         states.add_metric([name, row.state], 1)
         for family, (_, attribute) in per_node.items():
             gauges[family].add_metric([name], getattr(row, attribute))
-    return [partitions, states, *gauges.values()]
+        if row.reason:
+            reasons.add_metric([name, row.state, row.reason], 1)
+    return [partitions, states, *gauges.values(), reasons]
 
 
 def job_families(jobs: Sequence[JobRow], partitions: Sequence[str] = ()) -> list[Metric]:
@@ -242,7 +273,17 @@ def job_families(jobs: Sequence[JobRow], partitions: Sequence[str] = ()) -> list
     reasons = GaugeMetricFamily("kiln_slurm_jobs_pending_reason", "Pending jobs per reason.", labels=["reason"])
     for reason, count in sorted(Counter(job.reason for job in jobs if job.state == "pending").items()):
         reasons.add_metric([reason], count)
-    return [counts, reasons]
+    per_partition: Counter[str] = Counter({partition: 0 for partition in partitions})
+    for job in jobs:
+        per_partition[job.partition] += job.restarts
+    restarts = GaugeMetricFamily(
+        "kiln_slurm_jobs_restarts",
+        "Requeues of the jobs in the queue, summed per partition (a job's RestartCnt).",
+        labels=["partition"],
+    )
+    for partition, count in sorted(per_partition.items()):
+        restarts.add_metric([partition], count)
+    return [counts, reasons, restarts]
 
 
 def run_command(argv: Sequence[str], timeout_s: float) -> str:

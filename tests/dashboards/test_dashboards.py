@@ -80,6 +80,8 @@ ALLOWED = {
         "kiln_slurm_node_gpus_allocated",
         "kiln_slurm_jobs",
         "kiln_slurm_jobs_pending_reason",
+        "kiln_slurm_jobs_restarts",
+        "kiln_slurm_node_reason",
         "kiln_slurm_scrape_duration_seconds",
     },
 }

@@ -32,8 +32,9 @@ NODE_FAMILIES = {
     "kiln_slurm_node_gpus_allocated",
     "kiln_slurm_node_neuron_devices",
     "kiln_slurm_node_neuron_devices_allocated",
+    "kiln_slurm_node_reason",
 }
-JOB_FAMILIES = {"kiln_slurm_jobs", "kiln_slurm_jobs_pending_reason"}
+JOB_FAMILIES = {"kiln_slurm_jobs", "kiln_slurm_jobs_pending_reason", "kiln_slurm_jobs_restarts"}
 ALWAYS = {"kiln_slurm_up", "kiln_slurm_scrape_duration_seconds"}
 
 
@@ -73,6 +74,12 @@ def test_a_scrape_runs_both_clients_and_exposes_every_family(fake_bin: Path, cap
     assert samples["kiln_slurm_jobs"][labels(partition="gpu", state="running")] == 2
     assert samples["kiln_slurm_jobs"][labels(partition="gpu", state="pending")] == 2
     assert samples["kiln_slurm_jobs_pending_reason"][labels(reason="Resources")] == 2
+    assert samples["kiln_slurm_jobs_restarts"][labels(partition="gpu")] == 2
+    assert samples["kiln_slurm_node_reason"] == {
+        labels(node="gpu-st-p5-4", state="drained", reason="kiln-health: gpus: 7 of 8"): 1,
+        labels(node="trn-st-trn1-1", state="draining", reason="kiln-hung: rank 3 | step 41"): 1,
+        labels(node="cpu-1", state="down", reason="Not responding"): 1,
+    }
     # The clients got exactly the machine-readable command lines.
     assert (fake_bin / "sinfo.args").read_text().splitlines() == list(SINFO_COMMAND[1:])
     assert (fake_bin / "squeue.args").read_text().splitlines() == list(SQUEUE_COMMAND[1:])
@@ -85,7 +92,7 @@ def test_each_scrape_asks_slurm_again(fake_bin: Path) -> None:
     registry = _registry(SlurmCollector())
     assert families_of(registry)["kiln_slurm_jobs"][labels(partition="gpu", state="running")] == 2
 
-    write_fake_command(fake_bin, "squeue", "gpu|RUNNING|None\n")
+    write_fake_command(fake_bin, "squeue", "gpu|RUNNING|0|None\n")
     assert families_of(registry)["kiln_slurm_jobs"][labels(partition="gpu", state="running")] == 1
 
 
@@ -172,4 +179,4 @@ def test_output_kiln_cannot_read_is_up_0(fake_bin: Path, capsys: pytest.CaptureF
 
     err = _assert_down(_registry(SlurmCollector()), capsys)
 
-    assert "printed what kiln cannot read: sinfo line 1: expected 6 fields" in err
+    assert "printed what kiln cannot read: sinfo line 1: expected 7 fields" in err

@@ -94,8 +94,8 @@ def test_parse_sinfo_reads_nodes_partitions_states_cpus_and_gres() -> None:
         neuron_devices=0,
         neuron_devices_allocated=0,
     )
-    assert rows[5] == NodeRow("trn-st-trn1-1", "trn", "draining", 128, 32, 0, 0, 16, 4)
-    assert rows[6] == NodeRow("cpu-1", "cpu", "down", 8, 0, 0, 0, 0, 0)
+    assert rows[5] == NodeRow("trn-st-trn1-1", "trn", "draining", 128, 32, 0, 0, 16, 4, "kiln-hung: rank 3 | step 41")
+    assert rows[6] == NodeRow("cpu-1", "cpu", "down", 8, 0, 0, 0, 0, 0, "Not responding")
     assert [row.state for row in rows] == [
         "mixed",
         "allocated",
@@ -117,23 +117,24 @@ def test_parse_sinfo_of_no_nodes_is_empty() -> None:
 @pytest.mark.parametrize(
     "line",
     [
-        "gpu-st-p5-1 gpu mixed 96/96/0/192 gpu:8 gpu:0",  # a format without the separators
-        "gpu-st-p5-1|gpu|mixed|96/96/0/192|gpu:8",  # a field missing
-        "gpu-st-p5-1|gpu|mixed|96/96/192|gpu:8|gpu:0",  # CPUsState not A/I/O/T
-        "gpu-st-p5-1|gpu|mixed|96/96/0/N|gpu:8|gpu:0",
-        "|gpu|mixed|96/96/0/192|gpu:8|gpu:0",  # no node name
+        "gpu-st-p5-1 gpu mixed 96/96/0/192 gpu:8 gpu:0 none",  # a format without the separators
+        "gpu-st-p5-1|gpu|mixed|96/96/0/192|gpu:8|none",  # a field missing
+        "gpu-st-p5-1|gpu|mixed|96/96/192|gpu:8|gpu:0|none",  # CPUsState not A/I/O/T
+        "gpu-st-p5-1|gpu|mixed|96/96/0/N|gpu:8|gpu:0|none",
+        "|gpu|mixed|96/96/0/192|gpu:8|gpu:0|none",  # no node name
     ],
 )
 def test_parse_sinfo_refuses_a_line_it_cannot_read(line: str) -> None:
     with pytest.raises(ValueError, match="sinfo line 2"):
-        parse_sinfo("cpu-2|cpu|idle|0/8/0/8|(null)|(null)\n" + line + "\n")
+        parse_sinfo("cpu-2|cpu|idle|0/8/0/8|(null)|(null)|none\n" + line + "\n")
 
 
 def test_parse_squeue_reads_partition_state_and_reason() -> None:
     jobs = parse_squeue(SQUEUE_TEXT)
 
     assert jobs[0] == JobRow("gpu", "running", "None")
-    assert jobs[4] == JobRow("gpu,debug", "pending", "Resources")
+    assert jobs[1] == JobRow("gpu", "running", "None", restarts=2)
+    assert jobs[4] == JobRow("gpu,debug", "pending", "Resources", restarts=1)
     assert jobs[5] == JobRow("trn", "pending", "ReqNodeNotAvail")
     assert [job.state for job in jobs] == ["running"] * 2 + ["pending"] * 4 + ["completing", "pending"]
 
@@ -143,10 +144,12 @@ def test_parse_squeue_of_an_empty_queue_is_empty() -> None:
 
 
 def test_parse_squeue_keeps_a_reason_that_holds_the_separator() -> None:
-    assert parse_squeue("gpu|PENDING|odd|reason\n") == [JobRow("gpu", "pending", "odd|reason")]
+    assert parse_squeue("gpu|PENDING|0|odd|reason\n") == [JobRow("gpu", "pending", "odd|reason")]
 
 
-@pytest.mark.parametrize("line", ["gpu PENDING Resources", "gpu|PENDING", "gpu||Resources"])
+@pytest.mark.parametrize(
+    "line", ["gpu PENDING 0 Resources", "gpu|PENDING|0", "gpu||0|Resources", "gpu|PENDING|x|Resources"]
+)
 def test_parse_squeue_refuses_a_line_it_cannot_read(line: str) -> None:
     with pytest.raises(ValueError, match="squeue line 1"):
         parse_squeue(line + "\n")
@@ -271,26 +274,35 @@ def test_the_commands_ask_for_machine_readable_output() -> None:
         "--noheader",
         "--Node",
         "--all",
-        "--Format=NodeList:|,PartitionName:|,StateLong:|,CPUsState:|,Gres:|,GresUsed:",
+        "--Format=NodeList:|,PartitionName:|,StateLong:|,CPUsState:|,Gres:|,GresUsed:|,Reason:",
     )
-    assert SQUEUE_COMMAND == ("squeue", "--noheader", "--all", "--array", "--format=%P|%T|%r")
+    assert SQUEUE_COMMAND == (
+        "squeue",
+        "--noheader",
+        "--all",
+        "--array",
+        "--Format=Partition:|,State:|,RestartCnt:|,Reason:",
+    )
 
 
 def test_what_slurm_22_05_printed_for_a_real_cluster() -> None:
     # Captured from slurmctld/slurmd 22.05 (Debian 12): one node in a default and a hidden partition, GPU and
     # Neuron GRES, one job running, an array of three pending, one job pending in two partitions.
     sinfo = (
-        "n1|gpu|mixed|1/1/0/2|gpu:h100:2,neuron:4|gpu:h100:1(IDX:0),neuron:0\n"
-        "n1|debug|mixed|1/1/0/2|gpu:h100:2,neuron:4|gpu:h100:1(IDX:0),neuron:0\n"
+        "n1|gpu|mixed|1/1/0/2|gpu:h100:2,neuron:4|gpu:h100:1(IDX:0),neuron:0|none\n"
+        "n1|debug|mixed|1/1/0/2|gpu:h100:2,neuron:4|gpu:h100:1(IDX:0),neuron:0|none\n"
     )
+    # The RestartCnt column as 22.05 printed it on the local cluster for a job requeued once (kiln local drill), held
+    # until its credential expired (BeginTime).
     squeue = (
-        "debug|PENDING|Priority\n"
-        "gpu|PENDING|Resources\n"
-        "gpu|PENDING|Priority\n"
-        "gpu|PENDING|Priority\n"
-        "gpu|PENDING|Priority\n"
-        "gpu|RUNNING|None\n"
-        f"gpu,debug|PENDING|{NODES_UNAVAILABLE}\n"
+        "debug|PENDING|0|Priority\n"
+        "gpu|PENDING|0|Resources\n"
+        "gpu|PENDING|0|Priority\n"
+        "gpu|PENDING|0|Priority\n"
+        "gpu|PENDING|0|Priority\n"
+        "gpu|RUNNING|0|None\n"
+        f"gpu,debug|PENDING|0|{NODES_UNAVAILABLE}\n"
+        "local|PENDING|1|BeginTime\n"
     )
     nodes = parse_sinfo(sinfo)
 
@@ -305,9 +317,17 @@ def test_what_slurm_22_05_printed_for_a_real_cluster() -> None:
         labels(partition="gpu", state="pending"): 4,
         labels(partition="gpu", state="running"): 1,
         labels(partition="gpu,debug", state="pending"): 1,
+        labels(partition="local", state="pending"): 1,
     }
     assert exposed["kiln_slurm_jobs_pending_reason"] == {
         labels(reason="Priority"): 4,
         labels(reason="Resources"): 1,
         labels(reason=NODES_UNAVAILABLE): 1,
+        labels(reason="BeginTime"): 1,
+    }
+    assert exposed["kiln_slurm_jobs_restarts"] == {
+        labels(partition="debug"): 0,
+        labels(partition="gpu"): 0,
+        labels(partition="gpu,debug"): 0,
+        labels(partition="local"): 1,
     }

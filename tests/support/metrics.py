@@ -20,29 +20,30 @@ from prometheus_client.registry import CollectorRegistry
 
 from tests.support.paths import ROOT
 
-# What `sinfo --noheader --Node --all --Format=NodeList:|,...,GresUsed:` prints: one line per node and partition.
+# What `sinfo --noheader --Node --all --Format=NodeList:|,...,GresUsed:|,Reason:` prints: one line per node and
+# partition.
 SINFO_TEXT = """\
-gpu-st-p5-1|gpu|mixed|96/96/0/192|gpu:h100:8(S:0-1)|gpu:h100:3(IDX:0-2)
-gpu-st-p5-2|gpu|allocated|192/0/0/192|gpu:h100:8(S:0-1)|gpu:h100:8(IDX:0-7)
-gpu-st-p5-3|gpu|idle~|0/192/0/192|gpu:h100:8(S:0-1)|gpu:h100:0(IDX:N/A)
-gpu-st-p5-4|gpu|drained*|0/0/192/192|gpu:h100:8(S:0-1)|gpu:0
-gpu-st-p5-1|debug|mixed|96/96/0/192|gpu:h100:8(S:0-1)|gpu:h100:3(IDX:0-2)
-trn-st-trn1-1|trn|draining@|32/96/0/128|neuron:16|neuron:4
-cpu-1|cpu|down*|0/0/8/8|(null)|(null)
-cpu-2|cpu|idle|0/8/0/8|(null)|gpu:0
+gpu-st-p5-1|gpu|mixed|96/96/0/192|gpu:h100:8(S:0-1)|gpu:h100:3(IDX:0-2)|none
+gpu-st-p5-2|gpu|allocated|192/0/0/192|gpu:h100:8(S:0-1)|gpu:h100:8(IDX:0-7)|none
+gpu-st-p5-3|gpu|idle~|0/192/0/192|gpu:h100:8(S:0-1)|gpu:h100:0(IDX:N/A)|none
+gpu-st-p5-4|gpu|drained*|0/0/192/192|gpu:h100:8(S:0-1)|gpu:0|kiln-health: gpus: 7 of 8
+gpu-st-p5-1|debug|mixed|96/96/0/192|gpu:h100:8(S:0-1)|gpu:h100:3(IDX:0-2)|none
+trn-st-trn1-1|trn|draining@|32/96/0/128|neuron:16|neuron:4|kiln-hung: rank 3 | step 41
+cpu-1|cpu|down*|0/0/8/8|(null)|(null)|Not responding
+cpu-2|cpu|idle|0/8/0/8|(null)|gpu:0|none
 """
 
 
-# What `squeue --noheader --all --array --format=%P|%T|%r` prints.
+# What `squeue --noheader --all --array --Format=Partition:|,State:|,RestartCnt:|,Reason:` prints.
 SQUEUE_TEXT = """\
-gpu|RUNNING|None
-gpu|RUNNING|None
-gpu|PENDING|Resources
-gpu|PENDING|Priority
-gpu,debug|PENDING|Resources
-trn|PENDING|ReqNodeNotAvail, UnavailableNodes:trn-st-trn1-[2-4]
-debug|COMPLETING|None
-cpu|PENDING|Dependency
+gpu|RUNNING|0|None
+gpu|RUNNING|2|None
+gpu|PENDING|0|Resources
+gpu|PENDING|0|Priority
+gpu,debug|PENDING|1|Resources
+trn|PENDING|0|ReqNodeNotAvail, UnavailableNodes:trn-st-trn1-[2-4]
+debug|COMPLETING|0|None
+cpu|PENDING|0|Dependency
 """
 
 
