@@ -1,5 +1,5 @@
-"""resilience on EKS and HyperPod with EKS (kiln.spec.rules.resilience, resilience_kubernetes): the settings those platforms cannot act
-on are one line each, naming the field."""
+"""resilience on EKS and HyperPod with EKS (kiln.spec.rules.resilience, resilience_kubernetes): the settings those
+platforms cannot act on are one line each, naming the field."""
 
 from __future__ import annotations
 
