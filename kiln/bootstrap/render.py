@@ -28,6 +28,7 @@ from kiln.catalog.names import (
     ENV_VALUE_RULE,
     GPU_GRES,
     NEURON_GRES,
+    SCRATCH_DIR,
     neuron_device_files,
 )
 from kiln.catalog.nccl import efa_software
@@ -51,7 +52,6 @@ PYXIS_PREFIX = "/usr/local"
 # Where install_code_server puts Node 24 (node/), npm (node/lib/node_modules/npm) and code-server (npm's global layout:
 # lib/node_modules/code-server, bin/code-server); under the local cluster's prefix there.
 CODE_SERVER_PREFIX = "/opt/kiln/code-server"
-SCRATCH_DIR = "/scratch"
 
 # Where Debian's Slurm lives for the local target (its paths are under the cluster's prefix at run time); the cloud
 # images' Slurm prefixes are platform facts (kiln.catalog.platforms).

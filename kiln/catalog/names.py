@@ -15,6 +15,11 @@ from pathlib import Path
 DATA_DIR = Path(__file__).parent / "data"
 REGIONS_PATH = DATA_DIR / "regions.json"
 
+# Where a node's local scratch (instance-store NVMe, or a volume) is mounted for container storage by default
+# (configure_container_storage); a local cluster's nodes have theirs under the prefix. The bootstrap, the health
+# check (container-space) and the local cluster's disk-full fault all name it from here.
+SCRATCH_DIR = "/scratch"
+
 # The cluster's name: prefixes stacks and resources and becomes KILN_CLUSTER_NAME, the Slurm ClusterName,
 # the HyperPod, ParallelCluster and EKS cluster names. HyperPod's must also end in a letter or digit, which
 # the spec rules check beside this pattern.

@@ -85,21 +85,19 @@ def _smoke(args: argparse.Namespace) -> int:
 
 
 def _replace(args: argparse.Namespace) -> int:
-    from kiln.local.cluster import load_cluster, replace_node
+    from kiln.local.cluster import replace_node
     from kiln.local.errors import LocalError
-    from kiln.local.preflight import check_platform, check_root
     from kiln.local.replacer import watch
 
-    check_platform()
-    check_root()
-    prefix = Path(os.path.abspath(args.prefix))
+    current = _current(args.prefix)
+    prefix = Path(current.layout.prefix)
     if args.watch:
         if args.node:
             raise LocalError("give a node or --watch, not both")
         return watch(prefix)
     if not args.node:
         raise LocalError("name the node to replace (e.g. node2), or --watch to replace nodes as they turn bad")
-    load_cluster(prefix).layout.node(args.node)
+    current.layout.node(args.node)
     replace_node(prefix, args.node, sys.stdout)
     print(f"kiln local replace: {args.node} replaced; it takes work again")
     return 0
@@ -155,6 +153,8 @@ def _down(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `local` command group to SUBPARSERS."""
     from kiln.local.cluster import DEFAULT_NODES, DEFAULT_SLURMCTLD_PORT, DEFAULT_SLURMD_PORT, READY_TIMEOUT_S
+    from kiln.local.drill import DEFAULT_CHECKPOINT_EVERY, DEFAULT_FAULT_AT_STEP, DRILL_TIMEOUT_S
+    from kiln.local.faults import KINDS
     from kiln.local.jobs import DEFAULT_SMOKE_STEPS, SMOKE_TIMEOUT_S
 
     common = argparse.ArgumentParser(add_help=False)
@@ -217,9 +217,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     replace.add_argument("node", nargs="?", help="the node to replace (e.g. node2)")
     replace.add_argument("--watch", action="store_true", help="replace nodes as they turn bad, until stopped")
     replace.set_defaults(func=_reported("replace", _replace))
-
-    from kiln.local.drill import DEFAULT_CHECKPOINT_EVERY, DEFAULT_FAULT_AT_STEP, DRILL_TIMEOUT_S
-    from kiln.local.faults import KINDS
 
     fault = commands.add_parser(
         "fault",

@@ -30,7 +30,7 @@ never ok. The checks, in this order:
   /fsx/checkpoints) answers a stat and a directory read (before the first checkpoint: its parent directory).
 - ``container-space``: free space where containers go (the image cache configure_container_storage records in
   /etc/kiln/container-cache, on the NVMe enroot's storage is on; else /var/lib/containerd or /var/lib/docker; on a
-  local cluster's node its /tmp) against --min-free-gib (default 20 GiB, room to import one more training image;
+  local cluster's node its /scratch) against --min-free-gib (default 20 GiB, room to import one more training image;
   1 GiB on a local cluster's node). The line names the path and the floor.
 
 Time: Slurm kills a HealthCheckProgram after 60 s (platforms.json ``services.slurm.health_check_program``). Every

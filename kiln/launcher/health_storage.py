@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from kiln.catalog.names import SCRATCH_DIR
 from kiln.launcher import bounded
 from kiln.launcher.health_checks import FAIL, LOCAL, NOT_APPLICABLE, OK, Node, Result
 
@@ -20,12 +21,13 @@ LUSTRE = "lustre"
 CONTAINER_CACHE_RECORD = "/etc/kiln/container-cache"
 # The container runtimes' own stores where kiln recorded none (EKS nodes: containerd; docker where it runs).
 RUNTIME_STORES = ("/var/lib/containerd", "/var/lib/docker")
-# The local cluster's nodes' /tmp (kiln.local.layout: under the prefix), where local jobs write.
-LOCAL_TMP = "/tmp"  # noqa: S108 (a node path under the root, not this machine's /tmp)
+# A local cluster's node stands in for a cloud node's local scratch, where kiln puts container storage, with its own
+# SCRATCH_DIR under the prefix: not the /tmp its jobs write to, so a full container store keeps new work off the node
+# without breaking the job that runs there, as on a cloud node.
 # The free space a node needs where containers go: kiln's choice, room to import one more training image (enroot
 # keeps the downloaded layers, their unpacked tree and the squashfs it builds at once, and PyTorch training images
-# run to tens of GB unpacked). The local cluster runs no containers: its nodes' /tmp holds torchrun's logs and a
-# job's scratch. --min-free-gib sets another floor.
+# run to tens of GB unpacked). The local cluster runs no containers: 1 GiB on its nodes. --min-free-gib sets another
+# floor.
 MIN_FREE_GIB = 20.0
 LOCAL_MIN_FREE_GIB = 1.0
 GIB = 1 << 30
@@ -87,7 +89,7 @@ def container_storage(node: Node) -> tuple[Path | None, float]:
     """Return where containers go on this node (under its root) and the floor of free GiB there."""
     if node.instance_name == LOCAL:
         floor = LOCAL_MIN_FREE_GIB if node.min_free_gib is None else node.min_free_gib
-        return node.under(LOCAL_TMP), floor
+        return node.under(SCRATCH_DIR), floor
     floor = MIN_FREE_GIB if node.min_free_gib is None else node.min_free_gib
     try:
         recorded = node.under(CONTAINER_CACHE_RECORD).read_text().strip()

@@ -5,7 +5,7 @@ each step rank 0 prints the loss, the step time and tokens/s. Checkpoints go to
 ``<checkpoint_dir>/<job id>`` every ``--checkpoint-every`` steps and a restarted
 run resumes from the newest complete one. Rank 0 also writes
 ``smoke-summary.json`` there. ``--kill-at-step`` SIGKILLs one rank on the first
-attempt only, to prove restart and resume on a real cluster.
+attempt only (neither restarted by torchrun nor requeued by Slurm), to prove restart and resume on a real cluster.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ class _Process:
     rank: int
     world: int
     attempt: int
+    # Slurm's requeues of the job (SLURM_RESTART_COUNT): torchrun counts its restarts afresh after each.
+    requeues: int
     device: torch.device
 
 
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     step_times: list[float] = []
     first_step_s = None
     for step in range(start, args.steps + 1):
-        if step == args.kill_at_step and proc.attempt == 0 and proc.rank == kill_rank:
+        if step == args.kill_at_step and _first_attempt(proc) and proc.rank == kill_rank:
             print(f"smoke: rank {proc.rank} kills itself at step {step} (fault injection)", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         began = time.perf_counter()
@@ -137,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _first_attempt(proc: _Process) -> bool:
+    return proc.attempt == 0 and proc.requeues == 0
+
+
 def _process() -> _Process:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if torch.cuda.is_available():
@@ -152,6 +158,7 @@ def _process() -> _Process:
         rank=int(os.environ.get("RANK", "0")),
         world=int(os.environ.get("WORLD_SIZE", "1")),
         attempt=int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+        requeues=int(os.environ.get("SLURM_RESTART_COUNT") or "0"),
         device=device,
     )
 

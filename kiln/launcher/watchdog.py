@@ -419,14 +419,7 @@ class Watchdog:
             "drain": found.drain,
         }
         verdict = Verdict(status="node_unhealthy", exit_code=EXIT_HUNG, message=line, details=details)
-        resume, why = auto_resume(self.environ, self.context.slurm_job_id)
-        details["auto_resume"] = {"on": resume, "why": why}
-        if resume and self.context.slurm_job_id:
-            if self.on_verdict is not None:
-                self.on_verdict(verdict)
-            outcome = slurm_node.requeue(self.context.slurm_job_id, self.environ)
-            details["requeue"] = "requeued" if outcome.ok else outcome.detail
-        self._finish(verdict, stopped=[])
+        self._requeue_and_finish(verdict, stopped=[])
 
     def _hung(self, hang: Hang, detected: float) -> None:
         self.status = "hung"
@@ -466,15 +459,19 @@ class Watchdog:
                 self.status = "hung"
                 return
         verdict = Verdict(status="hung", exit_code=EXIT_HUNG, message=line, details=details)
+        self._requeue_and_finish(verdict, stopped=[s.beat.pid for s in hang.culprits if s.why == "process stopped"])
+
+    def _requeue_and_finish(self, verdict: Verdict, *, stopped: list[int]) -> None:
+        """Requeue the job when auto-resume is on, then end the run with VERDICT."""
         resume, why = auto_resume(self.environ, self.context.slurm_job_id)
-        details["auto_resume"] = {"on": resume, "why": why}
+        verdict.details["auto_resume"] = {"on": resume, "why": why}
         if resume and self.context.slurm_job_id:
-            # The record says "hung" before the requeue, which ends this job step (and this process) soon.
+            # The record says the verdict before the requeue, which ends this job step (and this process) soon.
             if self.on_verdict is not None:
                 self.on_verdict(verdict)
             outcome = slurm_node.requeue(self.context.slurm_job_id, self.environ)
-            details["requeue"] = "requeued" if outcome.ok else outcome.detail
-        self._finish(verdict, stopped=[s.beat.pid for s in hang.culprits if s.why == "process stopped"])
+            verdict.details["requeue"] = "requeued" if outcome.ok else outcome.detail
+        self._finish(verdict, stopped=stopped)
 
     def _request_dumps(self, hang: Hang) -> list[dict[str, Any]]:
         """Ask the live ranks for a dump; return what they wrote within dump_wait_s."""

@@ -2,9 +2,10 @@
 
 Each fault is a real one, injected where it would happen on a cloud node, never a flag a check reads:
 
-- ``disk-full``: a 1 MiB file system mounted over the node's container storage, inside the node's own mount
-  namespace (the one its slurmd and jobs see): the node's health check finds no room for containers, as on a node
-  whose scratch disk filled up. Replacing the node (fresh namespaces) clears it.
+- ``disk-full``: a 1 MiB file system mounted over the node's container storage (its /scratch), inside the node's own
+  mount namespace (the one its slurmd and jobs see): the node's health check finds no room for containers, as on a
+  node whose scratch disk filled up; the job running there goes on until kiln-launch sees the failed check.
+  Replacing the node (fresh namespaces) clears it.
 - ``hang``: SIGSTOP one training rank on the node (a kiln-launch worker): the job stops advancing, as when a rank
   wedges in a driver call; the hang watchdog must name it.
 - ``slurmd``: SIGKILL the node's slurmd, as when the instance stops answering: slurmctld marks it down after
@@ -19,6 +20,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from kiln.catalog.names import SCRATCH_DIR
 from kiln.local import daemons, procs
 from kiln.local.errors import LocalError, LocalFailure
 from kiln.local.layout import ClusterLayout, NodeLayout
@@ -39,8 +41,9 @@ class Injected:
 
 
 def container_storage(layout: ClusterLayout) -> Path:
-    """Return where a local node keeps containers: the path its health check measures (kiln.launcher.health)."""
-    return layout.tmp_dir
+    """Return where a local node keeps containers: the scratch its health check measures (kiln.launcher.health),
+    not the /tmp its jobs write to."""
+    return layout.path(SCRATCH_DIR)
 
 
 def inject(current: ClusterState, node_name: str, kind: str, now: float) -> Injected:
@@ -57,6 +60,7 @@ def inject(current: ClusterState, node_name: str, kind: str, now: float) -> Inje
         return Injected(node=node.name, kind=kind, target=f"slurmd pid {slurmd.pid}", at=now)
     if kind == "disk-full":
         path = container_storage(layout)
+        path.mkdir(parents=True, exist_ok=True)
         mount = ["mount", "-t", "tmpfs", "-o", f"size={FULL_DISK_SIZE}", "kiln-fault", str(path)]
         _in_mount_namespace(slurmd.pid, mount)
         return Injected(node=node.name, kind=kind, target=f"{path} ({FULL_DISK_SIZE} file system)", at=now)

@@ -17,6 +17,8 @@ import pytest
 from kiln.catalog.platforms import service_fact
 from kiln.launcher import bounded, health, slurm_node
 from kiln.launcher.cli import main
+from kiln.launcher.health_verdict import read as read_verdict
+from kiln.launcher.health_verdict import verdict_path
 from tests.support.efa_node import FI_INFO_EFA, simulate_efa_node
 from tests.support.launcher import SUBPROCESS_TIMEOUT_S, clean_env
 
@@ -263,7 +265,7 @@ def test_a_local_node_is_n_a_for_all_hardware_never_ok(capsys, tmp_path):
     hardware = CHECKS[:6]
     assert {name: lines[name][0] for name in hardware} == dict.fromkeys(hardware, "n/a")
     assert lines["shared-fs"] == ("ok", f"{root} answers (the checkpoint root {root}/checkpoints is not created yet)")
-    assert lines["container-space"][1].startswith(f"{root}/tmp: ")
+    assert lines["container-space"][1].startswith(f"{root}/scratch")
 
 
 def test_the_default_container_floor_on_a_local_node_is_named_in_the_line(capsys, tmp_path):
@@ -274,7 +276,7 @@ def test_the_default_container_floor_on_a_local_node_is_named_in_the_line(capsys
     (root / "tmp").mkdir()
     assert main(["health", "--root", str(root)]) == 0
     out = capsys.readouterr().out
-    assert f"ok container-space: {root}/tmp: " in out and "(floor 1 GiB)" in out
+    assert f"ok container-space: {root}/scratch" in out and "(floor 1 GiB)" in out
 
 
 def test_low_container_space_fails_naming_path_and_floor(capsys, tmp_path):
@@ -515,3 +517,16 @@ def test_it_imports_no_torch_and_finishes_in_seconds(tmp_path):
     result = json.loads(done.stdout.splitlines()[-1])
     assert result == {"code": 0, "torch": False}
     assert took < 10, took
+
+
+def test_drain_leaves_the_verdict_a_running_jobs_launcher_reads_and_a_manual_run_does_not(capsys, tmp_path):
+    root = make_node(tmp_path, gpus=7)
+    fake_scontrol(tmp_path / "bin", tmp_path / "scontrol.log")
+    path = verdict_path(root, "gpu-1")
+    run_health(capsys, root)
+    assert not path.exists()
+    run_health(capsys, root, "--drain")
+    verdict = read_verdict(path)
+    assert verdict is not None and verdict.node == "gpu-1" and verdict.healthy is False
+    assert verdict.failures[0] == "gpus: nvidia-smi lists 7 GPU(s); p5.48xlarge has 8"
+    assert verdict.drain.startswith("drained node gpu-1")

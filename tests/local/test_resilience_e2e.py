@@ -18,7 +18,7 @@ from kiln.local.state import load
 from tests.support.local import Settings, kiln_local, unique_settings
 from tests.support.specs import MINIMAL_SPEC
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.xdist_group("kiln-local")]
 
 CHECKPOINT_EVERY = 20
 HANG_MIN_S = 10
