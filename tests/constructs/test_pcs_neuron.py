@@ -128,7 +128,7 @@ def test_types_without_neuron_devices_get_nothing() -> None:
 def test_kiln_metrics_counts_the_gres_pcs_declares() -> None:
     """sinfo prints a node's Gres as PCS's Gres setting names it; kiln-metrics counts that name as Neuron devices."""
     gres = group_slurm_settings("trn1.32xlarge", "25.11").node[GRES["node_setting"]]
-    (row,) = parse_sinfo(f"trn1-1|trn1|mixed|0/128/0/128|{gres}|{NEURON_GRES}:0\n")
+    (row,) = parse_sinfo(f"trn1-1|trn1|mixed|0/128/0/128|{gres}|{NEURON_GRES}:0|none\n")
     assert (row.neuron_devices, row.neuron_devices_allocated) == (16, 0)
 
 
