@@ -295,6 +295,9 @@ class _Up:
 
     def check_alive(self) -> None:
         for role in _roles(self.layout):
+            if role == replacer.ROLE:
+                # Started (again) only once the nodes are idle.
+                continue
             record = self.state.process(role)
             if record is not None and not procs.is_running(record):
                 detail = procs.log_tail(record.log)

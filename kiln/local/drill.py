@@ -157,7 +157,8 @@ class _Drill:
         state = record.get("JobState", "") if record else "gone"
         if state in slurm.TERMINAL_JOB_STATES or state == "gone":
             when = "before the fault" if self.injected_at is None else "after the fault, without resuming"
-            raise LocalFailure(f"job {self.report.job_id} ended {state} {when}; see {output}")
+            said = " | ".join([line for line in self.report.lines if parse_step(line) is None][-6:])
+            raise LocalFailure(f"job {self.report.job_id} ended {state} {when} (its last lines: {said}); see {output}")
 
     def inject(self) -> None:
         record = slurm.job_record(self.layout, self.report.job_id) or {}

@@ -16,7 +16,15 @@ from kiln.bootstrap.lock import LockedFile, lock_text
 from kiln.cli.main import main
 from kiln.contracts.iam_wildcards import REVIEW_METADATA, review_metadata, template_wildcards
 from kiln.node_config.translate import config_from_spec
-from kiln.review.report import UNREVIEWED_REMEDY, VERBOSE_HINT, Review, _summary, checkov_review, wildcard_review
+from kiln.review.report import (
+    RESILIENCE_TITLE,
+    UNREVIEWED_REMEDY,
+    VERBOSE_HINT,
+    Review,
+    _summary,
+    checkov_review,
+    wildcard_review,
+)
 from kiln.review.scan import MISSING, CheckovFinding, CheckovResult
 from kiln.spec import load_spec
 from tests.support.paths import ROOT
@@ -349,8 +357,11 @@ def test_report_without_verbose_keeps_the_reasons_to_their_totals(capsys: pytest
     assert main(["report", "--no-lint", QUICKSTART]) == 0
     quiet = capsys.readouterr()
     assert quiet.err == ""
-    summary, hint = quiet.out.splitlines()[-2:]
-    assert summary == summary_line(quiet.out.splitlines())
+    lines = quiet.out.splitlines()
+    summary = summary_line(lines)
+    # The hint follows the totals; the resilience section (what keeps training going) comes after both.
+    hint = lines[lines.index(summary) + 1]
+    assert lines[lines.index(hint) + 2] == RESILIENCE_TITLE
     assert "cdk-nag 0 open, 2 acknowledged with reasons" in summary
     wildcards = re.search(
         r"; (\d+) IAM wildcards and (\d+) AWS-managed policy attachments?, each with its reason;", summary
@@ -380,7 +391,8 @@ def test_a_problem_is_printed_without_verbose_and_the_reasons_are_not(
     assert [line for line in captured.err.splitlines() if line.startswith(QUICKSTART)] == [
         f"{QUICKSTART}: unreviewed IAM wildcard in quickstart-compute Open: s3:* on *; {UNREVIEWED_REMEDY}"
     ]
-    assert captured.out.splitlines()[-1] == VERBOSE_HINT
+    lines = captured.out.splitlines()
+    assert lines[lines.index(summary_line(lines)) + 1] == VERBOSE_HINT
 
 
 @pytest.mark.parametrize(
