@@ -226,6 +226,9 @@ class BootstrapConfig:
     hang_factor: int = 10
     hang_min_s: int = 300
     allow_tcp: bool = False
+    # resilience.node_recovery automatic: a node kiln drained is handed to the platform that replaces it, where the
+    # target's profile says the platform must be told (node_handover).
+    node_recovery: bool = True
     # HyperPod instance groups whose nodes become the Slurm controller and login nodes.
     hyperpod_controller_group: str = HYPERPOD_CONTROLLER_GROUP
     hyperpod_login_group: str = HYPERPOD_LOGIN_GROUP
@@ -346,7 +349,7 @@ class BootstrapConfig:
             value = getattr(self, name)
             if not in_range(value, low, high):
                 raise BootstrapInputError(f"{name}: got {value!r}, allowed: an integer from {low} to {high}")
-        for name in ("health_checks", "job_requeue", "allow_tcp"):
+        for name in ("health_checks", "job_requeue", "allow_tcp", "node_recovery"):
             if not isinstance(getattr(self, name), bool):
                 raise BootstrapInputError(f"{name}: got {getattr(self, name)!r}, allowed: True or False")
 

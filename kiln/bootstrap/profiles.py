@@ -77,6 +77,7 @@ SlurmPlugins = Literal["cgroup", "namespaces"]
 ImdsGuard = Literal["all", "unsecured", "none"]
 BootDeadline = Literal["resume_timeout", "bootstrap_timeout"]
 HealthRunner = Literal["slurm", "timer", "none"]
+NodeHandover = Literal["", "hyperpod"]
 # What each choice field of a profile allows (None: it may be unset): a typo fails at import, not on a node.
 _CHOICES: dict[str, tuple[str | None, ...]] = {
     "slurm_config": (*get_args(SlurmConfig), None),
@@ -89,6 +90,7 @@ _CHOICES: dict[str, tuple[str | None, ...]] = {
     "imds_guard": get_args(ImdsGuard),
     "boot_deadline": (*get_args(BootDeadline), None),
     "health_runner": get_args(HealthRunner),
+    "node_handover": get_args(NodeHandover),
 }
 
 
@@ -146,6 +148,10 @@ class TargetProfile:
     # allow-list, HyperPod's agent-written file: platforms.json pcs.health_check_mechanism, hyperpod.resilience_slurm);
     # none where no Slurm runs (EKS's node monitoring agent is the platform's).
     health_runner: HealthRunner = "none"
+    # Where a node kiln drained must be handed to the platform for replacement (kiln.launcher.replacement): HyperPod
+    # replaces only what its own agent finds faulty, or a node set FAIL with Action:Replace (platforms.json
+    # hyperpod.slurm_node_replacement); '' where the platform replaces drained nodes itself or none is replaced.
+    node_handover: NodeHandover = ""
 
     def __post_init__(self) -> None:
         # A profile names only declared steps of the right phase: a typo fails here, not on a node.
@@ -262,6 +268,7 @@ _PROFILES = (
         # hyperpod.imds_guard_roles).
         imds_guard="all",
         health_runner="timer",
+        node_handover="hyperpod",
     ),
     TargetProfile(
         target=EKS_TARGET,

@@ -291,7 +291,8 @@ NODE_ROLES = ("controller", "login", "worker")
 def resilience_env(config: BootstrapConfig) -> dict[str, str]:
     """Return what configure_health and configure_training_env read of the spec's resilience: who runs the node
     health check (the profile's health_runner; '' with the check off), its program and interval, sbatch's default
-    requeue, and the launcher's hang bounds and TCP opt-out. All '' where no Slurm runs (EKS's pods read none of it)."""
+    requeue, the launcher's hang bounds and TCP opt-out, and who replaces a node kiln drained. All '' where no Slurm
+    runs (EKS's pods read none of it)."""
     if not config.runs_slurm:
         return dict.fromkeys(
             (
@@ -302,6 +303,7 @@ def resilience_env(config: BootstrapConfig) -> dict[str, str]:
                 "KILN_HANG_FACTOR",
                 "KILN_HANG_MIN_S",
                 "KILN_ALLOW_TCP",
+                "KILN_NODE_REPLACEMENT",
             ),
             "",
         )
@@ -314,6 +316,8 @@ def resilience_env(config: BootstrapConfig) -> dict[str, str]:
         "KILN_HANG_FACTOR": str(config.hang_factor),
         "KILN_HANG_MIN_S": str(config.hang_min_s),
         "KILN_ALLOW_TCP": "1" if config.allow_tcp else "0",
+        # The health check's runs hand a node kiln drained to the platform's replacement (kiln.launcher.replacement).
+        "KILN_NODE_REPLACEMENT": config.profile.node_handover if checks and config.node_recovery else "",
     }
 
 

@@ -4,6 +4,7 @@
     kiln-launch [OPTIONS] smoke [--steps N] [...]
     kiln-launch [OPTIONS] check [--json] [...]
     kiln-launch [--checkpoint-dir DIR] health [--json] [--drain] [...]
+    kiln-launch drain-requests [--root DIR] [--node NAME]
 
 Exit codes: the workers' exit code (0 when they all succeed), 1 when the
 environment cannot be launched, 2 for a bad command line, 75 when the hang
@@ -26,7 +27,7 @@ from kiln.launcher.errors import LaunchError, UsageError
 from kiln.launcher.launch import LaunchOptions, execute, prepare
 from kiln.launcher.runner import DEFAULT_MAX_RESTARTS
 
-SUBCOMMANDS = ("smoke", "check", "health")
+SUBCOMMANDS = ("smoke", "check", "health", "drain-requests")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -60,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Launch distributed training on Slurm, a Kubernetes PyTorchJob or a plain machine.",
         epilog="Subcommands: smoke (a small GPT training run), check (readiness check), health (node health check "
         "for Slurm's HealthCheckProgram: a line '<ok|FAIL|n/a> <check>: <detail>' per check; exit 0 healthy, 1 "
-        "unhealthy, 2 usage; --drain drains the node on a FAIL). "
+        "unhealthy, 2 usage; --drain drains the node on a FAIL), drain-requests (root's side of the hang "
+        "watchdog's drain hand-off: drain this node for a job of the requesting user that runs on it). "
         "Options after SCRIPT or a subcommand belong to it.",
     )
     parser.add_argument(
@@ -113,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--run-record", help="where to write the JSON run record (default: <job dir>/runs/)")
     parser.add_argument("--dry-run", action="store_true", help="print the launch plan as JSON and exit")
-    parser.add_argument("command", nargs="?", metavar="SCRIPT|smoke|check|health")
+    parser.add_argument("command", nargs="?", metavar="SCRIPT|smoke|check|health|drain-requests")
     parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 
@@ -157,10 +159,16 @@ def _run(argv: list[str], started: float) -> int:
         raise UsageError(f"missing SCRIPT or subcommand ({', '.join(SUBCOMMANDS)}); see kiln-launch --help")
     if command == "health":
         # On the host, never in the training container, and without torch: slurmd runs it every few minutes.
-        _only_checkpoint_dir(parsed)
+        _only_checkpoint_dir(parsed, command)
         from kiln.launcher import health
 
         return health.run(rest, started=started, checkpoint_flag=parsed.checkpoint_dir)
+    if command == "drain-requests":
+        # Root's side of the watchdog's drain hand-off (kiln.launcher.drain_request): on the host, without torch.
+        _only_checkpoint_dir(parsed, command)
+        from kiln.launcher import drain_request
+
+        return drain_request.run(rest)
     if command == "check" and parsed.precompile:
         raise UsageError("--precompile: runs a training script or smoke under neuron_parallel_compile, not check")
     # Without torch here, on a node whose bootstrap names a training image: the same argv in that container.
@@ -187,10 +195,13 @@ def _run(argv: list[str], started: float) -> int:
     return execute(plan).exit_code
 
 
-def _only_checkpoint_dir(parsed: argparse.Namespace) -> None:
-    """Refuse launcher options a health check has no use for (its checkpoint root is the one it takes)."""
-    defaults = build_parser().parse_args(["health"])
+def _only_checkpoint_dir(parsed: argparse.Namespace, command: str) -> None:
+    """Refuse launcher options a host-side subcommand has no use for (health's checkpoint root is the one it
+    takes)."""
+    defaults = build_parser().parse_args([command])
+    kept = ("checkpoint_dir",) if command == "health" else ()
     for name, value in vars(parsed).items():
-        if name not in ("command", "args", "checkpoint_dir") and value != getattr(defaults, name):
+        if name not in ("command", "args", *kept) and value != getattr(defaults, name):
             flag = "--" + name.replace("_", "-")
-            raise UsageError(f"health: {flag} is a launch option; health takes only --checkpoint-dir before it")
+            takes = "only --checkpoint-dir" if kept else "no launch option"
+            raise UsageError(f"{command}: {flag} is a launch option; {command} takes {takes} before it")

@@ -53,7 +53,9 @@ through a shell), unless someone else already drained it (their reason is kept);
 node is drained with a reason kiln-launch health set, resume it, and never a drain a person or another tool set.
 The node is --node NAME, else $SLURMD_NODENAME, else the short host name; scontrol honours SLURM_CONF. What
 scontrol did (or that it is not on PATH) goes to stderr in one line (with --json: the object's ``slurm``); the exit
-code stays the health verdict.
+code stays the health verdict. Then, where the platform must be told to replace a drained node
+(KILN_NODE_REPLACEMENT=hyperpod, set by the bootstrap on HyperPod with node recovery on), a node kiln drained that
+runs no job is handed over (kiln.launcher.replacement); the JSON's ``replacement`` says what was done, or null.
 
 Exit codes: 0 healthy (no FAIL), 1 unhealthy (a FAIL; also a launcher.env line that is not shell-quoted, in one line
 on stderr), 2 usage error (one line on stderr).
@@ -74,7 +76,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.catalog.platforms import service_fact
-from kiln.launcher import health_checks, health_gpu, health_storage, health_verdict, imds, slurm_node
+from kiln.launcher import health_checks, health_gpu, health_storage, health_verdict, imds, replacement, slurm_node
 from kiln.launcher.arguments import SubcommandParser
 from kiln.launcher.container import launcher_setting
 from kiln.launcher.errors import UsageError
@@ -152,6 +154,7 @@ def run(argv: list[str], *, started: float, checkpoint_flag: str | None = None) 
     action = _slurm(name, results, healthy, node.environ) if args.drain else None
     if args.drain:
         _keep_verdict(root, name, results, healthy, action)
+    handed = replacement.hand_over(name, node.environ) if args.drain else None
     report = {
         "checks": [asdict(result) for result in results],
         "healthy": healthy,
@@ -159,10 +162,13 @@ def run(argv: list[str], *, started: float, checkpoint_flag: str | None = None) 
         "instance_type": node.instance_name,
         "elapsed_s": round(time.monotonic() - begun, 3),
         "slurm": action,
+        "replacement": handed,
     }
     print(json.dumps(report, indent=2) if args.json else render(results))
-    if action is not None and not args.json:
-        print(f"kiln-launch health: {action['detail']}", file=sys.stderr)
+    if not args.json:
+        for done in (action, handed):
+            if done is not None:
+                print(f"kiln-launch health: {done['detail']}", file=sys.stderr)
     return EXIT_HEALTHY if healthy else EXIT_UNHEALTHY
 
 

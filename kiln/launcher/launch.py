@@ -322,6 +322,8 @@ def _start_watchdog(plan: LaunchPlan, environ: MutableMapping[str, str]) -> hang
         slurm_job_id=slurm_job,
         # The node's scheduled health check leaves its verdict here (Slurm nodes; kiln.launcher.health_verdict).
         health_verdict=health_verdict.verdict_path(environ.get("KILN_ROOT") or "/", node) if slurm_job else None,
+        # A user's job may not drain its node: the watchdog asks the node's root side (kiln.launcher.drain_request).
+        node_root=Path(environ.get("KILN_ROOT") or "/") if slurm_job else None,
     )
 
     def keep_verdict(verdict: hang_watchdog.Verdict) -> None:

@@ -71,6 +71,19 @@ def drain_reason(node: str, environ: Mapping[str, str] = os.environ) -> str | No
     return fields.get("Reason", "") if "DRAIN" in fields.get("State", "") else ""
 
 
+def node_fields(node: str, environ: Mapping[str, str] = os.environ) -> dict[str, str] | None:
+    """Return NODE's `scontrol show node` fields (State, Reason, ...); None when scontrol cannot say."""
+    result = _run(["show", "node", node, "--oneliner"], environ)
+    if result is None or result.returncode != 0:
+        return None
+    return _record_fields(result.stdout)
+
+
+def fail(node: str, reason: str, environ: Mapping[str, str] = os.environ) -> Outcome:
+    """Set NODE to FAIL with REASON exactly as given (a platform's own word, such as HyperPod's Action:Replace)."""
+    return _scontrol(["update", f"NodeName={node}", "State=FAIL", f"Reason={reason}"], environ)
+
+
 def resume(node: str, environ: Mapping[str, str] = os.environ) -> Outcome:
     """Return NODE to service (State=RESUME)."""
     return _scontrol(["update", f"NodeName={node}", "State=RESUME"], environ)
@@ -92,6 +105,27 @@ def requeue_allowed(job_id: str, environ: Mapping[str, str] = os.environ) -> boo
     if "Requeue" not in fields:
         return None
     return fields["Requeue"] == "1" and fields.get("BatchFlag", "1") == "1"
+
+
+def job_fields(job_id: str, environ: Mapping[str, str] = os.environ) -> dict[str, str] | None:
+    """Return JOB_ID's `scontrol show job` fields (JobState, UserId, NodeList, ...); None when Slurm knows no such
+    job or cannot say."""
+    result = _run(["show", "job", job_id, "--oneliner"], environ)
+    if result is None or result.returncode != 0:
+        return None
+    fields = _record_fields(result.stdout)
+    return fields if fields.get("JobId") == job_id else None
+
+
+def hostnames(node_list: str, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """Return the node names in Slurm's NODE_LIST expression (node[1-3]), expanded by scontrol; [] when empty or
+    when scontrol cannot say."""
+    if not node_list or node_list == "(null)":
+        return []
+    result = _run(["show", "hostnames", node_list], environ)
+    if result is None or result.returncode != 0:
+        return []
+    return result.stdout.split()
 
 
 def _record_fields(text: str) -> dict[str, str]:

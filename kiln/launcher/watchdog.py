@@ -18,7 +18,8 @@ verdict (kiln.launcher.health_verdict) ends the run the same way, status "node_u
 new jobs off the node, and this requeues the running one without it.
 
 On a hang: ask the live ranks for a flight recorder dump (into <job dir>/flight-recorder/), print one line, drain this
-node under Slurm when a culprit is here (kiln.launcher.slurm_node), requeue the job when auto-resume is on, then stop:
+node under Slurm when a culprit is here (kiln.launcher.slurm_node; where the job's user may not, through the node's
+root-side hand-off, kiln.launcher.drain_request), requeue the job when auto-resume is on, then stop:
 SIGCONT to stopped ranks so they can die, SIGTERM to this agent, which torchrun turns into SignalException, so it
 stops the whole worker group and returns instead of restarting the workers in place. The launch then ends "hung"
 with EXIT_HUNG. A rank reporting that NCCL chose TCP on an EFA node ends it "tcp_fallback" with EXIT_TCP_FALLBACK.
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kiln.launcher import slurm_node
+from kiln.launcher import drain_request, slurm_node
 from kiln.launcher.errors import UsageError
 from kiln.launcher.health_verdict import HealthVerdict, VerdictWatch
 from kiln.launcher.heartbeat import DUMP_REQUEST, read_json, write_json
@@ -278,6 +279,8 @@ class Context:
     auto_resume: bool | None = None
     # Where this node's scheduled health check leaves its verdict (kiln.launcher.health_verdict); None: not watched.
     health_verdict: Path | None = None
+    # The node's root, where its drain hand-off takes requests (kiln.launcher.drain_request); None: no hand-off.
+    node_root: Path | None = None
 
 
 def auto_resume(environ: Mapping[str, str], job_id: str | None) -> tuple[bool, str]:
@@ -445,8 +448,7 @@ class Watchdog:
             "flight_recorder": dumps,
         }
         if local and self.context.slurm_job_id:
-            outcome = slurm_node.drain(self.context.node, f"hung: {line}", self.environ)
-            details["drain"] = "drained" if outcome.ok else outcome.detail
+            details["drain"] = self._drain(self.context.slurm_job_id, line)
         elif local:
             details["drain"] = "not a Slurm job: nothing to drain"
         else:
@@ -460,6 +462,17 @@ class Watchdog:
                 return
         verdict = Verdict(status="hung", exit_code=EXIT_HUNG, message=line, details=details)
         self._requeue_and_finish(verdict, stopped=[s.beat.pid for s in hang.culprits if s.why == "process stopped"])
+
+    def _drain(self, job_id: str, line: str) -> str:
+        """Drain this node for the hang in LINE: directly where the job's user may (root, SlurmUser, an operator),
+        else through the node's root-side hand-off; return what happened in one line."""
+        outcome = slurm_node.drain(self.context.node, f"hung: {line}", self.environ)
+        if outcome.ok:
+            return "drained"
+        if self.context.node_root is None:
+            return outcome.detail
+        handed = drain_request.ask(self.context.node_root, self.context.node, job_id, line, self.environ)
+        return handed.detail if handed.ok else f"{outcome.detail}; {handed.detail}"
 
     def _requeue_and_finish(self, verdict: Verdict, *, stopped: list[int]) -> None:
         """Requeue the job when auto-resume is on, then end the run with VERDICT."""

@@ -130,6 +130,16 @@ class ClusterLayout:
         return self.path("/etc/kiln/launcher.env")
 
     @property
+    def drain_requests(self) -> Path:
+        """Return where jobs' hang watchdogs leave drain requests (configure_health; kiln.launcher.drain_request)."""
+        return self.path("/run/kiln/drain-requests")
+
+    @property
+    def drain_requests_program(self) -> Path:
+        """Return root's side of the drain hand-off that configure_health wrote (a path unit runs it on AWS)."""
+        return self.path("/opt/kiln/bin/kiln-drain-requests")
+
+    @property
     def bootstrap_log(self) -> Path:
         return self.path("/var/log/kiln/bootstrap.log")
 

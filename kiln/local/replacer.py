@@ -8,7 +8,11 @@ same: it watches Slurm's node states and replaces a node that is
   the hang watchdog), or
 - down because slurmctld lost its slurmd (`Not responding`), or with a reason kiln set.
 
-A node drained or taken down by a person (any other reason) is theirs: it is left alone. Replacing a node stops
+A node drained or taken down by a person (any other reason) is theirs: it is left alone.
+
+It also stands in for the systemd path unit a cloud node runs (configure_health): whenever the nodes' drain-request
+directory holds a request, it runs root's side of the hang watchdog's drain hand-off, the program the bootstrap wrote
+(kiln.launcher.drain_request), for every node, as the path unit does for its one. Replacing a node stops
 every process in its network namespace, deletes the namespace and its veth, creates them again, starts the node's
 daemons in fresh mount and UTS namespaces (so whatever broke inside the node is gone), and returns it to service.
 Each replacement is a line in the daemon's log and an event in `<log dir>/node-events.jsonl`.
@@ -17,6 +21,8 @@ Each replacement is a line in the daemon's log and an event in `<log dir>/node-e
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Mapping
@@ -36,6 +42,8 @@ POLL_S = 1.0
 # After a failed replacement, try the same node again only this much later (its log says why it failed).
 RETRY_S = 30.0
 EVENTS_FILE = "node-events.jsonl"
+# The same bound as the path unit's TimeoutStartSec on a cloud node.
+DRAIN_REQUESTS_TIMEOUT_S = 60
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +94,7 @@ def watch(prefix: Path, out: TextIO = sys.stdout, poll_s: float = POLL_S) -> int
     print(f"node-replacer: watching {len(layout.nodes)} nodes of {layout.cluster_name}", file=out, flush=True)
     failed_at: dict[str, float] = {}
     while True:
+        take_drain_requests(layout, out)
         try:
             statuses = slurm.node_statuses(layout)
         except (LocalError, LocalFailure) as error:
@@ -98,6 +107,30 @@ def watch(prefix: Path, out: TextIO = sys.stdout, poll_s: float = POLL_S) -> int
             if not _replace(prefix, layout, wanted, out, replace_node):
                 failed_at[wanted.node] = time.monotonic()
         time.sleep(poll_s)
+
+
+def take_drain_requests(layout: ClusterLayout, out: TextIO) -> None:
+    """Run root's side of the drain hand-off for every node when a request waits (systemd's DirectoryNotEmpty)."""
+    try:
+        waiting = any(True for _ in os.scandir(layout.drain_requests))
+    except FileNotFoundError:
+        return
+    if not waiting:
+        return
+    nodes = [argument for node in layout.nodes for argument in ("--node", node.name)]
+    try:
+        done = subprocess.run(
+            [str(layout.drain_requests_program), *nodes],
+            capture_output=True,
+            text=True,
+            timeout=DRAIN_REQUESTS_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        print(f"node-replacer: drain requests: {error}", file=out, flush=True)
+        return
+    for line in (done.stdout + done.stderr).splitlines():
+        print(f"node-replacer: {line}", file=out, flush=True)
 
 
 def _replace(prefix: Path, layout: ClusterLayout, wanted: Replacement, out: TextIO, replace_node) -> bool:

@@ -105,7 +105,8 @@ def config_from_spec(
 
 def resilience_config(spec: ClusterSpec) -> dict[str, bool | int]:
     """Return the BootstrapConfig fields of SPEC's resilience: the node health check and its interval, sbatch's
-    default requeue (auto_resume), the launcher's hang bounds and TCP opt-out."""
+    default requeue (auto_resume), the launcher's hang bounds and TCP opt-out, and whether a drained node is handed
+    to the platform's replacement (node_recovery)."""
     resilience = spec.resilience
     return {
         "health_checks": resilience.health_checks,
@@ -114,6 +115,7 @@ def resilience_config(spec: ClusterSpec) -> dict[str, bool | int]:
         "hang_factor": resilience.hang_factor,
         "hang_min_s": resilience.hang_min_s,
         "allow_tcp": resilience.allow_tcp,
+        "node_recovery": resilience.node_recovery == "automatic",
     }
 
 

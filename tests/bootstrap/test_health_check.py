@@ -4,6 +4,7 @@ systemd timer of kiln's (configure_health), sbatch's default requeue and the lau
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -17,6 +18,10 @@ from tests.support.node_root import Node, make_node
 
 TIMER = "etc/systemd/system/kiln-health.timer"
 SERVICE = "etc/systemd/system/kiln-health.service"
+DRAIN_PATH = "etc/systemd/system/kiln-drain-requests.path"
+DRAIN_SERVICE = "etc/systemd/system/kiln-drain-requests.service"
+DRAIN_PROGRAM = "opt/kiln/bin/kiln-drain-requests"
+REQUESTS = "run/kiln/drain-requests"
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +35,8 @@ def bundles(tmp_path_factory) -> dict[str, Path]:
         ),
         "pcs-off": pcs_config(health_checks=False),
         "parallelcluster": pcs_config(target="parallelcluster"),
+        "hyperpod": pcs_config(target="hyperpod"),
+        "hyperpod-manual": pcs_config(target="hyperpod", node_recovery=False),
     }
     root = tmp_path_factory.mktemp("health")
     return {name: render_bundle(config, root / name).directory for name, config in configs.items()}
@@ -63,7 +70,7 @@ def test_a_pcs_worker_runs_the_check_from_a_timer_at_the_spec_interval(tmp_path,
     timer = (node.root / TIMER).read_text()
     assert "OnActiveSec=300\n" in timer and "OnUnitActiveSec=300\n" in timer
     service = (node.root / SERVICE).read_text()
-    assert f"ExecStart={HEALTH_CHECK_PROGRAM}\n" in service and "TimeoutStartSec=60\n" in service
+    assert f"ExecStart={HEALTH_CHECK_PROGRAM}\n" in service and "TimeoutStartSec=120\n" in service
     assert {"systemctl enable kiln-health.timer", "systemctl restart kiln-health.timer"} <= set(node.calls())
 
 
@@ -136,3 +143,63 @@ def test_the_local_cluster_writes_the_program_its_slurm_conf_names(tmp_path) -> 
     # kiln writes the local cluster's slurm.conf under its prefix: scontrol must read that one.
     assert f"export SLURM_CONF={node.root}/etc/slurm/slurm.conf\n" in text
     assert not (node.root / TIMER).exists()
+
+
+def test_a_cloud_worker_takes_its_jobs_drain_requests_through_a_path_unit(tmp_path, bundles) -> None:
+    node = _node(tmp_path, bundles["pcs"])
+    result = node.run("configure_health")
+    assert result.returncode == 0, result.stderr
+    requests = node.root / REQUESTS
+    # Root's, sticky, writable and not listable by others: a user adds a request, never reads or removes another's.
+    assert requests.stat().st_mode & 0o7777 == 0o1733
+    path_unit = (node.root / DRAIN_PATH).read_text()
+    assert "DirectoryNotEmpty=/run/kiln/drain-requests\n" in path_unit and "DirectoryMode=1733\n" in path_unit
+    assert "ExecStart=/opt/kiln/bin/kiln-drain-requests\n" in (node.root / DRAIN_SERVICE).read_text()
+    ran = subprocess.run([str(node.root / DRAIN_PROGRAM)], capture_output=True, text=True, check=True)
+    assert ran.stdout.startswith(
+        f"kiln-launch drain-requests KILN_ROOT={node.root} PATH=/opt/aws/pcs/scheduler/slurm-25.11/bin:"
+    )
+    assert {"systemctl enable kiln-drain-requests.path", "systemctl restart kiln-drain-requests.path"} <= set(
+        node.calls()
+    )
+
+
+def test_the_hand_off_stays_with_the_health_check_off_and_on_a_login_node_there_is_none(tmp_path, bundles) -> None:
+    off = _node(tmp_path / "off", bundles["pcs-off"])
+    assert off.run("configure_health").returncode == 0
+    assert (off.root / DRAIN_PATH).is_file() and (off.root / DRAIN_PROGRAM).is_file()
+    login = _node(tmp_path / "login", bundles["pcs"])
+    assert login.run("configure_health", KILN_NODE_ROLE="login").returncode == 0
+    assert not (login.root / DRAIN_PROGRAM).exists() and not (login.root / REQUESTS).exists()
+
+
+def test_the_local_cluster_gets_the_request_directory_and_no_unit(tmp_path) -> None:
+    bundle = render_bundle(local_config(), tmp_path / "local").directory
+    node = _node(tmp_path / "node", bundle)
+    assert node.run("configure_health").returncode == 0
+    assert (node.root / REQUESTS).stat().st_mode & 0o7777 == 0o1733
+    assert not (node.root / DRAIN_PATH).exists()
+    assert f"export SLURM_CONF={node.root}/etc/slurm/slurm.conf\n" in (node.root / DRAIN_PROGRAM).read_text()
+
+
+@pytest.mark.parametrize(
+    ("bundle", "handover"),
+    [("hyperpod", "hyperpod"), ("hyperpod-manual", None), ("pcs", None), ("parallelcluster", None)],
+)
+def test_only_hyperpod_with_node_recovery_hands_drained_nodes_over(tmp_path, bundles, bundle, handover) -> None:
+    node = _node(tmp_path, bundles[bundle])
+    if bundle.startswith("hyperpod"):
+        # A HyperPod node finds its group in HyperPod's resource config by its address: a worker of group gpu.
+        groups = [
+            {"Name": name, "Instances": [{"CustomerIpAddress": address}]}
+            for name, address in (("controller", "10.1.0.9"), ("gpu", "10.1.0.5"))
+        ]
+        config = node.root / "opt/ml/config/resource_config.json"
+        config.parent.mkdir(parents=True)
+        config.write_text(json.dumps({"InstanceGroups": groups}))
+        node.env["SHIM_ADDRESSES"] = "10.1.0.5"
+    result = node.run("configure_health")
+    assert result.returncode == 0, result.stderr
+    text = _program(node).read_text()
+    expected = f"export KILN_NODE_REPLACEMENT={handover}\n"
+    assert (expected in text) if handover else ("KILN_NODE_REPLACEMENT" not in text)

@@ -467,7 +467,7 @@ def test_json_is_one_object_with_the_documented_shape(capsys, tmp_path):
     root = make_node(tmp_path, gpus=7)
     assert main(["health", "--root", str(root), "--json", "--min-free-gib", "0"]) == 1
     report = json.loads(capsys.readouterr().out)
-    assert set(report) == {"checks", "healthy", "node", "instance_type", "elapsed_s", "slurm"}
+    assert set(report) == {"checks", "healthy", "node", "instance_type", "elapsed_s", "slurm", "replacement"}
     assert [c["check"] for c in report["checks"]] == list(CHECKS)
     assert all(set(c) == {"check", "status", "detail"} for c in report["checks"])
     assert report["checks"][0] == {

@@ -26,7 +26,7 @@ from tests.support.launcher import (
     ("argv", "message"),
     [
         ([], "missing SCRIPT or subcommand"),
-        (["missing.py"], "'missing.py' is neither a subcommand (smoke, check, health) nor a script"),
+        (["missing.py"], "'missing.py' is neither a subcommand (smoke, check, health, drain-requests) nor a script"),
         (["smok"], "did you mean 'smoke'?"),
         (["chek"], "did you mean 'check'?"),
         (["--nproc-per-node", "0", "smoke"], "--nproc-per-node: expected a positive integer (got '0')"),

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from kiln.launcher import watchdog
+from kiln.launcher.drain_request import request_dir, take
 from kiln.launcher.errors import UsageError
 from kiln.launcher.heartbeat import DUMP_REQUEST, beat_file, read_json, write_json
 from kiln.launcher.launch import heartbeat_dir
 from kiln.launcher.watchdog import EXIT_HUNG, EXIT_TCP_FALLBACK, Context, Judge, Settings, Watchdog
 from tests.support.fake_scontrol import fake_scontrol
+from tests.support.fake_slurm_state import fake_slurm, job_record
 
 T0 = 1_000_000.0
 
@@ -177,6 +181,7 @@ def hung_watchdog(tmp_path: Path, beats_dir: Path, environ: dict[str, str], stat
         flight_recorder_dir=tmp_path / "flight-recorder",
         node="node2",
         slurm_job_id=kw.pop("slurm_job_id", "77"),
+        node_root=kw.pop("node_root", None),
     )
     dog = Watchdog(
         context,
@@ -340,3 +345,44 @@ def test_the_heartbeat_directory_is_node_local_per_job_and_restart_with_a_fallba
         assert fallback.parent == Path(tempfile.gettempdir()) and fallback.name.startswith("kiln-heartbeat-llm-r0-")
     finally:
         fallback.rmdir()
+
+
+def test_a_user_who_may_not_drain_hands_the_drain_to_the_nodes_root_side(tmp_path, beats_dir):
+    root = tmp_path / "root"
+    request_dir(root).mkdir(parents=True)
+    slurm = fake_slurm(tmp_path, jobs={"77": job_record("77")}, deny_update=True)
+    for rank in range(2):
+        beat(beats_dir, rank, step=40, step_at=T0, alive_at=T0 + 30)
+    dog, clock, stops, _ = hung_watchdog(tmp_path, beats_dir, slurm.environ, {0: "S", 1: "T"}, node_root=root)
+
+    def root_side() -> None:
+        # The path unit: as soon as a request is there, root (who may drain) takes it.
+        while not any(request_dir(root).iterdir()):
+            time.sleep(0.05)
+        slurm.write({**slurm.read(), "deny_update": False})
+        take(root, ["node2"], slurm.environ)
+
+    helper = threading.Thread(target=root_side, daemon=True)
+    helper.start()
+    assert dog.poll() is False
+    clock.now += 11
+    assert dog.poll() is True
+    helper.join(timeout=10)
+    drained = dog.verdict.details["drain"]
+    assert drained.startswith("drained by the node's hand-off: kiln-hung: job 77 (uid 1001): rank 1 on node2 has")
+    assert slurm.node("node2")["state"] == "MIXED+DRAIN"
+    assert dog.verdict.details["requeue"] == "requeued" and stops == ["stopped"]
+
+
+def test_without_a_hand_off_the_refusal_is_said(tmp_path, beats_dir):
+    slurm = fake_slurm(tmp_path, jobs={"77": job_record("77")}, deny_update=True)
+    for rank in range(2):
+        beat(beats_dir, rank, step=40, step_at=T0, alive_at=T0 + 30)
+    dog, clock, _, _ = hung_watchdog(tmp_path, beats_dir, slurm.environ, {1: "T"}, node_root=tmp_path / "bare")
+    dog.poll()
+    clock.now += 11
+    assert dog.poll() is True
+    assert dog.verdict.details["drain"] == (
+        "scontrol update failed: slurm_update error: Invalid user id; "
+        f"no drain hand-off on this node ({request_dir(tmp_path / 'bare')} is missing)"
+    )

@@ -101,3 +101,68 @@ def test_a_node_whose_health_check_fails_is_drained_with_the_reason_and_the_job_
     # Slurm runs the check every HealthCheckInterval: the drain comes within one interval.
     assert report["out_of_service_s"] <= HEALTH_INTERVAL_S + 15, report
     _recovered(report, cluster)
+
+
+NOBODY = 65534
+ASK_AS_NOBODY = """
+import json, os, sys
+from kiln.launcher import drain_request, slurm_node
+root, node, job = sys.argv[1:4]
+direct = slurm_node.drain(node, "hung: asked directly", os.environ)
+handed = drain_request.ask(root, node, job, "rank 0 on " + node + " stopped (hand-off drill)", os.environ)
+print(json.dumps({"direct": direct.ok, "direct_detail": direct.detail, "ok": handed.ok, "detail": handed.detail}))
+"""
+
+
+def _submit(settings: Settings, node: str, uid: int) -> str:
+    argv = ["sbatch", "--parsable", f"--uid={uid}", f"--gid={uid}", "-w", node, "-N", "1", "--chdir=/"]
+    out = _slurm(settings, *argv, "-o", "/dev/null", "--wrap", "sleep 600").strip()
+    assert out.isdigit(), out
+    return out
+
+
+def _running(settings: Settings, job: str) -> None:
+    for _ in range(120):
+        if _slurm(settings, "squeue", "-h", "-j", job, "-o", "%T").strip() == "RUNNING":
+            return
+        subprocess.run(["sleep", "0.5"], check=True)
+    raise AssertionError(f"job {job} did not start")
+
+
+def _ask_as_nobody(settings: Settings, node: str, job: str) -> dict:
+    env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": str(settings.prefix / "etc/slurm/slurm.conf")}
+    python = str(settings.prefix / "opt/kiln/venv/bin/python")
+    argv = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", python, "-c", ASK_AS_NOBODY]
+    done = subprocess.run([*argv, str(settings.prefix), node, job], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_users_job_that_may_not_drain_its_node_hands_the_drain_to_root(cluster):
+    """A job of an ordinary user cannot drain its node; its request is taken by root's side (here the node replacer,
+    a systemd path unit on AWS), which drains the node for that user's own job and for no one else's."""
+    mine = _submit(cluster, "node2", NOBODY)
+    roots = _submit(cluster, "node3", 0)
+    try:
+        _running(cluster, mine)
+        _running(cluster, roots)
+        asked = _ask_as_nobody(cluster, "node2", mine)
+        # Slurm itself refuses the user (scontrol: Invalid user id / Access/permission denied) ...
+        assert asked["direct"] is False and "scontrol update failed" in asked["direct_detail"], asked
+        # ... and root's side drains for the user's own running job.
+        assert asked["ok"] is True, asked
+        reason = _slurm(cluster, "sinfo", "-h", "-n", "node2", "-o", "%E").strip()
+        assert reason.startswith(f"kiln-hung: job {mine} (uid {NOBODY}): rank 0 on node2 stopped"), reason
+        # The same user asking about root's job on node3 gets nothing.
+        refused = _ask_as_nobody(cluster, "node3", roots)
+        assert refused["ok"] is False, refused
+        assert "drain" not in _slurm(cluster, "sinfo", "-h", "-n", "node3", "-o", "%T")
+    finally:
+        _slurm(cluster, "scancel", mine, roots)
+    # Once its job is gone, the node kiln drained is replaced and back in service.
+    for _ in range(240):
+        if _slurm(cluster, "sinfo", "-h", "-n", "node2", "-o", "%T").strip() == "idle":
+            break
+        subprocess.run(["sleep", "0.5"], check=True)
+    events = [e for e in replacer.read_events(load(cluster.prefix).layout) if e["node"] == "node2"]
+    assert events[-1]["outcome"] == "replaced" and events[-1]["reason"].startswith("kiln-hung: job"), events

@@ -4,9 +4,18 @@
 # its HealthCheckProgram where the platform's slurm.conf names it (KILN_HEALTH_CHECK=slurm: ParallelCluster's
 # CustomSlurmSettings, the local cluster's own slurm.conf); a systemd timer of kiln's runs it every
 # KILN_HEALTH_CHECK_INTERVAL_S seconds where the platform's slurm.conf takes none (timer: PCS, HyperPod). With the
-# check off (KILN_HEALTH_CHECK empty) a program or timer an earlier bundle left is removed.
+# check off (KILN_HEALTH_CHECK empty) a program or timer an earlier bundle left is removed. Where the platform must
+# be told to replace a node kiln drained (KILN_NODE_REPLACEMENT: HyperPod), the program says so to kiln-launch health.
+# With the check on or off, the same nodes get the drain hand-off of the jobs' hang watchdogs (install_drain_handoff).
 
 HEALTH_UNIT=kiln-health
+# The drain hand-off (kiln.launcher.drain_request): a job's hang watchdog, which may not drain its node as the job's
+# user, leaves a request in DRAIN_REQUESTS; root's side takes it at once (a systemd path unit where systemd runs the
+# node; the local cluster's node replacer on the local cluster) and drains the node when the job runs there as the
+# request's owner. The directory is root's, sticky, writable and not listable by others: 1733.
+DRAIN_UNIT=kiln-drain-requests
+DRAIN_REQUESTS=/run/kiln/drain-requests
+DRAIN_PROGRAM=/opt/kiln/bin/kiln-drain-requests
 
 # Print the program: no arguments, as Slurm runs a HealthCheckProgram; the launcher under the node's root. Slurm
 # gives the programs it runs no search path, so the program sets one with the node's Slurm first (scontrol drains the
@@ -19,10 +28,80 @@ health_check_program() {
   if [[ "$KILN_SLURM_OWNS_CONFIG" == 1 ]]; then
     printf 'export SLURM_CONF=%q\n' "$(root_path "${KILN_SLURM_CONF_DIR}/slurm.conf")"
   fi
+  if [[ -n "${KILN_NODE_REPLACEMENT:-}" ]]; then
+    printf 'export KILN_NODE_REPLACEMENT=%q\n' "$KILN_NODE_REPLACEMENT"
+  fi
   printf 'exec %q health --drain\n' "${KILN_ROOT%/}/opt/kiln/venv/bin/kiln-launch"
 }
 
-# Print the oneshot service the timer starts. Slurm kills a HealthCheckProgram after 60 s; so does this unit.
+# Print root's side of the drain hand-off: the same search path and Slurm configuration as the health check.
+drain_requests_program() {
+  printf '#!/bin/bash\n'
+  printf '# kiln: take the drain requests of jobs hung on this node (kiln-launch drain-requests).\n'
+  printf 'export KILN_ROOT=%q\n' "$KILN_ROOT"
+  printf 'export PATH=%q\n' "${KILN_SLURM_PREFIX}/bin:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+  if [[ "$KILN_SLURM_OWNS_CONFIG" == 1 ]]; then
+    printf 'export SLURM_CONF=%q\n' "$(root_path "${KILN_SLURM_CONF_DIR}/slurm.conf")"
+  fi
+  printf 'exec %q drain-requests "$@"\n' "${KILN_ROOT%/}/opt/kiln/venv/bin/kiln-launch"
+}
+
+# Print the path unit: systemd starts the service whenever the directory holds a request, and makes the directory
+# (again after a reboot: /run is a tmpfs) with its mode (systemd.path(5): DirectoryNotEmpty=, MakeDirectory=,
+# DirectoryMode=). The service removes every request it reads, so the unit does not fire again for one.
+drain_path_unit() {
+  cat <<UNIT
+[Unit]
+Description=kiln: drain requests from the hang watchdogs of jobs on this node
+
+[Path]
+DirectoryNotEmpty=${DRAIN_REQUESTS}
+MakeDirectory=yes
+DirectoryMode=1733
+
+[Install]
+WantedBy=paths.target
+UNIT
+}
+
+drain_service_unit() {
+  cat <<UNIT
+[Unit]
+Description=kiln: take drain requests (kiln-launch drain-requests)
+
+[Service]
+Type=oneshot
+ExecStart=${DRAIN_PROGRAM}
+TimeoutStartSec=60
+UNIT
+}
+
+# The hand-off on a node that runs slurmd: the program and the request directory everywhere; the path unit where
+# systemd runs the node's services (the local cluster's replacer takes the requests there).
+install_drain_handoff() {
+  local directory changed=0
+  directory="$(root_path "$DRAIN_REQUESTS")"
+  write_file "$(root_path "$DRAIN_PROGRAM")" 0755 < <(drain_requests_program)
+  install -d -m 0755 "$(dirname "$directory")"
+  install -d -m 1733 "$directory"
+  if [[ "$KILN_SLURM_DAEMONS" == none ]]; then
+    return 0
+  fi
+  write_file "$(root_path "/etc/systemd/system/${DRAIN_UNIT}.path")" < <(drain_path_unit)
+  ((KILN_CHANGED == 0)) || changed=1
+  write_file "$(root_path "/etc/systemd/system/${DRAIN_UNIT}.service")" < <(drain_service_unit)
+  ((KILN_CHANGED == 0)) || changed=1
+  if ((changed == 1)); then
+    systemctl daemon-reload
+    systemctl enable "${DRAIN_UNIT}.path"
+    systemctl restart "${DRAIN_UNIT}.path" || die "${DRAIN_UNIT}.path did not start: journalctl -u ${DRAIN_UNIT}"
+  elif ! service_active "${DRAIN_UNIT}.path"; then
+    systemctl enable --now "${DRAIN_UNIT}.path" || die "${DRAIN_UNIT}.path did not start: journalctl -u ${DRAIN_UNIT}"
+  fi
+}
+
+# Print the oneshot service the timer starts. Slurm kills a HealthCheckProgram after 60 s, and the checks end well
+# within that; this unit allows 120 s, for the two scontrol calls that hand a drained node to HyperPod's replacement.
 health_service_unit() {
   cat <<UNIT
 [Unit]
@@ -32,7 +111,7 @@ After=network-online.target
 [Service]
 Type=oneshot
 ExecStart=${KILN_HEALTH_CHECK_PROGRAM}
-TimeoutStartSec=60
+TimeoutStartSec=120
 UNIT
 }
 
@@ -88,6 +167,8 @@ configure_health() {
     skip "no slurmd on a ${KILN_NODE_ROLE} node"
     return 0
   fi
+  # The hang watchdog runs in every job, with or without the health check.
+  install_drain_handoff
   if [[ -z "${KILN_HEALTH_CHECK:-}" ]]; then
     remove_health_timer
     if [[ -e "$program" ]]; then
