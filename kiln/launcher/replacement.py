@@ -23,11 +23,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from kiln.catalog.platforms import service_fact
 from kiln.launcher import slurm_node
 
 REPLACEMENT_VARIABLE = "KILN_NODE_REPLACEMENT"
 PLATFORMS = ("hyperpod",)
-HYPERPOD_REASON = "Action:Replace"
+# The reason HyperPod's resiliency pages give for a replacement (platforms.json, with its source).
+HYPERPOD_REASON: str = service_fact("hyperpod", "slurm_node_replacement").value["manual_reason"]
 
 
 def hand_over(node: str, environ: Mapping[str, str] = os.environ) -> dict[str, object] | None:

@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import pytest
 
+from kiln.catalog.platforms import service_fact
 from kiln.launcher.replacement import HYPERPOD_REASON, REPLACEMENT_VARIABLE, hand_over
 from tests.support.fake_slurm_state import fake_slurm
 
 KILNS = "kiln-health: container-space: 0.0 GiB free"
+
+
+def test_hyperpods_word_is_the_one_its_resiliency_page_gives():
+    fact = service_fact("hyperpod", "slurm_node_replacement")
+    assert HYPERPOD_REASON == "Action:Replace" == fact.value["manual_reason"]
+    assert "sagemaker-hyperpod-resiliency-slurm-replace-faulty-instance.html" in fact.note
 
 
 def test_an_idle_node_kiln_drained_is_set_fail_with_hyperpods_word(tmp_path):
