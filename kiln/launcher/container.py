@@ -64,6 +64,8 @@ LAUNCHER_ENV = "/etc/kiln/launcher.env"
 CACHE_RECORD = "/etc/kiln/container-cache"
 # The node's kiln files the launcher inside reads: nccl.env, launcher.env, instance-type.
 KILN_ETC = "/etc/kiln"
+# What the node's root side leaves for jobs and takes from them (health verdicts, the drain and requeue hand-off).
+KILN_RUN = "/run/kiln"
 # Where nodes mount the cluster's FSx for Lustre file system (kiln.stacks.compute_context.MOUNT_POINT).
 FSX_MOUNT = "/fsx"
 # Where the node's kiln package appears inside the container; PYTHONPATH names it.
@@ -251,6 +253,10 @@ def plan(
     mounts = [Mount(source=str(package), target=f"{LAUNCHER_MOUNT}/kiln", read_only=True)]
     if Path(f"{root}{KILN_ETC}").is_dir():
         mounts.insert(0, Mount(source=f"{root}{KILN_ETC}", target=KILN_ETC, read_only=True))
+    # The node's health verdict and the hand-off of drains and requeues (kiln.launcher.drain_request): the watchdog
+    # in the container reads and writes them there, as it would on the host.
+    if Path(f"{root}{KILN_RUN}").is_dir():
+        mounts.append(Mount(source=f"{root}{KILN_RUN}", target=KILN_RUN, read_only=False))
     if Path(FSX_MOUNT).is_dir():
         mounts.append(Mount(source=FSX_MOUNT, target=FSX_MOUNT, read_only=False))
     if not any(workdir == m.target or workdir.startswith(f"{m.target}/") for m in mounts):

@@ -52,6 +52,7 @@ DEFAULT_HANG_FACTOR = 10
 DEFAULT_HANG_MIN_S = 300
 FACTOR_VARIABLE, MIN_VARIABLE = "KILN_HANG_FACTOR", "KILN_HANG_MIN_S"
 AUTO_RESUME_VARIABLE = "KILN_AUTO_RESUME"
+CANNOT_SAY = "scontrol cannot say whether the job may requeue"
 POLL_S = 1.0
 # A heartbeat thread rewrites its file every second; five silent seconds is a process that does not run.
 STALE_S = 5.0
@@ -294,7 +295,7 @@ def auto_resume(environ: Mapping[str, str], job_id: str | None) -> tuple[bool, s
         return False, "not a Slurm job"
     allowed = slurm_node.requeue_allowed(job_id, environ)
     if allowed is None:
-        return False, f"scontrol cannot say whether job {job_id} may requeue"
+        return False, CANNOT_SAY
     return allowed, f"job {job_id} is a batch job with Requeue=1" if allowed else f"job {job_id} may not requeue"
 
 
@@ -471,19 +472,35 @@ class Watchdog:
             return "drained"
         if self.context.node_root is None:
             return outcome.detail
-        handed = drain_request.ask(self.context.node_root, self.context.node, job_id, line, self.environ)
+        handed = drain_request.ask(self.context.node_root, self.context.node, job_id, line)
+        return handed.detail if handed.ok else f"{outcome.detail}; {handed.detail}"
+
+    def _requeue(self, job_id: str, line: str) -> str:
+        """Requeue JOB_ID as its owner may; where this process has no scontrol (a training container), through the
+        node's hand-off. Return what happened in one line."""
+        outcome = slurm_node.requeue(job_id, self.environ)
+        if outcome.ok:
+            return "requeued"
+        if self.context.node_root is None:
+            return outcome.detail
+        handed = drain_request.ask(
+            self.context.node_root, self.context.node, job_id, line, action=drain_request.REQUEUE
+        )
         return handed.detail if handed.ok else f"{outcome.detail}; {handed.detail}"
 
     def _requeue_and_finish(self, verdict: Verdict, *, stopped: list[int]) -> None:
         """Requeue the job when auto-resume is on, then end the run with VERDICT."""
         resume, why = auto_resume(self.environ, self.context.slurm_job_id)
+        if not resume and why == CANNOT_SAY and self.context.node_root is not None:
+            # No scontrol here (a training container): the node's root side asks Slurm and requeues only a job that
+            # may be requeued.
+            resume, why = True, f"{why}; the node's hand-off requeues it only with Requeue=1"
         verdict.details["auto_resume"] = {"on": resume, "why": why}
         if resume and self.context.slurm_job_id:
             # The record says the verdict before the requeue, which ends this job step (and this process) soon.
             if self.on_verdict is not None:
                 self.on_verdict(verdict)
-            outcome = slurm_node.requeue(self.context.slurm_job_id, self.environ)
-            verdict.details["requeue"] = "requeued" if outcome.ok else outcome.detail
+            verdict.details["requeue"] = self._requeue(self.context.slurm_job_id, verdict.message)
         self._finish(verdict, stopped=stopped)
 
     def _request_dumps(self, hang: Hang) -> list[dict[str, Any]]:

@@ -348,3 +348,11 @@ def test_check_says_where_the_training_python_comes_from(monkeypatch):
     assert [(r.name, r.status, r.detail) for r in results[1:2]] == [("python", INFORMATIONAL, inside)]
     monkeypatch.delenv("KILN_IN_CONTAINER")
     assert container.python_source() == f"this node's {sys.executable} (with torch)"
+
+
+def test_the_watchdog_in_the_container_sees_the_nodes_verdicts_and_hand_off(tmp_path):
+    named = {"KILN_TRAINING_IMAGE": IMAGE, "KILN_ROOT": str(tmp_path)}
+    assert all(m.target != "/run/kiln" for m in plan_for(named).mounts)
+    (tmp_path / "run/kiln/drain-requests").mkdir(parents=True)
+    [run] = [m for m in plan_for(named).mounts if m.target == "/run/kiln"]
+    assert (run.source, run.read_only) == (f"{tmp_path}/run/kiln", False)

@@ -12,7 +12,15 @@ import pytest
 
 from kiln.launcher import drain_request
 from kiln.launcher.cli import main
-from kiln.launcher.drain_request import HUNG_PREFIX, MAX_REQUEST_BYTES, REQUEST_DIR_MODE, ask, request_dir, take
+from kiln.launcher.drain_request import (
+    HUNG_PREFIX,
+    MAX_REQUEST_BYTES,
+    REQUEST_DIR_MODE,
+    ask,
+    request_dir,
+    result_dir,
+    take,
+)
 from tests.support.fake_slurm_state import fake_slurm, job_record
 
 LINE = "rank 3 on node2 has not reached step 41 for 300 s (process stopped)"
@@ -28,9 +36,9 @@ def root(tmp_path: Path) -> Path:
     return node
 
 
-def leave(root: Path, name: str = "42-node2-1.json", owner: int = 1001, **fields) -> Path:
+def leave(root: Path, name: str = "42-node2-drain-1.json", owner: int = 1001, **fields) -> Path:
     """Write a request as the job side does, owned by OWNER."""
-    body = {"format": 1, "job_id": "42", "node": "node2", "reason": LINE, **fields}
+    body = {"format": 1, "job_id": "42", "node": "node2", "action": "drain", "reason": LINE, **fields}
     path = request_dir(root) / name
     path.write_text(json.dumps(body))
     os.chown(path, owner, owner)
@@ -42,27 +50,41 @@ def test_the_root_side_drains_for_the_askers_running_job_and_removes_the_request
     leave(root)
     [line] = take(root, ["node2"], slurm.environ)
     reason = f"{HUNG_PREFIX}job 42 (uid 1001): {LINE}"
-    assert line == f"42-node2-1.json: drained node2: {reason}"
+    assert line == f"42-node2-drain-1.json: drained node2: {reason}"
     assert slurm.node("node2") == {"state": "MIXED+DRAIN", "reason": reason}
     assert list(request_dir(root).iterdir()) == []
+    # The asker's answer, in a directory only root writes.
+    answer = result_dir(root) / "42-node2-drain-1.json"
+    assert json.loads(answer.read_text()) == {"ok": True, "detail": f"drained node2: {reason}"}
+    assert result_dir(root).stat().st_mode & 0o7777 == 0o755
 
 
 def test_ask_waits_for_the_root_side_and_reads_the_reason_back(tmp_path, root):
     slurm = fake_slurm(tmp_path)
     # The path unit runs root's side once the file is there: here, at the asker's first wait.
-    outcome = ask(root, "node2", "42", LINE, slurm.environ, sleep=lambda _: take(root, ["node2"], slurm.environ))
+    outcome = ask(root, "node2", "42", LINE, sleep=lambda _: take(root, ["node2"], slurm.environ))
     assert outcome.ok, outcome.detail
-    assert outcome.detail == f"drained by the node's hand-off: {HUNG_PREFIX}job 42 (uid 1001): {LINE}"
+    assert outcome.detail == f"the node's hand-off: drained node2: {HUNG_PREFIX}job 42 (uid 1001): {LINE}"
+
+
+def test_a_job_without_scontrol_has_its_own_job_requeued_and_only_a_requeueable_one(tmp_path, root):
+    slurm = fake_slurm(tmp_path)
+    done = ask(root, "node2", "42", LINE, action="requeue", sleep=lambda _: take(root, ["node2"], slurm.environ))
+    assert (done.ok, done.detail) == (True, "the node's hand-off: requeued job 42")
+    assert slurm.calls()[-1] == ["requeue", "42"]
+    slurm.write({**slurm.read(), "jobs": {"42": job_record("42").replace("Requeue=1", "Requeue=0")}})
+    refused = ask(root, "node2", "42", LINE, action="requeue", sleep=lambda _: take(root, ["node2"], slurm.environ))
+    assert not refused.ok
+    assert refused.detail.endswith("refused: Slurm may not requeue job 42 (a batch job with Requeue=1 only)")
 
 
 def test_ask_says_in_one_line_when_nobody_takes_the_request_or_there_is_no_hand_off(tmp_path, root):
-    slurm = fake_slurm(tmp_path)
     ticks = iter(range(100))
-    outcome = ask(root, "node2", "42", LINE, slurm.environ, answer_s=3, clock=lambda: next(ticks), sleep=lambda _: None)
+    outcome = ask(root, "node2", "42", LINE, answer_s=3, clock=lambda: next(ticks), sleep=lambda _: None)
     assert not outcome.ok
-    assert outcome.detail.startswith("the node's drain hand-off did not take 42-node2-")
+    assert outcome.detail.startswith("the node's hand-off did not take 42-node2-drain-")
     assert outcome.detail.endswith(" within 3 s")
-    missing = ask(tmp_path / "elsewhere", "node2", "42", LINE, slurm.environ)
+    missing = ask(tmp_path / "elsewhere", "node2", "42", LINE)
     assert missing.detail == f"no drain hand-off on this node ({request_dir(tmp_path / 'elsewhere')} is missing)"
 
 
@@ -80,7 +102,7 @@ def test_a_request_for_a_job_the_asker_does_not_run_on_the_node_is_refused(tmp_p
     slurm = fake_slurm(tmp_path, jobs={"42": job} if job else {}, hostnames={"node[1-2]": ["node1", "node2"]})
     leave(root)
     [line] = take(root, ["node2"], slurm.environ)
-    assert line == f"42-node2-1.json: refused: {expected}"
+    assert line == f"42-node2-drain-1.json: refused: {expected}"
     assert slurm.node("node2") == {"state": "MIXED"}
     assert list(request_dir(root).iterdir()) == []
 
@@ -98,6 +120,7 @@ def test_requests_that_are_not_plain_small_json_files_are_refused_and_removed(tm
     big.write_text(json.dumps({"format": 1, "job_id": "42", "node": "node2", "reason": "x" * MAX_REQUEST_BYTES}))
     leave(root, "e-other-node.json", node="node7")
     leave(root, "f-bad-id.json", job_id="42; scontrol shutdown")
+    leave(root, "f-bad-action.json", action="cancel")
     (request_dir(root) / "g-not-json.json").write_text("{")
     lines = take(root, ["node1", "node2"], slurm.environ)
     assert lines == [
@@ -105,6 +128,7 @@ def test_requests_that_are_not_plain_small_json_files_are_refused_and_removed(tm
         "b-hard.json: refused: a file with 2 links",
         f"d-big.json: refused: larger than {MAX_REQUEST_BYTES} bytes",
         "e-other-node.json: refused: it names node 'node7', not this one (node1, node2)",
+        "f-bad-action.json: refused: its action is not one of drain, requeue",
         "f-bad-id.json: refused: its job_id is not a Slurm job id",
         "g-not-json.json: refused: not JSON",
     ]
@@ -128,7 +152,8 @@ def test_the_subcommand_takes_this_nodes_requests(tmp_path, root, capsys, monkey
     monkeypatch.setenv("SLURMD_NODENAME", "node2")
     leave(root)
     assert main(["drain-requests", "--root", str(root)]) == 0
-    assert capsys.readouterr().out.startswith("kiln-launch drain-requests: 42-node2-1.json: drained node2: kiln-hung")
+    out = capsys.readouterr().out
+    assert out.startswith("kiln-launch drain-requests: 42-node2-drain-1.json: drained node2: kiln-hung")
     assert main(["--nproc-per-node", "2", "drain-requests"]) == 2
     assert "drain-requests: --nproc-per-node is a launch option" in capsys.readouterr().err
 

@@ -232,7 +232,7 @@ def test_only_a_batch_job_with_requeue_on_is_requeued_by_default(tmp_path):
         assert watchdog.auto_resume(environ, "77") == expected, (requeue, batch)
     assert watchdog.auto_resume({"PATH": str(tmp_path / "nowhere")}, "77") == (
         False,
-        "scontrol cannot say whether job 77 may requeue",
+        "scontrol cannot say whether the job may requeue",
     )
 
 
@@ -369,7 +369,7 @@ def test_a_user_who_may_not_drain_hands_the_drain_to_the_nodes_root_side(tmp_pat
     assert dog.poll() is True
     helper.join(timeout=10)
     drained = dog.verdict.details["drain"]
-    assert drained.startswith("drained by the node's hand-off: kiln-hung: job 77 (uid 1001): rank 1 on node2 has")
+    assert drained.startswith("the node's hand-off: drained node2: kiln-hung: job 77 (uid 1001): rank 1 on node2 has")
     assert slurm.node("node2")["state"] == "MIXED+DRAIN"
     assert dog.verdict.details["requeue"] == "requeued" and stops == ["stopped"]
 
@@ -386,3 +386,33 @@ def test_without_a_hand_off_the_refusal_is_said(tmp_path, beats_dir):
         "scontrol update failed: slurm_update error: Invalid user id; "
         f"no drain hand-off on this node ({request_dir(tmp_path / 'bare')} is missing)"
     )
+
+
+def test_in_a_container_without_scontrol_both_the_drain_and_the_requeue_go_through_the_hand_off(tmp_path, beats_dir):
+    root = tmp_path / "root"
+    request_dir(root).mkdir(parents=True)
+    slurm = fake_slurm(tmp_path, jobs={"77": job_record("77")})
+    container_env = {"PATH": str(tmp_path / "no-slurm")}
+    for rank in range(2):
+        beat(beats_dir, rank, step=40, step_at=T0, alive_at=T0 + 30)
+    dog, clock, _, _ = hung_watchdog(tmp_path, beats_dir, container_env, {1: "T"}, node_root=root)
+    stop = threading.Event()
+
+    def root_side() -> None:
+        while not stop.is_set():
+            take(root, ["node2"], slurm.environ)
+            time.sleep(0.05)
+
+    helper = threading.Thread(target=root_side, daemon=True)
+    helper.start()
+    try:
+        dog.poll()
+        clock.now += 11
+        assert dog.poll() is True
+    finally:
+        stop.set()
+        helper.join(timeout=10)
+    details = dog.verdict.details
+    assert details["drain"].startswith("the node's hand-off: drained node2: kiln-hung: job 77 (uid 1001)")
+    assert details["requeue"] == "the node's hand-off: requeued job 77"
+    assert ["requeue", "77"] in slurm.calls()

@@ -109,7 +109,7 @@ import json, os, sys
 from kiln.launcher import drain_request, slurm_node
 root, node, job = sys.argv[1:4]
 direct = slurm_node.drain(node, "hung: asked directly", os.environ)
-handed = drain_request.ask(root, node, job, "rank 0 on " + node + " stopped (hand-off drill)", os.environ)
+handed = drain_request.ask(root, node, job, "rank 0 on " + node + " stopped (hand-off drill)")
 print(json.dumps({"direct": direct.ok, "direct_detail": direct.detail, "ok": handed.ok, "detail": handed.detail}))
 """
 

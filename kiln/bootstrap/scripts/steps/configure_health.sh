@@ -10,11 +10,13 @@
 
 HEALTH_UNIT=kiln-health
 # The drain hand-off (kiln.launcher.drain_request): a job's hang watchdog, which may not drain its node as the job's
-# user, leaves a request in DRAIN_REQUESTS; root's side takes it at once (a systemd path unit where systemd runs the
+# user (nor requeue its job from a training container, which has no scontrol), leaves a request in DRAIN_REQUESTS; root's side takes it at once (a systemd path unit where systemd runs the
 # node; the local cluster's node replacer on the local cluster) and drains the node when the job runs there as the
 # request's owner. The directory is root's, sticky, writable and not listable by others: 1733.
 DRAIN_UNIT=kiln-drain-requests
 DRAIN_REQUESTS=/run/kiln/drain-requests
+# Root's answers, one per request, which the asking watchdog reads (root's, 0755).
+DRAIN_RESULTS=/run/kiln/drain-results
 DRAIN_PROGRAM=/opt/kiln/bin/kiln-drain-requests
 
 # Print the program: no arguments, as Slurm runs a HealthCheckProgram; the launcher under the node's root. Slurm
@@ -84,6 +86,7 @@ install_drain_handoff() {
   write_file "$(root_path "$DRAIN_PROGRAM")" 0755 < <(drain_requests_program)
   install -d -m 0755 "$(dirname "$directory")"
   install -d -m 1733 "$directory"
+  install -d -m 0755 "$(root_path "$DRAIN_RESULTS")"
   if [[ "$KILN_SLURM_DAEMONS" == none ]]; then
     return 0
   fi
