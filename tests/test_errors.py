@@ -161,6 +161,7 @@ def test_the_exemptions_are_what_cannot_import_kiln() -> None:
         "UsageError",  # kiln.launcher
         "LaunchError",
         "Timeout",  # kiln.launcher.bounded: a child that did not answer, caught by each check that starts one
+        "Refused",  # kiln.launcher.drain_request: a request root's side does not act on, said in its answer
         "CommandError",  # kiln.metrics
         "TeardownFailed",  # the reaper's Lambda code; `kiln ci down` says it as a Failure
         "GrafanaUnreachable",  # the Grafana provisioner's Lambda code
