@@ -465,28 +465,24 @@ class Watchdog:
         self._requeue_and_finish(verdict, stopped=[s.beat.pid for s in hang.culprits if s.why == "process stopped"])
 
     def _drain(self, job_id: str, line: str) -> str:
-        """Drain this node for the hang in LINE: directly where the job's user may (root, SlurmUser, an operator),
-        else through the node's root-side hand-off; return what happened in one line."""
-        outcome = slurm_node.drain(self.context.node, f"hung: {line}", self.environ)
-        if outcome.ok:
-            return "drained"
-        if self.context.node_root is None:
-            return outcome.detail
-        handed = drain_request.ask(self.context.node_root, self.context.node, job_id, line)
-        return handed.detail if handed.ok else f"{outcome.detail}; {handed.detail}"
+        """Drain this node for the hang in LINE; return what happened in one line."""
+        direct = slurm_node.drain(self.context.node, f"hung: {line}", self.environ)
+        return self._directly_or_handed(direct, "drained", drain_request.DRAIN, job_id, line)
 
     def _requeue(self, job_id: str, line: str) -> str:
-        """Requeue JOB_ID as its owner may; where this process has no scontrol (a training container), through the
-        node's hand-off. Return what happened in one line."""
-        outcome = slurm_node.requeue(job_id, self.environ)
-        if outcome.ok:
-            return "requeued"
+        """Requeue JOB_ID as its owner may; return what happened in one line."""
+        direct = slurm_node.requeue(job_id, self.environ)
+        return self._directly_or_handed(direct, "requeued", drain_request.REQUEUE, job_id, line)
+
+    def _directly_or_handed(self, direct: slurm_node.Outcome, done: str, action: str, job_id: str, line: str) -> str:
+        """Return DONE when scontrol did it (DIRECT); else, where Slurm refuses the job's user (a drain) or this
+        process has no scontrol (a training container), ask the node's root side to do ACTION."""
+        if direct.ok:
+            return done
         if self.context.node_root is None:
-            return outcome.detail
-        handed = drain_request.ask(
-            self.context.node_root, self.context.node, job_id, line, action=drain_request.REQUEUE
-        )
-        return handed.detail if handed.ok else f"{outcome.detail}; {handed.detail}"
+            return direct.detail
+        handed = drain_request.ask(self.context.node_root, self.context.node, job_id, line, action=action)
+        return handed.detail if handed.ok else f"{direct.detail}; {handed.detail}"
 
     def _requeue_and_finish(self, verdict: Verdict, *, stopped: list[int]) -> None:
         """Requeue the job when auto-resume is on, then end the run with VERDICT."""

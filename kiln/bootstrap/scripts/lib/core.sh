@@ -186,6 +186,18 @@ service_active() {
   systemctl is-active --quiet "$1" 2>/dev/null
 }
 
+# Enable unit $1: (re)start it when $2 is 1 (a file of it changed), start it when it does not run.
+activate_unit() {
+  local unit="$1" changed="$2"
+  if ((changed == 1)); then
+    systemctl daemon-reload
+    systemctl enable "$unit"
+    systemctl restart "$unit" || die "${unit} did not start: journalctl -u ${unit}"
+  elif ! service_active "$unit"; then
+    systemctl enable --now "$unit" || die "${unit} did not start: journalctl -u ${unit}"
+  fi
+}
+
 # Restart unit $1 if it runs, so it picks up new configuration.
 restart_if_active() {
   if service_active "$1"; then

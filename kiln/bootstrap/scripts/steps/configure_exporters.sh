@@ -13,13 +13,7 @@ PROMETHEUS_CONFIG=/etc/kiln/prometheus/agent.yml
 exporter_unit() {
   local unit="$1"
   write_file "$(root_path "/etc/systemd/system/${unit}")"
-  if ((KILN_CHANGED == 1)); then
-    systemctl daemon-reload
-    systemctl enable "$unit"
-    systemctl restart "$unit" || die "${unit} did not start: journalctl -u ${unit}"
-  elif ! service_active "$unit"; then
-    systemctl enable --now "$unit" || die "${unit} did not start: journalctl -u ${unit}"
-  fi
+  activate_unit "$unit" "$KILN_CHANGED"
 }
 
 # Print the [Service] hardening every exporter but DCGM's shares: a user of its own, nothing writable.

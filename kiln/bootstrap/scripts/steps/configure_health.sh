@@ -19,32 +19,31 @@ DRAIN_REQUESTS=/run/kiln/drain-requests
 DRAIN_RESULTS=/run/kiln/drain-results
 DRAIN_PROGRAM=/opt/kiln/bin/kiln-drain-requests
 
-# Print the program: no arguments, as Slurm runs a HealthCheckProgram; the launcher under the node's root. Slurm
-# gives the programs it runs no search path, so the program sets one with the node's Slurm first (scontrol drains the
-# node), and where kiln writes slurm.conf (the local cluster, under its prefix) says where that is.
-health_check_program() {
+# Print the start of a program of root's that runs kiln-launch on this node, with the comment $1. Slurm gives the
+# programs it runs no search path, so the program sets one with the node's Slurm first (scontrol drains the node), and
+# where kiln writes slurm.conf (the local cluster, under its prefix) says where that is.
+root_program_head() {
   printf '#!/bin/bash\n'
-  printf '# kiln: the node health check; a failing check drains this node with its line as the reason.\n'
+  printf '# kiln: %s\n' "$1"
   printf 'export KILN_ROOT=%q\n' "$KILN_ROOT"
   printf 'export PATH=%q\n' "${KILN_SLURM_PREFIX}/bin:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
   if [[ "$KILN_SLURM_OWNS_CONFIG" == 1 ]]; then
     printf 'export SLURM_CONF=%q\n' "$(root_path "${KILN_SLURM_CONF_DIR}/slurm.conf")"
   fi
+}
+
+# Print the program: no arguments, as Slurm runs a HealthCheckProgram; the launcher under the node's root.
+health_check_program() {
+  root_program_head "the node health check; a failing check drains this node with its line as the reason."
   if [[ -n "${KILN_NODE_REPLACEMENT:-}" ]]; then
     printf 'export KILN_NODE_REPLACEMENT=%q\n' "$KILN_NODE_REPLACEMENT"
   fi
   printf 'exec %q health --drain\n' "${KILN_ROOT%/}/opt/kiln/venv/bin/kiln-launch"
 }
 
-# Print root's side of the drain hand-off: the same search path and Slurm configuration as the health check.
+# Print root's side of the drain hand-off (the local cluster's replacer passes --node for each node).
 drain_requests_program() {
-  printf '#!/bin/bash\n'
-  printf '# kiln: take the drain requests of jobs hung on this node (kiln-launch drain-requests).\n'
-  printf 'export KILN_ROOT=%q\n' "$KILN_ROOT"
-  printf 'export PATH=%q\n' "${KILN_SLURM_PREFIX}/bin:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
-  if [[ "$KILN_SLURM_OWNS_CONFIG" == 1 ]]; then
-    printf 'export SLURM_CONF=%q\n' "$(root_path "${KILN_SLURM_CONF_DIR}/slurm.conf")"
-  fi
+  root_program_head "take the drain and requeue requests of jobs on this node (kiln-launch drain-requests)."
   printf 'exec %q drain-requests "$@"\n' "${KILN_ROOT%/}/opt/kiln/venv/bin/kiln-launch"
 }
 
@@ -81,26 +80,26 @@ UNIT
 # The hand-off on a node that runs slurmd: the program and the request directory everywhere; the path unit where
 # systemd runs the node's services (the local cluster's replacer takes the requests there).
 install_drain_handoff() {
-  local directory changed=0
+  local directory
   directory="$(root_path "$DRAIN_REQUESTS")"
   write_file "$(root_path "$DRAIN_PROGRAM")" 0755 < <(drain_requests_program)
   install -d -m 0755 "$(dirname "$directory")"
   install -d -m 1733 "$directory"
   install -d -m 0755 "$(root_path "$DRAIN_RESULTS")"
-  if [[ "$KILN_SLURM_DAEMONS" == none ]]; then
-    return 0
+  if [[ "$KILN_SLURM_DAEMONS" != none ]]; then
+    install_triggered_service "$DRAIN_UNIT" drain_service_unit path drain_path_unit
   fi
-  write_file "$(root_path "/etc/systemd/system/${DRAIN_UNIT}.path")" < <(drain_path_unit)
+}
+
+# Write the oneshot service $1.service (printed by $2) and the unit $1.$3 that starts it (printed by $4); (re)start
+# that unit when either file changed, start it when it does not run.
+install_triggered_service() {
+  local name="$1" service="$2" kind="$3" trigger="$4" changed=0
+  write_file "$(root_path "/etc/systemd/system/${name}.service")" < <("$service")
   ((KILN_CHANGED == 0)) || changed=1
-  write_file "$(root_path "/etc/systemd/system/${DRAIN_UNIT}.service")" < <(drain_service_unit)
+  write_file "$(root_path "/etc/systemd/system/${name}.${kind}")" < <("$trigger")
   ((KILN_CHANGED == 0)) || changed=1
-  if ((changed == 1)); then
-    systemctl daemon-reload
-    systemctl enable "${DRAIN_UNIT}.path"
-    systemctl restart "${DRAIN_UNIT}.path" || die "${DRAIN_UNIT}.path did not start: journalctl -u ${DRAIN_UNIT}"
-  elif ! service_active "${DRAIN_UNIT}.path"; then
-    systemctl enable --now "${DRAIN_UNIT}.path" || die "${DRAIN_UNIT}.path did not start: journalctl -u ${DRAIN_UNIT}"
-  fi
+  activate_unit "${name}.${kind}" "$changed"
 }
 
 # Print the oneshot service the timer starts. Slurm kills a HealthCheckProgram after 60 s, and the checks end well
@@ -131,22 +130,6 @@ AccuracySec=5s
 [Install]
 WantedBy=timers.target
 UNIT
-}
-
-# Write the service and timer; (re)start the timer when either changed, start it when it does not run.
-install_health_timer() {
-  local changed=0
-  write_file "$(root_path "/etc/systemd/system/${HEALTH_UNIT}.service")" < <(health_service_unit)
-  ((KILN_CHANGED == 0)) || changed=1
-  write_file "$(root_path "/etc/systemd/system/${HEALTH_UNIT}.timer")" < <(health_timer_unit)
-  ((KILN_CHANGED == 0)) || changed=1
-  if ((changed == 1)); then
-    systemctl daemon-reload
-    systemctl enable "${HEALTH_UNIT}.timer"
-    systemctl restart "${HEALTH_UNIT}.timer" || die "${HEALTH_UNIT}.timer did not start: journalctl -u ${HEALTH_UNIT}"
-  elif ! service_active "${HEALTH_UNIT}.timer"; then
-    systemctl enable --now "${HEALTH_UNIT}.timer" || die "${HEALTH_UNIT}.timer did not start: journalctl -u ${HEALTH_UNIT}"
-  fi
 }
 
 # Stop and remove the timer an earlier bundle installed (the check turned off, or Slurm runs it now).
@@ -184,7 +167,7 @@ configure_health() {
   fi
   write_file "$program" 0755 < <(health_check_program)
   case "$KILN_HEALTH_CHECK" in
-    timer) install_health_timer ;;
+    timer) install_triggered_service "$HEALTH_UNIT" health_service_unit timer health_timer_unit ;;
     slurm)
       remove_health_timer
       log "Slurm runs ${KILN_HEALTH_CHECK_PROGRAM} as its HealthCheckProgram every ${KILN_HEALTH_CHECK_INTERVAL_S} s"
