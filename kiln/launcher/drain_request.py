@@ -20,7 +20,8 @@ It leaves a request instead:
 
   A drain's reason is the job's text behind kiln's own prefix and the job's id and user
   (``kiln-hung: job 42 (uid 1001): ...``), one printable line (slurm_node.clean_reason). Every request is removed
-  once read, taken or refused, so the path unit does not fire again for it; one line per request says what was done
+  once read, taken or refused (beyond MAX_PER_OWNER of one user's in a run, unread), so the path unit does not fire
+  again for it; one line per request says what was done
   (the journal keeps it), and the same line is the answer, in a directory only root writes (answers older than
   RESULT_TTL_S are removed).
 
@@ -39,6 +40,7 @@ import os
 import re
 import stat
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +56,9 @@ RESULT_TTL_S = 3600.0
 DRAIN, REQUEUE = "drain", "requeue"
 ACTIONS = (DRAIN, REQUEUE)
 MAX_REQUEST_BYTES = 4096
+# Requests of one user taken in one run; more are refused, so that a flood costs its sender only (the watchdog of a
+# job asks twice at most: a drain and a requeue).
+MAX_PER_OWNER = 16
 # How long the job side waits for the root side to take its request: the path unit starts at once.
 ANSWER_S = 15.0
 # States in which the job still holds the node (the watchdog asks before it requeues the job).
@@ -171,7 +176,7 @@ def job_holds(request: Request, node: str, environ: Mapping[str, str]) -> str:
         raise Refused(f"Slurm gives no user id for job {request.job_id}")
     uid = int(user.group(1))
     if request.owner not in (0, uid):
-        raise Refused(f"uid {request.owner} asked to drain for job {request.job_id}, which runs as uid {uid}")
+        raise Refused(f"uid {request.owner} asked for job {request.job_id}, which runs as uid {uid}")
     nodes = slurm_node.hostnames(fields.get("NodeList", ""), environ)
     if node not in nodes:
         raise Refused(f"job {request.job_id} does not run on {node}")
@@ -191,9 +196,15 @@ def take(root: Path | str, nodes: Collection[str], environ: Mapping[str, str] = 
         answers.mkdir(mode=0o755, parents=True, exist_ok=True)
         _prune(answers)
     lines = []
+    per_owner: Counter[int | None] = Counter()
     for name in names:
         path = directory / name
-        ok, said = _take_one(path, nodes, environ)
+        owner = _owner(path)
+        per_owner[owner] += 1
+        if per_owner[owner] > MAX_PER_OWNER:
+            ok, said = False, f"refused: more than {MAX_PER_OWNER} requests from uid {owner} at once"
+        else:
+            ok, said = _take_one(path, nodes, environ)
         lines.append(f"{name}: {said}")
         path.unlink(missing_ok=True)
         _answer(answers / name, ok, said)
@@ -216,6 +227,14 @@ def _take_one(path: Path, nodes: Collection[str], environ: Mapping[str, str]) ->
     reason = slurm_node.clean_reason(f"{HUNG_PREFIX}job {request.job_id} (uid {uid}): {request.reason}")
     done = slurm_node.drain(request.node, reason, environ)
     return done.ok, f"drained {request.node}: {reason}" if done.ok else f"failed: {done.detail}"
+
+
+def _owner(path: Path) -> int | None:
+    """Return the uid owning PATH itself (a link's, not its target's); None when it is gone."""
+    try:
+        return path.lstat().st_uid
+    except OSError:
+        return None
 
 
 def _answer(path: Path, ok: bool, said: str) -> None:

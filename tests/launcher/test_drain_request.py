@@ -91,7 +91,7 @@ def test_ask_says_in_one_line_when_nobody_takes_the_request_or_there_is_no_hand_
 @pytest.mark.parametrize(
     ("job", "expected"),
     [
-        (job_record("42", user="mallory(1002)"), "uid 1001 asked to drain for job 42, which runs as uid 1002"),
+        (job_record("42", user="mallory(1002)"), "uid 1001 asked for job 42, which runs as uid 1002"),
         (job_record("42", state="PENDING"), "job 42 is PENDING, not running"),
         (job_record("42", nodes="node1"), "job 42 does not run on node2"),
         (None, "Slurm knows no job 42"),
@@ -161,3 +161,15 @@ def test_the_subcommand_takes_this_nodes_requests(tmp_path, root, capsys, monkey
 def test_the_request_directory_is_one_users_cannot_list_or_clear(root):
     assert drain_request.REQUEST_DIR_MODE == 0o1733
     assert request_dir(root).stat().st_mode & 0o7777 == 0o1733
+
+
+def test_a_flood_of_requests_costs_only_its_sender(tmp_path, root):
+    slurm = fake_slurm(tmp_path)
+    for index in range(drain_request.MAX_PER_OWNER + 3):
+        leave(root, f"flood-{index:03d}.json", owner=1002)
+    leave(root, "zz-mine.json")
+    lines = take(root, ["node2"], slurm.environ)
+    refused = [line for line in lines if "requests from uid 1002 at once" in line]
+    assert len(refused) == 3
+    assert lines[-1].startswith("zz-mine.json: drained node2")
+    assert list(request_dir(root).iterdir()) == []
