@@ -277,7 +277,6 @@ class Context:
     flight_recorder_dir: Path
     node: str
     slurm_job_id: str | None = None
-    auto_resume: bool | None = None
     # Where this node's scheduled health check leaves its verdict (kiln.launcher.health_verdict); None: not watched.
     health_verdict: Path | None = None
     # The node's root, where its drain hand-off takes requests (kiln.launcher.drain_request); None: no hand-off.
