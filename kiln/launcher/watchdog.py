@@ -495,7 +495,10 @@ class Watchdog:
             # The record says the verdict before the requeue, which ends this job step (and this process) soon.
             if self.on_verdict is not None:
                 self.on_verdict(verdict)
-            verdict.details["requeue"] = self._requeue(self.context.slurm_job_id, verdict.message)
+            said = self._requeue(self.context.slurm_job_id, verdict.message)
+            verdict.details["requeue"] = said
+            if said != "requeued":
+                print(f"kiln-launch: requeue: {said}", file=sys.stderr, flush=True)
         self._finish(verdict, stopped=stopped)
 
     def _request_dumps(self, hang: Hang) -> list[dict[str, Any]]:

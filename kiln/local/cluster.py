@@ -26,6 +26,8 @@ DEFAULT_NODES = 2
 DEFAULT_SLURMCTLD_PORT = 6817
 DEFAULT_SLURMD_PORT = 6818
 READY_TIMEOUT_S = 90.0
+# The reason a node carries while `replace_node` replaces it (kiln's prefix: the replacer's own doing).
+REPLACING_REASON = "kiln-local: replacing the node"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -311,16 +313,24 @@ def replace_node(prefix: Path, name: str, out: TextIO, timeout_s: float = READY_
         current = load_cluster(prefix)
         layout = current.layout
         node = layout.node(name)
+        # DOWN first, so that no job (a requeued one above all) is started on the node while its daemons are gone or
+        # not yet registered; ReturnToService=2 returns it once its new slurmd registers, as a platform's new
+        # instance joins.
+        down = ["scontrol", "update", f"NodeName={name}", "State=DOWN", f"Reason={REPLACING_REASON}"]
+        slurm.client(layout, *down)
         slurmd = current.process(daemons.slurmd_role(node))
         pids = set(procs.pids_in_netns(node.netns_path))
         if slurmd is not None and procs.is_running(slurmd):
             pids.add(slurmd.pid)
         procs.stop_pids(sorted(pids))
+        # Again now that the old slurmd is gone: a ping it answered meanwhile may have taken the node back.
+        slurm.client(layout, *down)
         network.remove(None, (node.veth,), (node.netns,))
         converge = _Up(current, Progress(out))
         converge.network()
         converge.start_stopped()
-        # A drain kiln set outlives slurmd; the fresh node starts clean. ReturnToService brings back a lost one.
+        slurm.wait_registered(layout, name, timeout_s, alive=converge.check_alive)
+        # A drain kiln set outlives slurmd; the fresh node starts clean.
         found = slurm.node_statuses(layout).get(name)
         if found is not None and not found.ready:
             slurm.client(layout, "scontrol", "update", f"NodeName={name}", "State=RESUME", check=False)

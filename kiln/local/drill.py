@@ -157,8 +157,19 @@ class _Drill:
         state = record.get("JobState", "") if record else "gone"
         if state in slurm.TERMINAL_JOB_STATES or state == "gone":
             when = "before the fault" if self.injected_at is None else "after the fault, without resuming"
-            said = " | ".join([line for line in self.report.lines if parse_step(line) is None][-6:])
-            raise LocalFailure(f"job {self.report.job_id} ended {state} {when} (its last lines: {said}); see {output}")
+            others = [line for line in self.report.lines if parse_step(line) is None]
+            # What kiln-launch said (hung, drained, requeued) and then the job's last lines.
+            said = [line for line in others if "kiln-launch" in line][-4:]
+            said += [line for line in others[-6:] if line not in said]
+            events = [
+                f"{e['node']} {e['outcome']} ({e['reason']})"
+                for e in replacer.read_events(self.layout)
+                if self.injected_at is not None and e["started_at"] >= self.injected_at
+            ]
+            replaced = f"; replacements since the fault: {', '.join(events)}" if events else ""
+            raise LocalFailure(
+                f"job {self.report.job_id} ended {state} {when} (its lines: {' | '.join(said)}){replaced}; see {output}"
+            )
 
     def inject(self) -> None:
         record = slurm.job_record(self.layout, self.report.job_id) or {}

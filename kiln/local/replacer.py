@@ -14,7 +14,9 @@ It also stands in for the systemd path unit a cloud node runs (configure_health)
 directory holds a request, it runs root's side of the hang watchdog's drain hand-off, the program the bootstrap wrote
 (kiln.launcher.drain_request), for every node, as the path unit does for its one. Replacing a node stops
 every process in its network namespace, deletes the namespace and its veth, creates them again, starts the node's
-daemons in fresh mount and UTS namespaces (so whatever broke inside the node is gone), and returns it to service.
+daemons in fresh mount and UTS namespaces (so whatever broke inside the node is gone), and returns it to service. The
+node is DOWN meanwhile, so Slurm starts no job there (a requeued one would fail to launch on a node whose slurmd is
+gone); its new slurmd's registration takes it back (ReturnToService=2), as a platform's new instance joins.
 Each replacement is a line in the daemon's log and an event in `<log dir>/node-events.jsonl`.
 """
 

@@ -113,6 +113,27 @@ def wait_ready(layout: ClusterLayout, timeout_s: float, alive=lambda: None) -> d
         time.sleep(0.1)
 
 
+def wait_registered(layout: ClusterLayout, name: str, timeout_s: float, alive=lambda: None) -> None:
+    """Wait until node NAME is no longer DOWN: its slurmd registered (ReturnToService=2 takes a node back then, for
+    whatever reason it was down); ALIVE raises when a daemon died meanwhile."""
+    deadline = time.monotonic() + timeout_s
+    state = "unknown"
+    while True:
+        alive()
+        result = client(layout, "sinfo", "-h", "-N", "-n", name, "-o", SINFO_FORMAT, check=False)
+        found = parse_sinfo(result.stdout).get(name) if result.returncode == 0 else None
+        if found is not None:
+            state = found.state
+            if not state.startswith("down"):
+                return
+        if time.monotonic() > deadline:
+            raise LocalFailure(
+                f"{name}'s new slurmd did not register within {timeout_s:.0f}s (still {state}); see the logs in "
+                f"{layout.slurm_paths()['log_dir']}"
+            )
+        time.sleep(0.1)
+
+
 def parse_record(text: str) -> dict[str, str]:
     """Parse one `scontrol -o show ...` record (Key=Value pairs; values may hold spaces) into a dict."""
     return {key: value for key, value in _FIELD.findall(text.strip())}
