@@ -48,6 +48,11 @@ def create_bridge(layout: ClusterLayout) -> None:
     ip_batch(commands)
 
 
+def node_mac(address: str) -> str:
+    """Return the locally administered unicast hardware address of the node at IPv4 ADDRESS: 02:6b and its 4 bytes."""
+    return ":".join(f"{byte:02x}" for byte in (0x02, 0x6B, *ipaddress.IPv4Address(address).packed))
+
+
 def create_node(layout: ClusterLayout, node: NodeLayout) -> None:
     """Create NODE's namespace and veth pair (where missing), plug it into the bridge and address it."""
     host = []
@@ -59,6 +64,9 @@ def create_node(layout: ClusterLayout, node: NodeLayout) -> None:
     ip_batch(host)
     ip_batch(
         [
+            # The same hardware address every time the node is created: a replaced node keeps it, so the other nodes'
+            # neighbour caches stay right and their first connection to the new node does not time out on the old one.
+            f"link set {NODE_INTERFACE} address {node_mac(node.address)}",
             f"address replace {node.address}/{layout.prefix_length} dev {NODE_INTERFACE}",
             f"link set {NODE_INTERFACE} up",
             "link set lo up",

@@ -181,3 +181,12 @@ def test_slurmd_starts_in_the_node_namespace_with_its_own_hosts_and_name(tmp_pat
     )
     assert result.stdout == "exec'd\n"
     assert (tmp_path / "calls").read_text() == "mount --bind /h /etc/hosts\nhostname node2\n"
+
+
+def test_a_nodes_hardware_address_follows_its_ip_address_so_a_replaced_node_keeps_it():
+    from kiln.local.network import node_mac
+
+    assert node_mac("10.77.0.3") == "02:6b:0a:4d:00:03" == node_mac("10.77.0.3")
+    assert node_mac("10.77.0.4") != node_mac("10.77.0.3")
+    # Locally administered (bit 1 of the first octet) and unicast (bit 0 clear).
+    assert int(node_mac("10.77.0.3").split(":")[0], 16) & 0b11 == 0b10
