@@ -176,11 +176,5 @@ configure_code_server() {
     return 0
   fi
   write_file "$(root_path "/etc/systemd/system/${unit}")" 0644 < <(code_server_unit "$user")
-  if ((KILN_CHANGED == 1)); then
-    systemctl daemon-reload
-    systemctl enable "$unit"
-    systemctl restart "$unit" || die "${unit} did not start: journalctl -u ${unit}"
-  elif ! service_active "$unit"; then
-    systemctl enable --now "$unit" || die "${unit} did not start: journalctl -u ${unit}"
-  fi
+  activate_unit "$unit" "$KILN_CHANGED"
 }
